@@ -1,0 +1,214 @@
+//! Client dialects: how a request in each API is read, validated and rewritten for an upstream.
+//!
+//! Each dialect module parses its request body into a [`ClientRequest`]; the driver in `src/` is
+//! dialect-agnostic and only sees that.
+
+pub mod chat;
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use crate::catalog::Api;
+use crate::error::ApiError;
+
+/// Largest request body accepted (SPEC §13).
+pub const MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
+
+/// The error body shape a client expects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorShape {
+    OpenAi,
+    Anthropic,
+}
+
+impl From<Api> for ErrorShape {
+    fn from(api: Api) -> ErrorShape {
+        match api {
+            Api::Messages => ErrorShape::Anthropic,
+            Api::Chat | Api::Responses => ErrorShape::OpenAi,
+        }
+    }
+}
+
+/// The request's `provider` object: routing preferences every attempt obeys (SPEC §3).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderPrefs {
+    #[serde(default)]
+    pub order: Option<Vec<String>>,
+    #[serde(default)]
+    pub only: Option<Vec<String>>,
+    #[serde(default)]
+    pub ignore: Option<Vec<String>>,
+    #[serde(default)]
+    pub max_price: Option<MaxPrice>,
+    #[serde(default)]
+    pub allow_fallbacks: Option<bool>,
+    #[serde(default)]
+    pub sort: Option<Sort>,
+}
+
+/// Highest acceptable route price, USD per million tokens.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MaxPrice {
+    #[serde(default)]
+    pub prompt: Option<f64>,
+    #[serde(default)]
+    pub completion: Option<f64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Sort {
+    Price,
+    Latency,
+    Throughput,
+}
+
+/// A validated client request, whatever its dialect.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClientRequest {
+    pub api: Api,
+    pub model: String,
+    pub stream: bool,
+    /// Output token limit the client set, if any.
+    pub max_tokens: Option<u64>,
+    /// Chat streams: did the client ask for the usage chunk?
+    pub include_usage: bool,
+    pub provider: ProviderPrefs,
+    /// Body size in bytes, for the input-token estimate.
+    pub body_len: usize,
+    /// The body without Switchyard's own fields (`provider`, `models`), keys in the client's order.
+    body: Map<String, Value>,
+}
+
+impl ClientRequest {
+    /// The body to send to a route: the client's, with `model` set to the route's upstream model.
+    pub fn upstream_body(&self, upstream_model: &str) -> Vec<u8> {
+        let mut body = self.body.clone();
+        body.insert("model".into(), Value::String(upstream_model.to_string()));
+        serde_json::to_vec(&body).unwrap_or_default()
+    }
+
+    /// Parameters the client set (top-level body keys), for `unsupported_params` matching.
+    pub fn params(&self) -> impl Iterator<Item = &str> {
+        self.body.keys().map(String::as_str)
+    }
+}
+
+/// Shared first steps of every dialect: size limit, JSON object, `model`, `models`, `provider`.
+pub(crate) fn parse_common(bytes: &[u8]) -> Result<(Map<String, Value>, String, ProviderPrefs), ApiError> {
+    if bytes.len() > MAX_BODY_BYTES {
+        return Err(ApiError::invalid("Request body is larger than 10 MiB.", None));
+    }
+    let value: Value = serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::invalid(format!("Request body is not valid JSON: {e}."), None))?;
+    let Value::Object(mut body) = value else {
+        return Err(ApiError::invalid("Request body must be a JSON object.", None));
+    };
+    let model = match body.get("model") {
+        Some(Value::String(m)) if !m.trim().is_empty() => m.clone(),
+        Some(Value::String(_)) | None => {
+            return Err(ApiError::invalid("`model` is required.", Some("model")));
+        }
+        Some(_) => return Err(ApiError::invalid("`model` must be a string.", Some("model"))),
+    };
+    match body.remove("models") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(list)) => {
+            if list.len() > 1 {
+                return Err(ApiError::invalid(
+                    "`models` with more than one entry is not supported: Switchyard never substitutes another model.",
+                    Some("models"),
+                ));
+            }
+            if let Some(only) = list.first() {
+                if only.as_str() != Some(model.as_str()) {
+                    return Err(ApiError::invalid("`models` may only repeat `model`.", Some("models")));
+                }
+            }
+        }
+        Some(_) => return Err(ApiError::invalid("`models` must be an array of model ids.", Some("models"))),
+    }
+    let provider = match body.remove("provider") {
+        None | Some(Value::Null) => ProviderPrefs::default(),
+        Some(v) => serde_json::from_value::<ProviderPrefs>(v)
+            .map_err(|e| ApiError::invalid(format!("Invalid `provider`: {e}."), Some("provider")))?,
+    };
+    Ok((body, model, provider))
+}
+
+/// Reads an optional non-negative integer field.
+pub(crate) fn optional_u64(body: &Map<String, Value>, field: &str) -> Result<Option<u64>, ApiError> {
+    match body.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .map(Some)
+            .ok_or_else(|| ApiError::invalid(format!("`{field}` must be a non-negative integer."), Some(field))),
+    }
+}
+
+/// Reads an optional boolean field.
+pub(crate) fn optional_bool(body: &Map<String, Value>, field: &str) -> Result<Option<bool>, ApiError> {
+    match body.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(_) => Err(ApiError::invalid(format!("`{field}` must be true or false."), Some(field))),
+    }
+}
+
+/// The human message inside an upstream error body (OpenAI and Anthropic put it at
+/// `error.message`; some providers at `message` or `error` as a string).
+pub fn upstream_error_message(body: &[u8]) -> Option<String> {
+    let v: Value = serde_json::from_slice(body).ok()?;
+    let msg = v
+        .pointer("/error/message")
+        .or_else(|| v.get("message"))
+        .or_else(|| v.get("error").filter(|e| e.is_string()))?
+        .as_str()?
+        .trim();
+    (!msg.is_empty()).then(|| msg.to_string())
+}
+
+/// Removes secrets from text that came from an upstream before it reaches a client or a log:
+/// the upstream key itself, and anything shaped like an API key (`sk-…`, even masked).
+pub fn redact(text: &str, secret: Option<&str>) -> String {
+    let mut out = match secret {
+        Some(s) if !s.is_empty() => text.replace(s, "[redacted]"),
+        _ => text.to_string(),
+    };
+    if out.contains("sk-") {
+        out = out
+            .split(' ')
+            .map(|word| {
+                let bare = word.trim_start_matches(|c: char| !c.is_ascii_alphanumeric());
+                if bare.starts_with("sk-") { "[redacted]" } else { word }
+            })
+            .collect::<Vec<_>>()
+            .join(" ");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_upstream_messages() {
+        assert_eq!(upstream_error_message(br#"{"error":{"message":"bad temp","type":"x"}}"#).as_deref(), Some("bad temp"));
+        assert_eq!(upstream_error_message(br#"{"type":"error","error":{"type":"invalid_request_error","message":"too long"}}"#).as_deref(), Some("too long"));
+        assert_eq!(upstream_error_message(br#"{"message":"plain"}"#).as_deref(), Some("plain"));
+        assert_eq!(upstream_error_message(br#"{"error":"flat"}"#).as_deref(), Some("flat"));
+        assert_eq!(upstream_error_message(b"<html>"), None);
+    }
+
+    #[test]
+    fn redacts_keys() {
+        assert_eq!(redact("Incorrect API key provided: sk-abc***xyz.", None), "Incorrect API key provided: [redacted]");
+        assert_eq!(redact("key UPSTREAM-SECRET-1 refused", Some("UPSTREAM-SECRET-1")), "key [redacted] refused");
+        assert_eq!(redact("nothing here", Some("s3cr3t")), "nothing here");
+    }
+}

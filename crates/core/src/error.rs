@@ -1,0 +1,177 @@
+//! Every error a client can receive (SPEC §13), and how it is rendered in each dialect.
+//!
+//! `src/http` turns an [`ApiError`] into a `Response` in exactly one function; this module decides
+//! status, code, type and message. Messages never contain secrets: upstream keys, API keys and the
+//! admin token are never part of any variant.
+
+use serde_json::{json, Value};
+
+use crate::dialect::ErrorShape;
+
+/// An error that ends a request with an error response.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ApiError {
+    /// 400: bad JSON, missing or invalid fields; names the field.
+    InvalidRequest { message: String, param: Option<String> },
+    /// 401: missing or unknown API key.
+    InvalidApiKey,
+    /// 401 on `/admin/*` without the admin token.
+    AdminUnauthorized,
+    /// 404: the model is not in the catalog.
+    ModelNotFound { model: String, available: Vec<String> },
+    /// 404: no such path, or an admin entity that does not exist.
+    NotFound { what: String },
+    /// 405: the path exists, the method does not.
+    MethodNotAllowed,
+    /// 503: the model has no route serving this dialect.
+    SupplyNotConfigured { model: String },
+    /// 502: every route failed.
+    ProviderError { model: String },
+    /// 400: the upstream refused the request itself (class `invalid_request`).
+    UpstreamInvalidRequest { message: String },
+    /// 500: Switchyard's own storage or runtime failed; `label` is for logs, never user data.
+    Internal { label: &'static str },
+}
+
+impl ApiError {
+    pub fn invalid(message: impl Into<String>, param: Option<&str>) -> ApiError {
+        ApiError::InvalidRequest { message: message.into(), param: param.map(str::to_string) }
+    }
+
+    pub fn status(&self) -> u16 {
+        match self {
+            ApiError::InvalidRequest { .. } | ApiError::UpstreamInvalidRequest { .. } => 400,
+            ApiError::InvalidApiKey | ApiError::AdminUnauthorized => 401,
+            ApiError::ModelNotFound { .. } | ApiError::NotFound { .. } => 404,
+            ApiError::MethodNotAllowed => 405,
+            ApiError::Internal { .. } => 500,
+            ApiError::ProviderError { .. } => 502,
+            ApiError::SupplyNotConfigured { .. } => 503,
+        }
+    }
+
+    /// Machine-readable code, also the low-cardinality label for logs.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::InvalidRequest { .. } => "invalid_request",
+            ApiError::InvalidApiKey => "invalid_api_key",
+            ApiError::AdminUnauthorized => "unauthorized",
+            ApiError::ModelNotFound { .. } => "model_not_found",
+            ApiError::NotFound { .. } => "not_found",
+            ApiError::MethodNotAllowed => "method_not_allowed",
+            ApiError::SupplyNotConfigured { .. } => "supply_not_configured",
+            ApiError::ProviderError { .. } => "provider_error",
+            ApiError::UpstreamInvalidRequest { .. } => "upstream_invalid_request",
+            ApiError::Internal { .. } => "internal_error",
+        }
+    }
+
+    pub fn message(&self) -> String {
+        match self {
+            ApiError::InvalidRequest { message, .. } | ApiError::UpstreamInvalidRequest { message } => message.clone(),
+            ApiError::InvalidApiKey => "Invalid or missing API key. Pass it as `Authorization: Bearer <key>` or `x-api-key: <key>`.".into(),
+            ApiError::AdminUnauthorized => "Admin token required.".into(),
+            ApiError::ModelNotFound { model, .. } => format!("Model `{model}` does not exist. See available_models."),
+            ApiError::NotFound { what } => format!("{what} not found."),
+            ApiError::MethodNotAllowed => "Method not allowed on this path.".into(),
+            ApiError::SupplyNotConfigured { model } => {
+                format!("Model {model} has no route serving this API. Nothing was charged.")
+            }
+            ApiError::ProviderError { model } => {
+                format!("Model {model} is not available right now. Nothing was charged. Retry in a moment.")
+            }
+            ApiError::Internal { .. } => "Switchyard had an internal error. Nothing was charged. Retry in a moment.".into(),
+        }
+    }
+
+    fn openai_type(&self) -> &'static str {
+        match self.status() {
+            400 | 404 | 405 => "invalid_request_error",
+            401 => "authentication_error",
+            402 => "insufficient_quota",
+            429 => "rate_limit_exceeded",
+            503 => "service_unavailable",
+            _ => "api_error",
+        }
+    }
+
+    fn anthropic_type(&self) -> &'static str {
+        match self.status() {
+            400 | 405 => "invalid_request_error",
+            401 => "authentication_error",
+            402 => "billing_error",
+            404 => "not_found_error",
+            429 => "rate_limit_error",
+            503 => "overloaded_error",
+            _ => "api_error",
+        }
+    }
+
+    fn param(&self) -> Option<&str> {
+        match self {
+            ApiError::InvalidRequest { param, .. } => param.as_deref(),
+            ApiError::ModelNotFound { .. } => Some("model"),
+            _ => None,
+        }
+    }
+
+    fn available_models(&self) -> Option<&[String]> {
+        match self {
+            ApiError::ModelNotFound { available, .. } => Some(available),
+            _ => None,
+        }
+    }
+
+    /// The error body in the client's dialect, with `generation_id` and, where it helps,
+    /// `available_models`.
+    pub fn body(&self, shape: ErrorShape, generation_id: &str) -> Value {
+        let mut error = match shape {
+            ErrorShape::OpenAi => json!({
+                "message": self.message(),
+                "type": self.openai_type(),
+                "param": self.param(),
+                "code": self.code(),
+            }),
+            ErrorShape::Anthropic => json!({
+                "type": self.anthropic_type(),
+                "message": self.message(),
+                "code": self.code(),
+            }),
+        };
+        if let (Some(models), Some(obj)) = (self.available_models(), error.as_object_mut()) {
+            obj.insert("available_models".into(), json!(models));
+        }
+        match shape {
+            ErrorShape::OpenAi => json!({"error": error, "generation_id": generation_id}),
+            ErrorShape::Anthropic => json!({"type": "error", "error": error, "generation_id": generation_id}),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn openai_and_anthropic_shapes() {
+        let e = ApiError::ModelNotFound { model: "x".into(), available: vec!["a".into(), "b".into()] };
+        let o = e.body(ErrorShape::OpenAi, "gen-1");
+        assert_eq!(e.status(), 404);
+        assert_eq!(o["error"]["code"], "model_not_found");
+        assert_eq!(o["error"]["type"], "invalid_request_error");
+        assert_eq!(o["error"]["available_models"], json!(["a", "b"]));
+        assert_eq!(o["generation_id"], "gen-1");
+        let a = e.body(ErrorShape::Anthropic, "gen-1");
+        assert_eq!(a["type"], "error");
+        assert_eq!(a["error"]["type"], "not_found_error");
+        assert_eq!(a["generation_id"], "gen-1");
+    }
+
+    #[test]
+    fn provider_error_message_is_exact() {
+        let e = ApiError::ProviderError { model: "acme/x".into() };
+        assert_eq!(e.status(), 502);
+        assert_eq!(e.message(), "Model acme/x is not available right now. Nothing was charged. Retry in a moment.");
+        assert_eq!(e.body(ErrorShape::OpenAi, "g")["error"]["type"], "api_error");
+    }
+}

@@ -1,0 +1,14 @@
+//! Switchyard's pure core: every decision the gateway makes, as plain functions over plain data.
+//!
+//! Nothing here touches `worker`, the clock, randomness or the network: time and random bytes are
+//! arguments, so all of it is tested natively with `cargo test -p switchyard-core`. The Worker in
+//! `src/` moves bytes and calls into this crate.
+
+pub mod admin;
+pub mod catalog;
+pub mod dialect;
+pub mod error;
+pub mod keys;
+pub mod money;
+
+pub use error::ApiError;

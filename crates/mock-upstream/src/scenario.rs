@@ -1,0 +1,504 @@
+//! Path routing and the scenario grammar.
+//!
+//! A provider path is `/<prefix>/<api>`, `<api>` being `chat/completions`,
+//! `messages` or `responses`. `<prefix>` is zero or more free label segments
+//! followed by scenario segments; the scenario starts at the first segment
+//! that is a keyword (see [`KEYWORDS`]). The whole prefix (label + scenario,
+//! no leading/trailing slash) is the *key* for stats and per-key state.
+//!
+//! Scenario grammar (segments after the start, in any order, each at most once):
+//!
+//! ```text
+//! scenario   := directive*                      (no keyword at all = ok)
+//! directive  := "ok"
+//!             | behaviour                       (at most one)
+//!             | gate                            (at most one)
+//!             | "chunks" / N / GAP_MS
+//!             | "first-content-after" / MS
+//!             | "stall-after" / N / MS
+//!             | "malformed-event" / I
+//!             | "no-done" | "no-usage"
+//!             | "retry-after" / SECS            (needs an error status)
+//!             | error-kind                      (needs an error to shape)
+//! behaviour  := "status" / CODE | "hang" | "reset" | "cut-after" / N
+//!             | "error-event-first" | "error-event-after" / N | "error-body-200"
+//! gate       := "flaky" / K | "down-for" / MS
+//! error-kind := overloaded | rate_limit | context_length | unsupported_param
+//!             | credit | quota | invalid_key | content_filter
+//!             | model_not_found | invalid
+//! ```
+
+use std::fmt;
+
+/// Which provider API a path addresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    /// OpenAI Chat Completions (`…/chat/completions`).
+    Chat,
+    /// Anthropic Messages (`…/messages`).
+    Messages,
+    /// OpenAI Responses (`…/responses`).
+    Responses,
+}
+
+/// The main thing a request does (at most one per scenario).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Behavior {
+    Normal,
+    Status(u16),
+    Hang,
+    Reset,
+    CutAfter(usize),
+    ErrorEventFirst,
+    ErrorEventAfter(usize),
+    ErrorBody200,
+}
+
+/// A per-key gate that turns some requests into 503s before the behaviour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gate {
+    /// Every k-th request to the key answers 503.
+    Flaky(u64),
+    /// 503 until this many ms after the key's first request.
+    DownFor(u64),
+}
+
+/// Realistic provider error bodies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    Overloaded,
+    RateLimit,
+    ContextLength,
+    UnsupportedParam,
+    Credit,
+    Quota,
+    InvalidKey,
+    ContentFilter,
+    ModelNotFound,
+    Invalid,
+}
+
+impl ErrorKind {
+    pub fn from_segment(s: &str) -> Option<ErrorKind> {
+        Some(match s {
+            "overloaded" => ErrorKind::Overloaded,
+            "rate_limit" => ErrorKind::RateLimit,
+            "context_length" => ErrorKind::ContextLength,
+            "unsupported_param" => ErrorKind::UnsupportedParam,
+            "credit" => ErrorKind::Credit,
+            "quota" => ErrorKind::Quota,
+            "invalid_key" => ErrorKind::InvalidKey,
+            "content_filter" => ErrorKind::ContentFilter,
+            "model_not_found" => ErrorKind::ModelNotFound,
+            "invalid" => ErrorKind::Invalid,
+            _ => return None,
+        })
+    }
+}
+
+/// Default number of content events.
+pub const DEFAULT_CHUNKS: usize = 5;
+/// Upper bound for `chunks/<n>` and the `<n>` of other directives.
+pub const MAX_CHUNKS: usize = 100_000;
+
+/// A parsed scenario.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scenario {
+    pub gate: Option<Gate>,
+    pub behavior: Behavior,
+    pub chunks: usize,
+    pub gap_ms: u64,
+    pub first_content_after_ms: Option<u64>,
+    /// (after n content events, pause ms)
+    pub stall: Option<(usize, u64)>,
+    /// 0-based index over all `data:` events written.
+    pub malformed_event: Option<usize>,
+    pub no_done: bool,
+    pub no_usage: bool,
+    pub retry_after: Option<u64>,
+    pub error_kind: Option<ErrorKind>,
+}
+
+impl Default for Scenario {
+    fn default() -> Self {
+        Scenario {
+            gate: None,
+            behavior: Behavior::Normal,
+            chunks: DEFAULT_CHUNKS,
+            gap_ms: 0,
+            first_content_after_ms: None,
+            stall: None,
+            malformed_event: None,
+            no_done: false,
+            no_usage: false,
+            retry_after: None,
+            error_kind: None,
+        }
+    }
+}
+
+/// Segments that start a scenario (everything before the first one is label).
+pub const KEYWORDS: &[&str] = &[
+    "ok",
+    "status",
+    "hang",
+    "reset",
+    "first-content-after",
+    "cut-after",
+    "stall-after",
+    "error-event-first",
+    "error-event-after",
+    "error-body-200",
+    "malformed-event",
+    "no-done",
+    "no-usage",
+    "flaky",
+    "down-for",
+    "chunks",
+    "retry-after",
+    "overloaded",
+    "rate_limit",
+    "context_length",
+    "unsupported_param",
+    "credit",
+    "quota",
+    "invalid_key",
+    "content_filter",
+    "model_not_found",
+    "invalid",
+];
+
+/// Why a scenario could not be parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScenarioError(pub String);
+
+impl fmt::Display for ScenarioError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "mock-upstream: bad scenario: {}", self.0)
+    }
+}
+
+fn segments(path: &str) -> Vec<&str> {
+    let path = path.split('?').next().unwrap_or("");
+    path.split('/').filter(|s| !s.is_empty()).collect()
+}
+
+/// Splits a provider path into its API and key (prefix). `None` when the
+/// path does not end in one of the three API suffixes, or is a control path.
+pub fn split_api(path: &str) -> Option<(Api, String)> {
+    let segs = segments(path);
+    if segs.first().map(|s| s.starts_with("_")).unwrap_or(false) {
+        return None;
+    }
+    let n = segs.len();
+    let (api, prefix_len) = if n >= 2 && segs[n - 2] == "chat" && segs[n - 1] == "completions" {
+        (Api::Chat, n - 2)
+    } else if n >= 1 && segs[n - 1] == "messages" {
+        (Api::Messages, n - 1)
+    } else if n >= 1 && segs[n - 1] == "responses" {
+        (Api::Responses, n - 1)
+    } else {
+        return None;
+    };
+    Some((api, segs[..prefix_len].join("/")))
+}
+
+/// Normalises a key as given to `/_stats/<key>` (slashes trimmed, empty
+/// segments dropped) so it matches the key of a provider path.
+pub fn normalize_key(key: &str) -> String {
+    segments(key).join("/")
+}
+
+/// Splits a key into (label, scenario segments).
+pub fn split_label(key: &str) -> (String, Vec<&str>) {
+    let segs: Vec<&str> = key.split('/').filter(|s| !s.is_empty()).collect();
+    let start = segs
+        .iter()
+        .position(|s| KEYWORDS.contains(s))
+        .unwrap_or(segs.len());
+    (segs[..start].join("/"), segs[start..].to_vec())
+}
+
+struct Cursor<'a> {
+    segs: &'a [&'a str],
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn next(&mut self) -> Option<&'a str> {
+        let s = self.segs.get(self.pos).copied();
+        if s.is_some() {
+            self.pos += 1;
+        }
+        s
+    }
+
+    fn num<T: std::str::FromStr>(&mut self, after: &str, what: &str) -> Result<T, ScenarioError> {
+        match self.next() {
+            Some(s) => s
+                .parse()
+                .map_err(|_| ScenarioError(format!("`{after}` needs {what}, got `{s}`"))),
+            None => Err(ScenarioError(format!("`{after}` needs {what}"))),
+        }
+    }
+
+    fn count(&mut self, after: &str) -> Result<usize, ScenarioError> {
+        let n: usize = self.num(after, "a count")?;
+        if n > MAX_CHUNKS {
+            return Err(ScenarioError(format!(
+                "`{after}/{n}`: at most {MAX_CHUNKS}"
+            )));
+        }
+        Ok(n)
+    }
+}
+
+fn set_once<T>(slot: &mut Option<T>, v: T, name: &str) -> Result<(), ScenarioError> {
+    if slot.is_some() {
+        return Err(ScenarioError(format!("`{name}` given twice")));
+    }
+    *slot = Some(v);
+    Ok(())
+}
+
+/// Parses the scenario part of a key (the label is skipped).
+pub fn parse_scenario(key: &str) -> Result<Scenario, ScenarioError> {
+    let (_label, segs) = split_label(key);
+    let mut sc = Scenario::default();
+    let mut behavior: Option<Behavior> = None;
+    let mut chunks: Option<(usize, u64)> = None;
+    let mut seen_flags: Vec<&str> = Vec::new();
+    let mut c = Cursor {
+        segs: &segs,
+        pos: 0,
+    };
+
+    while let Some(seg) = c.next() {
+        match seg {
+            "ok" => {}
+            "status" => {
+                let code: u16 = c.num("status", "an HTTP status code")?;
+                if !(200..=599).contains(&code) {
+                    return Err(ScenarioError(format!("status {code} is not in 200..=599")));
+                }
+                set_once(
+                    &mut behavior,
+                    Behavior::Status(code),
+                    "status/hang/reset/cut-after/error-*",
+                )?;
+            }
+            "hang" => set_once(
+                &mut behavior,
+                Behavior::Hang,
+                "status/hang/reset/cut-after/error-*",
+            )?,
+            "reset" => set_once(
+                &mut behavior,
+                Behavior::Reset,
+                "status/hang/reset/cut-after/error-*",
+            )?,
+            "cut-after" => {
+                let n = c.count("cut-after")?;
+                set_once(
+                    &mut behavior,
+                    Behavior::CutAfter(n),
+                    "status/hang/reset/cut-after/error-*",
+                )?;
+            }
+            "error-event-first" => set_once(
+                &mut behavior,
+                Behavior::ErrorEventFirst,
+                "status/hang/reset/cut-after/error-*",
+            )?,
+            "error-event-after" => {
+                let n = c.count("error-event-after")?;
+                set_once(
+                    &mut behavior,
+                    Behavior::ErrorEventAfter(n),
+                    "status/hang/reset/cut-after/error-*",
+                )?;
+            }
+            "error-body-200" => set_once(
+                &mut behavior,
+                Behavior::ErrorBody200,
+                "status/hang/reset/cut-after/error-*",
+            )?,
+            "flaky" => {
+                let k: u64 = c.num("flaky", "a period k >= 1")?;
+                if k == 0 {
+                    return Err(ScenarioError("`flaky/0`: k must be >= 1".into()));
+                }
+                set_once(&mut sc.gate, Gate::Flaky(k), "flaky/down-for")?;
+            }
+            "down-for" => {
+                let ms: u64 = c.num("down-for", "milliseconds")?;
+                set_once(&mut sc.gate, Gate::DownFor(ms), "flaky/down-for")?;
+            }
+            "chunks" => {
+                let n = c.count("chunks")?;
+                let gap: u64 = c.num("chunks", "a gap in milliseconds (chunks/<n>/<gap_ms>)")?;
+                set_once(&mut chunks, (n, gap), "chunks")?;
+            }
+            "first-content-after" => {
+                let ms: u64 = c.num("first-content-after", "milliseconds")?;
+                set_once(&mut sc.first_content_after_ms, ms, "first-content-after")?;
+            }
+            "stall-after" => {
+                let n = c.count("stall-after")?;
+                let ms: u64 = c.num("stall-after", "milliseconds (stall-after/<n>/<ms>)")?;
+                set_once(&mut sc.stall, (n, ms), "stall-after")?;
+            }
+            "malformed-event" => {
+                let i = c.count("malformed-event")?;
+                set_once(&mut sc.malformed_event, i, "malformed-event")?;
+            }
+            "retry-after" => {
+                let s: u64 = c.num("retry-after", "seconds")?;
+                set_once(&mut sc.retry_after, s, "retry-after")?;
+            }
+            "no-done" | "no-usage" => {
+                if seen_flags.contains(&seg) {
+                    return Err(ScenarioError(format!("`{seg}` given twice")));
+                }
+                seen_flags.push(seg);
+                if seg == "no-done" {
+                    sc.no_done = true;
+                } else {
+                    sc.no_usage = true;
+                }
+            }
+            other => match ErrorKind::from_segment(other) {
+                Some(kind) => set_once(&mut sc.error_kind, kind, "error kind")?,
+                None => {
+                    return Err(ScenarioError(format!(
+                        "unknown segment `{other}` in `{key}`"
+                    )))
+                }
+            },
+        }
+    }
+
+    sc.behavior = behavior.unwrap_or(Behavior::Normal);
+    if let Some((n, gap)) = chunks {
+        sc.chunks = n;
+        sc.gap_ms = gap;
+    }
+    let has_error_status = matches!(sc.behavior, Behavior::Status(_)) || sc.gate.is_some();
+    if sc.retry_after.is_some() && !has_error_status {
+        return Err(ScenarioError(
+            "`retry-after` needs `status/<code>`, `flaky/<k>` or `down-for/<ms>`".into(),
+        ));
+    }
+    let has_error = has_error_status
+        || matches!(
+            sc.behavior,
+            Behavior::ErrorEventFirst | Behavior::ErrorEventAfter(_) | Behavior::ErrorBody200
+        );
+    if sc.error_kind.is_some() && !has_error {
+        return Err(ScenarioError(
+            "an error kind needs `status/<code>`, `flaky/<k>`, `down-for/<ms>`, `error-event-*` or `error-body-200`".into(),
+        ));
+    }
+    Ok(sc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_api_paths() {
+        assert_eq!(
+            split_api("/t-8f3a/status/503/chat/completions"),
+            Some((Api::Chat, "t-8f3a/status/503".into()))
+        );
+        assert_eq!(split_api("/a/messages"), Some((Api::Messages, "a".into())));
+        assert_eq!(
+            split_api("/responses?x=1"),
+            Some((Api::Responses, "".into()))
+        );
+        assert_eq!(
+            split_api("//x//hang/responses/"),
+            Some((Api::Responses, "x/hang".into()))
+        );
+        assert_eq!(split_api("/a/completions"), None);
+        assert_eq!(split_api("/a/chat"), None);
+        assert_eq!(split_api("/_stats/a/messages"), None);
+        assert_eq!(split_api("/"), None);
+    }
+
+    #[test]
+    fn label_split() {
+        assert_eq!(
+            split_label("t-1/x/status/429/overloaded"),
+            ("t-1/x".to_string(), vec!["status", "429", "overloaded"])
+        );
+        assert_eq!(split_label("t-1"), ("t-1".to_string(), vec![]));
+        assert_eq!(split_label(""), ("".to_string(), vec![]));
+    }
+
+    #[test]
+    fn no_keyword_is_ok() {
+        assert_eq!(parse_scenario("label-only").unwrap(), Scenario::default());
+        assert_eq!(parse_scenario("").unwrap(), Scenario::default());
+        assert_eq!(parse_scenario("t/ok").unwrap(), Scenario::default());
+    }
+
+    #[test]
+    fn status_with_options_any_order() {
+        let a = parse_scenario("t/status/429/overloaded/retry-after/7").unwrap();
+        let b = parse_scenario("t/status/429/retry-after/7/overloaded").unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a.behavior, Behavior::Status(429));
+        assert_eq!(a.retry_after, Some(7));
+        assert_eq!(a.error_kind, Some(ErrorKind::Overloaded));
+    }
+
+    #[test]
+    fn composition() {
+        let s = parse_scenario("t/first-content-after/100/chunks/50/0").unwrap();
+        assert_eq!(s.first_content_after_ms, Some(100));
+        assert_eq!((s.chunks, s.gap_ms), (50, 0));
+        let s = parse_scenario("flaky/3/cut-after/2/no-usage").unwrap();
+        assert_eq!(s.gate, Some(Gate::Flaky(3)));
+        assert_eq!(s.behavior, Behavior::CutAfter(2));
+        assert!(s.no_usage);
+        let s = parse_scenario("x/stall-after/2/500/malformed-event/1/no-done").unwrap();
+        assert_eq!(s.stall, Some((2, 500)));
+        assert_eq!(s.malformed_event, Some(1));
+        assert!(s.no_done);
+        let s = parse_scenario("down-for/1000/retry-after/1/overloaded").unwrap();
+        assert_eq!(s.gate, Some(Gate::DownFor(1000)));
+        let s = parse_scenario("error-event-after/3/rate_limit").unwrap();
+        assert_eq!(s.behavior, Behavior::ErrorEventAfter(3));
+        assert_eq!(s.error_kind, Some(ErrorKind::RateLimit));
+    }
+
+    #[test]
+    fn errors() {
+        for bad in [
+            "status",
+            "status/abc",
+            "status/99",
+            "status/500/hang",
+            "flaky/0",
+            "flaky/2/down-for/5",
+            "chunks/5",
+            "stall-after/1",
+            "ok/bogus",
+            "status/500/overloaded/rate_limit",
+            "overloaded",
+            "retry-after/3",
+            "error-body-200/retry-after/3",
+            "no-done/no-done",
+            "chunks/1000000/0",
+        ] {
+            assert!(parse_scenario(bad).is_err(), "{bad} should fail");
+        }
+    }
+
+    #[test]
+    fn normalize() {
+        assert_eq!(normalize_key("/a//b/"), "a/b");
+    }
+}

@@ -1,0 +1,381 @@
+//! The HTTP server: accept loop (one thread per connection), the keep-alive
+//! request loop, control endpoints (`/_health`, `/_reset`, `/_stats/<key>`)
+//! and carrying out a scenario on the socket (delays, streams, cuts, hangs,
+//! resets).
+//!
+//! A broken client socket only ends that connection's thread: every write
+//! error is turned into closing the connection.
+
+use std::io::{self, BufReader, Read};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::dialect::{self, ReqInfo, Step, KEEPALIVE};
+use crate::http::{self, ReadError, Request};
+use crate::json::Obj;
+use crate::scenario::{self, Api, Behavior, Gate, Scenario};
+use crate::sock;
+use crate::state::Shared;
+
+/// Longest a `hang` connection is kept open.
+pub const HANG_MAX: Duration = Duration::from_secs(600);
+/// Interval of keep-alive comments while waiting for first content.
+pub const KEEPALIVE_EVERY: Duration = Duration::from_millis(200);
+
+/// What to do with the connection after a response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Action {
+    KeepAlive,
+    Close,
+}
+
+fn after_write(r: io::Result<()>) -> Action {
+    match r {
+        Ok(()) => Action::KeepAlive,
+        Err(_) => Action::Close,
+    }
+}
+
+/// Binds 127.0.0.1:`port` (0 = any free port).
+pub fn bind(port: u16) -> io::Result<TcpListener> {
+    TcpListener::bind(("127.0.0.1", port))
+}
+
+/// Serves connections forever, one thread each.
+pub fn serve(listener: TcpListener, state: Shared) {
+    for conn in listener.incoming() {
+        match conn {
+            Ok(stream) => {
+                let st = state.clone();
+                let spawned = thread::Builder::new()
+                    .name("mock-conn".into())
+                    .spawn(move || handle_connection(stream, st));
+                if let Err(e) = spawned {
+                    eprintln!("mock-upstream: cannot spawn connection thread: {e}");
+                }
+            }
+            Err(e) => {
+                eprintln!("mock-upstream: accept failed: {e}");
+                thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+}
+
+/// Binds `port` and serves in a background thread (for in-process tests).
+/// Returns the bound address and the state.
+pub fn spawn(port: u16) -> io::Result<(SocketAddr, Shared)> {
+    let listener = bind(port)?;
+    let addr = listener.local_addr()?;
+    let state = Shared::new();
+    let st = state.clone();
+    thread::Builder::new()
+        .name("mock-accept".into())
+        .spawn(move || serve(listener, st))?;
+    Ok((addr, state))
+}
+
+/// One connection: read requests until the peer closes, asks to close, or a
+/// scenario ends the connection.
+fn handle_connection(stream: TcpStream, state: Shared) {
+    let _ = stream.set_nodelay(true);
+    let read_half = match stream.try_clone() {
+        Ok(s) => s,
+        Err(_) => return,
+    };
+    let mut reader = BufReader::new(read_half);
+    let mut w = stream;
+    loop {
+        let req = match http::read_request(&mut reader) {
+            Ok(Some(r)) => r,
+            Ok(None) | Err(ReadError::Io(_)) => return,
+            Err(ReadError::Bad(msg)) => {
+                let body = Obj::new()
+                    .obj(
+                        "error",
+                        Obj::new()
+                            .str("message", &format!("mock-upstream: bad request: {msg}"))
+                            .str("type", "invalid_request_error"),
+                    )
+                    .build();
+                let _ =
+                    http::write_full(&mut w, 400, "application/json", &[], body.as_bytes(), true);
+                return;
+            }
+        };
+        let close = req.wants_close();
+        let action = dispatch(&req, &mut w, &mut reader, &state, close);
+        if close || action == Action::Close {
+            return;
+        }
+    }
+}
+
+fn json(
+    w: &mut TcpStream,
+    status: u16,
+    body: &str,
+    extra: &[(&str, String)],
+    close: bool,
+) -> Action {
+    after_write(http::write_full(
+        w,
+        status,
+        "application/json",
+        extra,
+        body.as_bytes(),
+        close,
+    ))
+}
+
+fn simple_error(ty: &str, msg: &str) -> String {
+    Obj::new()
+        .obj(
+            "error",
+            Obj::new()
+                .str("message", msg)
+                .str("type", ty)
+                .null("param")
+                .str("code", ty),
+        )
+        .build()
+}
+
+fn dispatch(
+    req: &Request,
+    w: &mut TcpStream,
+    reader: &mut BufReader<TcpStream>,
+    state: &Shared,
+    close: bool,
+) -> Action {
+    let path = req.path().to_string();
+    let method = req.method.as_str();
+    if path == "/_health" {
+        return after_write(http::write_full(w, 200, "text/plain", &[], b"ok", close));
+    }
+    if path == "/_reset" {
+        if method != "POST" {
+            return json(
+                w,
+                405,
+                &simple_error("method_not_allowed", "use POST /_reset"),
+                &[],
+                close,
+            );
+        }
+        state.reset();
+        return json(w, 200, r#"{"ok":true}"#, &[], close);
+    }
+    if path == "/_stats" || path.starts_with("/_stats/") {
+        if method != "GET" {
+            return json(
+                w,
+                405,
+                &simple_error("method_not_allowed", "use GET /_stats/<key>"),
+                &[],
+                close,
+            );
+        }
+        let key = scenario::normalize_key(path.strip_prefix("/_stats").unwrap_or(""));
+        return json(w, 200, &state.stats_json(&key), &[], close);
+    }
+    match scenario::split_api(&path) {
+        Some((api, key)) => run_scenario(req, api, &key, w, reader, state, close),
+        None => {
+            let msg = format!("mock-upstream: no route for {method} {path}");
+            json(w, 404, &simple_error("not_found", &msg), &[], close)
+        }
+    }
+}
+
+fn sleep_ms(ms: u64) {
+    if ms > 0 {
+        thread::sleep(Duration::from_millis(ms));
+    }
+}
+
+fn sleep_until(t: Instant) {
+    let now = Instant::now();
+    if t > now {
+        thread::sleep(t - now);
+    }
+}
+
+/// Answers with an HTTP error status in the dialect's shape.
+fn error_status(
+    w: &mut TcpStream,
+    api: Api,
+    status: u16,
+    sc: &Scenario,
+    info: &ReqInfo,
+    close: bool,
+) -> Action {
+    let e = dialect::status_error(sc.error_kind, status, &info.model_name);
+    let mut extra = Vec::new();
+    if let Some(s) = sc.retry_after {
+        extra.push(("retry-after", s.to_string()));
+    }
+    json(w, status, &dialect::error_body(api, &e), &extra, close)
+}
+
+fn run_scenario(
+    req: &Request,
+    api: Api,
+    key: &str,
+    w: &mut TcpStream,
+    reader: &mut BufReader<TcpStream>,
+    state: &Shared,
+    close: bool,
+) -> Action {
+    let (count, first_seen) = state.record(key, req);
+    let sc = match scenario::parse_scenario(key) {
+        Ok(sc) => sc,
+        Err(e) => {
+            let body = simple_error("mock_bad_scenario", &e.to_string());
+            return json(w, 400, &body, &[], close);
+        }
+    };
+    let info = ReqInfo::from_body(&req.body);
+
+    let gated = match sc.gate {
+        Some(Gate::Flaky(k)) => count % k == 0,
+        Some(Gate::DownFor(ms)) => first_seen.elapsed() < Duration::from_millis(ms),
+        None => false,
+    };
+    if gated {
+        return error_status(w, api, 503, &sc, &info, close);
+    }
+
+    match sc.behavior {
+        Behavior::Hang => {
+            hang(reader);
+            Action::Close
+        }
+        Behavior::Reset => {
+            sock::reset_on_close(w);
+            Action::Close
+        }
+        Behavior::Status(code) => {
+            sleep_ms(sc.first_content_after_ms.unwrap_or(0));
+            error_status(w, api, code, &sc, &info, close)
+        }
+        Behavior::ErrorBody200 | Behavior::ErrorEventFirst | Behavior::ErrorEventAfter(_)
+            if sc.behavior == Behavior::ErrorBody200 || !info.stream =>
+        {
+            let e = dialect::event_error(sc.error_kind, &info.model_name);
+            json(w, 200, &dialect::error_body(api, &e), &[], close)
+        }
+        _ if info.stream => run_stream(w, &dialect::stream_plan(api, &info, &sc), close),
+        Behavior::CutAfter(_) => {
+            sleep_ms(dialect::nonstream_delay_ms(&sc));
+            let body = dialect::nonstream_body(api, &info, &sc);
+            let _ = write_truncated(w, body.as_bytes());
+            let _ = w.shutdown(Shutdown::Both);
+            Action::Close
+        }
+        _ => {
+            sleep_ms(dialect::nonstream_delay_ms(&sc));
+            let body = if sc.malformed_event.is_some() {
+                dialect::malformed_nonstream_body(api, &info, &sc)
+            } else {
+                dialect::nonstream_body(api, &info, &sc)
+            };
+            json(w, 200, &body, &[], close)
+        }
+    }
+}
+
+/// Sends headers announcing the whole body but only its first half.
+fn write_truncated(w: &mut TcpStream, body: &[u8]) -> io::Result<()> {
+    use std::io::Write;
+    let headers = [
+        ("Content-Type", "application/json".to_string()),
+        ("Content-Length", body.len().max(1).to_string()),
+    ];
+    let mut out = Vec::new();
+    http::write_head(&mut out, 200, &headers, true)?;
+    out.extend_from_slice(&body[..body.len() / 2]);
+    w.write_all(&out)?;
+    w.flush()
+}
+
+/// Writes a stream plan as a chunked `text/event-stream` body.
+fn run_stream(w: &mut TcpStream, steps: &[Step], close: bool) -> Action {
+    let headers = [
+        ("Content-Type", "text/event-stream".to_string()),
+        ("Cache-Control", "no-cache".to_string()),
+        ("Transfer-Encoding", "chunked".to_string()),
+    ];
+    let head = http::write_head(w, 200, &headers, close).and_then(|_| {
+        use std::io::Write;
+        w.flush()
+    });
+    if head.is_err() {
+        return Action::Close;
+    }
+    for step in steps {
+        let r = match step {
+            Step::Event(text) => http::write_chunk(w, text.as_bytes()),
+            Step::Wait {
+                ms,
+                keepalive: false,
+            } => {
+                sleep_ms(*ms);
+                Ok(())
+            }
+            Step::Wait {
+                ms,
+                keepalive: true,
+            } => wait_with_keepalive(w, *ms),
+            Step::Cut => {
+                let _ = w.shutdown(Shutdown::Both);
+                return Action::Close;
+            }
+        };
+        if r.is_err() {
+            return Action::Close;
+        }
+    }
+    after_write(http::write_last_chunk(w))
+}
+
+/// Waits `ms`, sending a keep-alive comment every 200 ms meanwhile.
+fn wait_with_keepalive(w: &mut TcpStream, ms: u64) -> io::Result<()> {
+    let start = Instant::now();
+    let total = Duration::from_millis(ms);
+    let mut next = KEEPALIVE_EVERY;
+    while next < total {
+        sleep_until(start + next);
+        http::write_chunk(w, KEEPALIVE.as_bytes())?;
+        next += KEEPALIVE_EVERY;
+    }
+    sleep_until(start + total);
+    Ok(())
+}
+
+/// Writes nothing; returns when the peer closes (or after [`HANG_MAX`]).
+fn hang(reader: &mut BufReader<TcpStream>) {
+    let _ = reader
+        .get_ref()
+        .set_read_timeout(Some(Duration::from_millis(200)));
+    let deadline = Instant::now() + HANG_MAX;
+    let mut buf = [0u8; 4096];
+    while Instant::now() < deadline {
+        match reader.read(&mut buf) {
+            Ok(0) => return,
+            Ok(_) => continue,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
+                ) =>
+            {
+                continue
+            }
+            Err(_) => return,
+        }
+    }
+}

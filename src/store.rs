@@ -1,0 +1,284 @@
+//! D1: the catalog, accounts, API keys and credits — and the per-isolate caches of what the
+//! request path reads (the catalog and key lookups, each at most 5 s stale, SPEC §1–§2).
+//!
+//! Every statement binds its values; no SQL is built from input. Money is integer micro-dollars
+//! bound as JS numbers (exact within ±2^53). Writes made through this isolate refresh its caches at
+//! once; other isolates see them within the TTL.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use serde::Deserialize;
+use switchyard_core::admin::{NewAccount, NewKey};
+use switchyard_core::catalog::Catalog;
+use switchyard_core::ApiError;
+use wasm_bindgen::JsValue;
+use worker::{D1Database, D1PreparedStatement, Env};
+
+use crate::clock::now_ms;
+
+/// How long an isolate may serve a cached catalog or key lookup.
+const CACHE_TTL_MS: u64 = 5_000;
+
+thread_local! {
+    static CATALOG: RefCell<Option<(Rc<Catalog>, u64)>> = const { RefCell::new(None) };
+    static KEYS: RefCell<HashMap<String, (Rc<KeyRecord>, u64)>> = RefCell::new(HashMap::new());
+}
+
+/// An active API key and the limits it carries.
+#[derive(Debug, Clone, Deserialize)]
+pub struct KeyRecord {
+    pub id: String,
+    pub account_id: String,
+    #[serde(default)]
+    pub rpm: Option<f64>,
+    #[serde(default)]
+    pub max_concurrent: Option<f64>,
+    #[serde(default)]
+    pub spend_limit_micros: Option<f64>,
+    #[serde(default)]
+    pub allow_fallbacks: Option<f64>,
+}
+
+/// An account as the admin API reports it.
+#[derive(Debug, Clone, Deserialize)]
+pub struct AccountRow {
+    pub id: String,
+    pub name: Option<String>,
+    pub balance_micros: f64,
+    pub held_micros: f64,
+    pub allow_fallbacks: Option<f64>,
+}
+
+/// Maps a D1 / runtime failure to the one internal error; the detail goes to the log only
+/// (it may contain SQL, never user secrets).
+fn internal(label: &'static str) -> impl Fn(worker::Error) -> ApiError {
+    move |e| {
+        worker::console_error!("{{\"event\":\"store_error\",\"op\":\"{label}\",\"detail\":{:?}}}", e.to_string());
+        ApiError::Internal { label }
+    }
+}
+
+fn num(v: i64) -> JsValue {
+    JsValue::from_f64(v as f64)
+}
+
+fn opt_num<T: Into<f64>>(v: Option<T>) -> JsValue {
+    v.map_or(JsValue::NULL, |v| JsValue::from_f64(v.into()))
+}
+
+fn opt_bool(v: Option<bool>) -> JsValue {
+    v.map_or(JsValue::NULL, |b| JsValue::from_f64(if b { 1.0 } else { 0.0 }))
+}
+
+fn opt_str(v: Option<&str>) -> JsValue {
+    v.map_or(JsValue::NULL, JsValue::from_str)
+}
+
+pub struct Store {
+    db: D1Database,
+}
+
+#[derive(Deserialize)]
+struct CatalogRow {
+    doc: String,
+    version: f64,
+}
+
+impl Store {
+    pub fn new(env: &Env) -> Result<Store, ApiError> {
+        env.d1("DB").map(|db| Store { db }).map_err(internal("d1_binding"))
+    }
+
+    fn stmt(&self, sql: &str, args: &[JsValue]) -> Result<D1PreparedStatement, ApiError> {
+        self.db.prepare(sql).bind(args).map_err(internal("bind"))
+    }
+
+    // ---- catalog ------------------------------------------------------------------------------
+
+    /// The catalog for the request path: this isolate's copy if younger than 5 s, else D1's.
+    pub async fn catalog(&self) -> Result<Rc<Catalog>, ApiError> {
+        let now = now_ms();
+        if let Some(c) = CATALOG.with(|c| {
+            c.borrow().as_ref().filter(|(_, at)| now.saturating_sub(*at) < CACHE_TTL_MS).map(|(c, _)| c.clone())
+        }) {
+            return Ok(c);
+        }
+        let (catalog, _) = self.load_catalog().await?;
+        let catalog = Rc::new(catalog);
+        CATALOG.with(|c| *c.borrow_mut() = Some((catalog.clone(), now)));
+        Ok(catalog)
+    }
+
+    /// The stored catalog and its version (0 before the first `PUT /admin/catalog`), uncached.
+    pub async fn load_catalog(&self) -> Result<(Catalog, i64), ApiError> {
+        let row: Option<CatalogRow> = self
+            .db
+            .prepare("SELECT doc, version FROM catalog WHERE id = 1")
+            .first(None)
+            .await
+            .map_err(internal("catalog_read"))?;
+        match row {
+            None => Ok((Catalog::empty(), 0)),
+            Some(row) => {
+                // The stored document passed validation when written; a failure here means the
+                // code's rules changed under it, which is an operator problem, not a client's.
+                let catalog = Catalog::parse(row.doc.as_bytes()).map_err(|e| {
+                    worker::console_error!("{{\"event\":\"stored_catalog_invalid\",\"detail\":{:?}}}", e.to_string());
+                    ApiError::Internal { label: "catalog_invalid" }
+                })?;
+                Ok((catalog, row.version as i64))
+            }
+        }
+    }
+
+    /// Writes a validated catalog if the stored version is still `expected` (compare-and-swap);
+    /// `false` when another writer got there first.
+    pub async fn save_catalog(&self, catalog: Catalog, expected: Option<i64>) -> Result<bool, ApiError> {
+        let doc = serde_json::to_string(catalog.doc()).map_err(|_| ApiError::Internal { label: "catalog_encode" })?;
+        let now = num(now_ms() as i64);
+        let stmt = match expected {
+            None => self.stmt(
+                "INSERT INTO catalog (id, doc, version, updated_at) VALUES (1, ?1, 1, ?2) \
+                 ON CONFLICT(id) DO UPDATE SET doc = excluded.doc, version = catalog.version + 1, updated_at = excluded.updated_at",
+                &[JsValue::from_str(&doc), now],
+            )?,
+            Some(0) => self.stmt(
+                "INSERT INTO catalog (id, doc, version, updated_at) VALUES (1, ?1, 1, ?2) ON CONFLICT(id) DO NOTHING",
+                &[JsValue::from_str(&doc), now],
+            )?,
+            Some(v) => self.stmt(
+                "UPDATE catalog SET doc = ?1, version = version + 1, updated_at = ?2 WHERE id = 1 AND version = ?3",
+                &[JsValue::from_str(&doc), now, num(v)],
+            )?,
+        };
+        let result = stmt.run().await.map_err(internal("catalog_write"))?;
+        let changed = result.meta().ok().flatten().and_then(|m| m.changes).unwrap_or(0) > 0;
+        if changed {
+            CATALOG.with(|c| *c.borrow_mut() = Some((Rc::new(catalog), now_ms())));
+        }
+        Ok(changed)
+    }
+
+    // ---- accounts -----------------------------------------------------------------------------
+
+    /// Creates an account; `false` if the id is taken.
+    pub async fn create_account(&self, id: &str, new: &NewAccount) -> Result<bool, ApiError> {
+        let result = self
+            .stmt(
+                "INSERT INTO accounts (id, name, allow_fallbacks, created_at) VALUES (?1, ?2, ?3, ?4) ON CONFLICT(id) DO NOTHING",
+                &[JsValue::from_str(id), opt_str(new.name.as_deref()), opt_bool(new.allow_fallbacks), num(now_ms() as i64)],
+            )?
+            .run()
+            .await
+            .map_err(internal("account_create"))?;
+        Ok(result.meta().ok().flatten().and_then(|m| m.changes).unwrap_or(0) > 0)
+    }
+
+    pub async fn account(&self, id: &str) -> Result<Option<AccountRow>, ApiError> {
+        self.stmt(
+            "SELECT id, name, balance_micros, held_micros, allow_fallbacks FROM accounts WHERE id = ?1",
+            &[JsValue::from_str(id)],
+        )?
+        .first(None)
+        .await
+        .map_err(internal("account_read"))
+    }
+
+    /// Adds credit and its ledger row in one batch; `false` if the account does not exist.
+    pub async fn credit(&self, account_id: &str, micros: i64) -> Result<bool, ApiError> {
+        if self.account(account_id).await?.is_none() {
+            return Ok(false);
+        }
+        let id = JsValue::from_str(account_id);
+        let now = num(now_ms() as i64);
+        let statements = vec![
+            self.stmt(
+                "UPDATE accounts SET balance_micros = balance_micros + ?2 WHERE id = ?1",
+                &[id.clone(), num(micros)],
+            )?,
+            self.stmt(
+                "INSERT INTO ledger (account_id, kind, amount_micros, created_at) VALUES (?1, 'credit', ?2, ?3)",
+                &[id, num(micros), now],
+            )?,
+        ];
+        self.db.batch(statements).await.map_err(internal("credit"))?;
+        Ok(true)
+    }
+
+    // ---- keys ---------------------------------------------------------------------------------
+
+    pub async fn create_key(&self, id: &str, hash: &str, new: &NewKey) -> Result<(), ApiError> {
+        self.stmt(
+            "INSERT INTO api_keys (id, account_id, key_hash, name, rpm, max_concurrent, spend_limit_micros, allow_fallbacks, created_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            &[
+                JsValue::from_str(id),
+                JsValue::from_str(&new.account_id),
+                JsValue::from_str(hash),
+                opt_str(new.name.as_deref()),
+                opt_num(new.rpm),
+                opt_num(new.max_concurrent),
+                new.spend_limit_micros.map_or(JsValue::NULL, num),
+                opt_bool(new.allow_fallbacks),
+                num(now_ms() as i64),
+            ],
+        )?
+        .run()
+        .await
+        .map_err(internal("key_create"))?;
+        Ok(())
+    }
+
+    /// Revokes a key; `false` if there was no active key with that id. This isolate forgets it at
+    /// once; other isolates within the 5 s cache TTL.
+    pub async fn revoke_key(&self, id: &str) -> Result<bool, ApiError> {
+        let result = self
+            .stmt(
+                "UPDATE api_keys SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL",
+                &[JsValue::from_str(id), num(now_ms() as i64)],
+            )?
+            .run()
+            .await
+            .map_err(internal("key_revoke"))?;
+        KEYS.with(|k| k.borrow_mut().retain(|_, (rec, _)| rec.id != id));
+        Ok(result.meta().ok().flatten().and_then(|m| m.changes).unwrap_or(0) > 0)
+    }
+
+    /// The active key with this hash. Found keys are cached for 5 s; unknown ones are not, so a
+    /// new key works at once.
+    pub async fn key_by_hash(&self, hash: &str) -> Result<Option<Rc<KeyRecord>>, ApiError> {
+        let now = now_ms();
+        if let Some(rec) = KEYS.with(|k| {
+            k.borrow().get(hash).filter(|(_, at)| now.saturating_sub(*at) < CACHE_TTL_MS).map(|(r, _)| r.clone())
+        }) {
+            return Ok(Some(rec));
+        }
+        let rec: Option<KeyRecord> = self
+            .stmt(
+                "SELECT id, account_id, rpm, max_concurrent, spend_limit_micros, allow_fallbacks \
+                 FROM api_keys WHERE key_hash = ?1 AND revoked_at IS NULL",
+                &[JsValue::from_str(hash)],
+            )?
+            .first(None)
+            .await
+            .map_err(internal("key_read"))?;
+        KEYS.with(|k| {
+            let mut k = k.borrow_mut();
+            // Bound the cache: expired entries go first, and it never grows past a few thousand.
+            if k.len() > 4096 {
+                k.retain(|_, (_, at)| now.saturating_sub(*at) < CACHE_TTL_MS);
+            }
+            match &rec {
+                Some(r) => {
+                    k.insert(hash.to_string(), (Rc::new(r.clone()), now));
+                }
+                None => {
+                    k.remove(hash);
+                }
+            }
+        });
+        Ok(rec.map(Rc::new))
+    }
+}
