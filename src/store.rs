@@ -26,19 +26,11 @@ thread_local! {
     static KEYS: RefCell<HashMap<String, (Rc<KeyRecord>, u64)>> = RefCell::new(HashMap::new());
 }
 
-/// An active API key and the limits it carries.
+/// An active API key: who it belongs to. (Its limits join it when the request path enforces them.)
 #[derive(Debug, Clone, Deserialize)]
 pub struct KeyRecord {
     pub id: String,
     pub account_id: String,
-    #[serde(default)]
-    pub rpm: Option<f64>,
-    #[serde(default)]
-    pub max_concurrent: Option<f64>,
-    #[serde(default)]
-    pub spend_limit_micros: Option<f64>,
-    #[serde(default)]
-    pub allow_fallbacks: Option<f64>,
 }
 
 /// An account as the admin API reports it.
@@ -257,8 +249,7 @@ impl Store {
         }
         let rec: Option<KeyRecord> = self
             .stmt(
-                "SELECT id, account_id, rpm, max_concurrent, spend_limit_micros, allow_fallbacks \
-                 FROM api_keys WHERE key_hash = ?1 AND revoked_at IS NULL",
+                "SELECT id, account_id FROM api_keys WHERE key_hash = ?1 AND revoked_at IS NULL",
                 &[JsValue::from_str(hash)],
             )?
             .first(None)

@@ -23,6 +23,9 @@ pub struct RequestCtx {
     /// Filled in by handlers for the log line: the public model and the route that answered.
     pub model: Option<String>,
     pub route: Option<String>,
+    /// The authenticated key and its account, once known.
+    pub key_id: Option<String>,
+    pub account_id: Option<String>,
 }
 
 pub type HandlerResult = Result<Response, ApiError>;
@@ -45,6 +48,8 @@ pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
         shape,
         model: None,
         route: None,
+        key_id: None,
+        account_id: None,
     };
     let method = req.method();
     let result = route(&mut req, &env, &ctx, &mut rc, &method, &path).await;
@@ -103,6 +108,8 @@ fn log_line(rc: &RequestCtx, method: &str, path: &str, status: u16, error: Optio
         "method": method,
         "path": path,
         "status": status,
+        "key_id": rc.key_id,
+        "account_id": rc.account_id,
         "model": rc.model,
         "route": rc.route,
         "error": error,

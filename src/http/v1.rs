@@ -59,7 +59,9 @@ pub async fn models(req: &Request, env: &Env) -> HandlerResult {
 /// `POST /v1/chat/completions`.
 pub async fn chat_completions(req: &mut Request, env: &Env, _ctx: &Context, rc: &mut RequestCtx) -> HandlerResult {
     let store = Store::new(env)?;
-    let _key = authenticate(req, &store).await?;
+    let key = authenticate(req, &store).await?;
+    rc.key_id = Some(key.id.clone());
+    rc.account_id = Some(key.account_id.clone());
     let body = read_body(req).await?;
     let request = chat::parse_request(&body)?;
     rc.model = Some(request.model.clone());

@@ -1,1 +1,204 @@
+//! The end-to-end harness: talks to the real Worker under `wrangler dev` and to the mock upstream,
+//! both started by `scripts/test`, which passes their addresses in the environment:
+//! `SWITCHYARD_URL`, `MOCK_URL`, `ADMIN_TOKEN`, `E2E_UPSTREAM_KEY_NAME` / `E2E_UPSTREAM_KEY`.
+//!
+//! Tests run concurrently against one Worker, so each one uses its own provider, model and mock
+//! label ([`unique`]) and adds them with the single-entry admin endpoints, never by replacing the
+//! whole catalog.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+/// Addresses and secrets of the running stack.
+pub struct Stack {
+    pub gateway: String,
+    pub mock: String,
+    pub admin_token: String,
+    pub upstream_key_name: String,
+    pub upstream_key: String,
+    agent: ureq::Agent,
+}
+
+/// A response as the client saw it.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("body is not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set: run the end-to-end suite with scripts/test"))
+}
+
+/// A name no other test (or earlier run) uses.
+pub fn unique(prefix: &str) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() % 1_000_000_000_000)
+        .unwrap_or(0);
+    format!("{prefix}-{}-{nanos:x}-{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed))
+}
+
+/// A chat request body for `model`.
+pub fn chat_body(model: &str, stream: bool) -> Value {
+    json!({"model": model, "stream": stream, "messages": [{"role": "user", "content": "Say hello"}]})
+}
+
+impl Stack {
+    pub fn from_env() -> Stack {
+        let config = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(120)))
+            .build();
+        Stack {
+            gateway: env("SWITCHYARD_URL"),
+            mock: env("MOCK_URL"),
+            admin_token: env("ADMIN_TOKEN"),
+            upstream_key_name: env("E2E_UPSTREAM_KEY_NAME"),
+            upstream_key: env("E2E_UPSTREAM_KEY"),
+            agent: ureq::Agent::new_with_config(config),
+        }
+    }
+
+    /// Any request: `headers` as (name, value), `body` sent as is when present.
+    pub fn request(&self, method: &str, url: &str, headers: &[(&str, &str)], body: Option<&[u8]>) -> Reply {
+        let mut builder = ureq::http::Request::builder().method(method).uri(url);
+        for (k, v) in headers {
+            builder = builder.header(*k, *v);
+        }
+        let result = match body {
+            Some(b) => builder.body(b.to_vec()).map(|req| self.agent.run(req)),
+            None => builder.body(()).map(|req| self.agent.run(req)),
+        };
+        let mut response = match result {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => panic!("{method} {url} failed: {e}"),
+            Err(e) => panic!("bad request {method} {url}: {e}"),
+        };
+        let status = response.status().as_u16();
+        let headers = response
+            .headers()
+            .iter()
+            .map(|(k, v)| (k.as_str().to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+            .collect();
+        let body = response
+            .body_mut()
+            .with_config()
+            .limit(64 * 1024 * 1024)
+            .read_to_vec()
+            .unwrap_or_else(|e| panic!("{method} {url}: reading the body failed: {e}"));
+        Reply { status, headers, body }
+    }
+
+    /// An admin call with the admin token.
+    pub fn admin(&self, method: &str, path: &str, body: Option<Value>) -> Reply {
+        let auth = format!("Bearer {}", self.admin_token);
+        let bytes = body.map(|b| b.to_string().into_bytes());
+        self.request(
+            method,
+            &format!("{}{path}", self.gateway),
+            &[("authorization", &auth), ("content-type", "application/json")],
+            bytes.as_deref(),
+        )
+    }
+
+    /// Adds a provider whose base URL is the mock under `label/scenario`, and returns its id.
+    /// With `with_key`, the provider sends the e2e upstream key.
+    pub fn mock_provider(&self, label: &str, scenario: &str, with_key: bool) -> String {
+        let id = unique("p");
+        let mut provider = json!({"base_url": format!("{}/{label}/{scenario}", self.mock), "auth": "bearer"});
+        if with_key {
+            provider["key_secret"] = json!(self.upstream_key_name);
+        }
+        let r = self.admin("PUT", &format!("/admin/providers/{id}"), Some(provider));
+        assert_eq!(r.status, 200, "adding provider: {}", r.text());
+        id
+    }
+
+    /// Adds a model whose routes are the given (provider id, upstream model) pairs, in order,
+    /// and returns its id.
+    pub fn model_with_routes(&self, routes: &[(&str, &str)], policy: Option<Value>) -> String {
+        let id = unique("m");
+        let routes: Vec<Value> = routes
+            .iter()
+            .enumerate()
+            .map(|(i, (provider, upstream))| {
+                json!({"id": format!("r{i}"), "provider": provider, "upstream_model": upstream,
+                       "apis": ["chat"], "price": {"input_per_mtok": 1.0, "output_per_mtok": 2.0}})
+            })
+            .collect();
+        let mut model = json!({"context_window": 8192, "max_output_tokens": 1024, "routes": routes});
+        if let Some(p) = policy {
+            model["policy"] = p;
+        }
+        let r = self.admin("PUT", &format!("/admin/models/{id}"), Some(model));
+        assert_eq!(r.status, 200, "adding model: {}", r.text());
+        id
+    }
+
+    /// A fresh account with `credit_usd` and one key for it; returns the plaintext key.
+    pub fn new_key(&self, credit_usd: f64) -> String {
+        let account = self.admin("POST", "/admin/accounts", Some(json!({})));
+        assert_eq!(account.status, 201, "creating account: {}", account.text());
+        let account_id = account.json()["id"].as_str().expect("account id").to_string();
+        let credit = self.admin(
+            "POST",
+            &format!("/admin/accounts/{account_id}/credit"),
+            Some(json!({"amount_usd": credit_usd})),
+        );
+        assert_eq!(credit.status, 200, "crediting: {}", credit.text());
+        let key = self.admin("POST", "/admin/keys", Some(json!({"account_id": account_id})));
+        assert_eq!(key.status, 201, "creating key: {}", key.text());
+        key.json()["key"].as_str().expect("key").to_string()
+    }
+
+    /// `POST /v1/chat/completions` with a key and a raw body.
+    pub fn chat_raw(&self, key: &str, body: &[u8]) -> Reply {
+        let auth = format!("Bearer {key}");
+        self.request(
+            "POST",
+            &format!("{}/v1/chat/completions", self.gateway),
+            &[("authorization", &auth), ("content-type", "application/json")],
+            Some(body),
+        )
+    }
+
+    pub fn chat(&self, key: &str, body: &Value) -> Reply {
+        self.chat_raw(key, body.to_string().as_bytes())
+    }
+
+    /// The same request sent straight to the mock, as the gateway would send it to a route with
+    /// this label/scenario and upstream model.
+    pub fn direct_chat(&self, label: &str, scenario: &str, body: &Value) -> Reply {
+        self.request(
+            "POST",
+            &format!("{}/{label}/{scenario}/chat/completions", self.mock),
+            &[("content-type", "application/json")],
+            Some(body.to_string().as_bytes()),
+        )
+    }
+
+    /// What the mock saw under `label/scenario`: `{"requests": n, "last_request": …}`.
+    pub fn mock_stats(&self, label: &str, scenario: &str) -> Value {
+        self.request("GET", &format!("{}/_stats/{label}/{scenario}", self.mock), &[], None).json()
+    }
+}

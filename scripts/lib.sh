@@ -1,0 +1,75 @@
+# Shared by scripts/*: tool locations, ports, and starting/stopping the mock and wrangler dev.
+# Sourced, not run.
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export WRANGLER_SEND_METRICS=false
+export CI="${CI:-}"
+# worker-build downloads wasm-bindgen, esbuild and wasm-opt from GitHub unless told where they are;
+# scripts/setup installs all three from crates.io / npm, so point it at them (works with or
+# without GitHub).
+export WASM_BINDGEN_BIN="${WASM_BINDGEN_BIN:-$(command -v wasm-bindgen || true)}"
+export ESBUILD_BIN="${ESBUILD_BIN:-$ROOT/node_modules/.bin/esbuild}"
+export WASM_OPT_BIN="${WASM_OPT_BIN:-$ROOT/node_modules/binaryen/bin/wasm-opt}"
+WRANGLER="$ROOT/node_modules/.bin/wrangler"
+
+log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+
+# A free TCP port on 127.0.0.1.
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+# wait_http URL SECONDS: until URL answers any HTTP status.
+wait_http() {
+  local url=$1 deadline=$((SECONDS + $2))
+  until curl -s -o /dev/null --max-time 2 "$url"; do
+    if [ $SECONDS -ge $deadline ]; then return 1; fi
+    sleep 0.3
+  done
+}
+
+# start_mock PORT LOGFILE: starts the mock upstream (built first); sets MOCK_PID and MOCK_PORT
+# (PORT 0 picks a free one).
+start_mock() {
+  local port=$1 logfile=$2
+  cargo build -q -p mock-upstream --release
+  "$ROOT/target/release/mock-upstream" --port "$port" >"$logfile" 2>&1 &
+  MOCK_PID=$!
+  local deadline=$((SECONDS + 30))
+  until grep -q "listening on" "$logfile" 2>/dev/null; do
+    if ! kill -0 "$MOCK_PID" 2>/dev/null || [ $SECONDS -ge $deadline ]; then
+      cat "$logfile" >&2; return 1
+    fi
+    sleep 0.1
+  done
+  MOCK_PORT=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\).*/\1/p' "$logfile" | head -1)
+}
+
+# start_wrangler PORT PERSIST_DIR LOGFILE [--var K:V ...]: applies the D1 migrations to the local
+# database in PERSIST_DIR, then runs `wrangler dev` on 127.0.0.1:PORT; sets WRANGLER_PID.
+start_wrangler() {
+  local port=$1 persist=$2 logfile=$3; shift 3
+  (cd "$ROOT" && CI=1 "$WRANGLER" d1 migrations apply switchyard --local --persist-to "$persist") >"$logfile.migrate" 2>&1 \
+    || { cat "$logfile.migrate" >&2; return 1; }
+  (cd "$ROOT" && exec "$WRANGLER" dev --ip 127.0.0.1 --port "$port" --inspector-port "$(free_port)" \
+     --persist-to "$persist" --show-interactive-dev-session=false "$@") >"$logfile" 2>&1 &
+  WRANGLER_PID=$!
+  if ! wait_http "http://127.0.0.1:$port/v1/models" 180; then
+    log "wrangler dev did not start; its log:"; tail -50 "$logfile" >&2; return 1
+  fi
+}
+
+# stop PID...: stops processes and their children.
+stop() {
+  for pid in "$@"; do
+    [ -n "$pid" ] || continue
+    pkill -TERM -P "$pid" 2>/dev/null || true
+    kill -TERM "$pid" 2>/dev/null || true
+  done
+  sleep 0.5
+  for pid in "$@"; do
+    [ -n "$pid" ] || continue
+    pkill -KILL -P "$pid" 2>/dev/null || true
+    kill -KILL "$pid" 2>/dev/null || true
+  done
+}
