@@ -8,6 +8,7 @@ mod http;
 mod ids;
 mod proxy;
 mod store;
+mod stream;
 
 use worker::{event, Context, Env, Request, Response, Result};
 

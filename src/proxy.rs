@@ -1,82 +1,592 @@
-//! The proxy: sends a validated request to the model's route and relays the answer.
+//! The attempt driver (SPEC §3–§6): plan the routes, try them one after another with their
+//! first-content deadlines, classify each failure, and commit the first route that produces
+//! content. Decisions come from `switchyard_core` (`Plan`, `classify`, `Relay`); this module does
+//! the I/O: the upstream fetch with an `AbortController`, the deadline race, reading the body.
 //!
-//! Foundation scope: the model's first route serving the request's dialect, one attempt. A 2xx is
-//! relayed as it came (status, content type, body stream byte for byte); an upstream
-//! `invalid_request` (400/413/422) becomes 400 `upstream_invalid_request` with the upstream's
-//! message, secrets redacted; anything else is 502 `provider_error`. The upstream key is read
-//! from the Worker's secrets by name and never leaves this module.
+//! After a stream commits, `stream.rs` relays the rest in `ctx.wait_until`. Every request ends as
+//! a generation record written off the critical path. The upstream key is read from the Worker's
+//! secrets by name and never leaves this module except to the upstream.
 
+use std::future::Future;
+use std::pin::pin;
+use std::rc::Rc;
+use std::time::Duration;
+
+use futures_util::future::{select, Either};
+use futures_util::StreamExt;
 use js_sys::Uint8Array;
-use switchyard_core::catalog::{AuthScheme, Catalog, Provider};
-use switchyard_core::dialect::{redact, upstream_error_message, ClientRequest};
+use switchyard_core::catalog::{AuthScheme, Catalog, Model, Provider, Route};
+use switchyard_core::classify::{
+    classify_error_payload, classify_status, is_error_payload, FailureClass, Verdict,
+};
+use switchyard_core::dialect::{chat, redact, ClientRequest};
+use switchyard_core::generation::{
+    cost_micros, settle_usage, short_message, AttemptRecord, GenerationRecord, Outcome,
+};
+use switchyard_core::plan::{Attempt, Plan, RouteHealth};
+use switchyard_core::relay::{Relay, Step};
+use switchyard_core::sse::{SseEvent, SseParser};
 use switchyard_core::ApiError;
-use worker::{Env, Fetch, Headers, Method, Request, RequestInit, ResponseBuilder};
+use worker::{
+    AbortController, ByteStream, Context, Delay, Env, Fetch, Headers, Method, Request, RequestInit,
+    ResponseBuilder,
+};
 
+use crate::clock::now_ms;
 use crate::http::{HandlerResult, RequestCtx};
+use crate::store::{KeyRecord, Store};
+use crate::stream;
+
+/// Resolves `fut` unless `ms` pass first.
+pub async fn within<F: Future>(ms: u64, fut: F) -> Option<F::Output> {
+    let fut = pin!(fut);
+    let delay = pin!(Delay::from(Duration::from_millis(ms)));
+    match select(fut, delay).await {
+        Either::Left((v, _)) => Some(v),
+        Either::Right(_) => None,
+    }
+}
 
 /// The upstream key named by the provider's `key_secret` (`None` when it names none).
 fn upstream_key(env: &Env, provider: &Provider) -> Result<Option<String>, ApiError> {
-    let Some(name) = &provider.key_secret else { return Ok(None) };
-    match env.secret(name).map(|s| s.to_string()).or_else(|_| env.var(name).map(|v| v.to_string())) {
+    let Some(name) = &provider.key_secret else {
+        return Ok(None);
+    };
+    match env
+        .secret(name)
+        .map(|s| s.to_string())
+        .or_else(|_| env.var(name).map(|v| v.to_string()))
+    {
         Ok(key) => Ok(Some(key)),
         Err(_) => {
             // The secret's name is configuration, not a secret; its value is never logged.
-            worker::console_error!("{{\"event\":\"missing_upstream_secret\",\"provider\":{:?},\"secret\":{:?}}}", provider.id, name);
-            Err(ApiError::Internal { label: "missing_upstream_secret" })
+            worker::console_error!(
+                "{{\"event\":\"missing_upstream_secret\",\"provider\":{:?},\"secret\":{:?}}}",
+                provider.id,
+                name
+            );
+            Err(ApiError::Internal {
+                label: "missing_upstream_secret",
+            })
         }
     }
 }
 
-pub async fn forward(env: &Env, catalog: &Catalog, request: &ClientRequest, rc: &mut RequestCtx) -> HandlerResult {
-    let model = catalog.model(&request.model).ok_or_else(|| ApiError::ModelNotFound {
-        model: request.model.clone(),
-        available: catalog.model_ids(),
-    })?;
-    let route = model
-        .routes
-        .iter()
-        .find(|r| r.apis.contains(&request.api))
-        .ok_or_else(|| ApiError::SupplyNotConfigured { model: model.id.clone() })?;
-    let provider = catalog.provider(&route.provider).ok_or(ApiError::Internal { label: "route_provider" })?;
-    let key = upstream_key(env, provider)?;
-    rc.route = Some(route.id.clone());
+/// The generation being recorded for this request.
+pub struct Journal {
+    pub record: GenerationRecord,
+    started_ms: u64,
+}
 
-    let url = format!("{}{}", provider.base_url.trim_end_matches('/'), request.api.upstream_path());
+impl Journal {
+    fn attempt(&mut self, record: AttemptRecord) {
+        self.record.attempts.push(record);
+    }
+
+    /// Finishes the record and writes it (awaited: callers run this inside `wait_until`).
+    pub async fn write(mut self, env: Env) {
+        self.record.duration_ms = now_ms().saturating_sub(self.started_ms);
+        match Store::new(&env) {
+            Ok(store) => {
+                if store.write_generation(&self.record).await.is_err() {
+                    worker::console_error!(
+                        "{{\"event\":\"generation_write_failed\",\"generation_id\":{:?}}}",
+                        self.record.id
+                    );
+                }
+            }
+            Err(_) => worker::console_error!("{{\"event\":\"generation_write_failed\"}}"),
+        }
+    }
+}
+
+/// An attempt that did not commit.
+struct Failed {
+    verdict: Verdict,
+    http_status: Option<u16>,
+}
+
+impl Failed {
+    fn new(class: FailureClass, message: &str, http_status: Option<u16>) -> Failed {
+        Failed {
+            verdict: Verdict {
+                class,
+                message: Some(message.to_string()),
+                param: None,
+                retry_after_ms: None,
+            },
+            http_status,
+        }
+    }
+}
+
+/// A committed stream, ready to relay.
+pub struct Live {
+    pub body: ByteStream,
+    pub parser: SseParser,
+    pub relay: Relay,
+    /// Events read in the chunk that committed, after the committing one.
+    pub pending: Vec<SseEvent>,
+    pub head: Vec<u8>,
+    pub controller: AbortController,
+    pub content_type: String,
+}
+
+/// What a committed attempt produced.
+enum Committed {
+    Body {
+        bytes: Vec<u8>,
+        status: u16,
+        content_type: String,
+        usage: Option<switchyard_core::dialect::Usage>,
+        output_chars: usize,
+    },
+    Stream(Live),
+}
+
+/// Everything one attempt needs to reach its route.
+struct Target<'a> {
+    provider: &'a Provider,
+    route: &'a Route,
+    key: Option<String>,
+}
+
+fn build_request(target: &Target, request: &ClientRequest) -> Result<Request, ApiError> {
+    let url = format!(
+        "{}{}",
+        target.provider.base_url.trim_end_matches('/'),
+        request.api.upstream_path()
+    );
     let headers = Headers::new();
-    let set = |name: &str, value: &str| headers.set(name, value).map_err(|_| ApiError::Internal { label: "header" });
+    let set = |name: &str, value: &str| {
+        headers
+            .set(name, value)
+            .map_err(|_| ApiError::Internal { label: "header" })
+    };
     set("content-type", "application/json")?;
-    set("accept", if request.stream { "text/event-stream" } else { "application/json" })?;
-    if let Some(key) = &key {
-        match provider.auth {
+    set(
+        "accept",
+        if request.stream {
+            "text/event-stream"
+        } else {
+            "application/json"
+        },
+    )?;
+    if let Some(key) = &target.key {
+        match target.provider.auth {
             AuthScheme::Bearer => set("authorization", &format!("Bearer {key}"))?,
             AuthScheme::XApiKey => set("x-api-key", key)?,
         }
     }
-    let body = request.upstream_body(&route.upstream_model);
+    let body = request.upstream_body(&target.route.upstream_model);
     let mut init = RequestInit::new();
     init.with_method(Method::Post)
         .with_headers(headers)
         .with_body(Some(Uint8Array::from(body.as_slice()).into()));
-    let upstream_request = Request::new_with_init(&url, &init).map_err(|_| ApiError::Internal { label: "upstream_request" })?;
-    let fetch = Fetch::Request(upstream_request);
-    let mut response = fetch.send().await.map_err(|_| ApiError::ProviderError { model: model.id.clone() })?;
+    Request::new_with_init(&url, &init).map_err(|_| ApiError::Internal {
+        label: "upstream_request",
+    })
+}
 
-    let status = response.status_code();
-    if (200..300).contains(&status) {
-        let out = Headers::new();
-        if let Ok(Some(ct)) = response.headers().get("content-type") {
-            let _ = out.set("content-type", &ct);
+/// One attempt: fetch, then read until the first content (stream) or the whole body
+/// (non-stream), all within `deadline_ms`. Aborts the upstream on any failure.
+async fn try_route(
+    target: &Target<'_>,
+    request: &ClientRequest,
+    deadline_ms: u64,
+) -> Result<Committed, Failed> {
+    let started = now_ms();
+    let remaining = |now: u64| deadline_ms.saturating_sub(now.saturating_sub(started));
+    let upstream = build_request(target, request).map_err(|_| {
+        Failed::new(
+            FailureClass::Connect,
+            "could not build the upstream request",
+            None,
+        )
+    })?;
+    let controller = AbortController::default();
+    let signal = controller.signal();
+    let fetch = Fetch::Request(upstream);
+    let mut response = match within(deadline_ms, fetch.send_with_signal(&signal)).await {
+        None => {
+            controller.abort();
+            return Err(Failed::new(
+                FailureClass::Timeout,
+                "no response within the first-content deadline",
+                None,
+            ));
         }
-        let _ = out.set("cache-control", "no-cache");
-        let (_, body) = response.into_parts();
-        return Ok(ResponseBuilder::new().with_status(status).with_headers(out).body(body));
+        Some(Err(_)) => {
+            return Err(Failed::new(
+                FailureClass::Connect,
+                "connection failed or closed before the response",
+                None,
+            ))
+        }
+        Some(Ok(r)) => r,
+    };
+    let status = response.status_code();
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    let redact_key = |m: String| redact(&m, target.key.as_deref());
+
+    if !(200..300).contains(&status) {
+        let retry_after = response.headers().get("retry-after").ok().flatten();
+        let body = within(remaining(now_ms()).max(1), response.bytes())
+            .await
+            .and_then(Result::ok)
+            .unwrap_or_default();
+        controller.abort();
+        let mut verdict = classify_status(status, retry_after.as_deref(), &body);
+        verdict.message = verdict.message.map(redact_key);
+        return Err(Failed {
+            verdict,
+            http_status: Some(status),
+        });
     }
-    if matches!(status, 400 | 413 | 422) {
-        let text = response.bytes().await.unwrap_or_default();
-        let message = upstream_error_message(&text)
-            .map(|m| redact(&m, key.as_deref()))
-            .unwrap_or_else(|| format!("The upstream refused the request (HTTP {status})."));
-        return Err(ApiError::UpstreamInvalidRequest { message });
+
+    let is_sse = content_type.starts_with("text/event-stream");
+    if !request.stream || !is_sse {
+        // Non-stream, or a stream request answered with a plain body (often an error object).
+        let body = match within(remaining(now_ms()), response.bytes()).await {
+            None => {
+                controller.abort();
+                return Err(Failed::new(
+                    FailureClass::Timeout,
+                    "the response body did not complete within the deadline",
+                    Some(status),
+                ));
+            }
+            Some(Err(_)) => {
+                return Err(Failed::new(
+                    FailureClass::Connect,
+                    "the connection broke while reading the response",
+                    Some(status),
+                ))
+            }
+            Some(Ok(b)) => b,
+        };
+        if request.stream {
+            let verdict = match serde_json::from_slice::<serde_json::Value>(&body) {
+                Ok(v) if is_error_payload(&v) => classify_error_payload(&v),
+                _ => Verdict {
+                    class: FailureClass::BadResponse,
+                    message: Some(
+                        "a stream was requested but the answer is not an event stream".into(),
+                    ),
+                    param: None,
+                    retry_after_ms: None,
+                },
+            };
+            return Err(Failed {
+                verdict: Verdict {
+                    message: verdict.message.map(redact_key),
+                    ..verdict
+                },
+                http_status: Some(status),
+            });
+        }
+        return match chat::inspect_body(&body) {
+            Ok(info) => Ok(Committed::Body {
+                bytes: body,
+                status,
+                content_type,
+                usage: info.usage,
+                output_chars: info.output_chars,
+            }),
+            Err(verdict) => Err(Failed {
+                verdict: Verdict {
+                    message: verdict.message.map(redact_key),
+                    ..verdict
+                },
+                http_status: Some(status),
+            }),
+        };
     }
-    Err(ApiError::ProviderError { model: model.id.clone() })
+
+    let mut body = response.stream().map_err(|_| {
+        Failed::new(
+            FailureClass::BadResponse,
+            "the response has no body",
+            Some(status),
+        )
+    })?;
+    let mut parser = SseParser::new();
+    let mut relay = Relay::new(request.api, request.include_usage);
+    let mut events = Vec::new();
+    loop {
+        let chunk = match within(remaining(now_ms()), body.next()).await {
+            None => {
+                controller.abort();
+                return Err(Failed::new(
+                    FailureClass::Timeout,
+                    "no content within the first-content deadline",
+                    Some(status),
+                ));
+            }
+            Some(chunk) => chunk,
+        };
+        let ended = match chunk {
+            Some(Ok(bytes)) => {
+                parser.push(&bytes, &mut events);
+                false
+            }
+            Some(Err(_)) => {
+                controller.abort();
+                return Err(Failed::new(
+                    FailureClass::BadResponse,
+                    "the connection broke before the first content",
+                    Some(status),
+                ));
+            }
+            None => {
+                events.extend(parser.finish());
+                true
+            }
+        };
+        let mut drained = events.drain(..);
+        for ev in drained.by_ref() {
+            match relay.on_event(ev) {
+                Step::Commit(head) => {
+                    let pending: Vec<SseEvent> = drained.collect();
+                    return Ok(Committed::Stream(Live {
+                        body,
+                        parser,
+                        relay,
+                        pending,
+                        head,
+                        controller,
+                        content_type,
+                    }));
+                }
+                Step::Fail(verdict) => {
+                    controller.abort();
+                    return Err(Failed {
+                        verdict: Verdict {
+                            message: verdict.message.map(redact_key),
+                            ..verdict
+                        },
+                        http_status: Some(status),
+                    });
+                }
+                // Before commit the relay only holds, commits or fails.
+                Step::Hold | Step::Skip | Step::Send(_) | Step::End { .. } => {}
+            }
+        }
+        drop(drained);
+        if ended {
+            let verdict = match relay.on_close() {
+                Step::Fail(v) => v,
+                _ => Verdict {
+                    class: FailureClass::BadResponse,
+                    message: Some("stream closed before the first content".into()),
+                    param: None,
+                    retry_after_ms: None,
+                },
+            };
+            return Err(Failed {
+                verdict,
+                http_status: Some(status),
+            });
+        }
+    }
+}
+
+fn response_headers(content_type: &str) -> Headers {
+    let out = Headers::new();
+    let _ = out.set(
+        "content-type",
+        if content_type.is_empty() {
+            "application/json"
+        } else {
+            content_type
+        },
+    );
+    let _ = out.set("cache-control", "no-cache");
+    out
+}
+
+/// Serves one validated request end to end.
+pub async fn serve(
+    env: &Env,
+    ctx: &Context,
+    catalog: Rc<Catalog>,
+    request: ClientRequest,
+    key: &KeyRecord,
+    rc: &mut RequestCtx,
+) -> HandlerResult {
+    let model: Model =
+        catalog
+            .model(&request.model)
+            .cloned()
+            .ok_or_else(|| ApiError::ModelNotFound {
+                model: request.model.clone(),
+                available: catalog.model_ids(),
+            })?;
+    let policy = catalog.policy_for(&model);
+    let allow_fallbacks = request
+        .provider
+        .allow_fallbacks
+        .or(key.allow_fallbacks())
+        .or(key.account_allow_fallbacks())
+        .unwrap_or(policy.allow_fallbacks);
+    // Usual order: catalog order until route health (SPEC §8) supplies its own.
+    let order: Vec<(usize, RouteHealth)> = (0..model.routes.len())
+        .map(|i| (i, RouteHealth::default()))
+        .collect();
+    let started = now_ms();
+    let mut plan = Plan::new(
+        &catalog,
+        &model,
+        &request,
+        &policy,
+        &order,
+        allow_fallbacks,
+        started,
+    )?;
+    let mut journal = Journal {
+        record: GenerationRecord {
+            id: rc.generation_id.clone(),
+            account_id: key.account_id.clone(),
+            key_id: key.id.clone(),
+            model: model.id.clone(),
+            api: "chat",
+            stream: request.stream,
+            outcome: Outcome::Failed,
+            route: None,
+            provider: None,
+            usage: None,
+            estimated: false,
+            delivered_output: 0,
+            error_code: None,
+            total_cost_micros: 0,
+            created_at_ms: started,
+            duration_ms: 0,
+            attempts: Vec::new(),
+        },
+        started_ms: started,
+    };
+
+    let mut ordinal = 0;
+    loop {
+        let now = now_ms();
+        let Some(attempt) = plan.next_attempt(now).or_else(|| plan.extra_try(now)) else {
+            break;
+        };
+        let Attempt {
+            route: route_idx,
+            deadline_ms,
+            extra_try,
+        } = attempt;
+        let Some(route) = model.routes.get(route_idx) else {
+            break;
+        };
+        let Some(provider) = catalog.provider(&route.provider) else {
+            break;
+        };
+        let key_value = upstream_key(env, provider)?;
+        let target = Target {
+            provider,
+            route,
+            key: key_value,
+        };
+        ordinal += 1;
+        let attempt_started = now_ms();
+        match try_route(&target, &request, deadline_ms).await {
+            Ok(committed) => {
+                let ttfb = now_ms().saturating_sub(attempt_started);
+                rc.route = Some(route.id.clone());
+                journal.record.route = Some(route.id.clone());
+                journal.record.provider = Some(provider.id.clone());
+                let mut record = AttemptRecord {
+                    ordinal,
+                    route: route.id.clone(),
+                    provider: provider.id.clone(),
+                    outcome: "answered",
+                    failure_class: None,
+                    http_status: Some(200),
+                    ttfb_ms: Some(ttfb),
+                    duration_ms: ttfb,
+                    delivered_output: 0,
+                    cost_micros: 0,
+                    extra_try,
+                    message: None,
+                };
+                match committed {
+                    Committed::Body {
+                        bytes,
+                        status,
+                        content_type,
+                        usage,
+                        output_chars,
+                    } => {
+                        let max_tokens = request.max_tokens.unwrap_or(model.max_output_tokens);
+                        let (usage, estimated) =
+                            settle_usage(usage, output_chars, max_tokens, request.body_len);
+                        let cost = cost_micros(usage, &route.price);
+                        record.http_status = Some(status);
+                        record.delivered_output = usage.output_tokens;
+                        record.cost_micros = cost;
+                        journal.attempt(record);
+                        journal.record.outcome = Outcome::Answered;
+                        journal.record.usage = Some(usage);
+                        journal.record.estimated = estimated;
+                        journal.record.delivered_output = usage.output_tokens;
+                        journal.record.total_cost_micros = cost;
+                        ctx.wait_until(journal.write(env.clone()));
+                        return Ok(ResponseBuilder::new()
+                            .with_status(status)
+                            .with_headers(response_headers(&content_type))
+                            .fixed(bytes));
+                    }
+                    Committed::Stream(live) => {
+                        journal.attempt(record);
+                        let content_type = live.content_type.clone();
+                        let finish = stream::Finish {
+                            journal,
+                            env: env.clone(),
+                            price: route.price.clone(),
+                            max_tokens: request.max_tokens.unwrap_or(model.max_output_tokens),
+                            body_len: request.body_len,
+                            policy: policy.clone(),
+                        };
+                        return stream::relay(ctx, live, finish, response_headers(&content_type));
+                    }
+                }
+            }
+            Err(failed) => {
+                let elapsed = now_ms().saturating_sub(attempt_started);
+                journal.attempt(AttemptRecord {
+                    ordinal,
+                    route: route.id.clone(),
+                    provider: provider.id.clone(),
+                    outcome: "failed",
+                    failure_class: Some(failed.verdict.class),
+                    http_status: failed.http_status,
+                    ttfb_ms: None,
+                    duration_ms: elapsed,
+                    delivered_output: 0,
+                    cost_micros: 0,
+                    extra_try,
+                    message: failed.verdict.message.as_deref().map(short_message),
+                });
+                plan.record_failure(route_idx, failed.verdict);
+            }
+        }
+    }
+    // No route answered: nothing is charged. Other models count as available until route health
+    // (SPEC §8) can say which have a healthy route.
+    let available: Vec<String> = catalog
+        .model_ids()
+        .into_iter()
+        .filter(|m| m != &model.id)
+        .collect();
+    let err = plan.final_error(available);
+    journal.record.error_code = Some(err.code().to_string());
+    ctx.wait_until(journal.write(env.clone()));
+    Err(err)
 }

@@ -12,6 +12,7 @@ use std::rc::Rc;
 use serde::Deserialize;
 use switchyard_core::admin::{NewAccount, NewKey};
 use switchyard_core::catalog::Catalog;
+use switchyard_core::generation::GenerationRecord;
 use switchyard_core::ApiError;
 use wasm_bindgen::JsValue;
 use worker::{D1Database, D1PreparedStatement, Env};
@@ -26,11 +27,26 @@ thread_local! {
     static KEYS: RefCell<HashMap<String, (Rc<KeyRecord>, u64)>> = RefCell::new(HashMap::new());
 }
 
-/// An active API key: who it belongs to. (Its limits join it when the request path enforces them.)
+/// An active API key: who it belongs to, and the `allow_fallbacks` of the key and its account.
+/// (Its other limits join it when the request path enforces them.)
 #[derive(Debug, Clone, Deserialize)]
 pub struct KeyRecord {
     pub id: String,
     pub account_id: String,
+    #[serde(default)]
+    key_fallbacks: Option<f64>,
+    #[serde(default)]
+    account_fallbacks: Option<f64>,
+}
+
+impl KeyRecord {
+    pub fn allow_fallbacks(&self) -> Option<bool> {
+        self.key_fallbacks.map(|v| v != 0.0)
+    }
+
+    pub fn account_allow_fallbacks(&self) -> Option<bool> {
+        self.account_fallbacks.map(|v| v != 0.0)
+    }
 }
 
 /// An account as the admin API reports it.
@@ -47,7 +63,10 @@ pub struct AccountRow {
 /// (it may contain SQL, never user secrets).
 fn internal(label: &'static str) -> impl Fn(worker::Error) -> ApiError {
     move |e| {
-        worker::console_error!("{{\"event\":\"store_error\",\"op\":\"{label}\",\"detail\":{:?}}}", e.to_string());
+        worker::console_error!(
+            "{{\"event\":\"store_error\",\"op\":\"{label}\",\"detail\":{:?}}}",
+            e.to_string()
+        );
         ApiError::Internal { label }
     }
 }
@@ -61,7 +80,9 @@ fn opt_num<T: Into<f64>>(v: Option<T>) -> JsValue {
 }
 
 fn opt_bool(v: Option<bool>) -> JsValue {
-    v.map_or(JsValue::NULL, |b| JsValue::from_f64(if b { 1.0 } else { 0.0 }))
+    v.map_or(JsValue::NULL, |b| {
+        JsValue::from_f64(if b { 1.0 } else { 0.0 })
+    })
 }
 
 fn opt_str(v: Option<&str>) -> JsValue {
@@ -80,7 +101,9 @@ struct CatalogRow {
 
 impl Store {
     pub fn new(env: &Env) -> Result<Store, ApiError> {
-        env.d1("DB").map(|db| Store { db }).map_err(internal("d1_binding"))
+        env.d1("DB")
+            .map(|db| Store { db })
+            .map_err(internal("d1_binding"))
     }
 
     fn stmt(&self, sql: &str, args: &[JsValue]) -> Result<D1PreparedStatement, ApiError> {
@@ -93,7 +116,10 @@ impl Store {
     pub async fn catalog(&self) -> Result<Rc<Catalog>, ApiError> {
         let now = now_ms();
         if let Some(c) = CATALOG.with(|c| {
-            c.borrow().as_ref().filter(|(_, at)| now.saturating_sub(*at) < CACHE_TTL_MS).map(|(c, _)| c.clone())
+            c.borrow()
+                .as_ref()
+                .filter(|(_, at)| now.saturating_sub(*at) < CACHE_TTL_MS)
+                .map(|(c, _)| c.clone())
         }) {
             return Ok(c);
         }
@@ -117,8 +143,13 @@ impl Store {
                 // The stored document passed validation when written; a failure here means the
                 // code's rules changed under it, which is an operator problem, not a client's.
                 let catalog = Catalog::parse(row.doc.as_bytes()).map_err(|e| {
-                    worker::console_error!("{{\"event\":\"stored_catalog_invalid\",\"detail\":{:?}}}", e.to_string());
-                    ApiError::Internal { label: "catalog_invalid" }
+                    worker::console_error!(
+                        "{{\"event\":\"stored_catalog_invalid\",\"detail\":{:?}}}",
+                        e.to_string()
+                    );
+                    ApiError::Internal {
+                        label: "catalog_invalid",
+                    }
                 })?;
                 Ok((catalog, row.version as i64))
             }
@@ -127,8 +158,14 @@ impl Store {
 
     /// Writes a validated catalog if the stored version is still `expected` (compare-and-swap);
     /// `false` when another writer got there first.
-    pub async fn save_catalog(&self, catalog: Catalog, expected: Option<i64>) -> Result<bool, ApiError> {
-        let doc = serde_json::to_string(catalog.doc()).map_err(|_| ApiError::Internal { label: "catalog_encode" })?;
+    pub async fn save_catalog(
+        &self,
+        catalog: Catalog,
+        expected: Option<i64>,
+    ) -> Result<bool, ApiError> {
+        let doc = serde_json::to_string(catalog.doc()).map_err(|_| ApiError::Internal {
+            label: "catalog_encode",
+        })?;
         let now = num(now_ms() as i64);
         let stmt = match expected {
             None => self.stmt(
@@ -146,7 +183,13 @@ impl Store {
             )?,
         };
         let result = stmt.run().await.map_err(internal("catalog_write"))?;
-        let changed = result.meta().ok().flatten().and_then(|m| m.changes).unwrap_or(0) > 0;
+        let changed = result
+            .meta()
+            .ok()
+            .flatten()
+            .and_then(|m| m.changes)
+            .unwrap_or(0)
+            > 0;
         if changed {
             CATALOG.with(|c| *c.borrow_mut() = Some((Rc::new(catalog), now_ms())));
         }
@@ -165,7 +208,13 @@ impl Store {
             .run()
             .await
             .map_err(internal("account_create"))?;
-        Ok(result.meta().ok().flatten().and_then(|m| m.changes).unwrap_or(0) > 0)
+        Ok(result
+            .meta()
+            .ok()
+            .flatten()
+            .and_then(|m| m.changes)
+            .unwrap_or(0)
+            > 0)
     }
 
     pub async fn account(&self, id: &str) -> Result<Option<AccountRow>, ApiError> {
@@ -195,7 +244,10 @@ impl Store {
                 &[id, num(micros), now],
             )?,
         ];
-        self.db.batch(statements).await.map_err(internal("credit"))?;
+        self.db
+            .batch(statements)
+            .await
+            .map_err(internal("credit"))?;
         Ok(true)
     }
 
@@ -235,7 +287,13 @@ impl Store {
             .await
             .map_err(internal("key_revoke"))?;
         KEYS.with(|k| k.borrow_mut().retain(|_, (rec, _)| rec.id != id));
-        Ok(result.meta().ok().flatten().and_then(|m| m.changes).unwrap_or(0) > 0)
+        Ok(result
+            .meta()
+            .ok()
+            .flatten()
+            .and_then(|m| m.changes)
+            .unwrap_or(0)
+            > 0)
     }
 
     /// The active key with this hash. Found keys are cached for 5 s; unknown ones are not, so a
@@ -243,13 +301,19 @@ impl Store {
     pub async fn key_by_hash(&self, hash: &str) -> Result<Option<Rc<KeyRecord>>, ApiError> {
         let now = now_ms();
         if let Some(rec) = KEYS.with(|k| {
-            k.borrow().get(hash).filter(|(_, at)| now.saturating_sub(*at) < CACHE_TTL_MS).map(|(r, _)| r.clone())
+            k.borrow()
+                .get(hash)
+                .filter(|(_, at)| now.saturating_sub(*at) < CACHE_TTL_MS)
+                .map(|(r, _)| r.clone())
         }) {
             return Ok(Some(rec));
         }
         let rec: Option<KeyRecord> = self
             .stmt(
-                "SELECT id, account_id FROM api_keys WHERE key_hash = ?1 AND revoked_at IS NULL",
+                "SELECT k.id AS id, k.account_id AS account_id, k.allow_fallbacks AS key_fallbacks, \
+                 a.allow_fallbacks AS account_fallbacks \
+                 FROM api_keys k JOIN accounts a ON a.id = k.account_id \
+                 WHERE k.key_hash = ?1 AND k.revoked_at IS NULL",
                 &[JsValue::from_str(hash)],
             )?
             .first(None)
@@ -272,4 +336,126 @@ impl Store {
         });
         Ok(rec.map(Rc::new))
     }
+
+    // ---- generations --------------------------------------------------------------------------
+
+    /// Writes a generation and its attempts in one batch. Idempotent per generation id.
+    pub async fn write_generation(&self, g: &GenerationRecord) -> Result<(), ApiError> {
+        let opt_u = |v: Option<u64>| v.map_or(JsValue::NULL, |n| JsValue::from_f64(n as f64));
+        let mut statements = vec![self.stmt(
+            "INSERT OR IGNORE INTO generations (id, account_id, key_id, model, api, stream, outcome, route, provider, \
+             input_tokens, output_tokens, estimated, delivered_output, error_code, total_cost_micros, created_at, duration_ms) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+            &[
+                JsValue::from_str(&g.id),
+                JsValue::from_str(&g.account_id),
+                JsValue::from_str(&g.key_id),
+                JsValue::from_str(&g.model),
+                JsValue::from_str(g.api),
+                opt_bool(Some(g.stream)),
+                JsValue::from_str(g.outcome.as_str()),
+                opt_str(g.route.as_deref()),
+                opt_str(g.provider.as_deref()),
+                opt_u(g.usage.map(|u| u.input_tokens)),
+                opt_u(g.usage.map(|u| u.output_tokens)),
+                opt_bool(Some(g.estimated)),
+                num(g.delivered_output as i64),
+                opt_str(g.error_code.as_deref()),
+                num(g.total_cost_micros),
+                num(g.created_at_ms as i64),
+                num(g.duration_ms as i64),
+            ],
+        )?];
+        for a in &g.attempts {
+            statements.push(self.stmt(
+                "INSERT OR IGNORE INTO attempts (generation_id, ordinal, route, provider, outcome, failure_class, http_status, \
+                 ttfb_ms, duration_ms, delivered_output, cost_micros, extra_try, message) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                &[
+                    JsValue::from_str(&g.id),
+                    num(a.ordinal as i64),
+                    JsValue::from_str(&a.route),
+                    JsValue::from_str(&a.provider),
+                    JsValue::from_str(a.outcome),
+                    opt_str(a.failure_class.map(|c| c.as_str())),
+                    opt_u(a.http_status.map(u64::from)),
+                    opt_u(a.ttfb_ms),
+                    num(a.duration_ms as i64),
+                    num(a.delivered_output as i64),
+                    num(a.cost_micros),
+                    opt_bool(Some(a.extra_try)),
+                    opt_str(a.message.as_deref()),
+                ],
+            )?);
+        }
+        self.db
+            .batch(statements)
+            .await
+            .map_err(internal("generation_write"))?;
+        Ok(())
+    }
+
+    /// A generation with its attempts, if it belongs to `account_id`.
+    pub async fn generation(
+        &self,
+        id: &str,
+        account_id: &str,
+    ) -> Result<Option<(GenerationRow, Vec<AttemptRow>)>, ApiError> {
+        let row: Option<GenerationRow> = self
+            .stmt(
+                "SELECT id, model, outcome, route, provider, input_tokens, output_tokens, estimated, delivered_output, \
+                 error_code, total_cost_micros, stream, created_at, duration_ms FROM generations WHERE id = ?1 AND account_id = ?2",
+                &[JsValue::from_str(id), JsValue::from_str(account_id)],
+            )?
+            .first(None)
+            .await
+            .map_err(internal("generation_read"))?;
+        let Some(row) = row else { return Ok(None) };
+        let attempts = self
+            .stmt(
+                "SELECT ordinal, route, provider, outcome, failure_class, http_status, ttfb_ms, duration_ms, delivered_output, \
+                 cost_micros, extra_try, message FROM attempts WHERE generation_id = ?1 ORDER BY ordinal",
+                &[JsValue::from_str(id)],
+            )?
+            .all()
+            .await
+            .map_err(internal("attempts_read"))?
+            .results::<AttemptRow>()
+            .map_err(internal("attempts_decode"))?;
+        Ok(Some((row, attempts)))
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct GenerationRow {
+    pub id: String,
+    pub model: String,
+    pub outcome: String,
+    pub route: Option<String>,
+    pub provider: Option<String>,
+    pub input_tokens: Option<f64>,
+    pub output_tokens: Option<f64>,
+    pub estimated: f64,
+    pub delivered_output: f64,
+    pub error_code: Option<String>,
+    pub total_cost_micros: f64,
+    pub stream: f64,
+    pub created_at: f64,
+    pub duration_ms: f64,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct AttemptRow {
+    pub ordinal: f64,
+    pub route: String,
+    pub provider: String,
+    pub outcome: String,
+    pub failure_class: Option<String>,
+    pub http_status: Option<f64>,
+    pub ttfb_ms: Option<f64>,
+    pub duration_ms: f64,
+    pub delivered_output: f64,
+    pub cost_micros: f64,
+    pub extra_try: f64,
+    pub message: Option<String>,
 }

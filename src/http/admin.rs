@@ -3,39 +3,54 @@
 //! Without the right token every admin path answers 401 and says nothing else — not even whether
 //! the path exists. The catalog holds secret *names* only; no response carries a secret value.
 
+use std::time::Duration;
+
 use serde_json::json;
 use switchyard_core::admin::{self as body, percent_decode};
 use switchyard_core::catalog::{parse_entry, Catalog, CatalogError, Model, Provider};
 use switchyard_core::keys::{hash_key, mint_key, secrets_equal};
 use switchyard_core::money::micros_to_usd;
 use switchyard_core::ApiError;
-use worker::{Env, Method, Request};
+use worker::{Delay, Env, Method, Request};
 
 use super::{json_response, HandlerResult};
 use crate::ids::{new_id, random_32};
 use crate::store::{AccountRow, Store};
 
-/// How often a single-entry catalog change retries when another admin write raced it.
-const CAS_RETRIES: usize = 5;
+/// How often a single-entry catalog change retries when another admin write raced it; each retry
+/// waits a random 5–40 ms so racing writers spread out.
+const CAS_RETRIES: usize = 40;
 
 fn bad(e: CatalogError) -> ApiError {
-    ApiError::InvalidRequest { message: format!("Invalid `{}`: {}.", e.field, e.message), param: Some(e.field) }
+    ApiError::InvalidRequest {
+        message: format!("Invalid `{}`: {}.", e.field, e.message),
+        param: Some(e.field),
+    }
 }
 
 fn authorized(req: &Request, env: &Env) -> bool {
-    let Ok(expected) = env.secret("ADMIN_TOKEN").map(|s| s.to_string()).or_else(|_| env.var("ADMIN_TOKEN").map(|v| v.to_string())) else {
+    let Ok(expected) = env
+        .secret("ADMIN_TOKEN")
+        .map(|s| s.to_string())
+        .or_else(|_| env.var("ADMIN_TOKEN").map(|v| v.to_string()))
+    else {
         return false; // no token configured: admin is closed
     };
     if expected.is_empty() {
         return false;
     }
     let presented = req.headers().get("authorization").ok().flatten();
-    let presented = presented.as_deref().and_then(|v| v.strip_prefix("Bearer ")).map(str::trim);
+    let presented = presented
+        .as_deref()
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
     presented.is_some_and(|p| secrets_equal(p, &expected))
 }
 
 async fn read_body(req: &mut Request) -> Result<Vec<u8>, ApiError> {
-    req.bytes().await.map_err(|_| ApiError::invalid("Could not read the request body.", None))
+    req.bytes()
+        .await
+        .map_err(|_| ApiError::invalid("Could not read the request body.", None))
 }
 
 pub async fn route(req: &mut Request, env: &Env, method: &Method, rest: &str) -> HandlerResult {
@@ -44,11 +59,14 @@ pub async fn route(req: &mut Request, env: &Env, method: &Method, rest: &str) ->
     }
     let store = Store::new(env)?;
     let (head, tail) = rest.split_once('/').unwrap_or((rest, ""));
-    let id = percent_decode(tail).ok_or_else(|| ApiError::invalid("Malformed id in the path.", None))?;
+    let id =
+        percent_decode(tail).ok_or_else(|| ApiError::invalid("Malformed id in the path.", None))?;
     match (method, head, id.as_str()) {
         (Method::Get, "catalog", "") => {
             let (catalog, version) = store.load_catalog().await?;
-            let mut doc = serde_json::to_value(catalog.doc()).map_err(|_| ApiError::Internal { label: "catalog_encode" })?;
+            let mut doc = serde_json::to_value(catalog.doc()).map_err(|_| ApiError::Internal {
+                label: "catalog_encode",
+            })?;
             if let Some(o) = doc.as_object_mut() {
                 o.insert("version".into(), json!(version));
             }
@@ -58,7 +76,10 @@ pub async fn route(req: &mut Request, env: &Env, method: &Method, rest: &str) ->
             let catalog = Catalog::parse(&read_body(req).await?).map_err(bad)?;
             let counts = (catalog.doc().providers.len(), catalog.doc().models.len());
             store.save_catalog(catalog, None).await?;
-            Ok(json_response(200, &json!({"ok": true, "providers": counts.0, "models": counts.1})))
+            Ok(json_response(
+                200,
+                &json!({"ok": true, "providers": counts.0, "models": counts.1}),
+            ))
         }
         (Method::Put, "providers", id) if !id.is_empty() => {
             let provider: Provider = parse_entry(&read_body(req).await?, id).map_err(bad)?;
@@ -82,28 +103,42 @@ pub async fn route(req: &mut Request, env: &Env, method: &Method, rest: &str) ->
             let new = body::parse_new_account(&read_body(req).await?).map_err(bad)?;
             let id = new.id.clone().unwrap_or_else(|| new_id("acct"));
             if !store.create_account(&id, &new).await? {
-                return Err(ApiError::invalid(format!("Account `{id}` already exists."), Some("id")));
+                return Err(ApiError::invalid(
+                    format!("Account `{id}` already exists."),
+                    Some("id"),
+                ));
             }
-            let account = store.account(&id).await?.ok_or(ApiError::Internal { label: "account_vanished" })?;
+            let account = store.account(&id).await?.ok_or(ApiError::Internal {
+                label: "account_vanished",
+            })?;
             Ok(json_response(201, &account_json(&account)))
         }
         (Method::Get, "accounts", id) if !id.is_empty() && !id.contains('/') => {
-            let account = store.account(id).await?.ok_or_else(|| ApiError::NotFound { what: format!("Account `{id}`") })?;
+            let account = store.account(id).await?.ok_or_else(|| ApiError::NotFound {
+                what: format!("Account `{id}`"),
+            })?;
             Ok(json_response(200, &account_json(&account)))
         }
         (Method::Post, "accounts", tail) if tail.ends_with("/credit") => {
             let account_id = tail.trim_end_matches("/credit");
             let credit = body::parse_credit(&read_body(req).await?).map_err(bad)?;
             if !store.credit(account_id, credit.amount_micros).await? {
-                return Err(ApiError::NotFound { what: format!("Account `{account_id}`") });
+                return Err(ApiError::NotFound {
+                    what: format!("Account `{account_id}`"),
+                });
             }
-            let account = store.account(account_id).await?.ok_or(ApiError::Internal { label: "account_vanished" })?;
+            let account = store.account(account_id).await?.ok_or(ApiError::Internal {
+                label: "account_vanished",
+            })?;
             Ok(json_response(200, &account_json(&account)))
         }
         (Method::Post, "keys", "") => {
             let new = body::parse_new_key(&read_body(req).await?).map_err(bad)?;
             if store.account(&new.account_id).await?.is_none() {
-                return Err(ApiError::invalid(format!("Account `{}` does not exist.", new.account_id), Some("account_id")));
+                return Err(ApiError::invalid(
+                    format!("Account `{}` does not exist.", new.account_id),
+                    Some("account_id"),
+                ));
             }
             let id = new_id("key");
             let plaintext = mint_key(&random_32());
@@ -125,11 +160,15 @@ pub async fn route(req: &mut Request, env: &Env, method: &Method, rest: &str) ->
         }
         (Method::Delete, "keys", id) if !id.is_empty() => {
             if !store.revoke_key(id).await? {
-                return Err(ApiError::NotFound { what: format!("Key `{id}`") });
+                return Err(ApiError::NotFound {
+                    what: format!("Key `{id}`"),
+                });
             }
             Ok(json_response(200, &json!({"ok": true, "deleted": id})))
         }
-        _ => Err(ApiError::NotFound { what: format!("Admin path /admin/{rest}") }),
+        _ => Err(ApiError::NotFound {
+            what: format!("Admin path /admin/{rest}"),
+        }),
     }
 }
 
@@ -141,12 +180,20 @@ where
 {
     for _ in 0..CAS_RETRIES {
         let (current, version) = store.load_catalog().await?;
-        let next = change(&current).map_err(bad)?.ok_or_else(|| ApiError::NotFound { what: "Catalog entry".into() })?;
+        let next = change(&current)
+            .map_err(bad)?
+            .ok_or_else(|| ApiError::NotFound {
+                what: "Catalog entry".into(),
+            })?;
         if store.save_catalog(next, Some(version)).await? {
             return Ok(());
         }
+        let jitter = 5 + u64::from(random_32()[0]) * 35 / 255;
+        Delay::from(Duration::from_millis(jitter)).await;
     }
-    Err(ApiError::Internal { label: "catalog_contended" })
+    Err(ApiError::Internal {
+        label: "catalog_contended",
+    })
 }
 
 fn account_json(a: &AccountRow) -> serde_json::Value {

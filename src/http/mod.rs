@@ -40,7 +40,11 @@ pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
         .filter(|v| !v.is_empty() && v.len() <= 200 && v.bytes().all(|b| b.is_ascii_graphic()))
         .unwrap_or_else(|| new_id("req"));
     let path = req.path();
-    let shape = if path == "/v1/messages" { ErrorShape::Anthropic } else { ErrorShape::OpenAi };
+    let shape = if path == "/v1/messages" {
+        ErrorShape::Anthropic
+    } else {
+        ErrorShape::OpenAi
+    };
     let mut rc = RequestCtx {
         request_id,
         generation_id: new_id("gen"),
@@ -61,7 +65,13 @@ pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
     // Headers of responses built here are mutable; a failure to set one is not worth a 500.
     let _ = headers.set("x-request-id", &rc.request_id);
     let _ = headers.set("x-generation-id", &rc.generation_id);
-    log_line(&rc, method.as_ref(), &path, response.status_code(), error_code);
+    log_line(
+        &rc,
+        method.as_ref(),
+        &path,
+        response.status_code(),
+        error_code,
+    );
     response
 }
 
@@ -79,14 +89,23 @@ async fn route(
     match (method, path) {
         (Method::Get, "/v1/models") => v1::models(req, env).await,
         (Method::Post, "/v1/chat/completions") => v1::chat_completions(req, env, ctx, rc).await,
-        (_, "/v1/models" | "/v1/chat/completions") => Err(ApiError::MethodNotAllowed),
-        _ => Err(ApiError::NotFound { what: format!("Path {path}") }),
+        (Method::Get, "/v1/generation") => v1::generation(req, env).await,
+        (_, "/v1/models" | "/v1/chat/completions" | "/v1/generation") => {
+            Err(ApiError::MethodNotAllowed)
+        }
+        _ => Err(ApiError::NotFound {
+            what: format!("Path {path}"),
+        }),
     }
 }
 
 /// The one function that turns an error into a response.
 pub fn error_response(err: &ApiError, rc: &RequestCtx) -> Response {
-    json_response(err.status(), &err.body(rc.shape, &rc.generation_id))
+    let mut response = json_response(err.status(), &err.body(rc.shape, &rc.generation_id));
+    if let Some(s) = err.retry_after_s() {
+        let _ = response.headers_mut().set("retry-after", &s.to_string());
+    }
+    response
 }
 
 /// A JSON response with the given status.

@@ -5,9 +5,10 @@
 
 use std::rc::Rc;
 
-use serde_json::json;
+use serde_json::{json, Value};
 use switchyard_core::dialect::{chat, MAX_BODY_BYTES};
 use switchyard_core::keys::{hash_key, presented_key};
+use switchyard_core::money::micros_to_usd;
 use switchyard_core::ApiError;
 use worker::{Context, Env, Request};
 
@@ -20,17 +21,31 @@ async fn authenticate(req: &Request, store: &Store) -> Result<Rc<KeyRecord>, Api
     let headers = req.headers();
     let authorization = headers.get("authorization").ok().flatten();
     let x_api_key = headers.get("x-api-key").ok().flatten();
-    let key = presented_key(authorization.as_deref(), x_api_key.as_deref()).ok_or(ApiError::InvalidApiKey)?;
-    store.key_by_hash(&hash_key(key)).await?.ok_or(ApiError::InvalidApiKey)
+    let key = presented_key(authorization.as_deref(), x_api_key.as_deref())
+        .ok_or(ApiError::InvalidApiKey)?;
+    store
+        .key_by_hash(&hash_key(key))
+        .await?
+        .ok_or(ApiError::InvalidApiKey)
 }
 
 /// Reads the body, refusing more than 10 MiB before reading when the length is declared.
 async fn read_body(req: &mut Request) -> Result<Vec<u8>, ApiError> {
-    let declared = req.headers().get("content-length").ok().flatten().and_then(|v| v.parse::<usize>().ok());
+    let declared = req
+        .headers()
+        .get("content-length")
+        .ok()
+        .flatten()
+        .and_then(|v| v.parse::<usize>().ok());
     if declared.is_some_and(|n| n > MAX_BODY_BYTES) {
-        return Err(ApiError::invalid("Request body is larger than 10 MiB.", None));
+        return Err(ApiError::invalid(
+            "Request body is larger than 10 MiB.",
+            None,
+        ));
     }
-    req.bytes().await.map_err(|_| ApiError::invalid("Could not read the request body.", None))
+    req.bytes()
+        .await
+        .map_err(|_| ApiError::invalid("Could not read the request body.", None))
 }
 
 /// `GET /v1/models`: the catalog's models in the OpenAI list shape.
@@ -56,8 +71,82 @@ pub async fn models(req: &Request, env: &Env) -> HandlerResult {
     Ok(json_response(200, &json!({"object": "list", "data": data})))
 }
 
+/// `GET /v1/generation?id=`: one request and every attempt, for the owning account only (another
+/// account's id is indistinguishable from an unknown one: 404).
+pub async fn generation(req: &Request, env: &Env) -> HandlerResult {
+    let store = Store::new(env)?;
+    let key = authenticate(req, &store).await?;
+    let url = req
+        .url()
+        .map_err(|_| ApiError::invalid("Malformed URL.", None))?;
+    let id = url
+        .query_pairs()
+        .find(|(k, _)| k == "id")
+        .map(|(_, v)| v.into_owned())
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| {
+            ApiError::invalid(
+                "`id` is required: /v1/generation?id=<generation id>.",
+                Some("id"),
+            )
+        })?;
+    let (g, attempts) = store
+        .generation(&id, &key.account_id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound {
+            what: format!("Generation `{id}`"),
+        })?;
+    let usage = match (g.input_tokens, g.output_tokens) {
+        (Some(i), Some(o)) => json!({"input_tokens": i as u64, "output_tokens": o as u64}),
+        _ => Value::Null,
+    };
+    let attempts: Vec<Value> = attempts
+        .iter()
+        .map(|a| {
+            json!({
+                "ordinal": a.ordinal as u64,
+                "route": a.route,
+                "provider": a.provider,
+                "outcome": a.outcome,
+                "failure_class": a.failure_class,
+                "http_status": a.http_status.map(|s| s as u64),
+                "ttfb_ms": a.ttfb_ms.map(|t| t as u64),
+                "duration_ms": a.duration_ms as u64,
+                "delivered_output": a.delivered_output as u64,
+                "cost": micros_to_usd(a.cost_micros as i64),
+                "extra_try": a.extra_try != 0.0,
+                "message": a.message,
+            })
+        })
+        .collect();
+    Ok(json_response(
+        200,
+        &json!({
+            "id": g.id,
+            "model": g.model,
+            "stream": g.stream != 0.0,
+            "outcome": g.outcome,
+            "route": g.route,
+            "provider": g.provider,
+            "delivered_output": g.delivered_output as u64,
+            "usage": usage,
+            "estimated": g.estimated != 0.0,
+            "total_cost": micros_to_usd(g.total_cost_micros as i64),
+            "error_code": g.error_code,
+            "created_at_ms": g.created_at as u64,
+            "duration_ms": g.duration_ms as u64,
+            "attempts": attempts,
+        }),
+    ))
+}
+
 /// `POST /v1/chat/completions`.
-pub async fn chat_completions(req: &mut Request, env: &Env, _ctx: &Context, rc: &mut RequestCtx) -> HandlerResult {
+pub async fn chat_completions(
+    req: &mut Request,
+    env: &Env,
+    ctx: &Context,
+    rc: &mut RequestCtx,
+) -> HandlerResult {
     let store = Store::new(env)?;
     let key = authenticate(req, &store).await?;
     rc.key_id = Some(key.id.clone());
@@ -66,5 +155,5 @@ pub async fn chat_completions(req: &mut Request, env: &Env, _ctx: &Context, rc: 
     let request = chat::parse_request(&body)?;
     rc.model = Some(request.model.clone());
     let catalog = store.catalog().await?;
-    proxy::forward(env, &catalog, &request, rc).await
+    proxy::serve(env, ctx, catalog, request, &key, rc).await
 }

@@ -19,7 +19,10 @@ fn put_catalog_validates_and_replaces_atomically() {
         "routes": [{"id": "r", "provider": "nope", "upstream_model": "x", "apis": ["chat"], "price": {"input_per_mtok": 0, "output_per_mtok": 0}}]}));
     let r = s.admin("PUT", "/admin/catalog", Some(bad));
     assert_eq!(r.status, 400, "{}", r.text());
-    assert!(r.json()["error"]["param"].as_str().unwrap().ends_with("routes[0].provider"));
+    assert!(r.json()["error"]["param"]
+        .as_str()
+        .unwrap()
+        .ends_with("routes[0].provider"));
     let mut unchanged = s.admin("GET", "/admin/catalog", None).json();
     unchanged.as_object_mut().unwrap().remove("version");
     assert_eq!(unchanged, doc);

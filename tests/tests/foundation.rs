@@ -5,8 +5,15 @@ use serde_json::{json, Value};
 use switchyard_e2e::{chat_body, unique, Stack};
 
 fn assert_ids(r: &switchyard_e2e::Reply) {
-    assert!(r.header("x-request-id").is_some_and(|v| !v.is_empty()), "x-request-id missing");
-    assert!(r.header("x-generation-id").is_some_and(|v| v.starts_with("gen-")), "x-generation-id missing");
+    assert!(
+        r.header("x-request-id").is_some_and(|v| !v.is_empty()),
+        "x-request-id missing"
+    );
+    assert!(
+        r.header("x-generation-id")
+            .is_some_and(|v| v.starts_with("gen-")),
+        "x-generation-id missing"
+    );
 }
 
 /// An "ok" model on its own mock label; returns (model id, label, upstream model).
@@ -35,7 +42,9 @@ fn missing_or_wrong_key_is_401_in_openai_shape() {
         let v = r.json();
         assert_eq!(v["error"]["code"], "invalid_api_key");
         assert_eq!(v["error"]["type"], "authentication_error");
-        assert!(v["generation_id"].as_str().is_some_and(|g| g.starts_with("gen-")));
+        assert!(v["generation_id"]
+            .as_str()
+            .is_some_and(|g| g.starts_with("gen-")));
         assert_ids(&r);
     }
     let r = s.request("GET", &format!("{}/v1/models", s.gateway), &[], None);
@@ -65,8 +74,16 @@ fn unknown_model_is_404_with_available_models() {
     assert_eq!(r.status, 404, "{}", r.text());
     let v = r.json();
     assert_eq!(v["error"]["code"], "model_not_found");
-    let available: Vec<&str> = v["error"]["available_models"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
-    assert!(available.contains(&model.as_str()), "{available:?} should list {model}");
+    let available: Vec<&str> = v["error"]["available_models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        available.contains(&model.as_str()),
+        "{available:?} should list {model}"
+    );
     assert_ids(&r);
 }
 
@@ -80,7 +97,10 @@ fn bad_json_and_missing_fields_are_400_naming_the_field() {
     assert_eq!(r.json()["error"]["code"], "invalid_request");
     assert_ids(&r);
 
-    let r = s.chat(&key, &json!({"messages": [{"role": "user", "content": "hi"}]}));
+    let r = s.chat(
+        &key,
+        &json!({"messages": [{"role": "user", "content": "hi"}]}),
+    );
     assert_eq!(r.status, 400);
     assert_eq!(r.json()["error"]["param"], "model");
 
@@ -88,10 +108,17 @@ fn bad_json_and_missing_fields_are_400_naming_the_field() {
     assert_eq!(r.status, 400);
     assert_eq!(r.json()["error"]["param"], "models");
 
-    let r = s.chat(&key, &json!({"model": model, "stream": "yes", "messages": [{"role": "user", "content": "hi"}]}));
+    let r = s.chat(
+        &key,
+        &json!({"model": model, "stream": "yes", "messages": [{"role": "user", "content": "hi"}]}),
+    );
     assert_eq!(r.status, 400);
     assert_eq!(r.json()["error"]["param"], "stream");
-    assert_eq!(s.mock_stats(&label, "ok")["requests"], 0, "bad input never reaches the upstream");
+    assert_eq!(
+        s.mock_stats(&label, "ok")["requests"],
+        0,
+        "bad input never reaches the upstream"
+    );
 }
 
 #[test]
@@ -105,11 +132,17 @@ fn stream_is_byte_exact_vs_the_mock() {
     let key = s.new_key(5.0);
     let through = s.chat(&key, &chat_body(&model, true));
     assert_eq!(through.status, 200, "{}", through.text());
-    assert!(through.header("content-type").is_some_and(|c| c.starts_with("text/event-stream")));
+    assert!(through
+        .header("content-type")
+        .is_some_and(|c| c.starts_with("text/event-stream")));
     let direct = s.direct_chat(&label, scenario, &chat_body(&upstream, true));
     assert_eq!(direct.status, 200);
     assert!(direct.text().contains("data: [DONE]"));
-    assert_eq!(through.text(), direct.text(), "the gateway must relay the stream byte for byte");
+    assert_eq!(
+        through.text(),
+        direct.text(),
+        "the gateway must relay the stream byte for byte"
+    );
     assert_ids(&through);
 }
 
@@ -122,8 +155,16 @@ fn non_stream_equals_the_mock_and_the_model_is_rewritten() {
     assert_eq!(through.status, 200, "{}", through.text());
     let stats = s.mock_stats(&label, "ok");
     assert_eq!(stats["requests"], 1);
-    assert_eq!(stats["last_request"]["body"]["model"], upstream.as_str(), "model rewritten to upstream_model");
-    assert_eq!(stats["last_request"]["body"]["messages"], chat_body(&model, false)["messages"], "body otherwise untouched");
+    assert_eq!(
+        stats["last_request"]["body"]["model"],
+        upstream.as_str(),
+        "model rewritten to upstream_model"
+    );
+    assert_eq!(
+        stats["last_request"]["body"]["messages"],
+        chat_body(&model, false)["messages"],
+        "body otherwise untouched"
+    );
     let direct = s.direct_chat(&label, "ok", &chat_body(&upstream, false));
     assert_eq!(through.json(), direct.json());
     assert_ids(&through);
@@ -141,7 +182,10 @@ fn switchyard_fields_are_not_forwarded() {
     let r = s.chat(&key, &body);
     assert_eq!(r.status, 200, "{}", r.text());
     let seen = &s.mock_stats(&label, "ok")["last_request"]["body"];
-    assert!(seen.get("provider").is_none() && seen.get("models").is_none(), "{seen}");
+    assert!(
+        seen.get("provider").is_none() && seen.get("models").is_none(),
+        "{seen}"
+    );
     assert_eq!(seen["temperature"], 0.25);
 }
 
@@ -170,11 +214,14 @@ fn upstream_key_reaches_the_upstream_and_no_response() {
     let down_label = unique("l");
     let down = s.mock_provider(&down_label, "status/500", true);
     let bad_label = unique("l");
-    let bad = s.mock_provider(&bad_label, "status/400/invalid_key", true);
+    let bad = s.mock_provider(&bad_label, "status/400/invalid", true);
     let upstream = unique("up");
     let model_ok = s.model_with_routes(&[(&ok, &upstream)], None);
     let model_down = s.model_with_routes(&[(&down, &upstream)], None);
     let model_bad = s.model_with_routes(&[(&bad, &upstream)], None);
+    let refused_label = unique("l");
+    let refused = s.mock_provider(&refused_label, "status/401/invalid_key", true);
+    let model_refused = s.model_with_routes(&[(&refused, &upstream)], None);
     let key = s.new_key(5.0);
 
     let mut replies = vec![
@@ -182,12 +229,19 @@ fn upstream_key_reaches_the_upstream_and_no_response() {
         s.chat(&key, &chat_body(&model_ok, true)),
         s.chat(&key, &chat_body(&model_down, false)),
         s.chat(&key, &chat_body(&model_bad, false)),
+        s.chat(&key, &chat_body(&model_refused, true)),
         s.admin("GET", "/admin/catalog", None),
-        s.request("GET", &format!("{}/v1/models", s.gateway), &[("authorization", &format!("Bearer {key}"))], None),
+        s.request(
+            "GET",
+            &format!("{}/v1/models", s.gateway),
+            &[("authorization", &format!("Bearer {key}"))],
+            None,
+        ),
     ];
     assert_eq!(replies[0].status, 200);
     assert_eq!(replies[2].status, 502);
     assert_eq!(replies[3].status, 400);
+    assert_eq!(replies[4].status, 502);
     let seen = s.mock_stats(&label, "ok");
     assert_eq!(
         seen["last_request"]["headers"]["authorization"],
@@ -213,7 +267,13 @@ fn upstream_invalid_request_is_400_with_the_models_message_and_one_try() {
     assert_eq!(r.status, 400, "{}", r.text());
     let v = r.json();
     assert_eq!(v["error"]["code"], "upstream_invalid_request");
-    assert!(v["error"]["message"].as_str().unwrap().contains("temperature"), "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("temperature"),
+        "{v}"
+    );
     assert_eq!(s.mock_stats(&label, scenario)["requests"], 1);
 }
 
@@ -222,11 +282,20 @@ fn models_lists_the_catalog() {
     let s = Stack::from_env();
     let (model, _, _) = ok_model(&s);
     let key = s.new_key(1.0);
-    let r = s.request("GET", &format!("{}/v1/models", s.gateway), &[("authorization", &format!("Bearer {key}"))], None);
+    let r = s.request(
+        "GET",
+        &format!("{}/v1/models", s.gateway),
+        &[("authorization", &format!("Bearer {key}"))],
+        None,
+    );
     assert_eq!(r.status, 200);
     let v = r.json();
     assert_eq!(v["object"], "list");
-    assert!(v["data"].as_array().unwrap().iter().any(|m| m["id"] == model.as_str() && m["object"] == "model"));
+    assert!(v["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|m| m["id"] == model.as_str() && m["object"] == "model"));
     assert_ids(&r);
 }
 
@@ -236,11 +305,28 @@ fn a_deleted_key_stops_working() {
     let (model, _, _) = ok_model(&s);
     let account = s.admin("POST", "/admin/accounts", Some(json!({}))).json();
     let account_id = account["id"].as_str().unwrap();
-    let created = s.admin("POST", "/admin/keys", Some(json!({"account_id": account_id}))).json();
-    let (key_id, key) = (created["id"].as_str().unwrap(), created["key"].as_str().unwrap());
+    let created = s
+        .admin(
+            "POST",
+            "/admin/keys",
+            Some(json!({"account_id": account_id})),
+        )
+        .json();
+    let (key_id, key) = (
+        created["id"].as_str().unwrap(),
+        created["key"].as_str().unwrap(),
+    );
     assert_eq!(s.chat(key, &chat_body(&model, false)).status, 200);
-    assert_eq!(s.admin("DELETE", &format!("/admin/keys/{key_id}"), None).status, 200);
-    assert_eq!(s.admin("DELETE", &format!("/admin/keys/{key_id}"), None).status, 404);
+    assert_eq!(
+        s.admin("DELETE", &format!("/admin/keys/{key_id}"), None)
+            .status,
+        200
+    );
+    assert_eq!(
+        s.admin("DELETE", &format!("/admin/keys/{key_id}"), None)
+            .status,
+        404
+    );
     // SPEC §1: within 5 s (this Worker has one isolate, which forgets the key at once).
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(6);
     loop {
@@ -248,7 +334,11 @@ fn a_deleted_key_stops_working() {
         if r.status == 401 {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "deleted key still accepted: {}", r.status);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "deleted key still accepted: {}",
+            r.status
+        );
         std::thread::sleep(std::time::Duration::from_millis(250));
     }
 }
@@ -272,8 +362,14 @@ fn admin_endpoints_refuse_without_the_token() {
     for (method, path) in calls {
         let bare_token = s.admin_token.clone(); // right token, wrong scheme
         for auth in [None, Some("Bearer wrong-token"), Some(bare_token.as_str())] {
-            let headers: Vec<(&str, &str)> = auth.map(|a| vec![("authorization", a)]).unwrap_or_default();
-            let r = s.request(method, &format!("{}{path}", s.gateway), &headers, Some(b"{}"));
+            let headers: Vec<(&str, &str)> =
+                auth.map(|a| vec![("authorization", a)]).unwrap_or_default();
+            let r = s.request(
+                method,
+                &format!("{}{path}", s.gateway),
+                &headers,
+                Some(b"{}"),
+            );
             assert_eq!(r.status, 401, "{method} {path} with {auth:?}: {}", r.text());
             assert_eq!(r.json()["error"]["code"], "unauthorized");
         }
@@ -287,20 +383,57 @@ fn admin_refuses_invalid_entries_naming_the_field() {
     let r = s.admin(
         "PUT",
         &format!("/admin/models/{id}"),
-        Some(json!({"context_window": 10, "max_output_tokens": 10, "routes": [
+        Some(
+            json!({"context_window": 10, "max_output_tokens": 10, "routes": [
             {"id": "r", "provider": "ghost-provider", "upstream_model": "x", "apis": ["chat"],
-             "price": {"input_per_mtok": 1, "output_per_mtok": 1}}]})),
+             "price": {"input_per_mtok": 1, "output_per_mtok": 1}}]}),
+        ),
     );
     assert_eq!(r.status, 400, "{}", r.text());
-    assert!(r.json()["error"]["param"].as_str().unwrap().ends_with(".provider"));
-    let r = s.admin("PUT", &format!("/admin/models/{id}"), Some(json!({"context_window": 10, "max_output_tokens": 10, "routes": []})));
+    assert!(r.json()["error"]["param"]
+        .as_str()
+        .unwrap()
+        .ends_with(".provider"));
+    let r = s.admin(
+        "PUT",
+        &format!("/admin/models/{id}"),
+        Some(json!({"context_window": 10, "max_output_tokens": 10, "routes": []})),
+    );
     assert_eq!(r.status, 400);
-    let r = s.admin("PUT", &format!("/admin/providers/{}", unique("p")), Some(json!({"base_url": "http://x", "auth": "bearer", "colour": 1})));
+    let r = s.admin(
+        "PUT",
+        &format!("/admin/providers/{}", unique("p")),
+        Some(json!({"base_url": "http://x", "auth": "bearer", "colour": 1})),
+    );
     assert_eq!(r.status, 400);
     assert!(r.text().contains("colour"));
-    assert_eq!(s.admin("POST", "/admin/keys", Some(json!({"account_id": unique("nobody")}))).status, 400);
-    assert_eq!(s.admin("POST", &format!("/admin/accounts/{}/credit", unique("nobody")), Some(json!({"amount_usd": 1}))).status, 404);
-    assert_eq!(s.admin("POST", "/admin/accounts/x/credit", Some(json!({"amount_usd": -1}))).status, 400);
+    assert_eq!(
+        s.admin(
+            "POST",
+            "/admin/keys",
+            Some(json!({"account_id": unique("nobody")}))
+        )
+        .status,
+        400
+    );
+    assert_eq!(
+        s.admin(
+            "POST",
+            &format!("/admin/accounts/{}/credit", unique("nobody")),
+            Some(json!({"amount_usd": 1}))
+        )
+        .status,
+        404
+    );
+    assert_eq!(
+        s.admin(
+            "POST",
+            "/admin/accounts/x/credit",
+            Some(json!({"amount_usd": -1}))
+        )
+        .status,
+        400
+    );
 }
 
 #[test]
@@ -310,13 +443,35 @@ fn model_and_provider_entries_can_be_removed() {
     let key = s.new_key(1.0);
     assert_eq!(s.chat(&key, &chat_body(&model, false)).status, 200);
     let catalog = s.admin("GET", "/admin/catalog", None).json();
-    let provider = catalog["models"].as_array().unwrap().iter().find(|m| m["id"] == model.as_str()).unwrap()["routes"][0]["provider"]
+    let provider = catalog["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["id"] == model.as_str())
+        .unwrap()["routes"][0]["provider"]
         .as_str()
         .unwrap()
         .to_string();
-    assert_eq!(s.admin("DELETE", &format!("/admin/providers/{provider}"), None).status, 400, "still used by a route");
-    assert_eq!(s.admin("DELETE", &format!("/admin/models/{model}"), None).status, 200);
+    assert_eq!(
+        s.admin("DELETE", &format!("/admin/providers/{provider}"), None)
+            .status,
+        400,
+        "still used by a route"
+    );
+    assert_eq!(
+        s.admin("DELETE", &format!("/admin/models/{model}"), None)
+            .status,
+        200
+    );
     assert_eq!(s.chat(&key, &chat_body(&model, false)).status, 404);
-    assert_eq!(s.admin("DELETE", &format!("/admin/providers/{provider}"), None).status, 200);
-    assert_eq!(s.admin("DELETE", &format!("/admin/models/{model}"), None).status, 404);
+    assert_eq!(
+        s.admin("DELETE", &format!("/admin/providers/{provider}"), None)
+            .status,
+        200
+    );
+    assert_eq!(
+        s.admin("DELETE", &format!("/admin/models/{model}"), None)
+            .status,
+        404
+    );
 }

@@ -272,15 +272,24 @@ impl std::fmt::Display for CatalogError {
 }
 
 fn err(field: impl Into<String>, message: impl Into<String>) -> CatalogError {
-    CatalogError { field: field.into(), message: message.into() }
+    CatalogError {
+        field: field.into(),
+        message: message.into(),
+    }
 }
 
 /// Deserialises `T` from JSON, reporting the failing field as a JSON path.
-pub(crate) fn from_json_with_path<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, CatalogError> {
+pub(crate) fn from_json_with_path<T: serde::de::DeserializeOwned>(
+    bytes: &[u8],
+) -> Result<T, CatalogError> {
     let de = &mut serde_json::Deserializer::from_slice(bytes);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
-        let field = if path == "." { "body".to_string() } else { path };
+        let field = if path == "." {
+            "body".to_string()
+        } else {
+            path
+        };
         let inner = e.into_inner().to_string();
         // serde_json appends " at line L column C"; the path already says where.
         let message = match inner.find(" at line ") {
@@ -304,16 +313,25 @@ impl Catalog {
             let at = format!("providers[{i}]");
             check_id(&p.id, &format!("{at}.id"))?;
             if provider_index.insert(p.id.clone(), i).is_some() {
-                return Err(err(format!("{at}.id"), format!("duplicate provider id `{}`", p.id)));
+                return Err(err(
+                    format!("{at}.id"),
+                    format!("duplicate provider id `{}`", p.id),
+                ));
             }
             if !(p.base_url.starts_with("https://") || p.base_url.starts_with("http://"))
                 || p.base_url.len() <= "https://".len()
             {
-                return Err(err(format!("{at}.base_url"), "must be an http:// or https:// URL"));
+                return Err(err(
+                    format!("{at}.base_url"),
+                    "must be an http:// or https:// URL",
+                ));
             }
             if let Some(name) = &p.key_secret {
                 if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-                    return Err(err(format!("{at}.key_secret"), "must name a secret: letters, digits and _"));
+                    return Err(err(
+                        format!("{at}.key_secret"),
+                        "must name a secret: letters, digits and _",
+                    ));
                 }
             }
             if let Some(account) = &p.account {
@@ -325,7 +343,10 @@ impl Catalog {
             let at = format!("models[{i}]");
             check_id(&m.id, &format!("{at}.id"))?;
             if model_index.insert(m.id.clone(), i).is_some() {
-                return Err(err(format!("{at}.id"), format!("duplicate model id `{}`", m.id)));
+                return Err(err(
+                    format!("{at}.id"),
+                    format!("duplicate model id `{}`", m.id),
+                ));
             }
             if m.context_window == 0 {
                 return Err(err(format!("{at}.context_window"), "must be positive"));
@@ -334,27 +355,45 @@ impl Catalog {
                 return Err(err(format!("{at}.max_output_tokens"), "must be positive"));
             }
             if m.routes.is_empty() {
-                return Err(err(format!("{at}.routes"), format!("model `{}` has no route", m.id)));
+                return Err(err(
+                    format!("{at}.routes"),
+                    format!("model `{}` has no route", m.id),
+                ));
             }
             let mut route_ids = HashSet::new();
             for (j, r) in m.routes.iter().enumerate() {
                 let at = format!("{at}.routes[{j}]");
                 check_id(&r.id, &format!("{at}.id"))?;
                 if !route_ids.insert(r.id.as_str()) {
-                    return Err(err(format!("{at}.id"), format!("duplicate route id `{}` in model `{}`", r.id, m.id)));
+                    return Err(err(
+                        format!("{at}.id"),
+                        format!("duplicate route id `{}` in model `{}`", r.id, m.id),
+                    ));
                 }
                 if !provider_index.contains_key(&r.provider) {
-                    return Err(err(format!("{at}.provider"), format!("unknown provider `{}`", r.provider)));
+                    return Err(err(
+                        format!("{at}.provider"),
+                        format!("unknown provider `{}`", r.provider),
+                    ));
                 }
                 if r.upstream_model.is_empty() {
                     return Err(err(format!("{at}.upstream_model"), "must not be empty"));
                 }
                 if r.apis.is_empty() {
-                    return Err(err(format!("{at}.apis"), "must list at least one of chat, messages, responses"));
+                    return Err(err(
+                        format!("{at}.apis"),
+                        "must list at least one of chat, messages, responses",
+                    ));
                 }
-                for (name, v) in [("input_per_mtok", r.price.input_per_mtok), ("output_per_mtok", r.price.output_per_mtok)] {
+                for (name, v) in [
+                    ("input_per_mtok", r.price.input_per_mtok),
+                    ("output_per_mtok", r.price.output_per_mtok),
+                ] {
                     if !v.is_finite() || v < 0.0 || v > 1_000_000.0 {
-                        return Err(err(format!("{at}.price.{name}"), "must be a non-negative number of USD per million tokens"));
+                        return Err(err(
+                            format!("{at}.price.{name}"),
+                            "must be a non-negative number of USD per million tokens",
+                        ));
                     }
                 }
                 if r.context_window == Some(0) {
@@ -369,7 +408,11 @@ impl Catalog {
             }
         }
         check_policy(&doc.policy, "policy")?;
-        Ok(Catalog { doc, model_index, provider_index })
+        Ok(Catalog {
+            doc,
+            model_index,
+            provider_index,
+        })
     }
 
     /// The document as stored and returned by `GET /admin/catalog`.
@@ -382,11 +425,15 @@ impl Catalog {
     }
 
     pub fn model(&self, id: &str) -> Option<&Model> {
-        self.model_index.get(id).and_then(|&i| self.doc.models.get(i))
+        self.model_index
+            .get(id)
+            .and_then(|&i| self.doc.models.get(i))
     }
 
     pub fn provider(&self, id: &str) -> Option<&Provider> {
-        self.provider_index.get(id).and_then(|&i| self.doc.providers.get(i))
+        self.provider_index
+            .get(id)
+            .and_then(|&i| self.doc.providers.get(i))
     }
 
     /// Model ids in catalog order.
@@ -424,7 +471,10 @@ impl Catalog {
             if let Some(r) = m.routes.iter().find(|r| r.provider == id) {
                 return Err(err(
                     "provider",
-                    format!("provider `{id}` is used by route `{}` of model `{}`", r.id, m.id),
+                    format!(
+                        "provider `{id}` is used by route `{}` of model `{}`",
+                        r.id, m.id
+                    ),
                 ));
             }
         }
@@ -456,7 +506,11 @@ impl Catalog {
     /// An empty catalog (before the first `PUT /admin/catalog`).
     pub fn empty() -> Catalog {
         Catalog {
-            doc: CatalogDoc { providers: vec![], models: vec![], policy: PolicyOverrides::default() },
+            doc: CatalogDoc {
+                providers: vec![],
+                models: vec![],
+                policy: PolicyOverrides::default(),
+            },
             model_index: HashMap::new(),
             provider_index: HashMap::new(),
         }
@@ -465,15 +519,25 @@ impl Catalog {
 
 /// Parses one provider or model entry for the single-entry admin endpoints and checks that the
 /// path id and the body id agree (a body without `id` takes the path's).
-pub fn parse_entry<T: serde::de::DeserializeOwned>(bytes: &[u8], path_id: &str) -> Result<T, CatalogError> {
+pub fn parse_entry<T: serde::de::DeserializeOwned>(
+    bytes: &[u8],
+    path_id: &str,
+) -> Result<T, CatalogError> {
     let mut value: serde_json::Value = from_json_with_path(bytes)?;
-    let obj = value.as_object_mut().ok_or_else(|| err("body", "must be a JSON object"))?;
+    let obj = value
+        .as_object_mut()
+        .ok_or_else(|| err("body", "must be a JSON object"))?;
     match obj.get("id") {
         None => {
             obj.insert("id".into(), serde_json::Value::String(path_id.to_string()));
         }
         Some(serde_json::Value::String(id)) if id == path_id => {}
-        Some(_) => return Err(err("id", format!("must equal the id in the path (`{path_id}`)"))),
+        Some(_) => {
+            return Err(err(
+                "id",
+                format!("must equal the id in the path (`{path_id}`)"),
+            ))
+        }
     }
     let bytes = serde_json::to_vec(&value).map_err(|e| err("body", e.to_string()))?;
     from_json_with_path(&bytes)
@@ -482,21 +546,32 @@ pub fn parse_entry<T: serde::de::DeserializeOwned>(bytes: &[u8], path_id: &str) 
 fn check_id(id: &str, field: &str) -> Result<(), CatalogError> {
     let ok = !id.is_empty()
         && id.len() <= 200
-        && id.chars().all(|c| c.is_ascii_alphanumeric() || "-_./:@".contains(c));
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:@".contains(c));
     if ok {
         Ok(())
     } else {
-        Err(err(field, "must be 1-200 characters of letters, digits and - _ . / : @"))
+        Err(err(
+            field,
+            "must be 1-200 characters of letters, digits and - _ . / : @",
+        ))
     }
 }
 
 fn check_policy(p: &PolicyOverrides, at: &str) -> Result<(), CatalogError> {
     if let Some(f) = p.optimistic_hold_fraction {
         if !(0.0..=1.0).contains(&f) {
-            return Err(err(format!("{at}.optimistic_hold_fraction"), "must be between 0 and 1"));
+            return Err(err(
+                format!("{at}.optimistic_hold_fraction"),
+                "must be between 0 and 1",
+            ));
         }
     }
-    for (name, v) in [("demote_after", p.demote_after), ("demote_after_overloaded", p.demote_after_overloaded)] {
+    for (name, v) in [
+        ("demote_after", p.demote_after),
+        ("demote_after_overloaded", p.demote_after_overloaded),
+    ] {
         if v == Some(0) {
             return Err(err(format!("{at}.{name}"), "must be at least 1"));
         }
@@ -545,7 +620,10 @@ mod tests {
         assert_eq!(c.provider("mock").unwrap().account(), "mock");
         assert!(c.model("nope").is_none());
         let p = c.policy_for(m);
-        assert_eq!(p.stream_first_content_ms, 500, "model policy overrides the top level");
+        assert_eq!(
+            p.stream_first_content_ms, 500,
+            "model policy overrides the top level"
+        );
         assert_eq!(p.max_attempts, 2, "top-level policy overrides the default");
         assert_eq!(p.idle_timeout_ms, 120_000, "defaults stay");
     }
@@ -553,37 +631,79 @@ mod tests {
     #[test]
     fn refusals_name_the_field() {
         let cases: Vec<(Box<dyn Fn(&mut serde_json::Value)>, &str)> = vec![
-            (Box::new(|v| v["providers"][0]["colour"] = json!("red")), "providers[0]"),
-            (Box::new(|v| v["models"][0]["routes"][1]["provider"] = json!("ghost")), "models[0].routes[1].provider"),
-            (Box::new(|v| v["providers"][1]["id"] = json!("acme")), "providers[1].id"),
-            (Box::new(|v| v["models"][0]["routes"] = json!([])), "models[0].routes"),
-            (Box::new(|v| v["models"][0]["routes"][1]["id"] = json!("acme-eu")), "models[0].routes[1].id"),
-            (Box::new(|v| v["models"][0]["routes"][0]["price"]["input_per_mtok"] = json!(-1)), "models[0].routes[0].price.input_per_mtok"),
-            (Box::new(|v| v["models"][0]["routes"][0]["apis"] = json!(["chat", "smoke"])), "models[0].routes[0].apis[1]"),
-            (Box::new(|v| v["policy"]["optimistic_hold_fraction"] = json!(2.0)), "policy.optimistic_hold_fraction"),
+            (
+                Box::new(|v| v["providers"][0]["colour"] = json!("red")),
+                "providers[0]",
+            ),
+            (
+                Box::new(|v| v["models"][0]["routes"][1]["provider"] = json!("ghost")),
+                "models[0].routes[1].provider",
+            ),
+            (
+                Box::new(|v| v["providers"][1]["id"] = json!("acme")),
+                "providers[1].id",
+            ),
+            (
+                Box::new(|v| v["models"][0]["routes"] = json!([])),
+                "models[0].routes",
+            ),
+            (
+                Box::new(|v| v["models"][0]["routes"][1]["id"] = json!("acme-eu")),
+                "models[0].routes[1].id",
+            ),
+            (
+                Box::new(|v| v["models"][0]["routes"][0]["price"]["input_per_mtok"] = json!(-1)),
+                "models[0].routes[0].price.input_per_mtok",
+            ),
+            (
+                Box::new(|v| v["models"][0]["routes"][0]["apis"] = json!(["chat", "smoke"])),
+                "models[0].routes[0].apis[1]",
+            ),
+            (
+                Box::new(|v| v["policy"]["optimistic_hold_fraction"] = json!(2.0)),
+                "policy.optimistic_hold_fraction",
+            ),
             (Box::new(|v| v["policy"]["bogus_knob"] = json!(1)), "policy"),
-            (Box::new(|v| v["providers"][0]["base_url"] = json!("ftp://x")), "providers[0].base_url"),
-            (Box::new(|v| { let m = v["models"][0].clone(); v["models"].as_array_mut().unwrap().push(m); }), "models[1].id"),
+            (
+                Box::new(|v| v["providers"][0]["base_url"] = json!("ftp://x")),
+                "providers[0].base_url",
+            ),
+            (
+                Box::new(|v| {
+                    let m = v["models"][0].clone();
+                    v["models"].as_array_mut().unwrap().push(m);
+                }),
+                "models[1].id",
+            ),
         ];
         for (mutate, field) in cases {
             let mut v = sample();
             mutate(&mut v);
             let e = parse(&v).unwrap_err();
-            assert!(e.field.starts_with(field), "expected field {field}, got {e}");
+            assert!(
+                e.field.starts_with(field),
+                "expected field {field}, got {e}"
+            );
         }
     }
 
     #[test]
     fn single_entry_changes_are_validated_against_the_rest() {
         let c = parse(&sample()).unwrap();
-        assert!(c.without_provider("acme").is_err(), "a provider in use cannot go");
+        assert!(
+            c.without_provider("acme").is_err(),
+            "a provider in use cannot go"
+        );
         let m: Model = parse_entry(
             br#"{"context_window":1,"max_output_tokens":1,"routes":[{"id":"r","provider":"ghost","upstream_model":"x","apis":["chat"],"price":{"input_per_mtok":0,"output_per_mtok":0}}]}"#,
             "new/model",
         )
         .unwrap();
         assert_eq!(m.id, "new/model");
-        assert_eq!(c.with_model(m).unwrap_err().field, "models[1].routes[0].provider");
+        assert_eq!(
+            c.with_model(m).unwrap_err().field,
+            "models[1].routes[0].provider"
+        );
         assert!(parse_entry::<Model>(br#"{"id":"other"}"#, "new/model").is_err());
         let c2 = c.without_model("acme/chat-large").unwrap().unwrap();
         assert!(c2.model("acme/chat-large").is_none());

@@ -12,13 +12,19 @@ use crate::dialect::ErrorShape;
 #[derive(Debug, Clone, PartialEq)]
 pub enum ApiError {
     /// 400: bad JSON, missing or invalid fields; names the field.
-    InvalidRequest { message: String, param: Option<String> },
+    InvalidRequest {
+        message: String,
+        param: Option<String>,
+    },
     /// 401: missing or unknown API key.
     InvalidApiKey,
     /// 401 on `/admin/*` without the admin token.
     AdminUnauthorized,
     /// 404: the model is not in the catalog.
-    ModelNotFound { model: String, available: Vec<String> },
+    ModelNotFound {
+        model: String,
+        available: Vec<String>,
+    },
     /// 404: no such path, or an admin entity that does not exist.
     NotFound { what: String },
     /// 405: the path exists, the method does not.
@@ -27,6 +33,12 @@ pub enum ApiError {
     SupplyNotConfigured { model: String },
     /// 502: every route failed.
     ProviderError { model: String },
+    /// 503: every route failed as overloaded / rate limited.
+    CapacityExhausted {
+        model: String,
+        available: Vec<String>,
+        retry_after_s: u64,
+    },
     /// 400: the upstream refused the request itself (class `invalid_request`).
     UpstreamInvalidRequest { message: String },
     /// 500: Switchyard's own storage or runtime failed; `label` is for logs, never user data.
@@ -35,7 +47,10 @@ pub enum ApiError {
 
 impl ApiError {
     pub fn invalid(message: impl Into<String>, param: Option<&str>) -> ApiError {
-        ApiError::InvalidRequest { message: message.into(), param: param.map(str::to_string) }
+        ApiError::InvalidRequest {
+            message: message.into(),
+            param: param.map(str::to_string),
+        }
     }
 
     pub fn status(&self) -> u16 {
@@ -46,7 +61,7 @@ impl ApiError {
             ApiError::MethodNotAllowed => 405,
             ApiError::Internal { .. } => 500,
             ApiError::ProviderError { .. } => 502,
-            ApiError::SupplyNotConfigured { .. } => 503,
+            ApiError::SupplyNotConfigured { .. } | ApiError::CapacityExhausted { .. } => 503,
         }
     }
 
@@ -61,6 +76,7 @@ impl ApiError {
             ApiError::MethodNotAllowed => "method_not_allowed",
             ApiError::SupplyNotConfigured { .. } => "supply_not_configured",
             ApiError::ProviderError { .. } => "provider_error",
+            ApiError::CapacityExhausted { .. } => "upstream_capacity_exhausted",
             ApiError::UpstreamInvalidRequest { .. } => "upstream_invalid_request",
             ApiError::Internal { .. } => "internal_error",
         }
@@ -80,6 +96,9 @@ impl ApiError {
             ApiError::ProviderError { model } => {
                 format!("Model {model} is not available right now. Nothing was charged. Retry in a moment.")
             }
+            ApiError::CapacityExhausted { model, retry_after_s, .. } => format!(
+                "Every provider of model {model} is over capacity right now. Nothing was charged. Retry in {retry_after_s} s or use one of available_models."
+            ),
             ApiError::Internal { .. } => "Switchyard had an internal error. Nothing was charged. Retry in a moment.".into(),
         }
     }
@@ -117,7 +136,16 @@ impl ApiError {
 
     fn available_models(&self) -> Option<&[String]> {
         match self {
-            ApiError::ModelNotFound { available, .. } => Some(available),
+            ApiError::ModelNotFound { available, .. }
+            | ApiError::CapacityExhausted { available, .. } => Some(available),
+            _ => None,
+        }
+    }
+
+    /// Seconds for a `retry-after` header, where the error has one.
+    pub fn retry_after_s(&self) -> Option<u64> {
+        match self {
+            ApiError::CapacityExhausted { retry_after_s, .. } => Some(*retry_after_s),
             _ => None,
         }
     }
@@ -143,7 +171,9 @@ impl ApiError {
         }
         match shape {
             ErrorShape::OpenAi => json!({"error": error, "generation_id": generation_id}),
-            ErrorShape::Anthropic => json!({"type": "error", "error": error, "generation_id": generation_id}),
+            ErrorShape::Anthropic => {
+                json!({"type": "error", "error": error, "generation_id": generation_id})
+            }
         }
     }
 }
@@ -154,7 +184,10 @@ mod tests {
 
     #[test]
     fn openai_and_anthropic_shapes() {
-        let e = ApiError::ModelNotFound { model: "x".into(), available: vec!["a".into(), "b".into()] };
+        let e = ApiError::ModelNotFound {
+            model: "x".into(),
+            available: vec!["a".into(), "b".into()],
+        };
         let o = e.body(ErrorShape::OpenAi, "gen-1");
         assert_eq!(e.status(), 404);
         assert_eq!(o["error"]["code"], "model_not_found");
@@ -169,9 +202,17 @@ mod tests {
 
     #[test]
     fn provider_error_message_is_exact() {
-        let e = ApiError::ProviderError { model: "acme/x".into() };
+        let e = ApiError::ProviderError {
+            model: "acme/x".into(),
+        };
         assert_eq!(e.status(), 502);
-        assert_eq!(e.message(), "Model acme/x is not available right now. Nothing was charged. Retry in a moment.");
-        assert_eq!(e.body(ErrorShape::OpenAi, "g")["error"]["type"], "api_error");
+        assert_eq!(
+            e.message(),
+            "Model acme/x is not available right now. Nothing was charged. Retry in a moment."
+        );
+        assert_eq!(
+            e.body(ErrorShape::OpenAi, "g")["error"]["type"],
+            "api_error"
+        );
     }
 }

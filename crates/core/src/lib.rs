@@ -6,9 +6,14 @@
 
 pub mod admin;
 pub mod catalog;
+pub mod classify;
 pub mod dialect;
 pub mod error;
+pub mod generation;
 pub mod keys;
 pub mod money;
+pub mod plan;
+pub mod relay;
+pub mod sse;
 
 pub use error::ApiError;

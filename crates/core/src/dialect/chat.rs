@@ -1,19 +1,37 @@
-//! OpenAI Chat Completions (`POST /v1/chat/completions`): request validation.
+//! OpenAI Chat Completions (`POST /v1/chat/completions`): request validation, what each stream
+//! event means (content, finish, usage, error), non-stream bodies, and the error frame.
 
 use serde_json::Value;
 
-use super::{optional_bool, optional_u64, parse_common, ClientRequest};
+use super::{optional_bool, optional_u64, parse_common, BodyInfo, ClientRequest, EventInfo, Usage};
 use crate::catalog::Api;
+use crate::classify::{FailureClass, Verdict};
 use crate::error::ApiError;
+use crate::sse::SseEvent;
 
 /// Parses and validates a Chat Completions request body.
 pub fn parse_request(bytes: &[u8]) -> Result<ClientRequest, ApiError> {
     let (body, model, provider) = parse_common(bytes)?;
     match body.get("messages") {
         Some(Value::Array(m)) if !m.is_empty() => {}
-        Some(Value::Array(_)) => return Err(ApiError::invalid("`messages` must not be empty.", Some("messages"))),
-        None => return Err(ApiError::invalid("`messages` is required.", Some("messages"))),
-        Some(_) => return Err(ApiError::invalid("`messages` must be an array.", Some("messages"))),
+        Some(Value::Array(_)) => {
+            return Err(ApiError::invalid(
+                "`messages` must not be empty.",
+                Some("messages"),
+            ))
+        }
+        None => {
+            return Err(ApiError::invalid(
+                "`messages` is required.",
+                Some("messages"),
+            ))
+        }
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "`messages` must be an array.",
+                Some("messages"),
+            ))
+        }
     }
     let stream = optional_bool(&body, "stream")?.unwrap_or(false);
     let max_tokens = match optional_u64(&body, "max_completion_tokens")? {
@@ -32,7 +50,12 @@ pub fn parse_request(bytes: &[u8]) -> Result<ClientRequest, ApiError> {
                 ))
             }
         },
-        Some(_) => return Err(ApiError::invalid("`stream_options` must be an object.", Some("stream_options"))),
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "`stream_options` must be an object.",
+                Some("stream_options"),
+            ))
+        }
     };
     Ok(ClientRequest {
         api: Api::Chat,
@@ -64,9 +87,11 @@ mod tests {
 
     #[test]
     fn reads_the_fields_the_gateway_needs() {
-        let r = parse(json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": true,
+        let r = parse(
+            json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": true,
             "max_tokens": 50, "stream_options": {"include_usage": true},
-            "provider": {"only": ["a"], "allow_fallbacks": false}, "models": ["m"]}))
+            "provider": {"only": ["a"], "allow_fallbacks": false}, "models": ["m"]}),
+        )
         .unwrap();
         assert_eq!(r.model, "m");
         assert!(r.stream && r.include_usage);
@@ -80,22 +105,305 @@ mod tests {
         let raw = r#"{"temperature":0.5,"model":"public/m","messages":[{"role":"user","content":"hi"}],"provider":{"sort":"price"},"models":["public/m"],"zeta":1}"#;
         let r = parse_request(raw.as_bytes()).unwrap();
         let out = String::from_utf8(r.upstream_body("up-7")).unwrap();
-        assert_eq!(out, r#"{"temperature":0.5,"model":"up-7","messages":[{"role":"user","content":"hi"}],"zeta":1}"#);
+        assert_eq!(
+            out,
+            r#"{"temperature":0.5,"model":"up-7","messages":[{"role":"user","content":"hi"}],"zeta":1}"#
+        );
     }
 
     #[test]
     fn bad_input_is_a_400_naming_the_field() {
-        assert!(matches!(parse_request(b"{not json"), Err(ApiError::InvalidRequest { .. })));
-        assert!(matches!(parse_request(b"[1]"), Err(ApiError::InvalidRequest { .. })));
-        assert_eq!(param_of(parse(json!({"messages": [{}]})).unwrap_err()).as_deref(), Some("model"));
-        assert_eq!(param_of(parse(json!({"model": 3, "messages": [{}]})).unwrap_err()).as_deref(), Some("model"));
-        assert_eq!(param_of(parse(json!({"model": "m"})).unwrap_err()).as_deref(), Some("messages"));
-        assert_eq!(param_of(parse(json!({"model": "m", "messages": [{}], "stream": "yes"})).unwrap_err()).as_deref(), Some("stream"));
-        assert_eq!(param_of(parse(json!({"model": "m", "messages": [{}], "max_tokens": -1})).unwrap_err()).as_deref(), Some("max_tokens"));
-        assert_eq!(param_of(parse(json!({"model": "m", "messages": [{}], "models": ["m", "n"]})).unwrap_err()).as_deref(), Some("models"));
-        assert_eq!(param_of(parse(json!({"model": "m", "messages": [{}], "provider": {"only": "a"}})).unwrap_err()).as_deref(), Some("provider"));
-        assert_eq!(param_of(parse(json!({"model": "m", "messages": [{}], "provider": {"colour": 1}})).unwrap_err()).as_deref(), Some("provider"));
+        assert!(matches!(
+            parse_request(b"{not json"),
+            Err(ApiError::InvalidRequest { .. })
+        ));
+        assert!(matches!(
+            parse_request(b"[1]"),
+            Err(ApiError::InvalidRequest { .. })
+        ));
+        assert_eq!(
+            param_of(parse(json!({"messages": [{}]})).unwrap_err()).as_deref(),
+            Some("model")
+        );
+        assert_eq!(
+            param_of(parse(json!({"model": 3, "messages": [{}]})).unwrap_err()).as_deref(),
+            Some("model")
+        );
+        assert_eq!(
+            param_of(parse(json!({"model": "m"})).unwrap_err()).as_deref(),
+            Some("messages")
+        );
+        assert_eq!(
+            param_of(parse(json!({"model": "m", "messages": [{}], "stream": "yes"})).unwrap_err())
+                .as_deref(),
+            Some("stream")
+        );
+        assert_eq!(
+            param_of(parse(json!({"model": "m", "messages": [{}], "max_tokens": -1})).unwrap_err())
+                .as_deref(),
+            Some("max_tokens")
+        );
+        assert_eq!(
+            param_of(
+                parse(json!({"model": "m", "messages": [{}], "models": ["m", "n"]})).unwrap_err()
+            )
+            .as_deref(),
+            Some("models")
+        );
+        assert_eq!(
+            param_of(
+                parse(json!({"model": "m", "messages": [{}], "provider": {"only": "a"}}))
+                    .unwrap_err()
+            )
+            .as_deref(),
+            Some("provider")
+        );
+        assert_eq!(
+            param_of(
+                parse(json!({"model": "m", "messages": [{}], "provider": {"colour": 1}}))
+                    .unwrap_err()
+            )
+            .as_deref(),
+            Some("provider")
+        );
         let big = vec![b' '; super::super::MAX_BODY_BYTES + 1];
-        assert!(matches!(parse_request(&big), Err(ApiError::InvalidRequest { .. })));
+        assert!(matches!(
+            parse_request(&big),
+            Err(ApiError::InvalidRequest { .. })
+        ));
+    }
+}
+
+/// What one Chat Completions stream event means to the gateway.
+pub fn inspect_event(ev: &SseEvent) -> EventInfo {
+    if !ev.has_data {
+        return EventInfo::default(); // comment, keep-alive, empty event
+    }
+    let data = ev.data.trim();
+    if data == "[DONE]" {
+        return EventInfo {
+            done: true,
+            ..EventInfo::default()
+        };
+    }
+    let Ok(v) = serde_json::from_str::<Value>(data) else {
+        return EventInfo {
+            malformed: true,
+            ..EventInfo::default()
+        };
+    };
+    if crate::classify::is_error_payload(&v) {
+        return EventInfo {
+            error: Some(v),
+            ..EventInfo::default()
+        };
+    }
+    let mut info = EventInfo::default();
+    let choices = v.get("choices").and_then(Value::as_array);
+    for choice in choices.into_iter().flatten() {
+        if let Some(delta) = choice.get("delta") {
+            for field in ["content", "reasoning", "reasoning_content", "refusal"] {
+                if let Some(s) = delta.get(field).and_then(Value::as_str) {
+                    if !s.is_empty() {
+                        info.content = true;
+                        info.output_chars += s.chars().count();
+                    }
+                }
+            }
+            if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
+                if !calls.is_empty() {
+                    info.content = true;
+                    info.output_chars += calls.iter().map(|c| c.to_string().len()).sum::<usize>();
+                }
+            }
+        }
+        if choice.get("finish_reason").is_some_and(|f| !f.is_null()) {
+            info.finished = true;
+        }
+    }
+    if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
+        info.usage = usage_from(u);
+        info.usage_only = choices.is_none_or(|c| c.is_empty());
+    }
+    info.id = v.get("id").and_then(Value::as_str).map(str::to_string);
+    info.model = v.get("model").and_then(Value::as_str).map(str::to_string);
+    info
+}
+
+fn usage_from(u: &Value) -> Option<Usage> {
+    let input = u.get("prompt_tokens").and_then(Value::as_u64)?;
+    let output = u.get("completion_tokens").and_then(Value::as_u64)?;
+    Some(Usage {
+        input_tokens: input,
+        output_tokens: output,
+    })
+}
+
+/// A whole non-stream Chat Completions body: its usage and output size if it is a valid answer,
+/// else why not.
+pub fn inspect_body(body: &[u8]) -> Result<BodyInfo, Verdict> {
+    let bad = |message: &str| Verdict {
+        class: FailureClass::BadResponse,
+        message: Some(message.to_string()),
+        param: None,
+        retry_after_ms: None,
+    };
+    let v: Value = serde_json::from_slice(body).map_err(|_| bad("unparseable response body"))?;
+    if crate::classify::is_error_payload(&v) {
+        return Err(crate::classify::classify_error_payload(&v));
+    }
+    let choices = v
+        .get("choices")
+        .and_then(Value::as_array)
+        .ok_or_else(|| bad("response has no choices"))?;
+    let output_chars = choices
+        .iter()
+        .filter_map(|c| c.get("message"))
+        .map(|m| {
+            ["content", "reasoning", "reasoning_content", "refusal"]
+                .iter()
+                .filter_map(|f| m.get(*f).and_then(Value::as_str))
+                .map(|s| s.chars().count())
+                .sum::<usize>()
+                + m.get("tool_calls").map_or(0, |t| t.to_string().len())
+        })
+        .sum();
+    Ok(BodyInfo {
+        usage: v.get("usage").and_then(usage_from),
+        output_chars,
+    })
+}
+
+/// Sets `stream_options.include_usage` so the upstream reports usage at the end of a stream
+/// (SPEC §7); the relay drops that chunk again unless the client asked for it.
+pub fn request_usage(body: &mut serde_json::Map<String, Value>) {
+    let opts = body
+        .entry("stream_options")
+        .or_insert_with(|| Value::Object(Default::default()));
+    if let Some(o) = opts.as_object_mut() {
+        o.insert("include_usage".into(), Value::Bool(true));
+    }
+}
+
+/// The chat error frame that ends a broken stream (SPEC §7), followed by `[DONE]`.
+pub fn error_frame(id: &str, model: &str, message: &str) -> Vec<u8> {
+    let frame = serde_json::json!({
+        "id": id,
+        "object": "chat.completion.chunk",
+        "model": model,
+        "choices": [{"index": 0, "delta": {}, "finish_reason": "error"}],
+        "error": {"code": 502, "message": message, "metadata": {"error_type": "provider_unavailable"}},
+    });
+    format!("data: {frame}\n\ndata: [DONE]\n\n").into_bytes()
+}
+
+/// `[DONE]`, for a stream that finished but closed without it.
+pub const DONE_FRAME: &[u8] = b"data: [DONE]\n\n";
+
+#[cfg(test)]
+mod stream_tests {
+    use super::*;
+
+    fn ev(data: &str) -> SseEvent {
+        SseEvent {
+            raw: format!("data: {data}\n\n").into_bytes(),
+            event: None,
+            data: data.into(),
+            has_data: true,
+        }
+    }
+
+    #[test]
+    fn content_detection() {
+        let role = inspect_event(&ev(
+            r#"{"id":"c1","model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}"#,
+        ));
+        assert!(!role.content, "a role-only chunk is not content");
+        assert_eq!(role.id.as_deref(), Some("c1"));
+        let text = inspect_event(&ev(r#"{"choices":[{"index":0,"delta":{"content":"Hi"}}]}"#));
+        assert!(text.content);
+        assert_eq!(text.output_chars, 2);
+        assert!(inspect_event(&ev(r#"{"choices":[{"delta":{"reasoning":"hmm"}}]}"#)).content);
+        assert!(
+            inspect_event(&ev(
+                r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"name":"f"}}]}}]}"#
+            ))
+            .content
+        );
+        assert!(inspect_event(&ev(r#"{"choices":[{"delta":{"refusal":"no"}}]}"#)).content);
+        let comment = SseEvent {
+            raw: b": keep-alive\n\n".to_vec(),
+            ..SseEvent::default()
+        };
+        assert_eq!(inspect_event(&comment), EventInfo::default());
+        assert!(inspect_event(&ev("[DONE]")).done);
+        assert!(inspect_event(&ev("{not json")).malformed);
+        assert!(inspect_event(&ev(r#"{"error":{"message":"boom"}}"#))
+            .error
+            .is_some());
+    }
+
+    #[test]
+    fn finish_and_usage() {
+        let fin = inspect_event(&ev(
+            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+        ));
+        assert!(fin.finished && !fin.content);
+        let usage = inspect_event(&ev(
+            r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":7,"total_tokens":12}}"#,
+        ));
+        assert_eq!(
+            usage.usage,
+            Some(Usage {
+                input_tokens: 5,
+                output_tokens: 7
+            })
+        );
+        assert!(usage.usage_only);
+        let both = inspect_event(&ev(
+            r#"{"choices":[{"delta":{"content":"x"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1}}"#,
+        ));
+        assert!(both.content && both.finished && !both.usage_only);
+    }
+
+    #[test]
+    fn non_stream_bodies() {
+        let ok = inspect_body(br#"{"choices":[{"message":{"role":"assistant","content":"Hello"}}],"usage":{"prompt_tokens":3,"completion_tokens":2}}"#).unwrap();
+        assert_eq!(
+            ok.usage,
+            Some(Usage {
+                input_tokens: 3,
+                output_tokens: 2
+            })
+        );
+        assert_eq!(ok.output_chars, 5);
+        assert_eq!(
+            inspect_body(b"{trunc").unwrap_err().class,
+            FailureClass::BadResponse
+        );
+        assert_eq!(
+            inspect_body(b"{}").unwrap_err().class,
+            FailureClass::BadResponse
+        );
+        assert_eq!(
+            inspect_body(br#"{"error":{"message":"The server is overloaded"}}"#)
+                .unwrap_err()
+                .class,
+            FailureClass::Overloaded
+        );
+    }
+
+    #[test]
+    fn error_frame_shape() {
+        let f = String::from_utf8(error_frame("c1", "m", "cut")).unwrap();
+        assert!(f.starts_with("data: {"));
+        assert!(f.ends_with("data: [DONE]\n\n"));
+        let first: Value =
+            serde_json::from_str(f.lines().next().unwrap().trim_start_matches("data: ")).unwrap();
+        assert_eq!(first["choices"][0]["finish_reason"], "error");
+        assert_eq!(
+            first["error"]["metadata"]["error_type"],
+            "provider_unavailable"
+        );
     }
 }

@@ -14,6 +14,44 @@ use crate::error::ApiError;
 /// Largest request body accepted (SPEC §13).
 pub const MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
 
+/// Token counts reported by an upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+/// What one stream event means to the gateway, whatever the dialect.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct EventInfo {
+    /// Carries output: text, reasoning, a tool call or a refusal (the commit point, SPEC §6).
+    pub content: bool,
+    /// Characters of output it carries (for estimates when usage never comes).
+    pub output_chars: usize,
+    /// A finish reason was given: the answer is complete.
+    pub finished: bool,
+    /// The end-of-stream sentinel (`[DONE]`, `message_stop`, `response.completed`).
+    pub done: bool,
+    /// Usage reported in this event.
+    pub usage: Option<Usage>,
+    /// The event carries usage and nothing else (dropped unless the client asked for it).
+    pub usage_only: bool,
+    /// An error event's payload.
+    pub error: Option<Value>,
+    /// Not parseable.
+    pub malformed: bool,
+    /// The stream's id and model, for the error frame.
+    pub id: Option<String>,
+    pub model: Option<String>,
+}
+
+/// A whole non-stream answer.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct BodyInfo {
+    pub usage: Option<Usage>,
+    pub output_chars: usize,
+}
+
 /// The error body shape a client expects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorShape {
@@ -85,9 +123,13 @@ pub struct ClientRequest {
 
 impl ClientRequest {
     /// The body to send to a route: the client's, with `model` set to the route's upstream model.
+    /// Chat streams also ask the upstream for usage (SPEC §7).
     pub fn upstream_body(&self, upstream_model: &str) -> Vec<u8> {
         let mut body = self.body.clone();
         body.insert("model".into(), Value::String(upstream_model.to_string()));
+        if self.api == Api::Chat && self.stream {
+            chat::request_usage(&mut body);
+        }
         serde_json::to_vec(&body).unwrap_or_default()
     }
 
@@ -98,21 +140,34 @@ impl ClientRequest {
 }
 
 /// Shared first steps of every dialect: size limit, JSON object, `model`, `models`, `provider`.
-pub(crate) fn parse_common(bytes: &[u8]) -> Result<(Map<String, Value>, String, ProviderPrefs), ApiError> {
+pub(crate) fn parse_common(
+    bytes: &[u8],
+) -> Result<(Map<String, Value>, String, ProviderPrefs), ApiError> {
     if bytes.len() > MAX_BODY_BYTES {
-        return Err(ApiError::invalid("Request body is larger than 10 MiB.", None));
+        return Err(ApiError::invalid(
+            "Request body is larger than 10 MiB.",
+            None,
+        ));
     }
     let value: Value = serde_json::from_slice(bytes)
         .map_err(|e| ApiError::invalid(format!("Request body is not valid JSON: {e}."), None))?;
     let Value::Object(mut body) = value else {
-        return Err(ApiError::invalid("Request body must be a JSON object.", None));
+        return Err(ApiError::invalid(
+            "Request body must be a JSON object.",
+            None,
+        ));
     };
     let model = match body.get("model") {
         Some(Value::String(m)) if !m.trim().is_empty() => m.clone(),
         Some(Value::String(_)) | None => {
             return Err(ApiError::invalid("`model` is required.", Some("model")));
         }
-        Some(_) => return Err(ApiError::invalid("`model` must be a string.", Some("model"))),
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "`model` must be a string.",
+                Some("model"),
+            ))
+        }
     };
     match body.remove("models") {
         None | Some(Value::Null) => {}
@@ -125,37 +180,57 @@ pub(crate) fn parse_common(bytes: &[u8]) -> Result<(Map<String, Value>, String, 
             }
             if let Some(only) = list.first() {
                 if only.as_str() != Some(model.as_str()) {
-                    return Err(ApiError::invalid("`models` may only repeat `model`.", Some("models")));
+                    return Err(ApiError::invalid(
+                        "`models` may only repeat `model`.",
+                        Some("models"),
+                    ));
                 }
             }
         }
-        Some(_) => return Err(ApiError::invalid("`models` must be an array of model ids.", Some("models"))),
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "`models` must be an array of model ids.",
+                Some("models"),
+            ))
+        }
     }
     let provider = match body.remove("provider") {
         None | Some(Value::Null) => ProviderPrefs::default(),
-        Some(v) => serde_json::from_value::<ProviderPrefs>(v)
-            .map_err(|e| ApiError::invalid(format!("Invalid `provider`: {e}."), Some("provider")))?,
+        Some(v) => serde_json::from_value::<ProviderPrefs>(v).map_err(|e| {
+            ApiError::invalid(format!("Invalid `provider`: {e}."), Some("provider"))
+        })?,
     };
     Ok((body, model, provider))
 }
 
 /// Reads an optional non-negative integer field.
-pub(crate) fn optional_u64(body: &Map<String, Value>, field: &str) -> Result<Option<u64>, ApiError> {
+pub(crate) fn optional_u64(
+    body: &Map<String, Value>,
+    field: &str,
+) -> Result<Option<u64>, ApiError> {
     match body.get(field) {
         None | Some(Value::Null) => Ok(None),
-        Some(v) => v
-            .as_u64()
-            .map(Some)
-            .ok_or_else(|| ApiError::invalid(format!("`{field}` must be a non-negative integer."), Some(field))),
+        Some(v) => v.as_u64().map(Some).ok_or_else(|| {
+            ApiError::invalid(
+                format!("`{field}` must be a non-negative integer."),
+                Some(field),
+            )
+        }),
     }
 }
 
 /// Reads an optional boolean field.
-pub(crate) fn optional_bool(body: &Map<String, Value>, field: &str) -> Result<Option<bool>, ApiError> {
+pub(crate) fn optional_bool(
+    body: &Map<String, Value>,
+    field: &str,
+) -> Result<Option<bool>, ApiError> {
     match body.get(field) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Bool(b)) => Ok(Some(*b)),
-        Some(_) => Err(ApiError::invalid(format!("`{field}` must be true or false."), Some(field))),
+        Some(_) => Err(ApiError::invalid(
+            format!("`{field}` must be true or false."),
+            Some(field),
+        )),
     }
 }
 
@@ -184,7 +259,11 @@ pub fn redact(text: &str, secret: Option<&str>) -> String {
             .split(' ')
             .map(|word| {
                 let bare = word.trim_start_matches(|c: char| !c.is_ascii_alphanumeric());
-                if bare.starts_with("sk-") { "[redacted]" } else { word }
+                if bare.starts_with("sk-") {
+                    "[redacted]"
+                } else {
+                    word
+                }
             })
             .collect::<Vec<_>>()
             .join(" ");
@@ -198,17 +277,32 @@ mod tests {
 
     #[test]
     fn finds_upstream_messages() {
-        assert_eq!(upstream_error_message(br#"{"error":{"message":"bad temp","type":"x"}}"#).as_deref(), Some("bad temp"));
+        assert_eq!(
+            upstream_error_message(br#"{"error":{"message":"bad temp","type":"x"}}"#).as_deref(),
+            Some("bad temp")
+        );
         assert_eq!(upstream_error_message(br#"{"type":"error","error":{"type":"invalid_request_error","message":"too long"}}"#).as_deref(), Some("too long"));
-        assert_eq!(upstream_error_message(br#"{"message":"plain"}"#).as_deref(), Some("plain"));
-        assert_eq!(upstream_error_message(br#"{"error":"flat"}"#).as_deref(), Some("flat"));
+        assert_eq!(
+            upstream_error_message(br#"{"message":"plain"}"#).as_deref(),
+            Some("plain")
+        );
+        assert_eq!(
+            upstream_error_message(br#"{"error":"flat"}"#).as_deref(),
+            Some("flat")
+        );
         assert_eq!(upstream_error_message(b"<html>"), None);
     }
 
     #[test]
     fn redacts_keys() {
-        assert_eq!(redact("Incorrect API key provided: sk-abc***xyz.", None), "Incorrect API key provided: [redacted]");
-        assert_eq!(redact("key UPSTREAM-SECRET-1 refused", Some("UPSTREAM-SECRET-1")), "key [redacted] refused");
+        assert_eq!(
+            redact("Incorrect API key provided: sk-abc***xyz.", None),
+            "Incorrect API key provided: [redacted]"
+        );
+        assert_eq!(
+            redact("key UPSTREAM-SECRET-1 refused", Some("UPSTREAM-SECRET-1")),
+            "key [redacted] refused"
+        );
         assert_eq!(redact("nothing here", Some("s3cr3t")), "nothing here");
     }
 }

@@ -1,0 +1,807 @@
+//! Which routes a request tries, in what order, with which first-content deadline (SPEC §3, §5),
+//! and how each failure narrows what is left (SPEC §4).
+//!
+//! A [`Plan`] starts from the model's routes in their usual order (catalog order, or the health
+//! order the caller passes in), keeps those that serve the request's dialect and pass its
+//! `provider` filters, and then hands out attempts one at a time. After each failure the driver
+//! reports the verdict; the plan narrows the rest (a larger context window after
+//! `context_length`, routes not listing the parameter after `unsupported_param`, no route on an
+//! account that failed as `account`) or stops (`invalid_request`). Time is an argument.
+
+use crate::catalog::{Api, Catalog, Model, Policy, Route};
+use crate::classify::{FailureClass, Verdict};
+use crate::dialect::{ClientRequest, Sort};
+use crate::error::ApiError;
+
+/// What the caller knows about one route's health right now (the seam for SPEC §8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RouteHealth {
+    /// Demoted routes go last and never get the last-route deadline if a healthy one can.
+    pub demoted: bool,
+    pub consecutive_failures: u32,
+}
+
+/// One attempt to make.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attempt {
+    /// Index into the model's `routes`.
+    pub route: usize,
+    /// First-content limit for this attempt, in ms (already cut to the remaining budget).
+    pub deadline_ms: u64,
+    /// This is the one more try for a slow route (SPEC §5).
+    pub extra_try: bool,
+}
+
+#[derive(Debug, Clone)]
+struct Candidate {
+    route: usize,
+    health: RouteHealth,
+    account: String,
+    context_window: u64,
+}
+
+/// How a request ended when no route answered.
+#[derive(Debug, Clone, PartialEq)]
+struct Failure {
+    route: usize,
+    verdict: Verdict,
+}
+
+#[derive(Debug, Clone)]
+pub struct Plan {
+    stream: bool,
+    api: Api,
+    reasoning: bool,
+    max_tokens: u64,
+    policy: Policy,
+    candidates: Vec<Candidate>,
+    slow: Vec<bool>,
+    unsupported: Vec<Vec<String>>,
+    /// Position of the next candidate to consider.
+    next: usize,
+    attempts: u32,
+    max_attempts: u32,
+    budget_ends_ms: u64,
+    min_context: Option<u64>,
+    excluded_param: Vec<String>,
+    excluded_accounts: Vec<String>,
+    failures: Vec<Failure>,
+    stopped: Option<ApiError>,
+    extra_try_used: bool,
+    long_deadline_given: bool,
+    model_id: String,
+}
+
+fn matches_pref(list: &[String], route: &Route) -> bool {
+    list.iter().any(|p| p == &route.provider || p == &route.id)
+}
+
+impl Plan {
+    /// Plans a request. `order` is the usual order of route indexes with their health (catalog
+    /// order when health knows nothing); `allow_fallbacks` is already decided (request → key →
+    /// account → platform).
+    pub fn new(
+        catalog: &Catalog,
+        model: &Model,
+        request: &ClientRequest,
+        policy: &Policy,
+        order: &[(usize, RouteHealth)],
+        allow_fallbacks: bool,
+        now_ms: u64,
+    ) -> Result<Plan, ApiError> {
+        let prefs = &request.provider;
+        let serving: Vec<(usize, RouteHealth)> = order
+            .iter()
+            .copied()
+            .filter(|(i, _)| {
+                model
+                    .routes
+                    .get(*i)
+                    .is_some_and(|r| r.apis.contains(&request.api))
+            })
+            .collect();
+        if serving.is_empty() {
+            return Err(ApiError::SupplyNotConfigured {
+                model: model.id.clone(),
+            });
+        }
+        let mut kept: Vec<(usize, RouteHealth)> = serving
+            .into_iter()
+            .filter(|(i, _)| {
+                let Some(r) = model.routes.get(*i) else {
+                    return false;
+                };
+                if prefs
+                    .only
+                    .as_ref()
+                    .is_some_and(|only| !matches_pref(only, r))
+                {
+                    return false;
+                }
+                if prefs
+                    .ignore
+                    .as_ref()
+                    .is_some_and(|ignore| matches_pref(ignore, r))
+                {
+                    return false;
+                }
+                if let Some(max) = &prefs.max_price {
+                    if max.prompt.is_some_and(|p| r.price.input_per_mtok > p)
+                        || max.completion.is_some_and(|c| r.price.output_per_mtok > c)
+                    {
+                        return false;
+                    }
+                }
+                true
+            })
+            .collect();
+        if kept.is_empty() {
+            return Err(ApiError::invalid(
+                format!(
+                    "No route of model {} matches the request's `provider` preferences.",
+                    model.id
+                ),
+                Some("provider"),
+            ));
+        }
+        if prefs.sort == Some(Sort::Price) {
+            // Stable: equal prices keep their usual order; demoted routes stay behind healthy ones.
+            kept.sort_by(|(a, ha), (b, hb)| {
+                let price = |i: &usize| {
+                    model.routes.get(*i).map_or(f64::MAX, |r| {
+                        r.price.input_per_mtok + r.price.output_per_mtok
+                    })
+                };
+                ha.demoted
+                    .cmp(&hb.demoted)
+                    .then(price(a).total_cmp(&price(b)))
+            });
+        }
+        if let Some(order) = &prefs.order {
+            // Listed routes first, in the listed order; the rest keep theirs.
+            let rank = |i: &usize| {
+                model
+                    .routes
+                    .get(*i)
+                    .and_then(|r| order.iter().position(|p| p == &r.provider || p == &r.id))
+                    .unwrap_or(usize::MAX)
+            };
+            kept.sort_by_key(|(i, _)| rank(i));
+        }
+        let max_attempts = if allow_fallbacks {
+            match policy.max_attempts {
+                0 => u32::MAX,
+                n => n,
+            }
+        } else {
+            1
+        };
+        let candidates = kept
+            .into_iter()
+            .filter_map(|(i, health)| {
+                let r = model.routes.get(i)?;
+                Some(Candidate {
+                    route: i,
+                    health,
+                    account: catalog
+                        .provider(&r.provider)
+                        .map(|p| p.account().to_string())
+                        .unwrap_or_default(),
+                    context_window: r.context_window.unwrap_or(model.context_window),
+                })
+            })
+            .collect();
+        Ok(Plan {
+            stream: request.stream,
+            api: request.api,
+            reasoning: model.reasoning,
+            max_tokens: request.max_tokens.unwrap_or(model.max_output_tokens),
+            policy: policy.clone(),
+            candidates,
+            slow: model.routes.iter().map(|r| r.slow).collect(),
+            unsupported: model
+                .routes
+                .iter()
+                .map(|r| r.unsupported_params.clone())
+                .collect(),
+            next: 0,
+            attempts: 0,
+            max_attempts,
+            budget_ends_ms: now_ms.saturating_add(policy.pre_content_budget_ms),
+            min_context: None,
+            excluded_param: Vec::new(),
+            excluded_accounts: Vec::new(),
+            failures: Vec::new(),
+            stopped: None,
+            extra_try_used: false,
+            long_deadline_given: false,
+            model_id: model.id.clone(),
+        })
+    }
+
+    fn eligible(&self, c: &Candidate) -> bool {
+        if self.min_context.is_some_and(|min| c.context_window <= min) {
+            return false;
+        }
+        if self.excluded_accounts.contains(&c.account) {
+            return false;
+        }
+        let unsupported = self
+            .unsupported
+            .get(c.route)
+            .map(Vec::as_slice)
+            .unwrap_or(&[]);
+        !self.excluded_param.iter().any(|p| unsupported.contains(p))
+    }
+
+    /// The non-stream limit: base + 1 s per 20 tokens of output, capped (SPEC §5).
+    fn nonstream_limit(&self, base_ms: u64) -> u64 {
+        let per = self
+            .max_tokens
+            .div_ceil(20)
+            .saturating_mul(self.policy.nonstream_per_20_tokens_ms);
+        base_ms
+            .saturating_add(per)
+            .min(self.policy.nonstream_cap_ms.max(base_ms))
+    }
+
+    fn first_content_limit(&self, route: usize, is_last: bool) -> u64 {
+        let p = &self.policy;
+        let base = if !self.stream {
+            self.nonstream_limit(p.nonstream_base_ms)
+        } else if self.slow.get(route).copied().unwrap_or(false) {
+            p.slow_route_stream_first_content_ms
+        } else if self.reasoning && self.api == Api::Chat {
+            p.reasoning_stream_first_content_ms
+        } else {
+            p.stream_first_content_ms
+        };
+        if is_last {
+            base.max(p.last_route_min_ms)
+        } else {
+            base
+        }
+    }
+
+    /// The next attempt, or `None` when the plan is exhausted (then see [`Plan::final_error`]).
+    pub fn next_attempt(&mut self, now_ms: u64) -> Option<Attempt> {
+        if self.stopped.is_some()
+            || self.attempts >= self.max_attempts
+            || now_ms >= self.budget_ends_ms
+        {
+            return None;
+        }
+        while self.next < self.candidates.len() {
+            let idx = self.next;
+            self.next += 1;
+            let c = &self.candidates[idx];
+            if !self.eligible(c) {
+                continue;
+            }
+            // The routes that will be tried if every one fails: this one and the next eligible
+            // ones up to the attempt limit. The last of them gets the long deadline — unless it is
+            // demoted, then the last healthy one among them does (SPEC §5).
+            let remaining = (self.max_attempts - self.attempts) as usize;
+            let window: Vec<&Candidate> = std::iter::once(c)
+                .chain(
+                    self.candidates[idx + 1..]
+                        .iter()
+                        .filter(|c| self.eligible(c))
+                        .take(remaining.saturating_sub(1)),
+                )
+                .collect();
+            let longest = window
+                .iter()
+                .rposition(|r| !r.health.demoted)
+                .unwrap_or(window.len() - 1);
+            // Once a healthy route got it, a demoted one after it does not.
+            let is_last = longest == 0 && !self.long_deadline_given;
+            self.long_deadline_given |= is_last;
+            let route = c.route;
+            self.attempts += 1;
+            let limit = self.first_content_limit(route, is_last);
+            return Some(Attempt {
+                route,
+                deadline_ms: limit.min(self.budget_ends_ms - now_ms),
+                extra_try: false,
+            });
+        }
+        None
+    }
+
+    /// Reports how an attempt failed; narrows or stops the rest of the plan.
+    pub fn record_failure(&mut self, route: usize, verdict: Verdict) {
+        match verdict.class {
+            FailureClass::InvalidRequest => {
+                self.stopped = Some(ApiError::UpstreamInvalidRequest {
+                    message: verdict
+                        .message
+                        .clone()
+                        .unwrap_or_else(|| "The provider refused the request.".into()),
+                });
+            }
+            FailureClass::Cancelled => {
+                self.stopped = Some(ApiError::ProviderError {
+                    model: self.model_id.clone(),
+                });
+            }
+            FailureClass::ContextLength => {
+                let window = self
+                    .candidates
+                    .iter()
+                    .find(|c| c.route == route)
+                    .map(|c| c.context_window);
+                self.min_context = self.min_context.max(window);
+            }
+            FailureClass::UnsupportedParam => {
+                if let Some(p) = &verdict.param {
+                    self.excluded_param.push(p.clone());
+                } else if let Some(listed) = self.unsupported.get(route) {
+                    // The route rejected a parameter it does not list: skip routes with the same list.
+                    self.excluded_param.extend(listed.iter().cloned());
+                }
+            }
+            FailureClass::Account => {
+                if let Some(c) = self.candidates.iter().find(|c| c.route == route) {
+                    self.excluded_accounts.push(c.account.clone());
+                }
+            }
+            _ => {}
+        }
+        self.failures.push(Failure { route, verdict });
+    }
+
+    /// The one more try for a slow route (SPEC §5): when every route failed and at least one
+    /// failed by timeout, the timed-out route with the fewest consecutive failures (tie: usual
+    /// order), once, with the last-route limit. The caller checks the client is still there.
+    pub fn extra_try(&mut self, now_ms: u64) -> Option<Attempt> {
+        if self.extra_try_used || self.stopped.is_some() || now_ms >= self.budget_ends_ms {
+            return None;
+        }
+        let route = self
+            .candidates
+            .iter()
+            .filter(|c| {
+                self.failures
+                    .iter()
+                    .any(|f| f.route == c.route && f.verdict.class == FailureClass::Timeout)
+            })
+            .min_by_key(|c| c.health.consecutive_failures)?
+            .route;
+        self.extra_try_used = true;
+        let base = self.policy.last_route_min_ms;
+        let limit = if self.stream {
+            base
+        } else {
+            self.nonstream_limit(base)
+        };
+        Some(Attempt {
+            route,
+            deadline_ms: limit.min(self.budget_ends_ms - now_ms),
+            extra_try: true,
+        })
+    }
+
+    /// Every failure so far, in order.
+    pub fn failures(&self) -> impl Iterator<Item = (usize, &Verdict)> {
+        self.failures.iter().map(|f| (f.route, &f.verdict))
+    }
+
+    /// The error for a request no route answered (SPEC §13). `available` lists models with a
+    /// healthy route right now, for the 503.
+    pub fn final_error(&self, available: Vec<String>) -> ApiError {
+        if let Some(e) = &self.stopped {
+            return e.clone();
+        }
+        let Some(last) = self.failures.last() else {
+            return ApiError::ProviderError {
+                model: self.model_id.clone(),
+            };
+        };
+        let all_client = self.failures.iter().all(|f| {
+            matches!(
+                f.verdict.class,
+                FailureClass::ContextLength
+                    | FailureClass::UnsupportedParam
+                    | FailureClass::ContentPolicy
+            )
+        });
+        if all_client {
+            return ApiError::UpstreamInvalidRequest {
+                message: last
+                    .verdict
+                    .message
+                    .clone()
+                    .unwrap_or_else(|| "The provider refused the request.".into()),
+            };
+        }
+        if self.failures.iter().all(|f| f.verdict.class.is_capacity()) {
+            let retry_after_ms = self
+                .failures
+                .iter()
+                .filter_map(|f| f.verdict.retry_after_ms)
+                .max()
+                .unwrap_or(0);
+            return ApiError::CapacityExhausted {
+                model: self.model_id.clone(),
+                available,
+                retry_after_s: retry_after_ms.div_ceil(1000).max(1),
+            };
+        }
+        ApiError::ProviderError {
+            model: self.model_id.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dialect::chat;
+    use serde_json::json;
+
+    fn catalog(routes: serde_json::Value, reasoning: bool) -> Catalog {
+        Catalog::parse(
+            json!({
+                "providers": [
+                    {"id": "a", "base_url": "http://a/v1", "auth": "bearer", "account": "acct-a"},
+                    {"id": "b", "base_url": "http://b/v1", "auth": "bearer", "account": "acct-b"},
+                    {"id": "a2", "base_url": "http://a2/v1", "auth": "bearer", "account": "acct-a"}
+                ],
+                "models": [{"id": "m", "reasoning": reasoning, "context_window": 8000, "max_output_tokens": 1000, "routes": routes}]
+            })
+            .to_string()
+            .as_bytes(),
+        )
+        .unwrap()
+    }
+
+    fn route(id: &str, provider: &str, extra: serde_json::Value) -> serde_json::Value {
+        let mut r = json!({"id": id, "provider": provider, "upstream_model": "u", "apis": ["chat"],
+                           "price": {"input_per_mtok": 1.0, "output_per_mtok": 2.0}});
+        for (k, v) in extra.as_object().unwrap() {
+            r[k] = v.clone();
+        }
+        r
+    }
+
+    fn three() -> Catalog {
+        catalog(
+            json!([
+                route("r0", "a", json!({})),
+                route("r1", "b", json!({})),
+                route("r2", "a2", json!({}))
+            ]),
+            false,
+        )
+    }
+
+    fn request(body: serde_json::Value) -> ClientRequest {
+        let mut b = json!({"model": "m", "messages": [{"role": "user", "content": "x"}]});
+        for (k, v) in body.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        chat::parse_request(b.to_string().as_bytes()).unwrap()
+    }
+
+    fn plan_with(
+        c: &Catalog,
+        body: serde_json::Value,
+        health: &[RouteHealth],
+        fallbacks: bool,
+    ) -> Plan {
+        let model = c.model("m").unwrap();
+        let order: Vec<(usize, RouteHealth)> = (0..model.routes.len())
+            .map(|i| (i, health.get(i).copied().unwrap_or_default()))
+            .collect();
+        Plan::new(
+            c,
+            model,
+            &request(body),
+            &c.policy_for(model),
+            &order,
+            fallbacks,
+            0,
+        )
+        .unwrap()
+    }
+
+    fn verdict(class: FailureClass) -> Verdict {
+        Verdict {
+            class,
+            message: Some(format!("{class:?}")),
+            param: None,
+            retry_after_ms: None,
+        }
+    }
+
+    fn drain(p: &mut Plan, class: FailureClass) -> Vec<(usize, u64)> {
+        let mut out = vec![];
+        while let Some(a) = p.next_attempt(0) {
+            out.push((a.route, a.deadline_ms));
+            p.record_failure(a.route, verdict(class));
+        }
+        out
+    }
+
+    #[test]
+    fn tries_every_route_in_order_and_the_last_gets_sixty_seconds() {
+        let c = three();
+        let mut p = plan_with(&c, json!({"stream": true}), &[], true);
+        assert_eq!(
+            drain(&mut p, FailureClass::Upstream5xx),
+            vec![(0, 15_000), (1, 15_000), (2, 60_000)]
+        );
+        assert_eq!(
+            p.final_error(vec![]),
+            ApiError::ProviderError { model: "m".into() }
+        );
+    }
+
+    #[test]
+    fn deadlines_for_reasoning_slow_and_non_stream() {
+        let c = catalog(
+            json!([
+                route("r0", "a", json!({"slow": true})),
+                route("r1", "b", json!({})),
+                route("r2", "b", json!({}))
+            ]),
+            true,
+        );
+        let mut p = plan_with(&c, json!({"stream": true}), &[], true);
+        assert_eq!(
+            drain(&mut p, FailureClass::Timeout),
+            vec![(0, 30_000), (1, 45_000), (2, 60_000)]
+        );
+        // Non-stream: 15 s + 1 s per 20 tokens of max_tokens (model's 1000 when absent), capped at 300 s.
+        let mut p = plan_with(&c, json!({"max_tokens": 100}), &[], true);
+        assert_eq!(p.next_attempt(0).unwrap().deadline_ms, 20_000);
+        let mut p = plan_with(&c, json!({}), &[], true);
+        assert_eq!(p.next_attempt(0).unwrap().deadline_ms, 65_000);
+        let mut p = plan_with(&c, json!({"max_tokens": 1_000_000}), &[], true);
+        assert_eq!(p.next_attempt(0).unwrap().deadline_ms, 300_000);
+    }
+
+    #[test]
+    fn a_demoted_last_route_passes_the_long_deadline_to_the_last_healthy_one() {
+        let c = three();
+        let demoted = RouteHealth {
+            demoted: true,
+            consecutive_failures: 3,
+        };
+        // Usual order already has the demoted route last (the caller orders by health).
+        let mut p = plan_with(
+            &c,
+            json!({"stream": true}),
+            &[RouteHealth::default(), RouteHealth::default(), demoted],
+            true,
+        );
+        assert_eq!(
+            drain(&mut p, FailureClass::Timeout),
+            vec![(0, 15_000), (1, 60_000), (2, 15_000)]
+        );
+    }
+
+    #[test]
+    fn allow_fallbacks_false_and_max_attempts_limit_tries() {
+        let c = three();
+        let mut p = plan_with(&c, json!({"stream": true}), &[], false);
+        assert_eq!(
+            drain(&mut p, FailureClass::Upstream5xx),
+            vec![(0, 60_000)],
+            "one try, and it is the last"
+        );
+        let mut c = three();
+        c = Catalog::parse(
+            json!({"providers": serde_json::to_value(&c.doc().providers).unwrap(),
+                   "models": serde_json::to_value(&c.doc().models).unwrap(),
+                   "policy": {"max_attempts": 2}})
+            .to_string()
+            .as_bytes(),
+        )
+        .unwrap();
+        let mut p = plan_with(&c, json!({"stream": true}), &[], true);
+        assert_eq!(
+            drain(&mut p, FailureClass::Upstream5xx),
+            vec![(0, 15_000), (1, 60_000)]
+        );
+    }
+
+    #[test]
+    fn provider_filters() {
+        let c = three();
+        let mut p = plan_with(&c, json!({"provider": {"only": ["b", "r2"]}}), &[], true);
+        assert_eq!(
+            drain(&mut p, FailureClass::Upstream5xx)
+                .iter()
+                .map(|a| a.0)
+                .collect::<Vec<_>>(),
+            vec![1, 2]
+        );
+        let mut p = plan_with(&c, json!({"provider": {"ignore": ["a"]}}), &[], true);
+        assert_eq!(
+            drain(&mut p, FailureClass::Upstream5xx)
+                .iter()
+                .map(|a| a.0)
+                .collect::<Vec<_>>(),
+            vec![1, 2]
+        );
+        let mut p = plan_with(&c, json!({"provider": {"order": ["a2", "b"]}}), &[], true);
+        assert_eq!(
+            drain(&mut p, FailureClass::Upstream5xx)
+                .iter()
+                .map(|a| a.0)
+                .collect::<Vec<_>>(),
+            vec![2, 1, 0]
+        );
+        let model = c.model("m").unwrap();
+        let order: Vec<_> = (0..3).map(|i| (i, RouteHealth::default())).collect();
+        let r = request(json!({"provider": {"max_price": {"prompt": 0.5}}}));
+        assert!(matches!(
+            Plan::new(&c, model, &r, &c.policy_for(model), &order, true, 0),
+            Err(ApiError::InvalidRequest { .. })
+        ));
+    }
+
+    #[test]
+    fn class_rules_narrow_or_stop() {
+        let c = three();
+        // invalid_request: never falls back.
+        let mut p = plan_with(&c, json!({}), &[], true);
+        let a = p.next_attempt(0).unwrap();
+        p.record_failure(a.route, verdict(FailureClass::InvalidRequest));
+        assert!(p.next_attempt(0).is_none());
+        assert!(matches!(
+            p.final_error(vec![]),
+            ApiError::UpstreamInvalidRequest { .. }
+        ));
+        // account: skip every route on the same upstream account (r0 and r2 share acct-a).
+        let mut p = plan_with(&c, json!({}), &[], true);
+        assert_eq!(
+            drain(&mut p, FailureClass::Account)
+                .iter()
+                .map(|a| a.0)
+                .collect::<Vec<_>>(),
+            vec![0, 1]
+        );
+    }
+
+    #[test]
+    fn context_length_goes_only_to_larger_windows() {
+        let c = catalog(
+            json!([
+                route("small", "a", json!({"context_window": 4000})),
+                route("same", "b", json!({"context_window": 4000})),
+                route("big", "b", json!({"context_window": 32000}))
+            ]),
+            false,
+        );
+        let mut p = plan_with(&c, json!({}), &[], true);
+        assert_eq!(
+            drain(&mut p, FailureClass::ContextLength)
+                .iter()
+                .map(|a| a.0)
+                .collect::<Vec<_>>(),
+            vec![0, 2]
+        );
+        assert!(
+            matches!(
+                p.final_error(vec![]),
+                ApiError::UpstreamInvalidRequest { .. }
+            ),
+            "nowhere to go: the model's message"
+        );
+    }
+
+    #[test]
+    fn unsupported_param_goes_only_to_routes_not_listing_it() {
+        let c = catalog(
+            json!([
+                route("r0", "a", json!({"unsupported_params": ["logprobs"]})),
+                route("r1", "b", json!({"unsupported_params": ["logprobs"]})),
+                route("r2", "b", json!({}))
+            ]),
+            false,
+        );
+        let mut p = plan_with(&c, json!({"logprobs": true}), &[], true);
+        let a = p.next_attempt(0).unwrap();
+        p.record_failure(
+            a.route,
+            Verdict {
+                class: FailureClass::UnsupportedParam,
+                message: None,
+                param: Some("logprobs".into()),
+                retry_after_ms: None,
+            },
+        );
+        assert_eq!(p.next_attempt(0).unwrap().route, 2);
+    }
+
+    #[test]
+    fn all_capacity_failures_make_a_503_with_retry_after() {
+        let c = three();
+        let mut p = plan_with(&c, json!({}), &[], true);
+        while let Some(a) = p.next_attempt(0) {
+            p.record_failure(
+                a.route,
+                Verdict {
+                    class: FailureClass::Overloaded,
+                    message: None,
+                    param: None,
+                    retry_after_ms: Some(7_000),
+                },
+            );
+        }
+        match p.final_error(vec!["other".into()]) {
+            ApiError::CapacityExhausted {
+                available,
+                retry_after_s,
+                ..
+            } => {
+                assert_eq!(available, vec!["other".to_string()]);
+                assert_eq!(retry_after_s, 7);
+            }
+            e => panic!("{e:?}"),
+        }
+    }
+
+    #[test]
+    fn one_more_try_for_a_slow_route() {
+        let c = three();
+        let health = [
+            RouteHealth {
+                demoted: false,
+                consecutive_failures: 2,
+            },
+            RouteHealth::default(),
+            RouteHealth {
+                demoted: false,
+                consecutive_failures: 1,
+            },
+        ];
+        let mut p = plan_with(&c, json!({"stream": true}), &health, true);
+        let classes = [
+            FailureClass::Timeout,
+            FailureClass::Upstream5xx,
+            FailureClass::Timeout,
+        ];
+        while let Some(a) = p.next_attempt(0) {
+            p.record_failure(a.route, verdict(classes[a.route]));
+        }
+        // Route 1 failed by 5xx; of the timed-out ones, route 2 has fewer consecutive failures.
+        assert_eq!(
+            p.extra_try(0),
+            Some(Attempt {
+                route: 2,
+                deadline_ms: 60_000,
+                extra_try: true
+            })
+        );
+        assert_eq!(p.extra_try(0), None, "once per request");
+        let mut p = plan_with(&c, json!({}), &[], true);
+        drain(&mut p, FailureClass::Upstream5xx);
+        assert_eq!(p.extra_try(0), None, "no timeout, no extra try");
+    }
+
+    #[test]
+    fn the_budget_caps_every_deadline() {
+        let c = three();
+        let model = c.model("m").unwrap();
+        let mut policy = c.policy_for(model);
+        policy.pre_content_budget_ms = 20_000;
+        let order: Vec<_> = (0..3).map(|i| (i, RouteHealth::default())).collect();
+        let mut p = Plan::new(
+            &c,
+            model,
+            &request(json!({"stream": true})),
+            &policy,
+            &order,
+            true,
+            1_000,
+        )
+        .unwrap();
+        assert_eq!(p.next_attempt(1_000).unwrap().deadline_ms, 15_000);
+        assert_eq!(p.next_attempt(16_000).unwrap().deadline_ms, 5_000);
+        assert_eq!(p.next_attempt(21_000), None);
+    }
+}

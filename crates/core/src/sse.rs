@@ -1,0 +1,182 @@
+//! Incremental Server-Sent Events parser, independent of how the bytes were split into chunks.
+//!
+//! The gateway relays SSE byte for byte, so every event keeps its exact raw bytes (`raw`, including
+//! its terminating blank line); the parsed `event` name and `data` are only for decisions. Lines end
+//! with `\n`, `\r\n` or `\r`; an event ends at a blank line. Invariant: the concatenation of every
+//! event's `raw` (plus [`SseParser::finish`]'s remainder) equals the input.
+
+/// One event as it arrived.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SseEvent {
+    /// The exact bytes of the event, terminator included.
+    pub raw: Vec<u8>,
+    /// The `event:` field, if any.
+    pub event: Option<String>,
+    /// The `data:` lines joined with `\n`; empty when there were none.
+    pub data: String,
+    /// Whether any `data:` line was present (comments and bare `event:` lines have none).
+    pub has_data: bool,
+}
+
+#[derive(Debug, Default)]
+pub struct SseParser {
+    buf: Vec<u8>,
+    /// Start of the line being scanned (bytes before it belong to complete lines).
+    line_start: usize,
+}
+
+impl SseParser {
+    pub fn new() -> SseParser {
+        SseParser::default()
+    }
+
+    /// Bytes received but not yet part of a complete event.
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Feeds a chunk; complete events are appended to `out` in order.
+    pub fn push(&mut self, chunk: &[u8], out: &mut Vec<SseEvent>) {
+        self.buf.extend_from_slice(chunk);
+        let mut event_start = 0;
+        let mut i = self.line_start;
+        while i < self.buf.len() {
+            let b = self.buf[i];
+            if b != b'\n' && b != b'\r' {
+                i += 1;
+                continue;
+            }
+            // A line ends at i. A `\r` at the very end may be the first half of `\r\n`: wait.
+            let term_len = if b == b'\r' {
+                match self.buf.get(i + 1) {
+                    None => break,
+                    Some(b'\n') => 2,
+                    Some(_) => 1,
+                }
+            } else {
+                1
+            };
+            let blank = i == self.line_start;
+            i += term_len;
+            self.line_start = i;
+            if blank {
+                out.push(parse_event(&self.buf[event_start..i]));
+                event_start = i;
+            }
+        }
+        if event_start > 0 {
+            self.buf.drain(..event_start);
+            self.line_start -= event_start;
+        }
+    }
+
+    /// The stream ended: whatever is left (an event without its blank line) as one event.
+    pub fn finish(&mut self) -> Option<SseEvent> {
+        if self.buf.is_empty() {
+            return None;
+        }
+        let rest = std::mem::take(&mut self.buf);
+        self.line_start = 0;
+        Some(parse_event(&rest))
+    }
+}
+
+fn parse_event(raw: &[u8]) -> SseEvent {
+    let mut ev = SseEvent {
+        raw: raw.to_vec(),
+        ..SseEvent::default()
+    };
+    let text = String::from_utf8_lossy(raw);
+    for line in text.split(['\n', '\r']) {
+        if line.is_empty() || line.starts_with(':') {
+            continue;
+        }
+        let (field, value) = match line.split_once(':') {
+            Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
+            None => (line, ""),
+        };
+        match field {
+            "data" => {
+                if ev.has_data {
+                    ev.data.push('\n');
+                }
+                ev.data.push_str(value);
+                ev.has_data = true;
+            }
+            "event" => ev.event = Some(value.to_string()),
+            _ => {}
+        }
+    }
+    ev
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_all(chunks: &[&[u8]]) -> Vec<SseEvent> {
+        let mut p = SseParser::new();
+        let mut out = Vec::new();
+        for c in chunks {
+            p.push(c, &mut out);
+        }
+        out.extend(p.finish());
+        out
+    }
+
+    const SAMPLE: &[u8] = b": keep-alive\n\ndata: {\"a\":1}\n\nevent: message_start\ndata: {\"type\":\"message_start\"}\r\n\r\ndata: line1\ndata: line2\n\ndata: [DONE]\r\rdata: tail-without-blank-line";
+
+    #[test]
+    fn parses_fields_and_keeps_raw_bytes() {
+        let events = parse_all(&[SAMPLE]);
+        assert_eq!(events.len(), 6);
+        assert!(!events[0].has_data, "a comment has no data");
+        assert_eq!(events[1].data, "{\"a\":1}");
+        assert_eq!(events[2].event.as_deref(), Some("message_start"));
+        assert_eq!(events[3].data, "line1\nline2");
+        assert_eq!(events[4].data, "[DONE]");
+        assert_eq!(events[5].data, "tail-without-blank-line");
+        let joined: Vec<u8> = events.iter().flat_map(|e| e.raw.clone()).collect();
+        assert_eq!(joined, SAMPLE);
+    }
+
+    /// Property: any split of the input into chunks gives the same events.
+    #[test]
+    fn any_split_gives_the_same_events() {
+        let whole = parse_all(&[SAMPLE]);
+        for a in 0..=SAMPLE.len() {
+            for b in a..=SAMPLE.len() {
+                let got = parse_all(&[&SAMPLE[..a], &SAMPLE[a..b], &SAMPLE[b..]]);
+                assert_eq!(got, whole, "split at {a}/{b}");
+            }
+        }
+        // Many small random splits (deterministic LCG), including byte-by-byte.
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..500 {
+            let mut chunks = Vec::new();
+            let mut at = 0;
+            while at < SAMPLE.len() {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let len = 1 + (seed >> 33) as usize % 7;
+                let end = (at + len).min(SAMPLE.len());
+                chunks.push(&SAMPLE[at..end]);
+                at = end;
+            }
+            assert_eq!(parse_all(&chunks), whole);
+        }
+    }
+
+    #[test]
+    fn waits_for_the_second_half_of_crlf() {
+        let mut p = SseParser::new();
+        let mut out = Vec::new();
+        p.push(b"data: x\r\n\r", &mut out);
+        assert!(out.is_empty(), "a trailing \\r may be half of \\r\\n");
+        p.push(b"\ndata: y\n\n", &mut out);
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[0].raw, b"data: x\r\n\r\n");
+        assert_eq!(p.buffered(), 0);
+    }
+}

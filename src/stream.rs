@@ -1,0 +1,190 @@
+//! After commit (SPEC §7): relays the committed stream to the client from `ctx.wait_until`, so
+//! the upstream can still be read for the grace window after a client leaves.
+//!
+//! The client's body is the receiving end of a bounded channel (backpressure: the upstream is read
+//! no faster than the client takes it); a failed send means the client went away. The relay ends
+//! the client's stream with the dialect's error frame on a cut, an upstream error event, an idle
+//! longer than `idle_timeout_ms` or a stream longer than `stream_cap_ms`; then the generation is
+//! finalised with the delivered usage (the upstream's count, else an estimate) and written.
+
+use futures_channel::mpsc;
+use futures_util::{SinkExt, StreamExt};
+use switchyard_core::catalog::{Policy, Price};
+use switchyard_core::classify::FailureClass;
+use switchyard_core::generation::{cost_micros, settle_usage, Outcome};
+use switchyard_core::relay::Step;
+use switchyard_core::ApiError;
+use worker::{Context, Env, Headers, Response, ResponseBuilder};
+
+use crate::clock::now_ms;
+use crate::proxy::{within, Journal, Live};
+
+/// What the relay needs to finish the generation record.
+pub struct Finish {
+    pub journal: Journal,
+    pub env: Env,
+    pub price: Price,
+    pub max_tokens: u64,
+    pub body_len: usize,
+    pub policy: Policy,
+}
+
+type Chunk = Result<Vec<u8>, worker::Error>;
+
+/// Starts relaying `live` and returns the client's response.
+pub fn relay(
+    ctx: &Context,
+    live: Live,
+    finish: Finish,
+    headers: Headers,
+) -> Result<Response, ApiError> {
+    let (tx, rx) = mpsc::channel::<Chunk>(8);
+    let response = ResponseBuilder::new()
+        .with_status(200)
+        .with_headers(headers)
+        .from_stream(rx)
+        .map_err(|_| ApiError::Internal {
+            label: "response_stream",
+        })?;
+    ctx.wait_until(pump(tx, live, finish));
+    Ok(response)
+}
+
+/// The client side of the relay: remembers when the client went away.
+struct Client {
+    tx: mpsc::Sender<Chunk>,
+    gone_at: Option<u64>,
+}
+
+impl Client {
+    async fn send(&mut self, bytes: Vec<u8>) {
+        if self.gone_at.is_none() && !bytes.is_empty() && self.tx.send(Ok(bytes)).await.is_err() {
+            self.gone_at = Some(now_ms());
+        }
+    }
+}
+
+async fn pump(tx: mpsc::Sender<Chunk>, live: Live, finish: Finish) {
+    let Live {
+        mut body,
+        mut parser,
+        mut relay,
+        pending,
+        head,
+        controller,
+        ..
+    } = live;
+    let Finish {
+        mut journal,
+        env,
+        price,
+        max_tokens,
+        body_len,
+        policy,
+    } = finish;
+    let cap_at = now_ms().saturating_add(policy.stream_cap_ms);
+    let mut client = Client { tx, gone_at: None };
+    let mut events = pending;
+    let mut broken: Option<String> = None;
+    let mut upstream_ended = false;
+    client.send(head).await;
+
+    'relay: loop {
+        for ev in std::mem::take(&mut events) {
+            match relay.on_event(ev) {
+                Step::Send(bytes) => client.send(bytes).await,
+                Step::End { bytes, broken: why } => {
+                    client.send(bytes).await;
+                    broken = why;
+                    upstream_ended = true;
+                    break 'relay;
+                }
+                Step::Hold | Step::Skip | Step::Commit(_) | Step::Fail(_) => {}
+            }
+        }
+        if client.gone_at.is_some() && policy.disconnect_grace_ms == 0 {
+            break;
+        }
+        let now = now_ms();
+        let mut wait = policy.idle_timeout_ms.min(cap_at.saturating_sub(now));
+        if let Some(gone) = client.gone_at {
+            wait = wait.min((gone + policy.disconnect_grace_ms).saturating_sub(now));
+        }
+        match within(wait.max(1), body.next()).await {
+            Some(Some(Ok(bytes))) => parser.push(&bytes, &mut events),
+            Some(Some(Err(_))) => {
+                let step = relay.on_broken_with(
+                    FailureClass::Connect,
+                    "The provider's connection broke mid-stream.",
+                );
+                end_with(&mut client, step, &mut broken).await;
+                upstream_ended = true;
+                break;
+            }
+            Some(None) => {
+                events.extend(parser.finish());
+                for ev in std::mem::take(&mut events) {
+                    if let Step::Send(bytes) | Step::End { bytes, .. } = relay.on_event(ev) {
+                        client.send(bytes).await;
+                    }
+                }
+                let step = relay.on_close();
+                end_with(&mut client, step, &mut broken).await;
+                upstream_ended = true;
+                break;
+            }
+            None => {
+                let now = now_ms();
+                if client
+                    .gone_at
+                    .is_some_and(|gone| now >= gone + policy.disconnect_grace_ms)
+                {
+                    break; // the client left and the upstream did not finish within the grace window
+                }
+                let reason = if now >= cap_at {
+                    "The stream exceeded the maximum duration."
+                } else {
+                    "The provider stopped sending data."
+                };
+                let step = relay.on_broken_with(FailureClass::Timeout, reason);
+                end_with(&mut client, step, &mut broken).await;
+                break;
+            }
+        }
+    }
+    if !upstream_ended {
+        controller.abort();
+        if broken.is_none() {
+            broken = Some("the client disconnected".into());
+        }
+    }
+    drop(client);
+
+    let (usage, estimated) =
+        settle_usage(relay.usage(), relay.output_chars(), max_tokens, body_len);
+    let cost = cost_micros(usage, &price);
+    let record = &mut journal.record;
+    record.outcome = if broken.is_some() {
+        Outcome::Broken
+    } else {
+        Outcome::Answered
+    };
+    record.usage = Some(usage);
+    record.estimated = estimated;
+    record.delivered_output = usage.output_tokens;
+    record.total_cost_micros = cost;
+    record.error_code = broken.as_ref().map(|_| "stream_broken".to_string());
+    if let Some(a) = record.attempts.last_mut() {
+        a.delivered_output = usage.output_tokens;
+        a.cost_micros = cost;
+        a.message = broken.clone();
+    }
+    journal.write(env).await;
+}
+
+async fn end_with(client: &mut Client, step: Step, broken: &mut Option<String>) {
+    if let Step::End { bytes, broken: why } = step {
+        client.send(bytes).await;
+        *broken = why;
+    }
+}
