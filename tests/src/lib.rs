@@ -70,6 +70,18 @@ pub fn unique(prefix: &str) -> String {
     )
 }
 
+/// A route object for [`Stack::model`]: id `r<index>` is set by the caller's order.
+pub fn route(id: &str, provider: &str, upstream: &str, extra: Value) -> Value {
+    let mut r = json!({"id": id, "provider": provider, "upstream_model": upstream, "apis": ["chat"],
+                       "price": {"input_per_mtok": 1.0, "output_per_mtok": 2.0}});
+    if let (Some(obj), Some(extra)) = (r.as_object_mut(), extra.as_object()) {
+        for (k, v) in extra {
+            obj.insert(k.clone(), v.clone());
+        }
+    }
+    r
+}
+
 /// A chat request body for `model`.
 pub fn chat_body(model: &str, stream: bool) -> Value {
     json!({"model": model, "stream": stream, "messages": [{"role": "user", "content": "Say hello"}]})
@@ -185,6 +197,37 @@ impl Stack {
         let r = self.admin("PUT", &format!("/admin/models/{id}"), Some(model));
         assert_eq!(r.status, 200, "adding model: {}", r.text());
         id
+    }
+
+    /// Adds a model with the given route objects (see [`route`]) and optional policy; returns its id.
+    pub fn model(&self, routes: Vec<Value>, policy: Option<Value>) -> String {
+        let id = unique("m");
+        let mut model = json!({"context_window": 8192, "max_output_tokens": 1024, "routes": routes});
+        if let Some(p) = policy {
+            model["policy"] = p;
+        }
+        let r = self.admin("PUT", &format!("/admin/models/{id}"), Some(model));
+        assert_eq!(r.status, 200, "adding model: {}", r.text());
+        id
+    }
+
+    /// `GET /v1/generation?id=` with `key`, waiting up to 5 s for the record (it is written after
+    /// the response, off the critical path).
+    pub fn generation(&self, key: &str, id: &str) -> Value {
+        let auth = format!("Bearer {key}");
+        let url = format!("{}/v1/generation?id={id}", self.gateway);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let r = self.request("GET", &url, &[("authorization", &auth)], None);
+            if r.status == 200 {
+                let v = r.json();
+                // A stream's record is final once its outcome is known.
+                return v;
+            }
+            assert_eq!(r.status, 404, "{}", r.text());
+            assert!(std::time::Instant::now() < deadline, "generation {id} never appeared");
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// A fresh account with `credit_usd` and one key for it; returns the plaintext key.

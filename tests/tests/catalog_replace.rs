@@ -36,7 +36,8 @@ fn put_catalog_validates_and_replaces_atomically() {
         "models": [{"id": model, "context_window": 8192, "max_output_tokens": 512, "routes": [
             {"id": "only", "provider": provider, "upstream_model": "u", "apis": ["chat"],
              "price": {"input_per_mtok": 1, "output_per_mtok": 1}}]}],
-        "policy": {"max_attempts": 2}
+        // The default value: later suites share this Worker's catalog and its top-level policy.
+        "policy": {"stream_cap_ms": 3600000}
     });
     let r = s.admin("PUT", "/admin/catalog", Some(new_doc.clone()));
     assert_eq!(r.status, 200, "{}", r.text());
@@ -44,6 +45,7 @@ fn put_catalog_validates_and_replaces_atomically() {
     got.as_object_mut().unwrap().remove("version");
     assert_eq!(got["models"].as_array().unwrap().len(), 1);
     assert_eq!(got["models"][0]["id"], model.as_str());
+    assert_eq!(got["policy"], json!({"stream_cap_ms": 3600000}));
     let key = s.new_key(1.0);
     assert_eq!(s.chat(&key, &chat_body(&model, false)).status, 200);
     if let Some(old) = doc["models"].as_array().and_then(|m| m.first()) {
