@@ -16,20 +16,15 @@ use futures_util::future::{select, Either};
 use futures_util::StreamExt;
 use js_sys::Uint8Array;
 use switchyard_core::catalog::{AuthScheme, Catalog, Model, Provider, Route};
-use switchyard_core::classify::{
-    classify_error_payload, classify_status, is_error_payload, FailureClass, Verdict,
-};
+use switchyard_core::classify::{classify_error_payload, classify_status, is_error_payload, FailureClass, Verdict};
 use switchyard_core::dialect::{chat, redact, ClientRequest};
-use switchyard_core::generation::{
-    cost_micros, settle_usage, short_message, AttemptRecord, GenerationRecord, Outcome,
-};
+use switchyard_core::generation::{cost_micros, settle_usage, short_message, AttemptRecord, GenerationRecord, Outcome};
 use switchyard_core::plan::{Attempt, Plan, RouteHealth};
 use switchyard_core::relay::{Relay, Step};
 use switchyard_core::sse::{SseEvent, SseParser};
 use switchyard_core::ApiError;
 use worker::{
-    AbortController, ByteStream, Context, Delay, Env, Fetch, Headers, Method, Request, RequestInit,
-    ResponseBuilder,
+    AbortController, ByteStream, Context, Delay, Env, Fetch, Headers, Method, Request, RequestInit, ResponseBuilder,
 };
 
 use crate::clock::now_ms;
@@ -190,20 +185,11 @@ fn build_request(target: &Target, request: &ClientRequest) -> Result<Request, Ap
 
 /// One attempt: fetch, then read until the first content (stream) or the whole body
 /// (non-stream), all within `deadline_ms`. Aborts the upstream on any failure.
-async fn try_route(
-    target: &Target<'_>,
-    request: &ClientRequest,
-    deadline_ms: u64,
-) -> Result<Committed, Failed> {
+async fn try_route(target: &Target<'_>, request: &ClientRequest, deadline_ms: u64) -> Result<Committed, Failed> {
     let started = now_ms();
     let remaining = |now: u64| deadline_ms.saturating_sub(now.saturating_sub(started));
-    let upstream = build_request(target, request).map_err(|_| {
-        Failed::new(
-            FailureClass::Connect,
-            "could not build the upstream request",
-            None,
-        )
-    })?;
+    let upstream = build_request(target, request)
+        .map_err(|_| Failed::new(FailureClass::Connect, "could not build the upstream request", None))?;
     let controller = AbortController::default();
     let signal = controller.signal();
     let fetch = Fetch::Request(upstream);
@@ -275,9 +261,7 @@ async fn try_route(
                 Ok(v) if is_error_payload(&v) => classify_error_payload(&v),
                 _ => Verdict {
                     class: FailureClass::BadResponse,
-                    message: Some(
-                        "a stream was requested but the answer is not an event stream".into(),
-                    ),
+                    message: Some("a stream was requested but the answer is not an event stream".into()),
                     param: None,
                     retry_after_ms: None,
                 },
@@ -308,13 +292,9 @@ async fn try_route(
         };
     }
 
-    let mut body = response.stream().map_err(|_| {
-        Failed::new(
-            FailureClass::BadResponse,
-            "the response has no body",
-            Some(status),
-        )
-    })?;
+    let mut body = response
+        .stream()
+        .map_err(|_| Failed::new(FailureClass::BadResponse, "the response has no body", Some(status)))?;
     let mut parser = SseParser::new();
     let mut relay = Relay::new(request.api, request.include_usage);
     let mut events = Vec::new();
@@ -419,14 +399,13 @@ pub async fn serve(
     key: &KeyRecord,
     rc: &mut RequestCtx,
 ) -> HandlerResult {
-    let model: Model =
-        catalog
-            .model(&request.model)
-            .cloned()
-            .ok_or_else(|| ApiError::ModelNotFound {
-                model: request.model.clone(),
-                available: catalog.model_ids(),
-            })?;
+    let model: Model = catalog
+        .model(&request.model)
+        .cloned()
+        .ok_or_else(|| ApiError::ModelNotFound {
+            model: request.model.clone(),
+            available: catalog.model_ids(),
+        })?;
     let policy = catalog.policy_for(&model);
     let allow_fallbacks = request
         .provider
@@ -435,19 +414,9 @@ pub async fn serve(
         .or(key.account_allow_fallbacks())
         .unwrap_or(policy.allow_fallbacks);
     // Usual order: catalog order until route health (SPEC §8) supplies its own.
-    let order: Vec<(usize, RouteHealth)> = (0..model.routes.len())
-        .map(|i| (i, RouteHealth::default()))
-        .collect();
+    let order: Vec<(usize, RouteHealth)> = (0..model.routes.len()).map(|i| (i, RouteHealth::default())).collect();
     let started = now_ms();
-    let mut plan = Plan::new(
-        &catalog,
-        &model,
-        &request,
-        &policy,
-        &order,
-        allow_fallbacks,
-        started,
-    )?;
+    let mut plan = Plan::new(&catalog, &model, &request, &policy, &order, allow_fallbacks, started)?;
     let mut journal = Journal {
         record: GenerationRecord {
             id: rc.generation_id.clone(),
@@ -525,8 +494,7 @@ pub async fn serve(
                         output_chars,
                     } => {
                         let max_tokens = request.max_tokens.unwrap_or(model.max_output_tokens);
-                        let (usage, estimated) =
-                            settle_usage(usage, output_chars, max_tokens, request.body_len);
+                        let (usage, estimated) = settle_usage(usage, output_chars, max_tokens, request.body_len);
                         let cost = cost_micros(usage, &route.price);
                         record.http_status = Some(status);
                         record.delivered_output = usage.output_tokens;
@@ -580,11 +548,7 @@ pub async fn serve(
     }
     // No route answered: nothing is charged. Other models count as available until route health
     // (SPEC §8) can say which have a healthy route.
-    let available: Vec<String> = catalog
-        .model_ids()
-        .into_iter()
-        .filter(|m| m != &model.id)
-        .collect();
+    let available: Vec<String> = catalog.model_ids().into_iter().filter(|m| m != &model.id).collect();
     let err = plan.final_error(available);
     journal.record.error_code = Some(err.code().to_string());
     ctx.wait_until(journal.write(env.clone()));

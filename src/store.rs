@@ -23,7 +23,8 @@ use crate::clock::now_ms;
 const CACHE_TTL_MS: u64 = 5_000;
 
 thread_local! {
-    static CATALOG: RefCell<Option<(Rc<Catalog>, u64)>> = const { RefCell::new(None) };
+    /// The catalog, its stored version and when this isolate fetched it.
+    static CATALOG: RefCell<Option<(Rc<Catalog>, i64, u64)>> = const { RefCell::new(None) };
     static KEYS: RefCell<HashMap<String, (Rc<KeyRecord>, u64)>> = RefCell::new(HashMap::new());
 }
 
@@ -80,13 +81,29 @@ fn opt_num<T: Into<f64>>(v: Option<T>) -> JsValue {
 }
 
 fn opt_bool(v: Option<bool>) -> JsValue {
-    v.map_or(JsValue::NULL, |b| {
-        JsValue::from_f64(if b { 1.0 } else { 0.0 })
-    })
+    v.map_or(JsValue::NULL, |b| JsValue::from_f64(if b { 1.0 } else { 0.0 }))
 }
 
 fn opt_str(v: Option<&str>) -> JsValue {
     v.map_or(JsValue::NULL, JsValue::from_str)
+}
+
+/// Caches `catalog` unless this isolate already holds a newer version (two admin writes in one
+/// isolate may finish out of order); returns what the cache now holds.
+fn remember_catalog(catalog: Rc<Catalog>, version: i64, now: u64) -> Rc<Catalog> {
+    CATALOG.with(|c| {
+        let mut c = c.borrow_mut();
+        match c.as_mut() {
+            Some((held, held_version, at)) if *held_version > version => {
+                *at = now;
+                held.clone()
+            }
+            _ => {
+                *c = Some((catalog.clone(), version, now));
+                catalog
+            }
+        }
+    })
 }
 
 pub struct Store {
@@ -101,9 +118,7 @@ struct CatalogRow {
 
 impl Store {
     pub fn new(env: &Env) -> Result<Store, ApiError> {
-        env.d1("DB")
-            .map(|db| Store { db })
-            .map_err(internal("d1_binding"))
+        env.d1("DB").map(|db| Store { db }).map_err(internal("d1_binding"))
     }
 
     fn stmt(&self, sql: &str, args: &[JsValue]) -> Result<D1PreparedStatement, ApiError> {
@@ -118,15 +133,13 @@ impl Store {
         if let Some(c) = CATALOG.with(|c| {
             c.borrow()
                 .as_ref()
-                .filter(|(_, at)| now.saturating_sub(*at) < CACHE_TTL_MS)
-                .map(|(c, _)| c.clone())
+                .filter(|(_, _, at)| now.saturating_sub(*at) < CACHE_TTL_MS)
+                .map(|(c, _, _)| c.clone())
         }) {
             return Ok(c);
         }
-        let (catalog, _) = self.load_catalog().await?;
-        let catalog = Rc::new(catalog);
-        CATALOG.with(|c| *c.borrow_mut() = Some((catalog.clone(), now)));
-        Ok(catalog)
+        let (catalog, version) = self.load_catalog().await?;
+        Ok(remember_catalog(Rc::new(catalog), version, now))
     }
 
     /// The stored catalog and its version (0 before the first `PUT /admin/catalog`), uncached.
@@ -158,11 +171,7 @@ impl Store {
 
     /// Writes a validated catalog if the stored version is still `expected` (compare-and-swap);
     /// `false` when another writer got there first.
-    pub async fn save_catalog(
-        &self,
-        catalog: Catalog,
-        expected: Option<i64>,
-    ) -> Result<bool, ApiError> {
+    pub async fn save_catalog(&self, catalog: Catalog, expected: Option<i64>) -> Result<bool, ApiError> {
         let doc = serde_json::to_string(catalog.doc()).map_err(|_| ApiError::Internal {
             label: "catalog_encode",
         })?;
@@ -170,30 +179,27 @@ impl Store {
         let stmt = match expected {
             None => self.stmt(
                 "INSERT INTO catalog (id, doc, version, updated_at) VALUES (1, ?1, 1, ?2) \
-                 ON CONFLICT(id) DO UPDATE SET doc = excluded.doc, version = catalog.version + 1, updated_at = excluded.updated_at",
+                 ON CONFLICT(id) DO UPDATE SET doc = excluded.doc, version = catalog.version + 1, updated_at = excluded.updated_at \
+                 RETURNING version",
                 &[JsValue::from_str(&doc), now],
             )?,
             Some(0) => self.stmt(
-                "INSERT INTO catalog (id, doc, version, updated_at) VALUES (1, ?1, 1, ?2) ON CONFLICT(id) DO NOTHING",
+                "INSERT INTO catalog (id, doc, version, updated_at) VALUES (1, ?1, 1, ?2) ON CONFLICT(id) DO NOTHING RETURNING version",
                 &[JsValue::from_str(&doc), now],
             )?,
             Some(v) => self.stmt(
-                "UPDATE catalog SET doc = ?1, version = version + 1, updated_at = ?2 WHERE id = 1 AND version = ?3",
+                "UPDATE catalog SET doc = ?1, version = version + 1, updated_at = ?2 WHERE id = 1 AND version = ?3 RETURNING version",
                 &[JsValue::from_str(&doc), now, num(v)],
             )?,
         };
-        let result = stmt.run().await.map_err(internal("catalog_write"))?;
-        let changed = result
-            .meta()
-            .ok()
-            .flatten()
-            .and_then(|m| m.changes)
-            .unwrap_or(0)
-            > 0;
-        if changed {
-            CATALOG.with(|c| *c.borrow_mut() = Some((Rc::new(catalog), now_ms())));
+        let version: Option<f64> = stmt.first(Some("version")).await.map_err(internal("catalog_write"))?;
+        match version {
+            Some(v) => {
+                remember_catalog(Rc::new(catalog), v as i64, now_ms());
+                Ok(true)
+            }
+            None => Ok(false),
         }
-        Ok(changed)
     }
 
     // ---- accounts -----------------------------------------------------------------------------
@@ -208,13 +214,7 @@ impl Store {
             .run()
             .await
             .map_err(internal("account_create"))?;
-        Ok(result
-            .meta()
-            .ok()
-            .flatten()
-            .and_then(|m| m.changes)
-            .unwrap_or(0)
-            > 0)
+        Ok(result.meta().ok().flatten().and_then(|m| m.changes).unwrap_or(0) > 0)
     }
 
     pub async fn account(&self, id: &str) -> Result<Option<AccountRow>, ApiError> {
@@ -244,10 +244,7 @@ impl Store {
                 &[id, num(micros), now],
             )?,
         ];
-        self.db
-            .batch(statements)
-            .await
-            .map_err(internal("credit"))?;
+        self.db.batch(statements).await.map_err(internal("credit"))?;
         Ok(true)
     }
 
@@ -287,13 +284,7 @@ impl Store {
             .await
             .map_err(internal("key_revoke"))?;
         KEYS.with(|k| k.borrow_mut().retain(|_, (rec, _)| rec.id != id));
-        Ok(result
-            .meta()
-            .ok()
-            .flatten()
-            .and_then(|m| m.changes)
-            .unwrap_or(0)
-            > 0)
+        Ok(result.meta().ok().flatten().and_then(|m| m.changes).unwrap_or(0) > 0)
     }
 
     /// The active key with this hash. Found keys are cached for 5 s; unknown ones are not, so a
@@ -388,10 +379,7 @@ impl Store {
                 ],
             )?);
         }
-        self.db
-            .batch(statements)
-            .await
-            .map_err(internal("generation_write"))?;
+        self.db.batch(statements).await.map_err(internal("generation_write"))?;
         Ok(())
     }
 

@@ -32,12 +32,7 @@ pub struct Finish {
 type Chunk = Result<Vec<u8>, worker::Error>;
 
 /// Starts relaying `live` and returns the client's response.
-pub fn relay(
-    ctx: &Context,
-    live: Live,
-    finish: Finish,
-    headers: Headers,
-) -> Result<Response, ApiError> {
+pub fn relay(ctx: &Context, live: Live, finish: Finish, headers: Headers) -> Result<Response, ApiError> {
     let (tx, rx) = mpsc::channel::<Chunk>(8);
     let response = ResponseBuilder::new()
         .with_status(200)
@@ -113,10 +108,7 @@ async fn pump(tx: mpsc::Sender<Chunk>, live: Live, finish: Finish) {
         match within(wait.max(1), body.next()).await {
             Some(Some(Ok(bytes))) => parser.push(&bytes, &mut events),
             Some(Some(Err(_))) => {
-                let step = relay.on_broken_with(
-                    FailureClass::Connect,
-                    "The provider's connection broke mid-stream.",
-                );
+                let step = relay.on_broken_with(FailureClass::Connect, "The provider's connection broke mid-stream.");
                 end_with(&mut client, step, &mut broken).await;
                 upstream_ended = true;
                 break;
@@ -160,8 +152,7 @@ async fn pump(tx: mpsc::Sender<Chunk>, live: Live, finish: Finish) {
     }
     drop(client);
 
-    let (usage, estimated) =
-        settle_usage(relay.usage(), relay.output_chars(), max_tokens, body_len);
+    let (usage, estimated) = settle_usage(relay.usage(), relay.output_chars(), max_tokens, body_len);
     let cost = cost_micros(usage, &price);
     let record = &mut journal.record;
     record.outcome = if broken.is_some() {

@@ -59,8 +59,7 @@ pub async fn route(req: &mut Request, env: &Env, method: &Method, rest: &str) ->
     }
     let store = Store::new(env)?;
     let (head, tail) = rest.split_once('/').unwrap_or((rest, ""));
-    let id =
-        percent_decode(tail).ok_or_else(|| ApiError::invalid("Malformed id in the path.", None))?;
+    let id = percent_decode(tail).ok_or_else(|| ApiError::invalid("Malformed id in the path.", None))?;
     match (method, head, id.as_str()) {
         (Method::Get, "catalog", "") => {
             let (catalog, version) = store.load_catalog().await?;
@@ -103,10 +102,7 @@ pub async fn route(req: &mut Request, env: &Env, method: &Method, rest: &str) ->
             let new = body::parse_new_account(&read_body(req).await?).map_err(bad)?;
             let id = new.id.clone().unwrap_or_else(|| new_id("acct"));
             if !store.create_account(&id, &new).await? {
-                return Err(ApiError::invalid(
-                    format!("Account `{id}` already exists."),
-                    Some("id"),
-                ));
+                return Err(ApiError::invalid(format!("Account `{id}` already exists."), Some("id")));
             }
             let account = store.account(&id).await?.ok_or(ApiError::Internal {
                 label: "account_vanished",
@@ -180,11 +176,9 @@ where
 {
     for _ in 0..CAS_RETRIES {
         let (current, version) = store.load_catalog().await?;
-        let next = change(&current)
-            .map_err(bad)?
-            .ok_or_else(|| ApiError::NotFound {
-                what: "Catalog entry".into(),
-            })?;
+        let next = change(&current).map_err(bad)?.ok_or_else(|| ApiError::NotFound {
+            what: "Catalog entry".into(),
+        })?;
         if store.save_catalog(next, Some(version)).await? {
             return Ok(());
         }

@@ -65,13 +65,7 @@ pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
     // Headers of responses built here are mutable; a failure to set one is not worth a 500.
     let _ = headers.set("x-request-id", &rc.request_id);
     let _ = headers.set("x-generation-id", &rc.generation_id);
-    log_line(
-        &rc,
-        method.as_ref(),
-        &path,
-        response.status_code(),
-        error_code,
-    );
+    log_line(&rc, method.as_ref(), &path, response.status_code(), error_code);
     response
 }
 
@@ -90,9 +84,7 @@ async fn route(
         (Method::Get, "/v1/models") => v1::models(req, env).await,
         (Method::Post, "/v1/chat/completions") => v1::chat_completions(req, env, ctx, rc).await,
         (Method::Get, "/v1/generation") => v1::generation(req, env).await,
-        (_, "/v1/models" | "/v1/chat/completions" | "/v1/generation") => {
-            Err(ApiError::MethodNotAllowed)
-        }
+        (_, "/v1/models" | "/v1/chat/completions" | "/v1/generation") => Err(ApiError::MethodNotAllowed),
         _ => Err(ApiError::NotFound {
             what: format!("Path {path}"),
         }),

@@ -21,12 +21,8 @@ async fn authenticate(req: &Request, store: &Store) -> Result<Rc<KeyRecord>, Api
     let headers = req.headers();
     let authorization = headers.get("authorization").ok().flatten();
     let x_api_key = headers.get("x-api-key").ok().flatten();
-    let key = presented_key(authorization.as_deref(), x_api_key.as_deref())
-        .ok_or(ApiError::InvalidApiKey)?;
-    store
-        .key_by_hash(&hash_key(key))
-        .await?
-        .ok_or(ApiError::InvalidApiKey)
+    let key = presented_key(authorization.as_deref(), x_api_key.as_deref()).ok_or(ApiError::InvalidApiKey)?;
+    store.key_by_hash(&hash_key(key)).await?.ok_or(ApiError::InvalidApiKey)
 }
 
 /// Reads the body, refusing more than 10 MiB before reading when the length is declared.
@@ -38,10 +34,7 @@ async fn read_body(req: &mut Request) -> Result<Vec<u8>, ApiError> {
         .flatten()
         .and_then(|v| v.parse::<usize>().ok());
     if declared.is_some_and(|n| n > MAX_BODY_BYTES) {
-        return Err(ApiError::invalid(
-            "Request body is larger than 10 MiB.",
-            None,
-        ));
+        return Err(ApiError::invalid("Request body is larger than 10 MiB.", None));
     }
     req.bytes()
         .await
@@ -76,20 +69,13 @@ pub async fn models(req: &Request, env: &Env) -> HandlerResult {
 pub async fn generation(req: &Request, env: &Env) -> HandlerResult {
     let store = Store::new(env)?;
     let key = authenticate(req, &store).await?;
-    let url = req
-        .url()
-        .map_err(|_| ApiError::invalid("Malformed URL.", None))?;
+    let url = req.url().map_err(|_| ApiError::invalid("Malformed URL.", None))?;
     let id = url
         .query_pairs()
         .find(|(k, _)| k == "id")
         .map(|(_, v)| v.into_owned())
         .filter(|v| !v.is_empty())
-        .ok_or_else(|| {
-            ApiError::invalid(
-                "`id` is required: /v1/generation?id=<generation id>.",
-                Some("id"),
-            )
-        })?;
+        .ok_or_else(|| ApiError::invalid("`id` is required: /v1/generation?id=<generation id>.", Some("id")))?;
     let (g, attempts) = store
         .generation(&id, &key.account_id)
         .await?
@@ -141,12 +127,7 @@ pub async fn generation(req: &Request, env: &Env) -> HandlerResult {
 }
 
 /// `POST /v1/chat/completions`.
-pub async fn chat_completions(
-    req: &mut Request,
-    env: &Env,
-    ctx: &Context,
-    rc: &mut RequestCtx,
-) -> HandlerResult {
+pub async fn chat_completions(req: &mut Request, env: &Env, ctx: &Context, rc: &mut RequestCtx) -> HandlerResult {
     let store = Store::new(env)?;
     let key = authenticate(req, &store).await?;
     rc.key_id = Some(key.id.clone());

@@ -6,6 +6,9 @@
 //! label ([`unique`]) and adds them with the single-entry admin endpoints, never by replacing the
 //! whole catalog.
 
+// This crate is test code, run natively: panics are how a test fails, and real clocks are fine.
+#![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -38,12 +41,8 @@ impl Reply {
     }
 
     pub fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
-            panic!(
-                "body is not JSON ({e}): {}",
-                String::from_utf8_lossy(&self.body)
-            )
-        })
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("body is not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
     }
 
     pub fn text(&self) -> String {
@@ -52,8 +51,7 @@ impl Reply {
 }
 
 fn env(name: &str) -> String {
-    std::env::var(name)
-        .unwrap_or_else(|_| panic!("{name} is not set: run the end-to-end suite with scripts/test"))
+    std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set: run the end-to-end suite with scripts/test"))
 }
 
 /// A name no other test (or earlier run) uses.
@@ -104,13 +102,7 @@ impl Stack {
     }
 
     /// Any request: `headers` as (name, value), `body` sent as is when present.
-    pub fn request(
-        &self,
-        method: &str,
-        url: &str,
-        headers: &[(&str, &str)],
-        body: Option<&[u8]>,
-    ) -> Reply {
+    pub fn request(&self, method: &str, url: &str, headers: &[(&str, &str)], body: Option<&[u8]>) -> Reply {
         let mut builder = ureq::http::Request::builder().method(method).uri(url);
         for (k, v) in headers {
             builder = builder.header(*k, *v);
@@ -141,11 +133,7 @@ impl Stack {
             .limit(64 * 1024 * 1024)
             .read_to_vec()
             .unwrap_or_else(|e| panic!("{method} {url}: reading the body failed: {e}"));
-        Reply {
-            status,
-            headers,
-            body,
-        }
+        Reply { status, headers, body }
     }
 
     /// An admin call with the admin token.
@@ -155,10 +143,7 @@ impl Stack {
         self.request(
             method,
             &format!("{}{path}", self.gateway),
-            &[
-                ("authorization", &auth),
-                ("content-type", "application/json"),
-            ],
+            &[("authorization", &auth), ("content-type", "application/json")],
             bytes.as_deref(),
         )
     }
@@ -167,8 +152,7 @@ impl Stack {
     /// With `with_key`, the provider sends the e2e upstream key.
     pub fn mock_provider(&self, label: &str, scenario: &str, with_key: bool) -> String {
         let id = unique("p");
-        let mut provider =
-            json!({"base_url": format!("{}/{label}/{scenario}", self.mock), "auth": "bearer"});
+        let mut provider = json!({"base_url": format!("{}/{label}/{scenario}", self.mock), "auth": "bearer"});
         if with_key {
             provider["key_secret"] = json!(self.upstream_key_name);
         }
@@ -189,8 +173,7 @@ impl Stack {
                        "apis": ["chat"], "price": {"input_per_mtok": 1.0, "output_per_mtok": 2.0}})
             })
             .collect();
-        let mut model =
-            json!({"context_window": 8192, "max_output_tokens": 1024, "routes": routes});
+        let mut model = json!({"context_window": 8192, "max_output_tokens": 1024, "routes": routes});
         if let Some(p) = policy {
             model["policy"] = p;
         }
@@ -234,21 +217,14 @@ impl Stack {
     pub fn new_key(&self, credit_usd: f64) -> String {
         let account = self.admin("POST", "/admin/accounts", Some(json!({})));
         assert_eq!(account.status, 201, "creating account: {}", account.text());
-        let account_id = account.json()["id"]
-            .as_str()
-            .expect("account id")
-            .to_string();
+        let account_id = account.json()["id"].as_str().expect("account id").to_string();
         let credit = self.admin(
             "POST",
             &format!("/admin/accounts/{account_id}/credit"),
             Some(json!({"amount_usd": credit_usd})),
         );
         assert_eq!(credit.status, 200, "crediting: {}", credit.text());
-        let key = self.admin(
-            "POST",
-            "/admin/keys",
-            Some(json!({"account_id": account_id})),
-        );
+        let key = self.admin("POST", "/admin/keys", Some(json!({"account_id": account_id})));
         assert_eq!(key.status, 201, "creating key: {}", key.text());
         key.json()["key"].as_str().expect("key").to_string()
     }
@@ -259,10 +235,7 @@ impl Stack {
         self.request(
             "POST",
             &format!("{}/v1/chat/completions", self.gateway),
-            &[
-                ("authorization", &auth),
-                ("content-type", "application/json"),
-            ],
+            &[("authorization", &auth), ("content-type", "application/json")],
             Some(body),
         )
     }
@@ -284,12 +257,7 @@ impl Stack {
 
     /// What the mock saw under `label/scenario`: `{"requests": n, "last_request": …}`.
     pub fn mock_stats(&self, label: &str, scenario: &str) -> Value {
-        self.request(
-            "GET",
-            &format!("{}/_stats/{label}/{scenario}", self.mock),
-            &[],
-            None,
-        )
-        .json()
+        self.request("GET", &format!("{}/_stats/{label}/{scenario}", self.mock), &[], None)
+            .json()
     }
 }

@@ -2,6 +2,8 @@
 //! cargo runs test binaries one after another, so replacing the catalog here cannot race the
 //! single-entry changes of the other suites.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::disallowed_methods)]
+
 use serde_json::json;
 use switchyard_e2e::{chat_body, unique, Stack};
 

@@ -2,6 +2,8 @@
 //! proves and checks both what the client got and what the upstream saw (`/_stats`).
 //! Deadlines are shrunk through the model's `policy`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::disallowed_methods)]
+
 use serde_json::{json, Value};
 use switchyard_e2e::{chat_body, route, unique, Reply, Stack};
 
@@ -32,7 +34,12 @@ impl Fixture {
         for (i, scenario) in scenarios.iter().enumerate() {
             let label = unique("l");
             let provider = s.mock_provider(&label, scenario, false);
-            objects.push(route(&format!("r{i}"), &provider, &format!("up{i}"), extra.get(i).cloned().unwrap_or(json!({}))));
+            objects.push(route(
+                &format!("r{i}"),
+                &provider,
+                &format!("up{i}"),
+                extra.get(i).cloned().unwrap_or(json!({})),
+            ));
             routes.push((label, scenario.to_string()));
         }
         let model = s.model(objects, policy);
@@ -71,7 +78,10 @@ impl Fixture {
             .unwrap()
             .iter()
             .map(|a| {
-                let class = a["failure_class"].as_str().map(str::to_string).unwrap_or_else(|| a["outcome"].as_str().unwrap().to_string());
+                let class = a["failure_class"]
+                    .as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| a["outcome"].as_str().unwrap().to_string());
                 (a["route"].as_str().unwrap().to_string(), class)
             })
             .collect()
@@ -92,18 +102,28 @@ fn assert_fell_back(f: &Fixture, r: &Reply, class: &str) {
 
 /// Content of an SSE body: the `data:` payloads.
 fn data_lines(text: &str) -> Vec<String> {
-    text.split("\n\n").filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: "))).map(str::to_string).collect()
+    text.split("\n\n")
+        .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
+        .map(str::to_string)
+        .collect()
 }
 
 #[test]
 fn falls_back_on_connect_failure() {
     let s = Stack::from_env();
     let dead = unique("p");
-    let r = s.admin("PUT", &format!("/admin/providers/{dead}"), Some(json!({"base_url": "http://127.0.0.1:9/v1", "auth": "bearer"})));
+    let r = s.admin(
+        "PUT",
+        &format!("/admin/providers/{dead}"),
+        Some(json!({"base_url": "http://127.0.0.1:9/v1", "auth": "bearer"})),
+    );
     assert_eq!(r.status, 200);
     let label = unique("l");
     let ok = s.mock_provider(&label, "ok", false);
-    let model = s.model(vec![route("r0", &dead, "u", json!({})), route("r1", &ok, "u", json!({}))], Some(fast_policy()));
+    let model = s.model(
+        vec![route("r0", &dead, "u", json!({})), route("r1", &ok, "u", json!({}))],
+        Some(fast_policy()),
+    );
     let key = s.new_key(1.0);
     for stream in [false, true] {
         let r = s.chat(&key, &chat_body(&model, stream));
@@ -156,7 +176,11 @@ fn falls_back_when_the_first_event_is_an_error() {
     let f = Fixture::new(&["error-event-first", "ok"]);
     let r = f.chat(true);
     assert_fell_back(&f, &r, "bad_response");
-    assert!(!r.text().contains("error"), "nothing of the failed route reaches the client: {}", r.text());
+    assert!(
+        !r.text().contains("error"),
+        "nothing of the failed route reaches the client: {}",
+        r.text()
+    );
 }
 
 #[test]
@@ -174,7 +198,10 @@ fn falls_back_when_a_route_hangs_past_the_deadline() {
     assert_fell_back(&f, &r, "timeout");
     let g = f.generation(&r);
     let waited = g["attempts"][0]["duration_ms"].as_u64().unwrap();
-    assert!((300..1400).contains(&waited), "the hanging route was cut at its 400 ms deadline, not the last-route one: {waited} ms");
+    assert!(
+        (300..1400).contains(&waited),
+        "the hanging route was cut at its 400 ms deadline, not the last-route one: {waited} ms"
+    );
 }
 
 #[test]
@@ -182,7 +209,10 @@ fn falls_back_when_first_content_is_late_though_headers_came_at_once() {
     let f = Fixture::new(&["first-content-after/3000", "ok"]);
     let r = f.chat(true);
     assert_fell_back(&f, &r, "timeout");
-    assert!(!r.text().contains("keep-alive"), "held-back events of the failed route are discarded");
+    assert!(
+        !r.text().contains("keep-alive"),
+        "held-back events of the failed route are discarded"
+    );
 }
 
 #[test]
@@ -203,22 +233,37 @@ fn does_not_fall_back_on_a_plain_400() {
 fn context_length_falls_back_only_to_a_larger_window() {
     let f = Fixture::with(
         &["status/400/context_length", "ok", "ok"],
-        &[json!({"context_window": 8192}), json!({"context_window": 8192}), json!({"context_window": 32768})],
+        &[
+            json!({"context_window": 8192}),
+            json!({"context_window": 8192}),
+            json!({"context_window": 32768}),
+        ],
         Some(fast_policy()),
     );
     let r = f.chat(false);
     assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!((f.seen(0), f.seen(1), f.seen(2)), (1, 0, 1), "the same-size window is skipped");
+    assert_eq!(
+        (f.seen(0), f.seen(1), f.seen(2)),
+        (1, 0, 1),
+        "the same-size window is skipped"
+    );
     assert_eq!(f.attempts(&r), pairs(&[("r0", "context_length"), ("r2", "answered")]));
 }
 
 #[test]
 fn context_length_with_nowhere_to_go_is_a_400_with_the_models_message() {
-    let f = Fixture::with(&["status/400/context_length", "ok"], &[json!({"context_window": 8192}), json!({"context_window": 4096})], Some(fast_policy()));
+    let f = Fixture::with(
+        &["status/400/context_length", "ok"],
+        &[json!({"context_window": 8192}), json!({"context_window": 4096})],
+        Some(fast_policy()),
+    );
     let r = f.chat(false);
     assert_eq!(r.status, 400, "{}", r.text());
     assert_eq!(r.json()["error"]["code"], "upstream_invalid_request");
-    assert!(r.json()["error"]["message"].as_str().unwrap().contains("context length"));
+    assert!(r.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("context length"));
     assert_eq!(f.seen(1), 0);
 }
 
@@ -232,7 +277,10 @@ fn unsupported_param_falls_back_only_to_routes_not_listing_it() {
     let r = f.chat_with(json!({"logprobs": true}));
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!((f.seen(0), f.seen(1), f.seen(2)), (1, 0, 1));
-    assert_eq!(f.attempts(&r), pairs(&[("r0", "unsupported_param"), ("r2", "answered")]));
+    assert_eq!(
+        f.attempts(&r),
+        pairs(&[("r0", "unsupported_param"), ("r2", "answered")])
+    );
 }
 
 #[test]
@@ -244,8 +292,18 @@ fn allow_fallbacks_false_makes_one_try() {
     // The key's setting applies when the request says nothing.
     let account = f.s.admin("POST", "/admin/accounts", Some(json!({}))).json();
     let id = account["id"].as_str().unwrap();
-    f.s.admin("POST", &format!("/admin/accounts/{id}/credit"), Some(json!({"amount_usd": 1})));
-    let key = f.s.admin("POST", "/admin/keys", Some(json!({"account_id": id, "allow_fallbacks": false}))).json();
+    f.s.admin(
+        "POST",
+        &format!("/admin/accounts/{id}/credit"),
+        Some(json!({"amount_usd": 1})),
+    );
+    let key =
+        f.s.admin(
+            "POST",
+            "/admin/keys",
+            Some(json!({"account_id": id, "allow_fallbacks": false})),
+        )
+        .json();
     let r = f.s.chat(key["key"].as_str().unwrap(), &chat_body(&f.model, false));
     assert_eq!(r.status, 502);
     assert_eq!((f.seen(0), f.seen(1)), (2, 0));
@@ -282,7 +340,11 @@ fn filters_apply_to_every_attempt() {
     let f = Fixture::new(&["status/503", "status/503", "ok"]);
     let r = f.chat_with(json!({"provider": {"ignore": ["r2"]}}));
     assert_eq!(r.status, 502, "{}", r.text());
-    assert_eq!((f.seen(0), f.seen(1), f.seen(2)), (1, 1, 0), "a failover never reaches an ignored route");
+    assert_eq!(
+        (f.seen(0), f.seen(1), f.seen(2)),
+        (1, 1, 0),
+        "a failover never reaches an ignored route"
+    );
 }
 
 #[test]
@@ -292,7 +354,10 @@ fn a_slow_route_gets_one_more_try() {
     let r = f.chat(true);
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!((f.seen(0), f.seen(1)), (2, 1));
-    assert_eq!(f.attempts(&r), pairs(&[("r0", "timeout"), ("r1", "upstream_5xx"), ("r0", "answered")]));
+    assert_eq!(
+        f.attempts(&r),
+        pairs(&[("r0", "timeout"), ("r1", "upstream_5xx"), ("r0", "answered")])
+    );
     assert_eq!(f.generation(&r)["attempts"][2]["extra_try"], true);
 }
 
@@ -315,7 +380,10 @@ fn every_route_failing_is_a_502_with_the_exact_message_and_a_fetchable_generatio
     assert_eq!(v["error"]["code"], "provider_error");
     assert_eq!(
         v["error"]["message"],
-        format!("Model {} is not available right now. Nothing was charged. Retry in a moment.", f.model)
+        format!(
+            "Model {} is not available right now. Nothing was charged. Retry in a moment.",
+            f.model
+        )
     );
     let gen = v["generation_id"].as_str().unwrap();
     assert_eq!(Some(gen), r.header("x-generation-id"));
@@ -326,7 +394,12 @@ fn every_route_failing_is_a_502_with_the_exact_message_and_a_fetchable_generatio
     // Another account cannot read it.
     let other = f.s.new_key(1.0);
     let auth = format!("Bearer {other}");
-    let r = f.s.request("GET", &format!("{}/v1/generation?id={gen}", f.s.gateway), &[("authorization", &auth)], None);
+    let r = f.s.request(
+        "GET",
+        &format!("{}/v1/generation?id={gen}", f.s.gateway),
+        &[("authorization", &auth)],
+        None,
+    );
     assert_eq!(r.status, 404);
 }
 
@@ -375,10 +448,17 @@ fn a_stalled_stream_ends_with_an_error_frame_after_the_idle_timeout() {
     let f = Fixture::new(&["stall-after/2/5000", "ok"]);
     let started = std::time::Instant::now();
     let r = f.chat(true);
-    assert!(started.elapsed() < std::time::Duration::from_millis(4500), "ended by the 700 ms idle timeout, not the upstream");
+    assert!(
+        started.elapsed() < std::time::Duration::from_millis(4500),
+        "ended by the 700 ms idle timeout, not the upstream"
+    );
     let data = data_lines(&r.text());
     assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
-    assert!(data[data.len() - 2].contains("\"finish_reason\":\"error\""), "{}", r.text());
+    assert!(
+        data[data.len() - 2].contains("\"finish_reason\":\"error\""),
+        "{}",
+        r.text()
+    );
     assert_eq!(f.generation(&r)["outcome"], "broken");
 }
 
@@ -388,7 +468,12 @@ fn a_finished_stream_without_done_is_finalised() {
     let r = f.chat(true);
     assert_eq!(r.status, 200);
     let data = data_lines(&r.text());
-    assert_eq!(data.last().map(String::as_str), Some("[DONE]"), "[DONE] added: {}", r.text());
+    assert_eq!(
+        data.last().map(String::as_str),
+        Some("[DONE]"),
+        "[DONE] added: {}",
+        r.text()
+    );
     assert!(!r.text().contains("\"finish_reason\":\"error\""));
     assert_eq!(f.generation(&r)["outcome"], "answered");
 }
@@ -424,7 +509,12 @@ fn the_attempts_log_lists_every_try_with_its_class() {
     assert_eq!(r.status, 200);
     assert_eq!(
         f.attempts(&r),
-        pairs(&[("r0", "upstream_5xx"), ("r1", "rate_limited"), ("r2", "bad_response"), ("r3", "answered")])
+        pairs(&[
+            ("r0", "upstream_5xx"),
+            ("r1", "rate_limited"),
+            ("r2", "bad_response"),
+            ("r3", "answered")
+        ])
     );
     let g = f.generation(&r);
     assert_eq!(g["route"], "r3");

@@ -1,6 +1,8 @@
 //! Foundation rules (issue 2, SPEC §1, §2, §12, §13): keys, errors, byte-exact relay, secrets,
 //! admin token. Each test builds its own provider/model/account so tests run concurrently.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::disallowed_methods)]
+
 use serde_json::{json, Value};
 use switchyard_e2e::{chat_body, unique, Stack};
 
@@ -10,8 +12,7 @@ fn assert_ids(r: &switchyard_e2e::Reply) {
         "x-request-id missing"
     );
     assert!(
-        r.header("x-generation-id")
-            .is_some_and(|v| v.starts_with("gen-")),
+        r.header("x-generation-id").is_some_and(|v| v.starts_with("gen-")),
         "x-generation-id missing"
     );
 }
@@ -42,9 +43,7 @@ fn missing_or_wrong_key_is_401_in_openai_shape() {
         let v = r.json();
         assert_eq!(v["error"]["code"], "invalid_api_key");
         assert_eq!(v["error"]["type"], "authentication_error");
-        assert!(v["generation_id"]
-            .as_str()
-            .is_some_and(|g| g.starts_with("gen-")));
+        assert!(v["generation_id"].as_str().is_some_and(|g| g.starts_with("gen-")));
         assert_ids(&r);
     }
     let r = s.request("GET", &format!("{}/v1/models", s.gateway), &[], None);
@@ -80,10 +79,7 @@ fn unknown_model_is_404_with_available_models() {
         .iter()
         .filter_map(Value::as_str)
         .collect();
-    assert!(
-        available.contains(&model.as_str()),
-        "{available:?} should list {model}"
-    );
+    assert!(available.contains(&model.as_str()), "{available:?} should list {model}");
     assert_ids(&r);
 }
 
@@ -97,14 +93,14 @@ fn bad_json_and_missing_fields_are_400_naming_the_field() {
     assert_eq!(r.json()["error"]["code"], "invalid_request");
     assert_ids(&r);
 
-    let r = s.chat(
-        &key,
-        &json!({"messages": [{"role": "user", "content": "hi"}]}),
-    );
+    let r = s.chat(&key, &json!({"messages": [{"role": "user", "content": "hi"}]}));
     assert_eq!(r.status, 400);
     assert_eq!(r.json()["error"]["param"], "model");
 
-    let r = s.chat(&key, &json!({"model": model, "messages": [{"role": "user", "content": "hi"}], "models": [model, "other"]}));
+    let r = s.chat(
+        &key,
+        &json!({"model": model, "messages": [{"role": "user", "content": "hi"}], "models": [model, "other"]}),
+    );
     assert_eq!(r.status, 400);
     assert_eq!(r.json()["error"]["param"], "models");
 
@@ -182,10 +178,7 @@ fn switchyard_fields_are_not_forwarded() {
     let r = s.chat(&key, &body);
     assert_eq!(r.status, 200, "{}", r.text());
     let seen = &s.mock_stats(&label, "ok")["last_request"]["body"];
-    assert!(
-        seen.get("provider").is_none() && seen.get("models").is_none(),
-        "{seen}"
-    );
+    assert!(seen.get("provider").is_none() && seen.get("models").is_none(), "{seen}");
     assert_eq!(seen["temperature"], 0.25);
 }
 
@@ -267,13 +260,7 @@ fn upstream_invalid_request_is_400_with_the_models_message_and_one_try() {
     assert_eq!(r.status, 400, "{}", r.text());
     let v = r.json();
     assert_eq!(v["error"]["code"], "upstream_invalid_request");
-    assert!(
-        v["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("temperature"),
-        "{v}"
-    );
+    assert!(v["error"]["message"].as_str().unwrap().contains("temperature"), "{v}");
     assert_eq!(s.mock_stats(&label, scenario)["requests"], 1);
 }
 
@@ -306,27 +293,12 @@ fn a_deleted_key_stops_working() {
     let account = s.admin("POST", "/admin/accounts", Some(json!({}))).json();
     let account_id = account["id"].as_str().unwrap();
     let created = s
-        .admin(
-            "POST",
-            "/admin/keys",
-            Some(json!({"account_id": account_id})),
-        )
+        .admin("POST", "/admin/keys", Some(json!({"account_id": account_id})))
         .json();
-    let (key_id, key) = (
-        created["id"].as_str().unwrap(),
-        created["key"].as_str().unwrap(),
-    );
+    let (key_id, key) = (created["id"].as_str().unwrap(), created["key"].as_str().unwrap());
     assert_eq!(s.chat(key, &chat_body(&model, false)).status, 200);
-    assert_eq!(
-        s.admin("DELETE", &format!("/admin/keys/{key_id}"), None)
-            .status,
-        200
-    );
-    assert_eq!(
-        s.admin("DELETE", &format!("/admin/keys/{key_id}"), None)
-            .status,
-        404
-    );
+    assert_eq!(s.admin("DELETE", &format!("/admin/keys/{key_id}"), None).status, 200);
+    assert_eq!(s.admin("DELETE", &format!("/admin/keys/{key_id}"), None).status, 404);
     // SPEC §1: within 5 s (this Worker has one isolate, which forgets the key at once).
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(6);
     loop {
@@ -362,14 +334,8 @@ fn admin_endpoints_refuse_without_the_token() {
     for (method, path) in calls {
         let bare_token = s.admin_token.clone(); // right token, wrong scheme
         for auth in [None, Some("Bearer wrong-token"), Some(bare_token.as_str())] {
-            let headers: Vec<(&str, &str)> =
-                auth.map(|a| vec![("authorization", a)]).unwrap_or_default();
-            let r = s.request(
-                method,
-                &format!("{}{path}", s.gateway),
-                &headers,
-                Some(b"{}"),
-            );
+            let headers: Vec<(&str, &str)> = auth.map(|a| vec![("authorization", a)]).unwrap_or_default();
+            let r = s.request(method, &format!("{}{path}", s.gateway), &headers, Some(b"{}"));
             assert_eq!(r.status, 401, "{method} {path} with {auth:?}: {}", r.text());
             assert_eq!(r.json()["error"]["code"], "unauthorized");
         }
@@ -383,17 +349,12 @@ fn admin_refuses_invalid_entries_naming_the_field() {
     let r = s.admin(
         "PUT",
         &format!("/admin/models/{id}"),
-        Some(
-            json!({"context_window": 10, "max_output_tokens": 10, "routes": [
+        Some(json!({"context_window": 10, "max_output_tokens": 10, "routes": [
             {"id": "r", "provider": "ghost-provider", "upstream_model": "x", "apis": ["chat"],
-             "price": {"input_per_mtok": 1, "output_per_mtok": 1}}]}),
-        ),
+             "price": {"input_per_mtok": 1, "output_per_mtok": 1}}]})),
     );
     assert_eq!(r.status, 400, "{}", r.text());
-    assert!(r.json()["error"]["param"]
-        .as_str()
-        .unwrap()
-        .ends_with(".provider"));
+    assert!(r.json()["error"]["param"].as_str().unwrap().ends_with(".provider"));
     let r = s.admin(
         "PUT",
         &format!("/admin/models/{id}"),
@@ -408,12 +369,8 @@ fn admin_refuses_invalid_entries_naming_the_field() {
     assert_eq!(r.status, 400);
     assert!(r.text().contains("colour"));
     assert_eq!(
-        s.admin(
-            "POST",
-            "/admin/keys",
-            Some(json!({"account_id": unique("nobody")}))
-        )
-        .status,
+        s.admin("POST", "/admin/keys", Some(json!({"account_id": unique("nobody")})))
+            .status,
         400
     );
     assert_eq!(
@@ -426,12 +383,8 @@ fn admin_refuses_invalid_entries_naming_the_field() {
         404
     );
     assert_eq!(
-        s.admin(
-            "POST",
-            "/admin/accounts/x/credit",
-            Some(json!({"amount_usd": -1}))
-        )
-        .status,
+        s.admin("POST", "/admin/accounts/x/credit", Some(json!({"amount_usd": -1})))
+            .status,
         400
     );
 }
@@ -453,25 +406,15 @@ fn model_and_provider_entries_can_be_removed() {
         .unwrap()
         .to_string();
     assert_eq!(
-        s.admin("DELETE", &format!("/admin/providers/{provider}"), None)
-            .status,
+        s.admin("DELETE", &format!("/admin/providers/{provider}"), None).status,
         400,
         "still used by a route"
     );
-    assert_eq!(
-        s.admin("DELETE", &format!("/admin/models/{model}"), None)
-            .status,
-        200
-    );
+    assert_eq!(s.admin("DELETE", &format!("/admin/models/{model}"), None).status, 200);
     assert_eq!(s.chat(&key, &chat_body(&model, false)).status, 404);
     assert_eq!(
-        s.admin("DELETE", &format!("/admin/providers/{provider}"), None)
-            .status,
+        s.admin("DELETE", &format!("/admin/providers/{provider}"), None).status,
         200
     );
-    assert_eq!(
-        s.admin("DELETE", &format!("/admin/models/{model}"), None)
-            .status,
-        404
-    );
+    assert_eq!(s.admin("DELETE", &format!("/admin/models/{model}"), None).status, 404);
 }

@@ -68,16 +68,8 @@ fn invalid(field: &str, message: &str) -> CatalogError {
 }
 
 fn check_id(id: &str, field: &str) -> Result<(), CatalogError> {
-    if id.is_empty()
-        || id.len() > 100
-        || !id
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-    {
-        return Err(invalid(
-            field,
-            "must be 1-100 characters of letters, digits and - _ .",
-        ));
+    if id.is_empty() || id.len() > 100 || !id.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+        return Err(invalid(field, "must be 1-100 characters of letters, digits and - _ ."));
     }
     Ok(())
 }
@@ -113,12 +105,7 @@ pub fn parse_new_key(bytes: &[u8]) -> Result<NewKey, CatalogError> {
         None => None,
         Some(usd) => match usd_to_micros(usd) {
             Some(m) if m >= 0 => Some(m),
-            _ => {
-                return Err(invalid(
-                    "spend_limit_usd",
-                    "must be a non-negative amount of USD",
-                ))
-            }
+            _ => return Err(invalid("spend_limit_usd", "must be a non-negative amount of USD")),
         },
     };
     for (field, v) in [("rpm", body.rpm), ("max_concurrent", body.max_concurrent)] {
@@ -144,37 +131,21 @@ mod tests {
     fn parses_and_refuses() {
         assert_eq!(parse_new_account(b"").unwrap().id, None);
         assert_eq!(
-            parse_new_account(br#"{"id":"acct-1"}"#)
-                .unwrap()
-                .id
-                .as_deref(),
+            parse_new_account(br#"{"id":"acct-1"}"#).unwrap().id.as_deref(),
             Some("acct-1")
         );
+        assert_eq!(parse_new_account(br#"{"id":"a b"}"#).unwrap_err().field, "id");
         assert_eq!(
-            parse_new_account(br#"{"id":"a b"}"#).unwrap_err().field,
-            "id"
-        );
-        assert_eq!(
-            parse_credit(br#"{"amount_usd": 12.5}"#)
-                .unwrap()
-                .amount_micros,
+            parse_credit(br#"{"amount_usd": 12.5}"#).unwrap().amount_micros,
             12_500_000
         );
-        assert_eq!(
-            parse_credit(br#"{"amount_usd": 0}"#).unwrap_err().field,
-            "amount_usd"
-        );
-        assert_eq!(
-            parse_credit(br#"{"amount": 1}"#).unwrap_err().field,
-            "amount"
-        );
+        assert_eq!(parse_credit(br#"{"amount_usd": 0}"#).unwrap_err().field, "amount_usd");
+        assert_eq!(parse_credit(br#"{"amount": 1}"#).unwrap_err().field, "amount");
         let k = parse_new_key(br#"{"account_id":"a","spend_limit_usd":1.25,"rpm":10}"#).unwrap();
         assert_eq!(k.spend_limit_micros, Some(1_250_000));
         assert_eq!(k.rpm, Some(10));
         assert_eq!(
-            parse_new_key(br#"{"account_id":"a","rpm":0}"#)
-                .unwrap_err()
-                .field,
+            parse_new_key(br#"{"account_id":"a","rpm":0}"#).unwrap_err().field,
             "rpm"
         );
         assert_eq!(parse_new_key(br#"{}"#).unwrap_err().field, "body");
@@ -206,10 +177,7 @@ mod decode_tests {
 
     #[test]
     fn decodes_escapes() {
-        assert_eq!(
-            percent_decode("acme%2Fchat-large").as_deref(),
-            Some("acme/chat-large")
-        );
+        assert_eq!(percent_decode("acme%2Fchat-large").as_deref(), Some("acme/chat-large"));
         assert_eq!(percent_decode("plain").as_deref(), Some("plain"));
         assert_eq!(percent_decode("bad%2"), None);
         assert_eq!(percent_decode("bad%zz"), None);

@@ -279,17 +279,11 @@ fn err(field: impl Into<String>, message: impl Into<String>) -> CatalogError {
 }
 
 /// Deserialises `T` from JSON, reporting the failing field as a JSON path.
-pub(crate) fn from_json_with_path<T: serde::de::DeserializeOwned>(
-    bytes: &[u8],
-) -> Result<T, CatalogError> {
+pub(crate) fn from_json_with_path<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, CatalogError> {
     let de = &mut serde_json::Deserializer::from_slice(bytes);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
-        let field = if path == "." {
-            "body".to_string()
-        } else {
-            path
-        };
+        let field = if path == "." { "body".to_string() } else { path };
         let inner = e.into_inner().to_string();
         // serde_json appends " at line L column C"; the path already says where.
         let message = match inner.find(" at line ") {
@@ -313,18 +307,12 @@ impl Catalog {
             let at = format!("providers[{i}]");
             check_id(&p.id, &format!("{at}.id"))?;
             if provider_index.insert(p.id.clone(), i).is_some() {
-                return Err(err(
-                    format!("{at}.id"),
-                    format!("duplicate provider id `{}`", p.id),
-                ));
+                return Err(err(format!("{at}.id"), format!("duplicate provider id `{}`", p.id)));
             }
             if !(p.base_url.starts_with("https://") || p.base_url.starts_with("http://"))
                 || p.base_url.len() <= "https://".len()
             {
-                return Err(err(
-                    format!("{at}.base_url"),
-                    "must be an http:// or https:// URL",
-                ));
+                return Err(err(format!("{at}.base_url"), "must be an http:// or https:// URL"));
             }
             if let Some(name) = &p.key_secret {
                 if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
@@ -343,10 +331,7 @@ impl Catalog {
             let at = format!("models[{i}]");
             check_id(&m.id, &format!("{at}.id"))?;
             if model_index.insert(m.id.clone(), i).is_some() {
-                return Err(err(
-                    format!("{at}.id"),
-                    format!("duplicate model id `{}`", m.id),
-                ));
+                return Err(err(format!("{at}.id"), format!("duplicate model id `{}`", m.id)));
             }
             if m.context_window == 0 {
                 return Err(err(format!("{at}.context_window"), "must be positive"));
@@ -355,10 +340,7 @@ impl Catalog {
                 return Err(err(format!("{at}.max_output_tokens"), "must be positive"));
             }
             if m.routes.is_empty() {
-                return Err(err(
-                    format!("{at}.routes"),
-                    format!("model `{}` has no route", m.id),
-                ));
+                return Err(err(format!("{at}.routes"), format!("model `{}` has no route", m.id)));
             }
             let mut route_ids = HashSet::new();
             for (j, r) in m.routes.iter().enumerate() {
@@ -389,7 +371,7 @@ impl Catalog {
                     ("input_per_mtok", r.price.input_per_mtok),
                     ("output_per_mtok", r.price.output_per_mtok),
                 ] {
-                    if !v.is_finite() || v < 0.0 || v > 1_000_000.0 {
+                    if !v.is_finite() || !(0.0..=1_000_000.0).contains(&v) {
                         return Err(err(
                             format!("{at}.price.{name}"),
                             "must be a non-negative number of USD per million tokens",
@@ -425,15 +407,11 @@ impl Catalog {
     }
 
     pub fn model(&self, id: &str) -> Option<&Model> {
-        self.model_index
-            .get(id)
-            .and_then(|&i| self.doc.models.get(i))
+        self.model_index.get(id).and_then(|&i| self.doc.models.get(i))
     }
 
     pub fn provider(&self, id: &str) -> Option<&Provider> {
-        self.provider_index
-            .get(id)
-            .and_then(|&i| self.doc.providers.get(i))
+        self.provider_index.get(id).and_then(|&i| self.doc.providers.get(i))
     }
 
     /// Model ids in catalog order.
@@ -471,10 +449,7 @@ impl Catalog {
             if let Some(r) = m.routes.iter().find(|r| r.provider == id) {
                 return Err(err(
                     "provider",
-                    format!(
-                        "provider `{id}` is used by route `{}` of model `{}`",
-                        r.id, m.id
-                    ),
+                    format!("provider `{id}` is used by route `{}` of model `{}`", r.id, m.id),
                 ));
             }
         }
@@ -519,10 +494,7 @@ impl Catalog {
 
 /// Parses one provider or model entry for the single-entry admin endpoints and checks that the
 /// path id and the body id agree (a body without `id` takes the path's).
-pub fn parse_entry<T: serde::de::DeserializeOwned>(
-    bytes: &[u8],
-    path_id: &str,
-) -> Result<T, CatalogError> {
+pub fn parse_entry<T: serde::de::DeserializeOwned>(bytes: &[u8], path_id: &str) -> Result<T, CatalogError> {
     let mut value: serde_json::Value = from_json_with_path(bytes)?;
     let obj = value
         .as_object_mut()
@@ -532,23 +504,14 @@ pub fn parse_entry<T: serde::de::DeserializeOwned>(
             obj.insert("id".into(), serde_json::Value::String(path_id.to_string()));
         }
         Some(serde_json::Value::String(id)) if id == path_id => {}
-        Some(_) => {
-            return Err(err(
-                "id",
-                format!("must equal the id in the path (`{path_id}`)"),
-            ))
-        }
+        Some(_) => return Err(err("id", format!("must equal the id in the path (`{path_id}`)"))),
     }
     let bytes = serde_json::to_vec(&value).map_err(|e| err("body", e.to_string()))?;
     from_json_with_path(&bytes)
 }
 
 fn check_id(id: &str, field: &str) -> Result<(), CatalogError> {
-    let ok = !id.is_empty()
-        && id.len() <= 200
-        && id
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./:@".contains(c));
+    let ok = !id.is_empty() && id.len() <= 200 && id.chars().all(|c| c.is_ascii_alphanumeric() || "-_./:@".contains(c));
     if ok {
         Ok(())
     } else {
@@ -562,10 +525,7 @@ fn check_id(id: &str, field: &str) -> Result<(), CatalogError> {
 fn check_policy(p: &PolicyOverrides, at: &str) -> Result<(), CatalogError> {
     if let Some(f) = p.optimistic_hold_fraction {
         if !(0.0..=1.0).contains(&f) {
-            return Err(err(
-                format!("{at}.optimistic_hold_fraction"),
-                "must be between 0 and 1",
-            ));
+            return Err(err(format!("{at}.optimistic_hold_fraction"), "must be between 0 and 1"));
         }
     }
     for (name, v) in [
@@ -620,33 +580,22 @@ mod tests {
         assert_eq!(c.provider("mock").unwrap().account(), "mock");
         assert!(c.model("nope").is_none());
         let p = c.policy_for(m);
-        assert_eq!(
-            p.stream_first_content_ms, 500,
-            "model policy overrides the top level"
-        );
+        assert_eq!(p.stream_first_content_ms, 500, "model policy overrides the top level");
         assert_eq!(p.max_attempts, 2, "top-level policy overrides the default");
         assert_eq!(p.idle_timeout_ms, 120_000, "defaults stay");
     }
 
     #[test]
     fn refusals_name_the_field() {
-        let cases: Vec<(Box<dyn Fn(&mut serde_json::Value)>, &str)> = vec![
-            (
-                Box::new(|v| v["providers"][0]["colour"] = json!("red")),
-                "providers[0]",
-            ),
+        type Mutation = Box<dyn Fn(&mut serde_json::Value)>;
+        let cases: Vec<(Mutation, &str)> = vec![
+            (Box::new(|v| v["providers"][0]["colour"] = json!("red")), "providers[0]"),
             (
                 Box::new(|v| v["models"][0]["routes"][1]["provider"] = json!("ghost")),
                 "models[0].routes[1].provider",
             ),
-            (
-                Box::new(|v| v["providers"][1]["id"] = json!("acme")),
-                "providers[1].id",
-            ),
-            (
-                Box::new(|v| v["models"][0]["routes"] = json!([])),
-                "models[0].routes",
-            ),
+            (Box::new(|v| v["providers"][1]["id"] = json!("acme")), "providers[1].id"),
+            (Box::new(|v| v["models"][0]["routes"] = json!([])), "models[0].routes"),
             (
                 Box::new(|v| v["models"][0]["routes"][1]["id"] = json!("acme-eu")),
                 "models[0].routes[1].id",
@@ -680,30 +629,21 @@ mod tests {
             let mut v = sample();
             mutate(&mut v);
             let e = parse(&v).unwrap_err();
-            assert!(
-                e.field.starts_with(field),
-                "expected field {field}, got {e}"
-            );
+            assert!(e.field.starts_with(field), "expected field {field}, got {e}");
         }
     }
 
     #[test]
     fn single_entry_changes_are_validated_against_the_rest() {
         let c = parse(&sample()).unwrap();
-        assert!(
-            c.without_provider("acme").is_err(),
-            "a provider in use cannot go"
-        );
+        assert!(c.without_provider("acme").is_err(), "a provider in use cannot go");
         let m: Model = parse_entry(
             br#"{"context_window":1,"max_output_tokens":1,"routes":[{"id":"r","provider":"ghost","upstream_model":"x","apis":["chat"],"price":{"input_per_mtok":0,"output_per_mtok":0}}]}"#,
             "new/model",
         )
         .unwrap();
         assert_eq!(m.id, "new/model");
-        assert_eq!(
-            c.with_model(m).unwrap_err().field,
-            "models[1].routes[0].provider"
-        );
+        assert_eq!(c.with_model(m).unwrap_err().field, "models[1].routes[0].provider");
         assert!(parse_entry::<Model>(br#"{"id":"other"}"#, "new/model").is_err());
         let c2 = c.without_model("acme/chat-large").unwrap().unwrap();
         assert!(c2.model("acme/chat-large").is_none());

@@ -167,8 +167,7 @@ const MODEL_WORDS: &[&str] = &[
 ];
 
 /// Wording that says the model is not served here only when the text is about a model.
-const MODEL_WORDS_IF_ABOUT_MODEL: &[&str] =
-    &["does not exist", "is not supported by this provider"];
+const MODEL_WORDS_IF_ABOUT_MODEL: &[&str] = &["does not exist", "is not supported by this provider"];
 
 /// Wording of a request longer than the route's context window.
 const CONTEXT_WORDS: &[&str] = &[
@@ -314,8 +313,7 @@ fn payload_class(facts: &Facts) -> FailureClass {
 }
 
 fn says_model_missing(text: &str) -> bool {
-    contains_any(text, MODEL_WORDS)
-        || (text.contains("model") && contains_any(text, MODEL_WORDS_IF_ABOUT_MODEL))
+    contains_any(text, MODEL_WORDS) || (text.contains("model") && contains_any(text, MODEL_WORDS_IF_ABOUT_MODEL))
 }
 
 fn contains_any(text: &str, words: &[&str]) -> bool {
@@ -394,10 +392,7 @@ impl Facts {
 
         let mut messages: Vec<String> = Vec::new();
         let mut pieces: Vec<String> = Vec::new();
-        let mut param = error
-            .get("param")
-            .and_then(Value::as_str)
-            .and_then(non_empty);
+        let mut param = error.get("param").and_then(Value::as_str).and_then(non_empty);
 
         match error.get("message") {
             Some(Value::String(s)) => messages.extend(non_empty(s)),
@@ -444,12 +439,7 @@ impl Facts {
         }
         // Google's `details: [{"reason": "API_KEY_INVALID", …}]`.
         if let Some(details) = error.get("details").and_then(Value::as_array) {
-            pieces.extend(
-                details
-                    .iter()
-                    .filter_map(|d| d.get("reason"))
-                    .filter_map(scalar_text),
-            );
+            pieces.extend(details.iter().filter_map(|d| d.get("reason")).filter_map(scalar_text));
         }
 
         let code = [error.get("code"), error.get("status"), root.get("code")]
@@ -511,8 +501,7 @@ fn read_detail(
                 let msg = item.get("msg").and_then(Value::as_str).unwrap_or("");
                 msgs.extend(non_empty(msg));
                 pieces.extend(non_empty(kind));
-                let extra =
-                    kind == "extra_forbidden" || msg.to_ascii_lowercase().contains("extra inputs");
+                let extra = kind == "extra_forbidden" || msg.to_ascii_lowercase().contains("extra inputs");
                 if extra && param.is_none() {
                     *param = item
                         .get("loc")
@@ -600,9 +589,7 @@ fn param_from_message(message: &str) -> Option<String> {
             let rest = message[at + lead.len()..]
                 .trim_start()
                 .trim_start_matches(['\'', '"', '`']);
-            let end = rest
-                .find(|c: char| !is_identifier_char(c))
-                .unwrap_or(rest.len());
+            let end = rest.find(|c: char| !is_identifier_char(c)).unwrap_or(rest.len());
             let word = rest[..end].trim_end_matches(['.', '-']);
             if !word.is_empty() {
                 return Some(word.to_string());
@@ -1014,11 +1001,7 @@ mod tests {
 
     #[test]
     fn status_2xx_is_judged_like_a_payload() {
-        let v = classify_status(
-            200,
-            None,
-            br#"{"error":{"message":"Insufficient credits"}}"#,
-        );
+        let v = classify_status(200, None, br#"{"error":{"message":"Insufficient credits"}}"#);
         assert_eq!(v.class, Account);
         assert_eq!(classify_status(200, None, b"").class, BadResponse);
         assert_eq!(classify_status(200, None, b"not json").class, BadResponse);
@@ -1040,15 +1023,8 @@ mod tests {
                 retry_after_ms: Some(3000)
             }
         );
-        let v = classify_status(
-            400,
-            None,
-            br#"{"error":"Invalid model name passed in model=foo"}"#,
-        );
-        assert_eq!(
-            v.message.as_deref(),
-            Some("Invalid model name passed in model=foo")
-        );
+        let v = classify_status(400, None, br#"{"error":"Invalid model name passed in model=foo"}"#);
+        assert_eq!(v.message.as_deref(), Some("Invalid model name passed in model=foo"));
         let v = classify_status(
             400,
             None,
@@ -1067,9 +1043,7 @@ mod tests {
             &json!({"type":"response.failed","response":{"error":{"code":"server_error","message":"boom"}}}),
         );
         assert_eq!(v.message.as_deref(), Some("boom"));
-        let v = classify_error_payload(
-            &json!({"type":"error","code":"server_error","message":"boom2"}),
-        );
+        let v = classify_error_payload(&json!({"type":"error","code":"server_error","message":"boom2"}));
         assert_eq!(v.message.as_deref(), Some("boom2"));
     }
 
@@ -1081,10 +1055,7 @@ mod tests {
         let mut body = "x".repeat(RAW_TEXT_LIMIT).into_bytes();
         body.extend_from_slice(b" overloaded");
         assert_eq!(classify_status(503, None, &body).class, Upstream5xx);
-        assert_eq!(
-            classify_status(503, None, b"Server is busy").class,
-            Overloaded
-        );
+        assert_eq!(classify_status(503, None, b"Server is busy").class, Overloaded);
         // A cut multi-byte character does not fail.
         let mut body = "a".repeat(RAW_TEXT_LIMIT - 1).into_bytes();
         body.extend_from_slice("é overloaded".as_bytes());
@@ -1095,19 +1066,11 @@ mod tests {
     fn overloaded_only_with_the_statuses_that_carry_it() {
         assert_eq!(classify_status(529, None, b"").class, Upstream5xx);
         assert_eq!(
-            classify_status(
-                429,
-                None,
-                br#"{"error":{"message":"Too much load, try later"}}"#
-            )
-            .class,
+            classify_status(429, None, br#"{"error":{"message":"Too much load, try later"}}"#).class,
             Overloaded
         );
         assert_eq!(classify_status(504, None, b"overloaded").class, Upstream5xx);
-        assert_eq!(
-            classify_status(400, None, b"overloaded").class,
-            InvalidRequest
-        );
+        assert_eq!(classify_status(400, None, b"overloaded").class, InvalidRequest);
     }
 
     #[test]
@@ -1137,10 +1100,7 @@ mod tests {
                 r#"{"error":{"message":"This model's endpoint: \"top_k\" is not supported for this model"}}"#,
                 "top_k",
             ),
-            (
-                r#"{"error":{"message":"Unknown parameter: seed."}}"#,
-                "seed",
-            ),
+            (r#"{"error":{"message":"Unknown parameter: seed."}}"#, "seed"),
             (
                 r#"{"object":"error","message":{"detail":[{"type":"extra_forbidden","loc":["body","logit_bias"],"msg":"Extra inputs are not permitted"}]},"type":"invalid_request_message_error"}"#,
                 "logit_bias",
@@ -1178,10 +1138,7 @@ mod tests {
             param_from_message("The model's option `tools[0].strict` is unknown").as_deref(),
             Some("tools[0].strict")
         );
-        assert_eq!(
-            param_from_message("'a b' then \"stop\"").as_deref(),
-            Some("stop")
-        );
+        assert_eq!(param_from_message("'a b' then \"stop\"").as_deref(), Some("stop"));
         assert_eq!(param_from_message("nothing to see"), None);
         assert_eq!(param_from_message("parameter:   "), None);
     }
@@ -1217,10 +1174,7 @@ mod tests {
             classify_status(429, Some("Wed, 21 Oct 2015 07:28:00 GMT"), b"").retry_after_ms,
             None
         );
-        assert_eq!(
-            classify_error_payload(&json!({"error":"x"})).retry_after_ms,
-            None
-        );
+        assert_eq!(classify_error_payload(&json!({"error":"x"})).retry_after_ms, None);
     }
 
     #[test]
@@ -1262,31 +1216,13 @@ mod tests {
             (Upstream5xx, "upstream_5xx", true, Blame::Route, false),
             (RateLimited, "rate_limited", true, Blame::Route, true),
             (Overloaded, "overloaded", true, Blame::Route, true),
-            (
-                ModelUnavailable,
-                "model_unavailable",
-                true,
-                Blame::Route,
-                false,
-            ),
+            (ModelUnavailable, "model_unavailable", true, Blame::Route, false),
             (Account, "account", true, Blame::Account, false),
             (BadResponse, "bad_response", true, Blame::Route, false),
             (ContextLength, "context_length", true, Blame::Nothing, false),
-            (
-                UnsupportedParam,
-                "unsupported_param",
-                true,
-                Blame::Nothing,
-                false,
-            ),
+            (UnsupportedParam, "unsupported_param", true, Blame::Nothing, false),
             (ContentPolicy, "content_policy", true, Blame::Nothing, false),
-            (
-                InvalidRequest,
-                "invalid_request",
-                false,
-                Blame::Nothing,
-                false,
-            ),
+            (InvalidRequest, "invalid_request", false, Blame::Nothing, false),
             (Cancelled, "cancelled", false, Blame::Nothing, false),
         ];
         assert_eq!(table.len(), ALL.len());

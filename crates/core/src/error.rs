@@ -12,19 +12,13 @@ use crate::dialect::ErrorShape;
 #[derive(Debug, Clone, PartialEq)]
 pub enum ApiError {
     /// 400: bad JSON, missing or invalid fields; names the field.
-    InvalidRequest {
-        message: String,
-        param: Option<String>,
-    },
+    InvalidRequest { message: String, param: Option<String> },
     /// 401: missing or unknown API key.
     InvalidApiKey,
     /// 401 on `/admin/*` without the admin token.
     AdminUnauthorized,
     /// 404: the model is not in the catalog.
-    ModelNotFound {
-        model: String,
-        available: Vec<String>,
-    },
+    ModelNotFound { model: String, available: Vec<String> },
     /// 404: no such path, or an admin entity that does not exist.
     NotFound { what: String },
     /// 405: the path exists, the method does not.
@@ -136,8 +130,9 @@ impl ApiError {
 
     fn available_models(&self) -> Option<&[String]> {
         match self {
-            ApiError::ModelNotFound { available, .. }
-            | ApiError::CapacityExhausted { available, .. } => Some(available),
+            ApiError::ModelNotFound { available, .. } | ApiError::CapacityExhausted { available, .. } => {
+                Some(available)
+            }
             _ => None,
         }
     }
@@ -202,17 +197,12 @@ mod tests {
 
     #[test]
     fn provider_error_message_is_exact() {
-        let e = ApiError::ProviderError {
-            model: "acme/x".into(),
-        };
+        let e = ApiError::ProviderError { model: "acme/x".into() };
         assert_eq!(e.status(), 502);
         assert_eq!(
             e.message(),
             "Model acme/x is not available right now. Nothing was charged. Retry in a moment."
         );
-        assert_eq!(
-            e.body(ErrorShape::OpenAi, "g")["error"]["type"],
-            "api_error"
-        );
+        assert_eq!(e.body(ErrorShape::OpenAi, "g")["error"]["type"], "api_error");
     }
 }

@@ -75,12 +75,7 @@ pub struct GenerationRecord {
 /// The usage to record for a committed answer: the upstream's count when it gave one, else an
 /// estimate from the output received (≈ 4 characters per token, never above `max_tokens`) and
 /// from the request size for input — flagged `estimated`.
-pub fn settle_usage(
-    reported: Option<Usage>,
-    output_chars: usize,
-    max_tokens: u64,
-    body_len: usize,
-) -> (Usage, bool) {
+pub fn settle_usage(reported: Option<Usage>, output_chars: usize, max_tokens: u64, body_len: usize) -> (Usage, bool) {
     match reported {
         Some(u) => (u, false),
         None => {
@@ -100,8 +95,7 @@ pub fn settle_usage(
 /// Cost of `usage` at `price`, in micro-dollars. A price in USD per million tokens is exactly
 /// micro-dollars per token; the total is rounded to the nearest micro-dollar.
 pub fn cost_micros(usage: Usage, price: &Price) -> i64 {
-    let cost = usage.input_tokens as f64 * price.input_per_mtok
-        + usage.output_tokens as f64 * price.output_per_mtok;
+    let cost = usage.input_tokens as f64 * price.input_per_mtok + usage.output_tokens as f64 * price.output_per_mtok;
     cost.round() as i64
 }
 

@@ -10,10 +10,7 @@ pub const KEY_PREFIX: &str = "sk-sy-";
 
 /// The key a client presented: `Authorization: Bearer <key>` first, then `x-api-key: <key>`
 /// (Anthropic SDKs). Blank values count as absent.
-pub fn presented_key<'a>(
-    authorization: Option<&'a str>,
-    x_api_key: Option<&'a str>,
-) -> Option<&'a str> {
+pub fn presented_key<'a>(authorization: Option<&'a str>, x_api_key: Option<&'a str>) -> Option<&'a str> {
     let bearer = authorization.and_then(|value| {
         let value = value.trim();
         let (scheme, rest) = value.split_once(' ')?;
@@ -48,10 +45,7 @@ pub fn hex(bytes: &[u8]) -> String {
 /// Constant-time comparison for secrets of equal visibility (the admin token).
 pub fn secrets_equal(a: &str, b: &str) -> bool {
     let (a, b) = (hash_key(a), hash_key(b));
-    a.bytes()
-        .zip(b.bytes())
-        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-        == 0
+    a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 #[cfg(test)]
@@ -61,10 +55,7 @@ mod tests {
     #[test]
     fn reads_bearer_then_x_api_key() {
         assert_eq!(presented_key(Some("Bearer sk-1"), None), Some("sk-1"));
-        assert_eq!(
-            presented_key(Some("bearer   sk-1 "), Some("sk-2")),
-            Some("sk-1")
-        );
+        assert_eq!(presented_key(Some("bearer   sk-1 "), Some("sk-2")), Some("sk-1"));
         assert_eq!(presented_key(None, Some("sk-2")), Some("sk-2"));
         assert_eq!(presented_key(Some("Basic abc"), Some("sk-2")), Some("sk-2"));
         assert_eq!(presented_key(Some("Bearer "), Some(" ")), None);

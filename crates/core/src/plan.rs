@@ -93,12 +93,7 @@ impl Plan {
         let serving: Vec<(usize, RouteHealth)> = order
             .iter()
             .copied()
-            .filter(|(i, _)| {
-                model
-                    .routes
-                    .get(*i)
-                    .is_some_and(|r| r.apis.contains(&request.api))
-            })
+            .filter(|(i, _)| model.routes.get(*i).is_some_and(|r| r.apis.contains(&request.api)))
             .collect();
         if serving.is_empty() {
             return Err(ApiError::SupplyNotConfigured {
@@ -111,18 +106,10 @@ impl Plan {
                 let Some(r) = model.routes.get(*i) else {
                     return false;
                 };
-                if prefs
-                    .only
-                    .as_ref()
-                    .is_some_and(|only| !matches_pref(only, r))
-                {
+                if prefs.only.as_ref().is_some_and(|only| !matches_pref(only, r)) {
                     return false;
                 }
-                if prefs
-                    .ignore
-                    .as_ref()
-                    .is_some_and(|ignore| matches_pref(ignore, r))
-                {
+                if prefs.ignore.as_ref().is_some_and(|ignore| matches_pref(ignore, r)) {
                     return false;
                 }
                 if let Some(max) = &prefs.max_price {
@@ -148,13 +135,12 @@ impl Plan {
             // Stable: equal prices keep their usual order; demoted routes stay behind healthy ones.
             kept.sort_by(|(a, ha), (b, hb)| {
                 let price = |i: &usize| {
-                    model.routes.get(*i).map_or(f64::MAX, |r| {
-                        r.price.input_per_mtok + r.price.output_per_mtok
-                    })
+                    model
+                        .routes
+                        .get(*i)
+                        .map_or(f64::MAX, |r| r.price.input_per_mtok + r.price.output_per_mtok)
                 };
-                ha.demoted
-                    .cmp(&hb.demoted)
-                    .then(price(a).total_cmp(&price(b)))
+                ha.demoted.cmp(&hb.demoted).then(price(a).total_cmp(&price(b)))
             });
         }
         if let Some(order) = &prefs.order {
@@ -199,11 +185,7 @@ impl Plan {
             policy: policy.clone(),
             candidates,
             slow: model.routes.iter().map(|r| r.slow).collect(),
-            unsupported: model
-                .routes
-                .iter()
-                .map(|r| r.unsupported_params.clone())
-                .collect(),
+            unsupported: model.routes.iter().map(|r| r.unsupported_params.clone()).collect(),
             next: 0,
             attempts: 0,
             max_attempts,
@@ -226,11 +208,7 @@ impl Plan {
         if self.excluded_accounts.contains(&c.account) {
             return false;
         }
-        let unsupported = self
-            .unsupported
-            .get(c.route)
-            .map(Vec::as_slice)
-            .unwrap_or(&[]);
+        let unsupported = self.unsupported.get(c.route).map(Vec::as_slice).unwrap_or(&[]);
         !self.excluded_param.iter().any(|p| unsupported.contains(p))
     }
 
@@ -265,10 +243,7 @@ impl Plan {
 
     /// The next attempt, or `None` when the plan is exhausted (then see [`Plan::final_error`]).
     pub fn next_attempt(&mut self, now_ms: u64) -> Option<Attempt> {
-        if self.stopped.is_some()
-            || self.attempts >= self.max_attempts
-            || now_ms >= self.budget_ends_ms
-        {
+        if self.stopped.is_some() || self.attempts >= self.max_attempts || now_ms >= self.budget_ends_ms {
             return None;
         }
         while self.next < self.candidates.len() {
@@ -370,11 +345,7 @@ impl Plan {
             .route;
         self.extra_try_used = true;
         let base = self.policy.last_route_min_ms;
-        let limit = if self.stream {
-            base
-        } else {
-            self.nonstream_limit(base)
-        };
+        let limit = if self.stream { base } else { self.nonstream_limit(base) };
         Some(Attempt {
             route,
             deadline_ms: limit.min(self.budget_ends_ms - now_ms),
@@ -401,9 +372,7 @@ impl Plan {
         let all_client = self.failures.iter().all(|f| {
             matches!(
                 f.verdict.class,
-                FailureClass::ContextLength
-                    | FailureClass::UnsupportedParam
-                    | FailureClass::ContentPolicy
+                FailureClass::ContextLength | FailureClass::UnsupportedParam | FailureClass::ContentPolicy
             )
         });
         if all_client {
@@ -484,26 +453,12 @@ mod tests {
         chat::parse_request(b.to_string().as_bytes()).unwrap()
     }
 
-    fn plan_with(
-        c: &Catalog,
-        body: serde_json::Value,
-        health: &[RouteHealth],
-        fallbacks: bool,
-    ) -> Plan {
+    fn plan_with(c: &Catalog, body: serde_json::Value, health: &[RouteHealth], fallbacks: bool) -> Plan {
         let model = c.model("m").unwrap();
         let order: Vec<(usize, RouteHealth)> = (0..model.routes.len())
             .map(|i| (i, health.get(i).copied().unwrap_or_default()))
             .collect();
-        Plan::new(
-            c,
-            model,
-            &request(body),
-            &c.policy_for(model),
-            &order,
-            fallbacks,
-            0,
-        )
-        .unwrap()
+        Plan::new(c, model, &request(body), &c.policy_for(model), &order, fallbacks, 0).unwrap()
     }
 
     fn verdict(class: FailureClass) -> Verdict {
@@ -532,10 +487,7 @@ mod tests {
             drain(&mut p, FailureClass::Upstream5xx),
             vec![(0, 15_000), (1, 15_000), (2, 60_000)]
         );
-        assert_eq!(
-            p.final_error(vec![]),
-            ApiError::ProviderError { model: "m".into() }
-        );
+        assert_eq!(p.final_error(vec![]), ApiError::ProviderError { model: "m".into() });
     }
 
     #[test]
@@ -601,10 +553,7 @@ mod tests {
         )
         .unwrap();
         let mut p = plan_with(&c, json!({"stream": true}), &[], true);
-        assert_eq!(
-            drain(&mut p, FailureClass::Upstream5xx),
-            vec![(0, 15_000), (1, 60_000)]
-        );
+        assert_eq!(drain(&mut p, FailureClass::Upstream5xx), vec![(0, 15_000), (1, 60_000)]);
     }
 
     #[test]
@@ -651,10 +600,7 @@ mod tests {
         let a = p.next_attempt(0).unwrap();
         p.record_failure(a.route, verdict(FailureClass::InvalidRequest));
         assert!(p.next_attempt(0).is_none());
-        assert!(matches!(
-            p.final_error(vec![]),
-            ApiError::UpstreamInvalidRequest { .. }
-        ));
+        assert!(matches!(p.final_error(vec![]), ApiError::UpstreamInvalidRequest { .. }));
         // account: skip every route on the same upstream account (r0 and r2 share acct-a).
         let mut p = plan_with(&c, json!({}), &[], true);
         assert_eq!(
@@ -685,10 +631,7 @@ mod tests {
             vec![0, 2]
         );
         assert!(
-            matches!(
-                p.final_error(vec![]),
-                ApiError::UpstreamInvalidRequest { .. }
-            ),
+            matches!(p.final_error(vec![]), ApiError::UpstreamInvalidRequest { .. }),
             "nowhere to go: the model's message"
         );
     }
@@ -760,11 +703,7 @@ mod tests {
             },
         ];
         let mut p = plan_with(&c, json!({"stream": true}), &health, true);
-        let classes = [
-            FailureClass::Timeout,
-            FailureClass::Upstream5xx,
-            FailureClass::Timeout,
-        ];
+        let classes = [FailureClass::Timeout, FailureClass::Upstream5xx, FailureClass::Timeout];
         while let Some(a) = p.next_attempt(0) {
             p.record_failure(a.route, verdict(classes[a.route]));
         }

@@ -31,10 +31,7 @@ pub enum Step {
     /// Before commit: the route failed; try the next one.
     Fail(Verdict),
     /// After commit: send these last bytes and stop reading the upstream.
-    End {
-        bytes: Vec<u8>,
-        broken: Option<String>,
-    },
+    End { bytes: Vec<u8>, broken: Option<String> },
 }
 
 /// One attempt's stream, from the first byte to the end.
@@ -147,8 +144,7 @@ impl Relay {
         self.held.extend_from_slice(&ev.raw);
         self.held_events += 1;
         self.output_chars += info.output_chars;
-        if info.content || self.held_events >= MAX_HELD_EVENTS || self.held.len() >= MAX_HELD_BYTES
-        {
+        if info.content || self.held_events >= MAX_HELD_EVENTS || self.held.len() >= MAX_HELD_BYTES {
             self.committed = true;
             return Step::Commit(std::mem::take(&mut self.held));
         }
@@ -235,8 +231,7 @@ mod tests {
     const ROLE: &str = r#"{"id":"c1","model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}"#;
     const HI: &str = r#"{"id":"c1","choices":[{"index":0,"delta":{"content":"Hi"}}]}"#;
     const FIN: &str = r#"{"id":"c1","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#;
-    const USAGE: &str =
-        r#"{"id":"c1","choices":[],"usage":{"prompt_tokens":4,"completion_tokens":1}}"#;
+    const USAGE: &str = r#"{"id":"c1","choices":[],"usage":{"prompt_tokens":4,"completion_tokens":1}}"#;
 
     #[test]
     fn holds_until_content_then_releases_everything() {
@@ -297,11 +292,8 @@ mod tests {
         r.on_event(ev(ROLE));
         assert!(matches!(r.on_close(), Step::Fail(v) if v.class == FailureClass::BadResponse));
         let mut r = Relay::new(Api::Chat, false);
-        let overloaded =
-            ev(r#"{"error":{"message":"The server is overloaded","type":"server_error"}}"#);
-        assert!(
-            matches!(r.on_event(overloaded), Step::Fail(v) if v.class == FailureClass::Overloaded)
-        );
+        let overloaded = ev(r#"{"error":{"message":"The server is overloaded","type":"server_error"}}"#);
+        assert!(matches!(r.on_event(overloaded), Step::Fail(v) if v.class == FailureClass::Overloaded));
     }
 
     #[test]
@@ -309,15 +301,9 @@ mod tests {
         let mut r = Relay::new(Api::Chat, false);
         r.on_event(ev(ROLE));
         r.on_event(ev(HI));
-        assert_eq!(
-            r.on_event(ev("{bad")),
-            Step::Skip,
-            "malformed after commit is dropped"
-        );
+        assert_eq!(r.on_event(ev("{bad")), Step::Skip, "malformed after commit is dropped");
         assert_eq!(r.malformed_dropped(), 1);
-        let Step::End { bytes, broken } =
-            r.on_event(ev(r#"{"error":{"message":"mid-stream failure"}}"#))
-        else {
+        let Step::End { bytes, broken } = r.on_event(ev(r#"{"error":{"message":"mid-stream failure"}}"#)) else {
             panic!()
         };
         assert!(broken.is_some());
@@ -344,21 +330,12 @@ mod tests {
         );
         let mut r = Relay::new(Api::Chat, false);
         r.on_event(ev(HI));
-        assert!(matches!(
-            r.on_close(),
-            Step::End {
-                broken: Some(_),
-                ..
-            }
-        ));
+        assert!(matches!(r.on_close(), Step::End { broken: Some(_), .. }));
         let mut r = Relay::new(Api::Chat, false);
         r.on_event(ev(HI));
         assert!(matches!(
             r.on_broken_with(FailureClass::Timeout, "idle"),
-            Step::End {
-                broken: Some(_),
-                ..
-            }
+            Step::End { broken: Some(_), .. }
         ));
     }
 

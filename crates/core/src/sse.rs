@@ -156,9 +156,7 @@ mod tests {
             let mut chunks = Vec::new();
             let mut at = 0;
             while at < SAMPLE.len() {
-                seed = seed
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
+                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
                 let len = 1 + (seed >> 33) as usize % 7;
                 let end = (at + len).min(SAMPLE.len());
                 chunks.push(&SAMPLE[at..end]);

@@ -11,17 +11,7 @@ use crate::scenario::{Api, Behavior, ErrorKind, Scenario};
 /// Fixed creation time used in every body.
 pub const CREATED: u64 = 1_700_000_000;
 /// The words content events cycle through.
-pub const WORDS: [&str; 9] = [
-    "Hello",
-    "from",
-    "the",
-    "mock",
-    "upstream,",
-    "have",
-    "a",
-    "nice",
-    "day",
-];
+pub const WORDS: [&str; 9] = ["Hello", "from", "the", "mock", "upstream,", "have", "a", "nice", "day"];
 /// What a malformed event is replaced by.
 pub const MALFORMED_EVENT: &str = "data: {not json\n\n";
 /// The SSE keep-alive comment sent while waiting for first content.
@@ -245,9 +235,7 @@ pub fn error_body(api: Api, e: &ErrSpec) -> String {
             .str("type", "error")
             .obj(
                 "error",
-                Obj::new()
-                    .str("type", &e.an_type)
-                    .str("message", &e.an_message),
+                Obj::new().str("type", &e.an_type).str("message", &e.an_message),
             )
             .build(),
         Api::Chat | Api::Responses => Obj::new()
@@ -278,10 +266,7 @@ pub fn nonstream_body(api: Api, info: &ReqInfo, sc: &Scenario) -> String {
         Api::Chat => {
             let choice = Obj::new()
                 .num("index", 0)
-                .obj(
-                    "message",
-                    Obj::new().str("role", "assistant").str("content", &text),
-                )
+                .obj("message", Obj::new().str("role", "assistant").str("content", &text))
                 .str("finish_reason", "stop")
                 .build();
             let mut o = Obj::new()
@@ -303,27 +288,16 @@ pub fn nonstream_body(api: Api, info: &ReqInfo, sc: &Scenario) -> String {
                 .raw("model", &info.model_json)
                 .raw(
                     "content",
-                    &array(vec![Obj::new()
-                        .str("type", "text")
-                        .str("text", &text)
-                        .build()]),
+                    &array(vec![Obj::new().str("type", "text").str("text", &text).build()]),
                 )
                 .str("stop_reason", "end_turn")
                 .null("stop_sequence");
             if !sc.no_usage {
-                o = o.obj(
-                    "usage",
-                    Obj::new().num("input_tokens", p).num("output_tokens", n),
-                );
+                o = o.obj("usage", Obj::new().num("input_tokens", p).num("output_tokens", n));
             }
             o.build()
         }
-        Api::Responses => responses_object(
-            info,
-            "completed",
-            Some(&text),
-            if sc.no_usage { None } else { Some(n) },
-        ),
+        Api::Responses => responses_object(info, "completed", Some(&text), if sc.no_usage { None } else { Some(n) }),
     }
 }
 
@@ -365,12 +339,7 @@ fn responses_item(text: Option<&str>) -> Obj {
 
 /// A Responses `response` object. `text` None = no output yet; `usage_n`
 /// None = no usage field.
-fn responses_object(
-    info: &ReqInfo,
-    status: &str,
-    text: Option<&str>,
-    usage_n: Option<u64>,
-) -> String {
+fn responses_object(info: &ReqInfo, status: &str, text: Option<&str>, usage_n: Option<u64>) -> String {
     let output = match text {
         Some(t) => array(vec![responses_item(Some(t)).build()]),
         None => "[]".to_string(),
@@ -462,11 +431,7 @@ fn chat_chunk(info: &ReqInfo, delta: Obj, finish: Option<&str>) -> String {
 fn preamble(api: Api, b: &mut Builder, info: &ReqInfo, sc: &Scenario) {
     match api {
         Api::Chat => {
-            let d = chat_chunk(
-                info,
-                Obj::new().str("role", "assistant").str("content", ""),
-                None,
-            );
+            let d = chat_chunk(info, Obj::new().str("role", "assistant").str("content", ""), None);
             b.event(None, &d);
         }
         Api::Messages => {
@@ -488,20 +453,14 @@ fn preamble(api: Api, b: &mut Builder, info: &ReqInfo, sc: &Scenario) {
             }
             b.event(
                 Some("message_start"),
-                &Obj::new()
-                    .str("type", "message_start")
-                    .obj("message", msg)
-                    .build(),
+                &Obj::new().str("type", "message_start").obj("message", msg).build(),
             );
             b.event(
                 Some("content_block_start"),
                 &Obj::new()
                     .str("type", "content_block_start")
                     .num("index", 0)
-                    .obj(
-                        "content_block",
-                        Obj::new().str("type", "text").str("text", ""),
-                    )
+                    .obj("content_block", Obj::new().str("type", "text").str("text", ""))
                     .build(),
             );
             b.event(Some("ping"), &Obj::new().str("type", "ping").build());
@@ -511,10 +470,7 @@ fn preamble(api: Api, b: &mut Builder, info: &ReqInfo, sc: &Scenario) {
                 let d = Obj::new()
                     .str("type", ty)
                     .num("sequence_number", b.seq())
-                    .raw(
-                        "response",
-                        &responses_object(info, "in_progress", None, None),
-                    )
+                    .raw("response", &responses_object(info, "in_progress", None, None))
                     .build();
                 b.event(Some(ty), &d);
             }
@@ -549,10 +505,7 @@ fn content(api: Api, b: &mut Builder, info: &ReqInfo, text: &str) {
             let d = Obj::new()
                 .str("type", "content_block_delta")
                 .num("index", 0)
-                .obj(
-                    "delta",
-                    Obj::new().str("type", "text_delta").str("text", text),
-                )
+                .obj("delta", Obj::new().str("type", "text_delta").str("text", text))
                 .build();
             b.event(Some("content_block_delta"), &d);
         }
@@ -594,26 +547,17 @@ fn finish(api: Api, b: &mut Builder, info: &ReqInfo, sc: &Scenario, text: &str) 
         Api::Messages => {
             b.event(
                 Some("content_block_stop"),
-                &Obj::new()
-                    .str("type", "content_block_stop")
-                    .num("index", 0)
-                    .build(),
+                &Obj::new().str("type", "content_block_stop").num("index", 0).build(),
             );
-            let mut d = Obj::new().str("type", "message_delta").obj(
-                "delta",
-                Obj::new()
-                    .str("stop_reason", "end_turn")
-                    .null("stop_sequence"),
-            );
+            let mut d = Obj::new()
+                .str("type", "message_delta")
+                .obj("delta", Obj::new().str("stop_reason", "end_turn").null("stop_sequence"));
             if !sc.no_usage {
                 d = d.obj("usage", Obj::new().num("output_tokens", n));
             }
             b.event(Some("message_delta"), &d.build());
             if !sc.no_done {
-                b.event(
-                    Some("message_stop"),
-                    &Obj::new().str("type", "message_stop").build(),
-                );
+                b.event(Some("message_stop"), &Obj::new().str("type", "message_stop").build());
             }
         }
         Api::Responses => {
@@ -625,9 +569,7 @@ fn finish(api: Api, b: &mut Builder, info: &ReqInfo, sc: &Scenario, text: &str) 
                     .num("output_index", 0)
                     .num("content_index", 0)
             };
-            let d = common("response.output_text.done", b.seq())
-                .str("text", text)
-                .build();
+            let d = common("response.output_text.done", b.seq()).str("text", text).build();
             b.event(Some("response.output_text.done"), &d);
             let d = common("response.content_part.done", b.seq())
                 .obj("part", output_text_part(text))
@@ -645,10 +587,7 @@ fn finish(api: Api, b: &mut Builder, info: &ReqInfo, sc: &Scenario, text: &str) 
                 let d = Obj::new()
                     .str("type", "response.completed")
                     .num("sequence_number", b.seq())
-                    .raw(
-                        "response",
-                        &responses_object(info, "completed", Some(text), usage),
-                    )
+                    .raw("response", &responses_object(info, "completed", Some(text), usage))
                     .build();
                 b.event(Some("response.completed"), &d);
             }
@@ -676,9 +615,7 @@ fn error_event(api: Api, b: &mut Builder, e: &ErrSpec) {
                 .str("type", "error")
                 .obj(
                     "error",
-                    Obj::new()
-                        .str("type", &e.an_type)
-                        .str("message", &e.an_message),
+                    Obj::new().str("type", &e.an_type).str("message", &e.an_message),
                 )
                 .build();
             b.event(Some("error"), &d);
@@ -736,9 +673,7 @@ pub fn stream_plan(api: Api, info: &ReqInfo, sc: &Scenario) -> Vec<Step> {
     }
     match sc.behavior {
         Behavior::CutAfter(_) => b.steps.push(Step::Cut),
-        Behavior::ErrorEventAfter(_) => {
-            error_event(api, &mut b, &event_error(sc.error_kind, &info.model_name))
-        }
+        Behavior::ErrorEventAfter(_) => error_event(api, &mut b, &event_error(sc.error_kind, &info.model_name)),
         _ => finish(api, &mut b, info, sc, &pieces.concat()),
     }
     b.steps
@@ -769,10 +704,7 @@ mod tests {
         steps
             .iter()
             .filter_map(|s| match s {
-                Step::Event(e) => e
-                    .lines()
-                    .find_map(|l| l.strip_prefix("data: "))
-                    .map(str::to_string),
+                Step::Event(e) => e.lines().find_map(|l| l.strip_prefix("data: ")).map(str::to_string),
                 _ => None,
             })
             .collect()
@@ -782,10 +714,7 @@ mod tests {
         steps
             .iter()
             .filter_map(|s| match s {
-                Step::Event(e) => e
-                    .lines()
-                    .find_map(|l| l.strip_prefix("event: "))
-                    .map(str::to_string),
+                Step::Event(e) => e.lines().find_map(|l| l.strip_prefix("event: ")).map(str::to_string),
                 _ => None,
             })
             .collect()
@@ -855,11 +784,7 @@ mod tests {
         let d = datas(&stream_plan(Api::Chat, &i, &sc));
         assert!(d.last().unwrap().contains("\"finish_reason\":\"stop\""));
         let i = info(r#"{"model":"m","stream":true,"stream_options":{"include_usage":true}}"#);
-        let d = datas(&stream_plan(
-            Api::Chat,
-            &i,
-            &parse_scenario("no-usage").unwrap(),
-        ));
+        let d = datas(&stream_plan(Api::Chat, &i, &parse_scenario("no-usage").unwrap()));
         assert!(!d.iter().any(|x| x.contains("usage")));
     }
 
@@ -920,10 +845,7 @@ mod tests {
         }
         let last: Value = serde_json::from_str(datas(&steps).last().unwrap()).unwrap();
         assert_eq!(last["response"]["usage"]["output_tokens"], 2);
-        assert_eq!(
-            last["response"]["output"][0]["content"][0]["text"],
-            "Hello from"
-        );
+        assert_eq!(last["response"]["output"][0]["content"][0]["text"], "Hello from");
     }
 
     #[test]
@@ -941,22 +863,14 @@ mod tests {
             ]
         );
 
-        let steps = stream_plan(
-            Api::Messages,
-            &i,
-            &parse_scenario("error-event-after/1").unwrap(),
-        );
+        let steps = stream_plan(Api::Messages, &i, &parse_scenario("error-event-after/1").unwrap());
         assert_eq!(events(&steps).last().unwrap(), "error");
         assert_eq!(
             datas(&steps).last().unwrap(),
             r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#
         );
 
-        let steps = stream_plan(
-            Api::Responses,
-            &i,
-            &parse_scenario("error-event-after/0").unwrap(),
-        );
+        let steps = stream_plan(Api::Responses, &i, &parse_scenario("error-event-after/0").unwrap());
         let last: Value = serde_json::from_str(datas(&steps).last().unwrap()).unwrap();
         assert_eq!(last["type"], "error");
         assert_eq!(last["code"], "server_error");
@@ -975,10 +889,7 @@ mod tests {
             &i,
             &parse_scenario("first-content-after/300/chunks/3/10/stall-after/2/50").unwrap(),
         );
-        let waits: Vec<&Step> = steps
-            .iter()
-            .filter(|s| !matches!(s, Step::Event(_)))
-            .collect();
+        let waits: Vec<&Step> = steps.iter().filter(|s| !matches!(s, Step::Event(_))).collect();
         assert_eq!(
             waits,
             [
@@ -1002,9 +913,7 @@ mod tests {
         );
         assert!(matches!(steps[1], Step::Wait { ms: 300, .. }));
         assert_eq!(
-            nonstream_delay_ms(
-                &parse_scenario("first-content-after/300/chunks/3/10/stall-after/2/50").unwrap()
-            ),
+            nonstream_delay_ms(&parse_scenario("first-content-after/300/chunks/3/10/stall-after/2/50").unwrap()),
             370
         );
     }
@@ -1014,26 +923,18 @@ mod tests {
         let i = info(r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#);
         let sc = Scenario::default();
         let v: Value = serde_json::from_str(&nonstream_body(Api::Chat, &i, &sc)).unwrap();
-        assert_eq!(
-            v["choices"][0]["message"]["content"],
-            "Hello from the mock upstream,"
-        );
+        assert_eq!(v["choices"][0]["message"]["content"], "Hello from the mock upstream,");
         assert_eq!(v["usage"]["total_tokens"], i.prompt_tokens + 5);
         let v: Value = serde_json::from_str(&nonstream_body(Api::Messages, &i, &sc)).unwrap();
         assert_eq!(v["content"][0]["text"], "Hello from the mock upstream,");
         assert_eq!(v["usage"]["output_tokens"], 5);
         let v: Value = serde_json::from_str(&nonstream_body(Api::Responses, &i, &sc)).unwrap();
-        assert_eq!(
-            v["output"][0]["content"][0]["text"],
-            "Hello from the mock upstream,"
-        );
+        assert_eq!(v["output"][0]["content"][0]["text"], "Hello from the mock upstream,");
         let nu = parse_scenario("no-usage").unwrap();
         for api in [Api::Chat, Api::Messages, Api::Responses] {
             let v: Value = serde_json::from_str(&nonstream_body(api, &i, &nu)).unwrap();
             assert!(v.get("usage").is_none());
-            assert!(
-                serde_json::from_str::<Value>(&malformed_nonstream_body(api, &i, &sc)).is_err()
-            );
+            assert!(serde_json::from_str::<Value>(&malformed_nonstream_body(api, &i, &sc)).is_err());
         }
     }
 

@@ -99,9 +99,7 @@ fn read_line<R: BufRead>(r: &mut R) -> Result<Option<String>, ReadError> {
     if buf.last() == Some(&b'\r') {
         buf.pop();
     }
-    String::from_utf8(buf)
-        .map(Some)
-        .map_err(|_| bad("line is not UTF-8"))
+    String::from_utf8(buf).map(Some).map_err(|_| bad("line is not UTF-8"))
 }
 
 fn read_line_required<R: BufRead>(r: &mut R) -> Result<String, ReadError> {
@@ -145,11 +143,7 @@ pub fn read_request<R: BufRead>(r: &mut R) -> Result<Option<Request>, ReadError>
 
     let chunked = req
         .header("transfer-encoding")
-        .map(|v| {
-            v.to_ascii_lowercase()
-                .split(',')
-                .any(|t| t.trim() == "chunked")
-        })
+        .map(|v| v.to_ascii_lowercase().split(',').any(|t| t.trim() == "chunked"))
         .unwrap_or(false);
     if chunked {
         req.body = read_chunked_body(r)?;
@@ -207,8 +201,7 @@ fn read_chunked_body<R: BufRead>(r: &mut R) -> Result<Vec<u8>, ReadError> {
     loop {
         let line = read_line_required(r)?;
         let size_txt = line.split(';').next().unwrap_or("").trim();
-        let size = usize::from_str_radix(size_txt, 16)
-            .map_err(|_| bad(format!("bad chunk size line {line:?}")))?;
+        let size = usize::from_str_radix(size_txt, 16).map_err(|_| bad(format!("bad chunk size line {line:?}")))?;
         if size == 0 {
             // Trailer section, ends with an empty line.
             let _trailers = read_header_block(r)?;
@@ -259,17 +252,8 @@ pub fn reason(status: u16) -> &'static str {
 
 /// Writes a status line and headers (plus `server`, and `connection: close`
 /// when `close`). Does not flush.
-pub fn write_head<W: Write>(
-    w: &mut W,
-    status: u16,
-    headers: &[(&str, String)],
-    close: bool,
-) -> io::Result<()> {
-    let mut head = format!(
-        "HTTP/1.1 {} {}\r\nServer: mock-upstream\r\n",
-        status,
-        reason(status)
-    );
+pub fn write_head<W: Write>(w: &mut W, status: u16, headers: &[(&str, String)], close: bool) -> io::Result<()> {
+    let mut head = format!("HTTP/1.1 {} {}\r\nServer: mock-upstream\r\n", status, reason(status));
     for (k, v) in headers {
         head.push_str(k);
         head.push_str(": ");
@@ -341,7 +325,8 @@ mod tests {
 
     #[test]
     fn content_length_body_and_headers() {
-        let r = parse("POST /a/chat/completions?x=1 HTTP/1.1\r\nHost: h\r\nContent-LENGTH: 4\r\nX-Foo:  bar \r\n\r\nabcd");
+        let r =
+            parse("POST /a/chat/completions?x=1 HTTP/1.1\r\nHost: h\r\nContent-LENGTH: 4\r\nX-Foo:  bar \r\n\r\nabcd");
         assert_eq!(r.method, "POST");
         assert_eq!(r.path(), "/a/chat/completions");
         assert_eq!(r.header("content-length"), Some("4"));
@@ -390,9 +375,6 @@ mod tests {
 
     #[test]
     fn chunk_encoding() {
-        assert_eq!(
-            encode_chunk(b"hello world, 17 b"),
-            b"11\r\nhello world, 17 b\r\n"
-        );
+        assert_eq!(encode_chunk(b"hello world, 17 b"), b"11\r\nhello world, 17 b\r\n");
     }
 }

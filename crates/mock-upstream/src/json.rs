@@ -96,10 +96,7 @@ mod tests {
             .obj("o", Obj::new().str("k", "v"))
             .raw("arr", &array(vec!["1".into(), "2".into()]))
             .build();
-        assert_eq!(
-            s,
-            r#"{"z":"a\"b","a":3,"n":null,"o":{"k":"v"},"arr":[1,2]}"#
-        );
+        assert_eq!(s, r#"{"z":"a\"b","a":3,"n":null,"o":{"k":"v"},"arr":[1,2]}"#);
         let v: serde_json::Value = serde_json::from_str(&s).unwrap();
         assert_eq!(v["z"], "a\"b");
     }

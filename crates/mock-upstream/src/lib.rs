@@ -13,10 +13,7 @@
 
 // The workspace bans `Instant::now` because it panics on wasm32; this crate
 // is a native test tool that needs a real clock (delays, `down-for`, `hang`).
-#![allow(
-    clippy::disallowed_methods,
-    reason = "native binary, never built for wasm32"
-)]
+#![allow(clippy::disallowed_methods, reason = "native binary, never built for wasm32")]
 
 pub mod dialect;
 pub mod http;

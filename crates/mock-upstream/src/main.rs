@@ -9,8 +9,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 const DEFAULT_PORT: u16 = 9100;
-const USAGE: &str =
-    "usage: mock-upstream [--port N]   (default $MOCK_PORT, else 9100; 0 = any free port)";
+const USAGE: &str = "usage: mock-upstream [--port N]   (default $MOCK_PORT, else 9100; 0 = any free port)";
 
 fn parse_port(s: &str, what: &str) -> Result<u16, String> {
     s.trim()
@@ -24,9 +23,7 @@ fn port_from_args(args: &[String]) -> Result<Option<u16>, String> {
     while i < args.len() {
         let a = args[i].as_str();
         if a == "--port" || a == "-p" {
-            let v = args
-                .get(i + 1)
-                .ok_or_else(|| "--port needs a value".to_string())?;
+            let v = args.get(i + 1).ok_or_else(|| "--port needs a value".to_string())?;
             port = Some(parse_port(v, "--port")?);
             i += 2;
         } else if let Some(v) = a.strip_prefix("--port=") {

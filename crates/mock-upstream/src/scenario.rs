@@ -212,10 +212,7 @@ pub fn normalize_key(key: &str) -> String {
 /// Splits a key into (label, scenario segments).
 pub fn split_label(key: &str) -> (String, Vec<&str>) {
     let segs: Vec<&str> = key.split('/').filter(|s| !s.is_empty()).collect();
-    let start = segs
-        .iter()
-        .position(|s| KEYWORDS.contains(s))
-        .unwrap_or(segs.len());
+    let start = segs.iter().position(|s| KEYWORDS.contains(s)).unwrap_or(segs.len());
     (segs[..start].join("/"), segs[start..].to_vec())
 }
 
@@ -245,9 +242,7 @@ impl<'a> Cursor<'a> {
     fn count(&mut self, after: &str) -> Result<usize, ScenarioError> {
         let n: usize = self.num(after, "a count")?;
         if n > MAX_CHUNKS {
-            return Err(ScenarioError(format!(
-                "`{after}/{n}`: at most {MAX_CHUNKS}"
-            )));
+            return Err(ScenarioError(format!("`{after}/{n}`: at most {MAX_CHUNKS}")));
         }
         Ok(n)
     }
@@ -268,10 +263,7 @@ pub fn parse_scenario(key: &str) -> Result<Scenario, ScenarioError> {
     let mut behavior: Option<Behavior> = None;
     let mut chunks: Option<(usize, u64)> = None;
     let mut seen_flags: Vec<&str> = Vec::new();
-    let mut c = Cursor {
-        segs: &segs,
-        pos: 0,
-    };
+    let mut c = Cursor { segs: &segs, pos: 0 };
 
     while let Some(seg) = c.next() {
         match seg {
@@ -287,16 +279,8 @@ pub fn parse_scenario(key: &str) -> Result<Scenario, ScenarioError> {
                     "status/hang/reset/cut-after/error-*",
                 )?;
             }
-            "hang" => set_once(
-                &mut behavior,
-                Behavior::Hang,
-                "status/hang/reset/cut-after/error-*",
-            )?,
-            "reset" => set_once(
-                &mut behavior,
-                Behavior::Reset,
-                "status/hang/reset/cut-after/error-*",
-            )?,
+            "hang" => set_once(&mut behavior, Behavior::Hang, "status/hang/reset/cut-after/error-*")?,
+            "reset" => set_once(&mut behavior, Behavior::Reset, "status/hang/reset/cut-after/error-*")?,
             "cut-after" => {
                 let n = c.count("cut-after")?;
                 set_once(
@@ -369,11 +353,7 @@ pub fn parse_scenario(key: &str) -> Result<Scenario, ScenarioError> {
             }
             other => match ErrorKind::from_segment(other) {
                 Some(kind) => set_once(&mut sc.error_kind, kind, "error kind")?,
-                None => {
-                    return Err(ScenarioError(format!(
-                        "unknown segment `{other}` in `{key}`"
-                    )))
-                }
+                None => return Err(ScenarioError(format!("unknown segment `{other}` in `{key}`"))),
             },
         }
     }
@@ -396,7 +376,8 @@ pub fn parse_scenario(key: &str) -> Result<Scenario, ScenarioError> {
         );
     if sc.error_kind.is_some() && !has_error {
         return Err(ScenarioError(
-            "an error kind needs `status/<code>`, `flaky/<k>`, `down-for/<ms>`, `error-event-*` or `error-body-200`".into(),
+            "an error kind needs `status/<code>`, `flaky/<k>`, `down-for/<ms>`, `error-event-*` or `error-body-200`"
+                .into(),
         ));
     }
     Ok(sc)
@@ -413,10 +394,7 @@ mod tests {
             Some((Api::Chat, "t-8f3a/status/503".into()))
         );
         assert_eq!(split_api("/a/messages"), Some((Api::Messages, "a".into())));
-        assert_eq!(
-            split_api("/responses?x=1"),
-            Some((Api::Responses, "".into()))
-        );
+        assert_eq!(split_api("/responses?x=1"), Some((Api::Responses, "".into())));
         assert_eq!(
             split_api("//x//hang/responses/"),
             Some((Api::Responses, "x/hang".into()))

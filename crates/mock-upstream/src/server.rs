@@ -99,8 +99,7 @@ fn handle_connection(stream: TcpStream, state: Shared) {
                             .str("type", "invalid_request_error"),
                     )
                     .build();
-                let _ =
-                    http::write_full(&mut w, 400, "application/json", &[], body.as_bytes(), true);
+                let _ = http::write_full(&mut w, 400, "application/json", &[], body.as_bytes(), true);
                 return;
             }
         };
@@ -112,13 +111,7 @@ fn handle_connection(stream: TcpStream, state: Shared) {
     }
 }
 
-fn json(
-    w: &mut TcpStream,
-    status: u16,
-    body: &str,
-    extra: &[(&str, String)],
-    close: bool,
-) -> Action {
+fn json(w: &mut TcpStream, status: u16, body: &str, extra: &[(&str, String)], close: bool) -> Action {
     after_write(http::write_full(
         w,
         status,
@@ -203,14 +196,7 @@ fn sleep_until(t: Instant) {
 }
 
 /// Answers with an HTTP error status in the dialect's shape.
-fn error_status(
-    w: &mut TcpStream,
-    api: Api,
-    status: u16,
-    sc: &Scenario,
-    info: &ReqInfo,
-    close: bool,
-) -> Action {
+fn error_status(w: &mut TcpStream, api: Api, status: u16, sc: &Scenario, info: &ReqInfo, close: bool) -> Action {
     let e = dialect::status_error(sc.error_kind, status, &info.model_name);
     let mut extra = Vec::new();
     if let Some(s) = sc.retry_after {
@@ -317,17 +303,11 @@ fn run_stream(w: &mut TcpStream, steps: &[Step], close: bool) -> Action {
     for step in steps {
         let r = match step {
             Step::Event(text) => http::write_chunk(w, text.as_bytes()),
-            Step::Wait {
-                ms,
-                keepalive: false,
-            } => {
+            Step::Wait { ms, keepalive: false } => {
                 sleep_ms(*ms);
                 Ok(())
             }
-            Step::Wait {
-                ms,
-                keepalive: true,
-            } => wait_with_keepalive(w, *ms),
+            Step::Wait { ms, keepalive: true } => wait_with_keepalive(w, *ms),
             Step::Cut => {
                 let _ = w.shutdown(Shutdown::Both);
                 return Action::Close;
@@ -356,9 +336,7 @@ fn wait_with_keepalive(w: &mut TcpStream, ms: u64) -> io::Result<()> {
 
 /// Writes nothing; returns when the peer closes (or after [`HANG_MAX`]).
 fn hang(reader: &mut BufReader<TcpStream>) {
-    let _ = reader
-        .get_ref()
-        .set_read_timeout(Some(Duration::from_millis(200)));
+    let _ = reader.get_ref().set_read_timeout(Some(Duration::from_millis(200)));
     let deadline = Instant::now() + HANG_MAX;
     let mut buf = [0u8; 4096];
     while Instant::now() < deadline {
@@ -368,9 +346,7 @@ fn hang(reader: &mut BufReader<TcpStream>) {
             Err(e)
                 if matches!(
                     e.kind(),
-                    io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut
-                        | io::ErrorKind::Interrupted
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
                 ) =>
             {
                 continue

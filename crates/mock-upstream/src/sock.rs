@@ -46,13 +46,7 @@ mod imp {
     }
 
     extern "C" {
-        fn setsockopt(
-            fd: c_int,
-            level: c_int,
-            name: c_int,
-            value: *const c_void,
-            len: u32,
-        ) -> c_int;
+        fn setsockopt(fd: c_int, level: c_int, name: c_int, value: *const c_void, len: u32) -> c_int;
     }
 
     /// Sets SO_LINGER {1, 0}; true on success.

@@ -2,12 +2,7 @@
 //! the real binary), driven by a raw `TcpStream` HTTP/1.1 client.
 
 // Client helpers are test code: failing loudly is what they should do.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::disallowed_methods
-)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::disallowed_methods)]
 
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -80,8 +75,7 @@ fn read_resp<R: BufRead>(r: &mut R) -> Resp {
             break;
         }
         let (k, v) = l.split_once(':').unwrap();
-        resp.headers
-            .push((k.trim().to_lowercase(), v.trim().to_string()));
+        resp.headers.push((k.trim().to_lowercase(), v.trim().to_string()));
     }
     if resp.header("transfer-encoding") == Some("chunked") {
         loop {
@@ -190,37 +184,20 @@ fn flaky_alternates_and_stats_count() {
     assert_eq!(s["requests"], 4);
     assert_eq!(s["last_request"]["method"], "POST");
     assert_eq!(s["last_request"]["path"], "/t3/flaky/2/chat/completions");
-    assert_eq!(
-        s["last_request"]["headers"]["authorization"],
-        "Bearer sk-test"
-    );
+    assert_eq!(s["last_request"]["headers"]["authorization"], "Bearer sk-test");
     assert_eq!(s["last_request"]["body"]["model"], "gpt-mock");
     let s = call(addr, "GET", "/_stats/never", "").json();
     assert_eq!(s, serde_json::json!({"requests":0,"last_request":null}));
-    assert_eq!(
-        call(addr, "POST", "/_reset", "").json(),
-        serde_json::json!({"ok":true})
-    );
-    assert_eq!(
-        call(addr, "GET", "/_stats/t3/flaky/2", "").json()["requests"],
-        0
-    );
+    assert_eq!(call(addr, "POST", "/_reset", "").json(), serde_json::json!({"ok":true}));
+    assert_eq!(call(addr, "GET", "/_stats/t3/flaky/2", "").json()["requests"], 0);
     // After reset the count starts again.
-    assert_eq!(
-        call(addr, "POST", "/t3/flaky/2/chat/completions", CHAT).status,
-        200
-    );
+    assert_eq!(call(addr, "POST", "/t3/flaky/2/chat/completions", CHAT).status, 200);
 }
 
 #[test]
 fn cut_after_truncates() {
     let addr = server();
-    let r = call(
-        addr,
-        "POST",
-        "/t4/cut-after/2/chat/completions",
-        CHAT_STREAM,
-    );
+    let r = call(addr, "POST", "/t4/cut-after/2/chat/completions", CHAT_STREAM);
     assert_eq!(r.status, 200);
     assert!(!r.complete, "no terminating chunk expected");
     assert_eq!(r.chunks.len(), 3, "role + 2 content: {:?}", r.chunks);
@@ -233,12 +210,7 @@ fn cut_after_truncates() {
 #[test]
 fn malformed_event_1() {
     let addr = server();
-    let r = call(
-        addr,
-        "POST",
-        "/t5/malformed-event/1/chat/completions",
-        CHAT_STREAM,
-    );
+    let r = call(addr, "POST", "/t5/malformed-event/1/chat/completions", CHAT_STREAM);
     assert!(r.complete);
     assert_eq!(r.chunks[1], "data: {not json\n\n");
     assert_eq!(r.datas().last().unwrap(), "[DONE]");
@@ -268,7 +240,10 @@ fn keep_alive_and_chunked_request_body() {
     let body = r#"{"model":"gpt-r","input":"hi"}"#;
     let req = format!(
         "POST /t6/responses HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{}\r\n{:x}\r\n{}\r\n0\r\n\r\n",
-        10, &body[..10], body.len() - 10, &body[10..]
+        10,
+        &body[..10],
+        body.len() - 10,
+        &body[10..]
     );
     s.write_all(req.as_bytes()).unwrap();
     let b = read_resp(&mut r);
@@ -305,19 +280,12 @@ fn reset_is_a_connection_reset() {
 fn hang_writes_nothing() {
     let addr = server();
     let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_millis(600)))
-        .unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(600))).unwrap();
     send(&mut s, "POST", "/t8/hang/chat/completions", CHAT);
     let mut buf = [0u8; 64];
     let e = s.read(&mut buf).unwrap_err();
-    assert!(matches!(
-        e.kind(),
-        ErrorKind::WouldBlock | ErrorKind::TimedOut
-    ));
-    assert_eq!(
-        call(addr, "GET", "/_stats/t8/hang", "").json()["requests"],
-        1
-    );
+    assert!(matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut));
+    assert_eq!(call(addr, "GET", "/_stats/t8/hang", "").json()["requests"], 1);
 }
 
 #[test]
@@ -335,11 +303,7 @@ fn first_content_after_sends_preamble_then_keepalives() {
     let r = read_resp(&mut BufReader::new(s));
     assert!(t.elapsed() >= Duration::from_millis(700));
     assert!(r.complete);
-    let keepalives = r
-        .chunks
-        .iter()
-        .filter(|c| c.as_str() == ": keep-alive\n\n")
-        .count();
+    let keepalives = r.chunks.iter().filter(|c| c.as_str() == ": keep-alive\n\n").count();
     assert_eq!(keepalives, 3, "{:?}", r.chunks);
     assert!(r.chunks[3].starts_with("event: response.content_part.added"));
     assert_eq!(r.chunks[4], ": keep-alive\n\n");
@@ -350,31 +314,14 @@ fn first_content_after_sends_preamble_then_keepalives() {
 fn down_for_then_up() {
     let addr = server();
     assert_eq!(
-        call(
-            addr,
-            "POST",
-            "/t10/down-for/1000/retry-after/1/chat/completions",
-            CHAT
-        )
-        .status,
+        call(addr, "POST", "/t10/down-for/1000/retry-after/1/chat/completions", CHAT).status,
         503
     );
-    let r = call(
-        addr,
-        "POST",
-        "/t10/down-for/1000/retry-after/1/chat/completions",
-        CHAT,
-    );
+    let r = call(addr, "POST", "/t10/down-for/1000/retry-after/1/chat/completions", CHAT);
     assert_eq!((r.status, r.header("retry-after")), (503, Some("1")));
     std::thread::sleep(Duration::from_millis(1050));
     assert_eq!(
-        call(
-            addr,
-            "POST",
-            "/t10/down-for/1000/retry-after/1/chat/completions",
-            CHAT
-        )
-        .status,
+        call(addr, "POST", "/t10/down-for/1000/retry-after/1/chat/completions", CHAT).status,
         200
     );
 }
@@ -382,12 +329,7 @@ fn down_for_then_up() {
 #[test]
 fn error_events_and_bodies() {
     let addr = server();
-    let r = call(
-        addr,
-        "POST",
-        "/t11/error-event-first/chat/completions",
-        CHAT_STREAM,
-    );
+    let r = call(addr, "POST", "/t11/error-event-first/chat/completions", CHAT_STREAM);
     assert_eq!(r.status, 200);
     assert!(r.complete);
     assert_eq!(r.datas().len(), 1);
@@ -400,16 +342,8 @@ fn error_events_and_bodies() {
     );
     assert!(r.text().ends_with("event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n"));
     assert_eq!(r.text().matches("content_block_delta").count(), 2 * 2);
-    let r = call(
-        addr,
-        "POST",
-        "/t11/error-body-200/chat/completions",
-        CHAT_STREAM,
-    );
-    assert_eq!(
-        (r.status, r.header("content-type")),
-        (200, Some("application/json"))
-    );
+    let r = call(addr, "POST", "/t11/error-body-200/chat/completions", CHAT_STREAM);
+    assert_eq!((r.status, r.header("content-type")), (200, Some("application/json")));
     assert_eq!(r.json()["error"]["type"], "server_error");
 }
 

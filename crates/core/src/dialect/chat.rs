@@ -14,24 +14,9 @@ pub fn parse_request(bytes: &[u8]) -> Result<ClientRequest, ApiError> {
     let (body, model, provider) = parse_common(bytes)?;
     match body.get("messages") {
         Some(Value::Array(m)) if !m.is_empty() => {}
-        Some(Value::Array(_)) => {
-            return Err(ApiError::invalid(
-                "`messages` must not be empty.",
-                Some("messages"),
-            ))
-        }
-        None => {
-            return Err(ApiError::invalid(
-                "`messages` is required.",
-                Some("messages"),
-            ))
-        }
-        Some(_) => {
-            return Err(ApiError::invalid(
-                "`messages` must be an array.",
-                Some("messages"),
-            ))
-        }
+        Some(Value::Array(_)) => return Err(ApiError::invalid("`messages` must not be empty.", Some("messages"))),
+        None => return Err(ApiError::invalid("`messages` is required.", Some("messages"))),
+        Some(_) => return Err(ApiError::invalid("`messages` must be an array.", Some("messages"))),
     }
     let stream = optional_bool(&body, "stream")?.unwrap_or(false);
     let max_tokens = match optional_u64(&body, "max_completion_tokens")? {
@@ -117,10 +102,7 @@ mod tests {
             parse_request(b"{not json"),
             Err(ApiError::InvalidRequest { .. })
         ));
-        assert!(matches!(
-            parse_request(b"[1]"),
-            Err(ApiError::InvalidRequest { .. })
-        ));
+        assert!(matches!(parse_request(b"[1]"), Err(ApiError::InvalidRequest { .. })));
         assert_eq!(
             param_of(parse(json!({"messages": [{}]})).unwrap_err()).as_deref(),
             Some("model")
@@ -134,43 +116,27 @@ mod tests {
             Some("messages")
         );
         assert_eq!(
-            param_of(parse(json!({"model": "m", "messages": [{}], "stream": "yes"})).unwrap_err())
-                .as_deref(),
+            param_of(parse(json!({"model": "m", "messages": [{}], "stream": "yes"})).unwrap_err()).as_deref(),
             Some("stream")
         );
         assert_eq!(
-            param_of(parse(json!({"model": "m", "messages": [{}], "max_tokens": -1})).unwrap_err())
-                .as_deref(),
+            param_of(parse(json!({"model": "m", "messages": [{}], "max_tokens": -1})).unwrap_err()).as_deref(),
             Some("max_tokens")
         );
         assert_eq!(
-            param_of(
-                parse(json!({"model": "m", "messages": [{}], "models": ["m", "n"]})).unwrap_err()
-            )
-            .as_deref(),
+            param_of(parse(json!({"model": "m", "messages": [{}], "models": ["m", "n"]})).unwrap_err()).as_deref(),
             Some("models")
         );
         assert_eq!(
-            param_of(
-                parse(json!({"model": "m", "messages": [{}], "provider": {"only": "a"}}))
-                    .unwrap_err()
-            )
-            .as_deref(),
+            param_of(parse(json!({"model": "m", "messages": [{}], "provider": {"only": "a"}})).unwrap_err()).as_deref(),
             Some("provider")
         );
         assert_eq!(
-            param_of(
-                parse(json!({"model": "m", "messages": [{}], "provider": {"colour": 1}}))
-                    .unwrap_err()
-            )
-            .as_deref(),
+            param_of(parse(json!({"model": "m", "messages": [{}], "provider": {"colour": 1}})).unwrap_err()).as_deref(),
             Some("provider")
         );
         let big = vec![b' '; super::super::MAX_BODY_BYTES + 1];
-        assert!(matches!(
-            parse_request(&big),
-            Err(ApiError::InvalidRequest { .. })
-        ));
+        assert!(matches!(parse_request(&big), Err(ApiError::InvalidRequest { .. })));
     }
 }
 
@@ -338,16 +304,12 @@ mod stream_tests {
         assert_eq!(inspect_event(&comment), EventInfo::default());
         assert!(inspect_event(&ev("[DONE]")).done);
         assert!(inspect_event(&ev("{not json")).malformed);
-        assert!(inspect_event(&ev(r#"{"error":{"message":"boom"}}"#))
-            .error
-            .is_some());
+        assert!(inspect_event(&ev(r#"{"error":{"message":"boom"}}"#)).error.is_some());
     }
 
     #[test]
     fn finish_and_usage() {
-        let fin = inspect_event(&ev(
-            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
-        ));
+        let fin = inspect_event(&ev(r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#));
         assert!(fin.finished && !fin.content);
         let usage = inspect_event(&ev(
             r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":7,"total_tokens":12}}"#,
@@ -377,14 +339,8 @@ mod stream_tests {
             })
         );
         assert_eq!(ok.output_chars, 5);
-        assert_eq!(
-            inspect_body(b"{trunc").unwrap_err().class,
-            FailureClass::BadResponse
-        );
-        assert_eq!(
-            inspect_body(b"{}").unwrap_err().class,
-            FailureClass::BadResponse
-        );
+        assert_eq!(inspect_body(b"{trunc").unwrap_err().class, FailureClass::BadResponse);
+        assert_eq!(inspect_body(b"{}").unwrap_err().class, FailureClass::BadResponse);
         assert_eq!(
             inspect_body(br#"{"error":{"message":"The server is overloaded"}}"#)
                 .unwrap_err()
@@ -398,12 +354,8 @@ mod stream_tests {
         let f = String::from_utf8(error_frame("c1", "m", "cut")).unwrap();
         assert!(f.starts_with("data: {"));
         assert!(f.ends_with("data: [DONE]\n\n"));
-        let first: Value =
-            serde_json::from_str(f.lines().next().unwrap().trim_start_matches("data: ")).unwrap();
+        let first: Value = serde_json::from_str(f.lines().next().unwrap().trim_start_matches("data: ")).unwrap();
         assert_eq!(first["choices"][0]["finish_reason"], "error");
-        assert_eq!(
-            first["error"]["metadata"]["error_type"],
-            "provider_unavailable"
-        );
+        assert_eq!(first["error"]["metadata"]["error_type"], "provider_unavailable");
     }
 }

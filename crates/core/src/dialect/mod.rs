@@ -140,34 +140,21 @@ impl ClientRequest {
 }
 
 /// Shared first steps of every dialect: size limit, JSON object, `model`, `models`, `provider`.
-pub(crate) fn parse_common(
-    bytes: &[u8],
-) -> Result<(Map<String, Value>, String, ProviderPrefs), ApiError> {
+pub(crate) fn parse_common(bytes: &[u8]) -> Result<(Map<String, Value>, String, ProviderPrefs), ApiError> {
     if bytes.len() > MAX_BODY_BYTES {
-        return Err(ApiError::invalid(
-            "Request body is larger than 10 MiB.",
-            None,
-        ));
+        return Err(ApiError::invalid("Request body is larger than 10 MiB.", None));
     }
     let value: Value = serde_json::from_slice(bytes)
         .map_err(|e| ApiError::invalid(format!("Request body is not valid JSON: {e}."), None))?;
     let Value::Object(mut body) = value else {
-        return Err(ApiError::invalid(
-            "Request body must be a JSON object.",
-            None,
-        ));
+        return Err(ApiError::invalid("Request body must be a JSON object.", None));
     };
     let model = match body.get("model") {
         Some(Value::String(m)) if !m.trim().is_empty() => m.clone(),
         Some(Value::String(_)) | None => {
             return Err(ApiError::invalid("`model` is required.", Some("model")));
         }
-        Some(_) => {
-            return Err(ApiError::invalid(
-                "`model` must be a string.",
-                Some("model"),
-            ))
-        }
+        Some(_) => return Err(ApiError::invalid("`model` must be a string.", Some("model"))),
     };
     match body.remove("models") {
         None | Some(Value::Null) => {}
@@ -180,10 +167,7 @@ pub(crate) fn parse_common(
             }
             if let Some(only) = list.first() {
                 if only.as_str() != Some(model.as_str()) {
-                    return Err(ApiError::invalid(
-                        "`models` may only repeat `model`.",
-                        Some("models"),
-                    ));
+                    return Err(ApiError::invalid("`models` may only repeat `model`.", Some("models")));
                 }
             }
         }
@@ -196,34 +180,25 @@ pub(crate) fn parse_common(
     }
     let provider = match body.remove("provider") {
         None | Some(Value::Null) => ProviderPrefs::default(),
-        Some(v) => serde_json::from_value::<ProviderPrefs>(v).map_err(|e| {
-            ApiError::invalid(format!("Invalid `provider`: {e}."), Some("provider"))
-        })?,
+        Some(v) => serde_json::from_value::<ProviderPrefs>(v)
+            .map_err(|e| ApiError::invalid(format!("Invalid `provider`: {e}."), Some("provider")))?,
     };
     Ok((body, model, provider))
 }
 
 /// Reads an optional non-negative integer field.
-pub(crate) fn optional_u64(
-    body: &Map<String, Value>,
-    field: &str,
-) -> Result<Option<u64>, ApiError> {
+pub(crate) fn optional_u64(body: &Map<String, Value>, field: &str) -> Result<Option<u64>, ApiError> {
     match body.get(field) {
         None | Some(Value::Null) => Ok(None),
-        Some(v) => v.as_u64().map(Some).ok_or_else(|| {
-            ApiError::invalid(
-                format!("`{field}` must be a non-negative integer."),
-                Some(field),
-            )
-        }),
+        Some(v) => v
+            .as_u64()
+            .map(Some)
+            .ok_or_else(|| ApiError::invalid(format!("`{field}` must be a non-negative integer."), Some(field))),
     }
 }
 
 /// Reads an optional boolean field.
-pub(crate) fn optional_bool(
-    body: &Map<String, Value>,
-    field: &str,
-) -> Result<Option<bool>, ApiError> {
+pub(crate) fn optional_bool(body: &Map<String, Value>, field: &str) -> Result<Option<bool>, ApiError> {
     match body.get(field) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Bool(b)) => Ok(Some(*b)),
@@ -281,15 +256,18 @@ mod tests {
             upstream_error_message(br#"{"error":{"message":"bad temp","type":"x"}}"#).as_deref(),
             Some("bad temp")
         );
-        assert_eq!(upstream_error_message(br#"{"type":"error","error":{"type":"invalid_request_error","message":"too long"}}"#).as_deref(), Some("too long"));
+        assert_eq!(
+            upstream_error_message(
+                br#"{"type":"error","error":{"type":"invalid_request_error","message":"too long"}}"#
+            )
+            .as_deref(),
+            Some("too long")
+        );
         assert_eq!(
             upstream_error_message(br#"{"message":"plain"}"#).as_deref(),
             Some("plain")
         );
-        assert_eq!(
-            upstream_error_message(br#"{"error":"flat"}"#).as_deref(),
-            Some("flat")
-        );
+        assert_eq!(upstream_error_message(br#"{"error":"flat"}"#).as_deref(), Some("flat"));
         assert_eq!(upstream_error_message(b"<html>"), None);
     }
 
