@@ -442,8 +442,8 @@ pub async fn serve(
 
     let mut ordinal = 0;
     loop {
-        let now = now_ms();
-        let Some(attempt) = plan.next_attempt(now).or_else(|| plan.extra_try(now)) else {
+        // A client that left (request.signal, `enable_request_signal`) gets no further attempt.
+        let Some(attempt) = plan.next(now_ms(), rc.client.aborted()) else {
             break;
         };
         let Attempt {
@@ -550,7 +550,7 @@ pub async fn serve(
     // (SPEC §8) can say which have a healthy route.
     let available: Vec<String> = catalog.model_ids().into_iter().filter(|m| m != &model.id).collect();
     let err = plan.final_error(available);
-    journal.record.error_code = Some(err.code().to_string());
+    journal.record.error_code = Some(if plan.cancelled() { "cancelled" } else { err.code() }.to_string());
     ctx.wait_until(journal.write(env.clone()));
     Err(err)
 }

@@ -23,6 +23,8 @@ pub struct RequestCtx {
     /// Filled in by handlers for the log line: the public model and the route that answered.
     pub model: Option<String>,
     pub route: Option<String>,
+    /// Aborted when the client disconnects (`enable_request_signal`).
+    pub client: worker::AbortSignal,
     /// The authenticated key and its account, once known.
     pub key_id: Option<String>,
     pub account_id: Option<String>,
@@ -54,6 +56,7 @@ pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
         route: None,
         key_id: None,
         account_id: None,
+        client: worker::AbortSignal::from(req.inner().signal()),
     };
     let method = req.method();
     let result = route(&mut req, &env, &ctx, &mut rc, &method, &path).await;

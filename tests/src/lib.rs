@@ -136,6 +136,57 @@ impl Stack {
         Reply { status, headers, body }
     }
 
+    /// A chat request whose client gives up after `give_up_ms`; true if it got no answer by then.
+    pub fn chat_abandoned(&self, key: &str, body: &Value, give_up_ms: u64) -> bool {
+        let config = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_millis(give_up_ms)))
+            .build();
+        let agent = ureq::Agent::new_with_config(config);
+        let result = agent
+            .post(format!("{}/v1/chat/completions", self.gateway))
+            .header("authorization", format!("Bearer {key}"))
+            .header("content-type", "application/json")
+            .send(body.to_string())
+            .and_then(|mut r| r.body_mut().read_to_vec());
+        result.is_err()
+    }
+
+    /// A streaming chat request whose client reads until `marker` appears, then disconnects.
+    /// Returns the generation id and what it read.
+    pub fn chat_stream_then_leave(&self, key: &str, body: &Value, marker: &str) -> (String, String) {
+        use std::io::Read;
+        let config = ureq::Agent::config_builder().http_status_as_error(false).build();
+        let agent = ureq::Agent::new_with_config(config);
+        let response = agent
+            .post(format!("{}/v1/chat/completions", self.gateway))
+            .header("authorization", format!("Bearer {key}"))
+            .header("content-type", "application/json")
+            .send(body.to_string())
+            .expect("stream request");
+        assert_eq!(response.status().as_u16(), 200);
+        let generation = response
+            .headers()
+            .get("x-generation-id")
+            .and_then(|v| v.to_str().ok())
+            .expect("x-generation-id")
+            .to_string();
+        let mut reader = response.into_body().into_reader();
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 256];
+        while !String::from_utf8_lossy(&seen).contains(marker) {
+            let n = reader.read(&mut buf).expect("reading the stream");
+            assert!(
+                n > 0,
+                "stream ended before {marker:?}: {}",
+                String::from_utf8_lossy(&seen)
+            );
+            seen.extend_from_slice(&buf[..n]);
+        }
+        drop(reader); // closes the connection mid-stream
+        (generation, String::from_utf8_lossy(&seen).into_owned())
+    }
+
     /// An admin call with the admin token.
     pub fn admin(&self, method: &str, path: &str, body: Option<Value>) -> Reply {
         let auth = format!("Bearer {}", self.admin_token);

@@ -69,6 +69,7 @@ pub struct Plan {
     stopped: Option<ApiError>,
     extra_try_used: bool,
     long_deadline_given: bool,
+    cancelled: bool,
     model_id: String,
 }
 
@@ -197,6 +198,7 @@ impl Plan {
             stopped: None,
             extra_try_used: false,
             long_deadline_given: false,
+            cancelled: false,
             model_id: model.id.clone(),
         })
     }
@@ -241,8 +243,23 @@ impl Plan {
         }
     }
 
-    /// The next attempt, or `None` when the plan is exhausted (then see [`Plan::final_error`]).
-    pub fn next_attempt(&mut self, now_ms: u64) -> Option<Attempt> {
+    /// The next attempt — the usual ones first, then the one more try for a slow route — or
+    /// `None` when the plan is exhausted (then see [`Plan::final_error`]). Nothing more is tried
+    /// once the client has gone (`client_gone`): the request ends as `cancelled`.
+    pub fn next(&mut self, now_ms: u64, client_gone: bool) -> Option<Attempt> {
+        if client_gone {
+            self.cancelled = true;
+            return None;
+        }
+        self.next_attempt(now_ms).or_else(|| self.extra_try(now_ms))
+    }
+
+    /// Whether the plan stopped because the client went away.
+    pub fn cancelled(&self) -> bool {
+        self.cancelled
+    }
+
+    fn next_attempt(&mut self, now_ms: u64) -> Option<Attempt> {
         if self.stopped.is_some() || self.attempts >= self.max_attempts || now_ms >= self.budget_ends_ms {
             return None;
         }
@@ -328,8 +345,8 @@ impl Plan {
 
     /// The one more try for a slow route (SPEC §5): when every route failed and at least one
     /// failed by timeout, the timed-out route with the fewest consecutive failures (tie: usual
-    /// order), once, with the last-route limit. The caller checks the client is still there.
-    pub fn extra_try(&mut self, now_ms: u64) -> Option<Attempt> {
+    /// order), once, with the last-route limit.
+    fn extra_try(&mut self, now_ms: u64) -> Option<Attempt> {
         if self.extra_try_used || self.stopped.is_some() || now_ms >= self.budget_ends_ms {
             return None;
         }
@@ -461,6 +478,13 @@ mod tests {
         Plan::new(c, model, &request(body), &c.policy_for(model), &order, fallbacks, 0).unwrap()
     }
 
+    impl Plan {
+        /// Test view: only the usual attempts, no one more try.
+        fn next_usual(&mut self, now_ms: u64) -> Option<Attempt> {
+            self.next_attempt(now_ms)
+        }
+    }
+
     fn verdict(class: FailureClass) -> Verdict {
         Verdict {
             class,
@@ -472,7 +496,7 @@ mod tests {
 
     fn drain(p: &mut Plan, class: FailureClass) -> Vec<(usize, u64)> {
         let mut out = vec![];
-        while let Some(a) = p.next_attempt(0) {
+        while let Some(a) = p.next_usual(0) {
             out.push((a.route, a.deadline_ms));
             p.record_failure(a.route, verdict(class));
         }
@@ -507,11 +531,11 @@ mod tests {
         );
         // Non-stream: 15 s + 1 s per 20 tokens of max_tokens (model's 1000 when absent), capped at 300 s.
         let mut p = plan_with(&c, json!({"max_tokens": 100}), &[], true);
-        assert_eq!(p.next_attempt(0).unwrap().deadline_ms, 20_000);
+        assert_eq!(p.next_usual(0).unwrap().deadline_ms, 20_000);
         let mut p = plan_with(&c, json!({}), &[], true);
-        assert_eq!(p.next_attempt(0).unwrap().deadline_ms, 65_000);
+        assert_eq!(p.next_usual(0).unwrap().deadline_ms, 65_000);
         let mut p = plan_with(&c, json!({"max_tokens": 1_000_000}), &[], true);
-        assert_eq!(p.next_attempt(0).unwrap().deadline_ms, 300_000);
+        assert_eq!(p.next_usual(0).unwrap().deadline_ms, 300_000);
     }
 
     #[test]
@@ -597,9 +621,9 @@ mod tests {
         let c = three();
         // invalid_request: never falls back.
         let mut p = plan_with(&c, json!({}), &[], true);
-        let a = p.next_attempt(0).unwrap();
+        let a = p.next_usual(0).unwrap();
         p.record_failure(a.route, verdict(FailureClass::InvalidRequest));
-        assert!(p.next_attempt(0).is_none());
+        assert!(p.next_usual(0).is_none());
         assert!(matches!(p.final_error(vec![]), ApiError::UpstreamInvalidRequest { .. }));
         // account: skip every route on the same upstream account (r0 and r2 share acct-a).
         let mut p = plan_with(&c, json!({}), &[], true);
@@ -647,7 +671,7 @@ mod tests {
             false,
         );
         let mut p = plan_with(&c, json!({"logprobs": true}), &[], true);
-        let a = p.next_attempt(0).unwrap();
+        let a = p.next_usual(0).unwrap();
         p.record_failure(
             a.route,
             Verdict {
@@ -657,14 +681,14 @@ mod tests {
                 retry_after_ms: None,
             },
         );
-        assert_eq!(p.next_attempt(0).unwrap().route, 2);
+        assert_eq!(p.next_usual(0).unwrap().route, 2);
     }
 
     #[test]
     fn all_capacity_failures_make_a_503_with_retry_after() {
         let c = three();
         let mut p = plan_with(&c, json!({}), &[], true);
-        while let Some(a) = p.next_attempt(0) {
+        while let Some(a) = p.next_usual(0) {
             p.record_failure(
                 a.route,
                 Verdict {
@@ -704,22 +728,38 @@ mod tests {
         ];
         let mut p = plan_with(&c, json!({"stream": true}), &health, true);
         let classes = [FailureClass::Timeout, FailureClass::Upstream5xx, FailureClass::Timeout];
-        while let Some(a) = p.next_attempt(0) {
+        while let Some(a) = p.next_usual(0) {
             p.record_failure(a.route, verdict(classes[a.route]));
         }
         // Route 1 failed by 5xx; of the timed-out ones, route 2 has fewer consecutive failures.
         assert_eq!(
-            p.extra_try(0),
+            p.next(0, false),
             Some(Attempt {
                 route: 2,
                 deadline_ms: 60_000,
                 extra_try: true
             })
         );
-        assert_eq!(p.extra_try(0), None, "once per request");
+        assert_eq!(p.next(0, false), None, "once per request");
         let mut p = plan_with(&c, json!({}), &[], true);
         drain(&mut p, FailureClass::Upstream5xx);
-        assert_eq!(p.extra_try(0), None, "no timeout, no extra try");
+        assert_eq!(p.next(0, false), None, "no timeout, no extra try");
+    }
+
+    #[test]
+    fn nothing_more_is_tried_after_the_client_left() {
+        let c = three();
+        let mut p = plan_with(&c, json!({"stream": true}), &[], true);
+        let a = p.next(0, false).unwrap();
+        p.record_failure(a.route, verdict(FailureClass::Timeout));
+        assert_eq!(p.next(0, true), None, "no next route for a client that left");
+        assert!(p.cancelled());
+        let mut p = plan_with(&c, json!({"stream": true}), &[], true);
+        while let Some(a) = p.next_usual(0) {
+            p.record_failure(a.route, verdict(FailureClass::Timeout));
+        }
+        assert_eq!(p.next(0, true), None, "and no one more try");
+        assert!(p.next(0, false).is_some(), "which a client still there gets");
     }
 
     #[test]
@@ -739,8 +779,8 @@ mod tests {
             1_000,
         )
         .unwrap();
-        assert_eq!(p.next_attempt(1_000).unwrap().deadline_ms, 15_000);
-        assert_eq!(p.next_attempt(16_000).unwrap().deadline_ms, 5_000);
-        assert_eq!(p.next_attempt(21_000), None);
+        assert_eq!(p.next_usual(1_000).unwrap().deadline_ms, 15_000);
+        assert_eq!(p.next_usual(16_000).unwrap().deadline_ms, 5_000);
+        assert_eq!(p.next_usual(21_000), None);
     }
 }

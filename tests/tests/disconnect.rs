@@ -1,0 +1,66 @@
+//! A client that goes away after commit (SPEC §7): the upstream is read on for
+//! `disconnect_grace_ms`, then aborted, and the generation records what was delivered.
+//!
+//! Before commit, "nothing more is tried for a client that left" relies on `request.signal`
+//! (`enable_request_signal`), which workerd behind `wrangler dev`'s and Miniflare's entry proxy
+//! never aborts (checked: a client gone after 150 ms still shows `aborted == false` at 2 s). That
+//! rule is therefore proven in `crates/core/src/plan.rs` (`nothing_more_is_tried_after_the_client_left`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::disallowed_methods)]
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use switchyard_e2e::{chat_body, route, unique, Stack};
+
+fn model(s: &Stack, scenarios: &[&str], policy: Value) -> (String, Vec<String>) {
+    let mut labels = Vec::new();
+    let mut routes = Vec::new();
+    for (i, scenario) in scenarios.iter().enumerate() {
+        let label = unique("l");
+        let provider = s.mock_provider(&label, scenario, false);
+        routes.push(route(&format!("r{i}"), &provider, "u", json!({})));
+        labels.push(label);
+    }
+    (s.model(routes, Some(policy)), labels)
+}
+
+#[test]
+fn after_a_disconnect_the_upstream_is_read_to_its_end_within_the_grace_window() {
+    let s = Stack::from_env();
+    let (model, _) = model(&s, &["chunks/20/100"], json!({"disconnect_grace_ms": 10000}));
+    let key = s.new_key(1.0);
+    let (gen, read) = s.chat_stream_then_leave(&key, &chat_body(&model, true), "Hello");
+    assert!(read.contains("data: "));
+    let g = wait_final(&s, &key, &gen, |g| g["delivered_output"].as_u64().unwrap_or(0) > 0);
+    assert_eq!(g["outcome"], "answered", "{g}");
+    assert_eq!(g["estimated"], false, "the upstream's own count");
+    assert_eq!(g["usage"]["output_tokens"], 20);
+}
+
+#[test]
+fn with_no_grace_the_upstream_is_aborted_when_the_client_leaves() {
+    let s = Stack::from_env();
+    let (model, _) = model(&s, &["chunks/30/100"], json!({"disconnect_grace_ms": 0}));
+    let key = s.new_key(1.0);
+    let (gen, _) = s.chat_stream_then_leave(&key, &chat_body(&model, true), "Hello");
+    let g = wait_final(&s, &key, &gen, |g| g["outcome"] != "failed");
+    assert_eq!(g["outcome"], "broken", "{g}");
+    let delivered = g["delivered_output"].as_u64().unwrap();
+    assert!(
+        (1..30).contains(&delivered),
+        "charged for what was received, not the whole answer: {delivered}"
+    );
+}
+
+fn wait_final(s: &Stack, key: &str, gen: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let g = s.generation(key, gen);
+        if done(&g) {
+            return g;
+        }
+        assert!(std::time::Instant::now() < deadline, "generation never finalised: {g}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
