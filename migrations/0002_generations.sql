@@ -33,6 +33,7 @@ CREATE TABLE attempts (
   delivered_output INTEGER NOT NULL DEFAULT 0,
   cost_micros      INTEGER NOT NULL DEFAULT 0,
   extra_try        INTEGER NOT NULL DEFAULT 0,
+  malformed_events INTEGER NOT NULL DEFAULT 0,  -- dropped after commit (SPEC §7)
   message          TEXT,
   PRIMARY KEY (generation_id, ordinal)
 );

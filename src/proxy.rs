@@ -483,6 +483,7 @@ pub async fn serve(
                     delivered_output: 0,
                     cost_micros: 0,
                     extra_try,
+                    malformed_events: 0,
                     message: None,
                 };
                 match committed {
@@ -540,6 +541,7 @@ pub async fn serve(
                     delivered_output: 0,
                     cost_micros: 0,
                     extra_try,
+                    malformed_events: 0,
                     message: failed.verdict.message.as_deref().map(short_message),
                 });
                 plan.record_failure(route_idx, failed.verdict);

@@ -360,8 +360,8 @@ impl Store {
         for a in &g.attempts {
             statements.push(self.stmt(
                 "INSERT OR IGNORE INTO attempts (generation_id, ordinal, route, provider, outcome, failure_class, http_status, \
-                 ttfb_ms, duration_ms, delivered_output, cost_micros, extra_try, message) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                 ttfb_ms, duration_ms, delivered_output, cost_micros, extra_try, malformed_events, message) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
                 &[
                     JsValue::from_str(&g.id),
                     num(a.ordinal as i64),
@@ -375,6 +375,7 @@ impl Store {
                     num(a.delivered_output as i64),
                     num(a.cost_micros),
                     opt_bool(Some(a.extra_try)),
+                    num(i64::from(a.malformed_events)),
                     opt_str(a.message.as_deref()),
                 ],
             )?);
@@ -402,7 +403,7 @@ impl Store {
         let attempts = self
             .stmt(
                 "SELECT ordinal, route, provider, outcome, failure_class, http_status, ttfb_ms, duration_ms, delivered_output, \
-                 cost_micros, extra_try, message FROM attempts WHERE generation_id = ?1 ORDER BY ordinal",
+                 cost_micros, extra_try, malformed_events, message FROM attempts WHERE generation_id = ?1 ORDER BY ordinal",
                 &[JsValue::from_str(id)],
             )?
             .all()
@@ -445,5 +446,6 @@ pub struct AttemptRow {
     pub delivered_output: f64,
     pub cost_micros: f64,
     pub extra_try: f64,
+    pub malformed_events: f64,
     pub message: Option<String>,
 }

@@ -168,6 +168,7 @@ async fn pump(tx: mpsc::Sender<Chunk>, live: Live, finish: Finish) {
     if let Some(a) = record.attempts.last_mut() {
         a.delivered_output = usage.output_tokens;
         a.cost_micros = cost;
+        a.malformed_events = relay.malformed_dropped();
         a.message = broken.clone();
     }
     journal.write(env).await;

@@ -101,6 +101,7 @@ pub async fn generation(req: &Request, env: &Env) -> HandlerResult {
                 "delivered_output": a.delivered_output as u64,
                 "cost": micros_to_usd(a.cost_micros as i64),
                 "extra_try": a.extra_try != 0.0,
+                "malformed_events": a.malformed_events as u64,
                 "message": a.message,
             })
         })

@@ -487,7 +487,37 @@ fn a_malformed_event_after_commit_is_dropped_and_the_stream_goes_on() {
     assert!(!text.contains("{not json"), "{text}");
     assert!(text.ends_with("data: [DONE]\n\n"));
     assert!(!text.contains("\"finish_reason\":\"error\""));
-    assert_eq!(f.generation(&r)["outcome"], "answered");
+    let g = f.generation(&r);
+    assert_eq!(g["outcome"], "answered");
+    assert_eq!(g["attempts"][0]["malformed_events"], 1, "counted on the attempt");
+}
+
+#[test]
+fn an_error_event_after_content_ends_with_an_error_frame_then_done() {
+    let f = Fixture::new(&["error-event-after/2", "ok"]);
+    let r = f.chat(true);
+    assert_eq!(r.status, 200);
+    let data = data_lines(&r.text());
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"), "{}", r.text());
+    let frame: Value = serde_json::from_str(&data[data.len() - 2]).unwrap();
+    assert_eq!(frame["choices"][0]["finish_reason"], "error");
+    assert!(frame["error"]["message"].as_str().unwrap().contains("server had an error"), "{frame}");
+    assert_eq!(f.seen(1), 0, "never a splice from another route");
+    assert_eq!(f.generation(&r)["outcome"], "broken");
+}
+
+#[test]
+fn a_stream_longer_than_the_cap_ends_with_an_error_frame() {
+    let mut policy = fast_policy();
+    policy["stream_cap_ms"] = json!(800);
+    let f = Fixture::with(&["chunks/40/100"], &[], Some(policy));
+    let r = f.chat(true);
+    let data = data_lines(&r.text());
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
+    assert!(data[data.len() - 2].contains("maximum duration"), "{}", r.text());
+    let g = f.generation(&r);
+    assert_eq!(g["outcome"], "broken");
+    assert!(g["delivered_output"].as_u64().unwrap() < 40, "cut at the cap, charged for what was delivered");
 }
 
 #[test]

@@ -47,6 +47,8 @@ pub struct AttemptRecord {
     pub delivered_output: u64,
     pub cost_micros: i64,
     pub extra_try: bool,
+    /// Malformed events dropped after commit.
+    pub malformed_events: u32,
     /// The upstream's message for a failure, secrets redacted, at most 500 characters.
     pub message: Option<String>,
 }
