@@ -3,6 +3,7 @@
 //! Everything that decides lives in `switchyard-core`; the modules here move bytes between
 //! the client, D1 and the upstreams and call into the core.
 
+mod billing;
 mod clock;
 mod http;
 mod ids;
@@ -10,7 +11,7 @@ mod proxy;
 mod store;
 mod stream;
 
-use worker::{event, Context, Env, Request, Response, Result};
+use worker::{event, Context, Env, Request, Response, Result, ScheduleContext, ScheduledEvent};
 
 #[event(start)]
 fn start() {
@@ -20,4 +21,13 @@ fn start() {
 #[event(fetch)]
 async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
     Ok(http::handle(req, env, ctx).await)
+}
+
+/// The cron trigger: releases holds past their expiry, so a crash between hold and settlement
+/// never locks money for good (SPEC §11).
+#[event(scheduled)]
+async fn scheduled(_event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
+    if billing::sweep(&env).await.is_err() {
+        worker::console_error!("{{\"event\":\"sweep_failed\"}}");
+    }
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 use futures_util::future::{select, Either};
 use futures_util::StreamExt;
 use js_sys::Uint8Array;
-use switchyard_core::catalog::{AuthScheme, Catalog, Model, Provider, Route};
+use switchyard_core::catalog::{AuthScheme, Catalog, Model, Policy, Price, Provider, Route};
 use switchyard_core::classify::{classify_error_payload, classify_status, is_error_payload, FailureClass, Verdict};
 use switchyard_core::dialect::{chat, redact, ClientRequest};
 use switchyard_core::generation::{cost_micros, settle_usage, short_message, AttemptRecord, GenerationRecord, Outcome};
@@ -27,9 +27,10 @@ use worker::{
     AbortController, ByteStream, Context, Delay, Env, Fetch, Headers, Method, Request, RequestInit, ResponseBuilder,
 };
 
+use crate::billing::{self, Hold};
 use crate::clock::now_ms;
 use crate::http::{HandlerResult, RequestCtx};
-use crate::store::{KeyRecord, Store};
+use crate::store::KeyRecord;
 use crate::stream;
 
 /// Resolves `fut` unless `ms` pass first.
@@ -67,10 +68,11 @@ fn upstream_key(env: &Env, provider: &Provider) -> Result<Option<String>, ApiErr
     }
 }
 
-/// The generation being recorded for this request.
+/// The generation being recorded for this request, and the hold it settles.
 pub struct Journal {
     pub record: GenerationRecord,
     started_ms: u64,
+    hold: Option<Hold>,
 }
 
 impl Journal {
@@ -78,20 +80,11 @@ impl Journal {
         self.record.attempts.push(record);
     }
 
-    /// Finishes the record and writes it (awaited: callers run this inside `wait_until`).
-    pub async fn write(mut self, env: Env) {
+    /// Finishes the record and settles it: the hold released, the delivered usage charged, the
+    /// generation written (awaited: callers run this inside `wait_until`).
+    pub async fn finish(mut self, env: Env) {
         self.record.duration_ms = now_ms().saturating_sub(self.started_ms);
-        match Store::new(&env) {
-            Ok(store) => {
-                if store.write_generation(&self.record).await.is_err() {
-                    worker::console_error!(
-                        "{{\"event\":\"generation_write_failed\",\"generation_id\":{:?}}}",
-                        self.record.id
-                    );
-                }
-            }
-            Err(_) => worker::console_error!("{{\"event\":\"generation_write_failed\"}}"),
-        }
+        billing::settle(env, self.hold.take(), self.record).await;
     }
 }
 
@@ -390,7 +383,8 @@ fn response_headers(content_type: &str) -> Headers {
     out
 }
 
-/// Serves one validated request end to end.
+/// Serves one validated request end to end: plan, hold, attempts, and — whatever happens after
+/// the hold — settlement.
 pub async fn serve(
     env: &Env,
     ctx: &Context,
@@ -417,6 +411,25 @@ pub async fn serve(
     let order: Vec<(usize, RouteHealth)> = (0..model.routes.len()).map(|i| (i, RouteHealth::default())).collect();
     let started = now_ms();
     let mut plan = Plan::new(&catalog, &model, &request, &policy, &order, allow_fallbacks, started)?;
+
+    let max_tokens = request.max_tokens.unwrap_or(model.max_output_tokens);
+    let prices: Vec<(usize, &Price)> = plan
+        .candidates()
+        .into_iter()
+        .filter_map(|i| model.routes.get(i).map(|r| (i, &r.price)))
+        .collect();
+    let hold = billing::place_hold(
+        env,
+        ctx,
+        key,
+        &rc.generation_id,
+        &prices,
+        request.body_len,
+        max_tokens,
+        &policy,
+    )
+    .await?;
+    plan.keep_only(&hold.keep);
     let mut journal = Journal {
         record: GenerationRecord {
             id: rc.generation_id.clone(),
@@ -435,124 +448,155 @@ pub async fn serve(
             total_cost_micros: 0,
             created_at_ms: started,
             duration_ms: 0,
+            hold_path: Some(hold.path.as_str()),
             attempts: Vec::new(),
         },
         started_ms: started,
+        hold: Some(hold),
     };
+    let outcome = attempts(env, &catalog, &model, &request, &mut plan, &mut journal, rc).await;
+    match outcome {
+        Ok((route, committed)) => deliver(env, ctx, committed, route, &request, max_tokens, policy, journal),
+        Err(err) => {
+            // No route answered: the hold is released in full, nothing is charged.
+            journal.record.error_code = Some(if plan.cancelled() { "cancelled" } else { err.code() }.to_string());
+            ctx.wait_until(journal.finish(env.clone()));
+            Err(err)
+        }
+    }
+}
 
+/// Tries routes until one commits; every attempt lands in the journal. The error is the
+/// request's final one (SPEC §13).
+async fn attempts(
+    env: &Env,
+    catalog: &Catalog,
+    model: &Model,
+    request: &ClientRequest,
+    plan: &mut Plan,
+    journal: &mut Journal,
+    rc: &mut RequestCtx,
+) -> Result<(Route, Committed), ApiError> {
     let mut ordinal = 0;
-    loop {
-        // A client that left (request.signal, `enable_request_signal`) gets no further attempt.
-        let Some(attempt) = plan.next(now_ms(), rc.client.aborted()) else {
-            break;
-        };
-        let Attempt {
-            route: route_idx,
-            deadline_ms,
-            extra_try,
-        } = attempt;
-        let Some(route) = model.routes.get(route_idx) else {
-            break;
-        };
-        let Some(provider) = catalog.provider(&route.provider) else {
-            break;
-        };
-        let key_value = upstream_key(env, provider)?;
+    // A client that left (request.signal, `enable_request_signal`) gets no further attempt.
+    while let Some(Attempt {
+        route: route_idx,
+        deadline_ms,
+        extra_try,
+    }) = plan.next(now_ms(), rc.client.aborted())
+    {
+        // The plan only names routes of this model, and validation guarantees their providers.
+        let route = model
+            .routes
+            .get(route_idx)
+            .ok_or(ApiError::Internal { label: "plan_route" })?;
+        let provider = catalog.provider(&route.provider).ok_or(ApiError::Internal {
+            label: "route_provider",
+        })?;
         let target = Target {
             provider,
             route,
-            key: key_value,
+            key: upstream_key(env, provider)?,
         };
         ordinal += 1;
         let attempt_started = now_ms();
-        match try_route(&target, &request, deadline_ms).await {
+        let mut record = AttemptRecord {
+            ordinal,
+            route: route.id.clone(),
+            provider: provider.id.clone(),
+            outcome: "answered",
+            failure_class: None,
+            http_status: None,
+            ttfb_ms: None,
+            duration_ms: 0,
+            delivered_output: 0,
+            cost_micros: 0,
+            extra_try,
+            malformed_events: 0,
+            message: None,
+        };
+        match try_route(&target, request, deadline_ms).await {
             Ok(committed) => {
                 let ttfb = now_ms().saturating_sub(attempt_started);
+                record.ttfb_ms = Some(ttfb);
+                record.duration_ms = ttfb;
+                record.http_status = Some(match &committed {
+                    Committed::Body { status, .. } => *status,
+                    Committed::Stream(_) => 200,
+                });
+                journal.attempt(record);
                 rc.route = Some(route.id.clone());
                 journal.record.route = Some(route.id.clone());
                 journal.record.provider = Some(provider.id.clone());
-                let mut record = AttemptRecord {
-                    ordinal,
-                    route: route.id.clone(),
-                    provider: provider.id.clone(),
-                    outcome: "answered",
-                    failure_class: None,
-                    http_status: Some(200),
-                    ttfb_ms: Some(ttfb),
-                    duration_ms: ttfb,
-                    delivered_output: 0,
-                    cost_micros: 0,
-                    extra_try,
-                    malformed_events: 0,
-                    message: None,
-                };
-                match committed {
-                    Committed::Body {
-                        bytes,
-                        status,
-                        content_type,
-                        usage,
-                        output_chars,
-                    } => {
-                        let max_tokens = request.max_tokens.unwrap_or(model.max_output_tokens);
-                        let (usage, estimated) = settle_usage(usage, output_chars, max_tokens, request.body_len);
-                        let cost = cost_micros(usage, &route.price);
-                        record.http_status = Some(status);
-                        record.delivered_output = usage.output_tokens;
-                        record.cost_micros = cost;
-                        journal.attempt(record);
-                        journal.record.outcome = Outcome::Answered;
-                        journal.record.usage = Some(usage);
-                        journal.record.estimated = estimated;
-                        journal.record.delivered_output = usage.output_tokens;
-                        journal.record.total_cost_micros = cost;
-                        ctx.wait_until(journal.write(env.clone()));
-                        return Ok(ResponseBuilder::new()
-                            .with_status(status)
-                            .with_headers(response_headers(&content_type))
-                            .fixed(bytes));
-                    }
-                    Committed::Stream(live) => {
-                        journal.attempt(record);
-                        let content_type = live.content_type.clone();
-                        let finish = stream::Finish {
-                            journal,
-                            env: env.clone(),
-                            price: route.price.clone(),
-                            max_tokens: request.max_tokens.unwrap_or(model.max_output_tokens),
-                            body_len: request.body_len,
-                            policy: policy.clone(),
-                        };
-                        return stream::relay(ctx, live, finish, response_headers(&content_type));
-                    }
-                }
+                return Ok((route.clone(), committed));
             }
             Err(failed) => {
-                let elapsed = now_ms().saturating_sub(attempt_started);
-                journal.attempt(AttemptRecord {
-                    ordinal,
-                    route: route.id.clone(),
-                    provider: provider.id.clone(),
-                    outcome: "failed",
-                    failure_class: Some(failed.verdict.class),
-                    http_status: failed.http_status,
-                    ttfb_ms: None,
-                    duration_ms: elapsed,
-                    delivered_output: 0,
-                    cost_micros: 0,
-                    extra_try,
-                    malformed_events: 0,
-                    message: failed.verdict.message.as_deref().map(short_message),
-                });
+                record.outcome = "failed";
+                record.failure_class = Some(failed.verdict.class);
+                record.http_status = failed.http_status;
+                record.duration_ms = now_ms().saturating_sub(attempt_started);
+                record.message = failed.verdict.message.as_deref().map(short_message);
+                journal.attempt(record);
                 plan.record_failure(route_idx, failed.verdict);
             }
         }
     }
-    // No route answered: nothing is charged. Other models count as available until route health
-    // (SPEC §8) can say which have a healthy route.
+    // Other models count as available until route health (SPEC §8) can say which have a
+    // healthy route.
     let available: Vec<String> = catalog.model_ids().into_iter().filter(|m| m != &model.id).collect();
-    let err = plan.final_error(available);
-    journal.record.error_code = Some(if plan.cancelled() { "cancelled" } else { err.code() }.to_string());
-    ctx.wait_until(journal.write(env.clone()));
-    Err(err)
+    Err(plan.final_error(available))
+}
+
+/// Sends a committed answer: a whole body at once (settled right after), or a stream relayed
+/// from `wait_until` (settled when it ends).
+#[allow(clippy::too_many_arguments)]
+fn deliver(
+    env: &Env,
+    ctx: &Context,
+    committed: Committed,
+    route: Route,
+    request: &ClientRequest,
+    max_tokens: u64,
+    policy: Policy,
+    mut journal: Journal,
+) -> HandlerResult {
+    match committed {
+        Committed::Body {
+            bytes,
+            status,
+            content_type,
+            usage,
+            output_chars,
+        } => {
+            let (usage, estimated) = settle_usage(usage, output_chars, max_tokens, request.body_len);
+            let cost = cost_micros(usage, &route.price);
+            if let Some(a) = journal.record.attempts.last_mut() {
+                a.delivered_output = usage.output_tokens;
+                a.cost_micros = cost;
+            }
+            let record = &mut journal.record;
+            record.outcome = Outcome::Answered;
+            record.usage = Some(usage);
+            record.estimated = estimated;
+            record.delivered_output = usage.output_tokens;
+            record.total_cost_micros = cost;
+            ctx.wait_until(journal.finish(env.clone()));
+            Ok(ResponseBuilder::new()
+                .with_status(status)
+                .with_headers(response_headers(&content_type))
+                .fixed(bytes))
+        }
+        Committed::Stream(live) => {
+            let headers = response_headers(&live.content_type);
+            let finish = stream::Finish {
+                journal,
+                env: env.clone(),
+                price: route.price.clone(),
+                max_tokens,
+                body_len: request.body_len,
+                policy,
+            };
+            stream::relay(ctx, live, finish, headers)
+        }
+    }
 }

@@ -28,8 +28,8 @@ thread_local! {
     static KEYS: RefCell<HashMap<String, (Rc<KeyRecord>, u64)>> = RefCell::new(HashMap::new());
 }
 
-/// An active API key: who it belongs to, and the `allow_fallbacks` of the key and its account.
-/// (Its other limits join it when the request path enforces them.)
+/// An active API key: who it belongs to, the `allow_fallbacks` of the key and its account, and
+/// its spend against its limit (as of the cached read, at most 5 s old).
 #[derive(Debug, Clone, Deserialize)]
 pub struct KeyRecord {
     pub id: String,
@@ -38,9 +38,18 @@ pub struct KeyRecord {
     key_fallbacks: Option<f64>,
     #[serde(default)]
     account_fallbacks: Option<f64>,
+    #[serde(default)]
+    spend_limit_micros: Option<f64>,
+    #[serde(default)]
+    spent_micros: f64,
 }
 
 impl KeyRecord {
+    /// The key has spent its limit (SPEC §11: 402 `spend_limit_reached`).
+    pub fn spend_limit_reached(&self) -> bool {
+        self.spend_limit_micros.is_some_and(|limit| self.spent_micros >= limit)
+    }
+
     pub fn allow_fallbacks(&self) -> Option<bool> {
         self.key_fallbacks.map(|v| v != 0.0)
     }
@@ -287,6 +296,18 @@ impl Store {
         Ok(result.meta().ok().flatten().and_then(|m| m.changes).unwrap_or(0) > 0)
     }
 
+    /// Adds a settled charge to this isolate's cached copy of the key, so its spend limit bites
+    /// at once here (other isolates see it within the 5 s cache TTL).
+    pub fn note_spend(key_id: &str, micros: i64) {
+        KEYS.with(|k| {
+            for (rec, _) in k.borrow_mut().values_mut() {
+                if rec.id == key_id {
+                    Rc::make_mut(rec).spent_micros += micros as f64;
+                }
+            }
+        });
+    }
+
     /// The active key with this hash. Found keys are cached for 5 s; unknown ones are not, so a
     /// new key works at once.
     pub async fn key_by_hash(&self, hash: &str) -> Result<Option<Rc<KeyRecord>>, ApiError> {
@@ -302,7 +323,8 @@ impl Store {
         let rec: Option<KeyRecord> = self
             .stmt(
                 "SELECT k.id AS id, k.account_id AS account_id, k.allow_fallbacks AS key_fallbacks, \
-                 a.allow_fallbacks AS account_fallbacks \
+                 a.allow_fallbacks AS account_fallbacks, k.spend_limit_micros AS spend_limit_micros, \
+                 k.spent_micros AS spent_micros \
                  FROM api_keys k JOIN accounts a ON a.id = k.account_id \
                  WHERE k.key_hash = ?1 AND k.revoked_at IS NULL",
                 &[JsValue::from_str(hash)],
@@ -330,13 +352,51 @@ impl Store {
 
     // ---- generations --------------------------------------------------------------------------
 
-    /// Writes a generation and its attempts in one batch. Idempotent per generation id.
-    pub async fn write_generation(&self, g: &GenerationRecord) -> Result<(), ApiError> {
+    /// Settles a request in one batch (SPEC §11): releases its hold, charges
+    /// `g.total_cost_micros` to the account and the key, writes the ledger row, the generation and
+    /// its attempts. Every money statement is guarded by the hold not being settled yet, so
+    /// settling twice charges once; a hold the sweeper already expired is charged but not
+    /// released again.
+    pub async fn settle(&self, g: &GenerationRecord, has_hold: bool) -> Result<(), ApiError> {
         let opt_u = |v: Option<u64>| v.map_or(JsValue::NULL, |n| JsValue::from_f64(n as f64));
-        let mut statements = vec![self.stmt(
+        let gen_id = JsValue::from_str(&g.id);
+        let charge = num(g.total_cost_micros);
+        let account = JsValue::from_str(&g.account_id);
+        let key = JsValue::from_str(&g.key_id);
+        let now = num(now_ms() as i64);
+        let mut statements = Vec::new();
+        if has_hold {
+            const UNSETTLED: &str =
+                "EXISTS (SELECT 1 FROM holds WHERE generation_id = ?1 AND state IN ('open', 'expired'))";
+            statements.push(self.stmt(
+                &format!(
+                    "UPDATE accounts SET held_micros = held_micros - COALESCE((SELECT amount_micros FROM holds \
+                     WHERE generation_id = ?1 AND state = 'open'), 0), balance_micros = balance_micros - ?2 \
+                     WHERE id = ?3 AND {UNSETTLED}"
+                ),
+                &[gen_id.clone(), charge.clone(), account.clone()],
+            )?);
+            statements.push(self.stmt(
+                &format!("UPDATE api_keys SET spent_micros = spent_micros + ?2 WHERE id = ?3 AND {UNSETTLED}"),
+                &[gen_id.clone(), charge.clone(), key.clone()],
+            )?);
+            statements.push(self.stmt(
+                &format!(
+                    "INSERT INTO ledger (account_id, kind, amount_micros, generation_id, key_id, estimated, created_at) \
+                     SELECT ?3, 'charge', ?2, ?1, ?4, ?5, ?6 WHERE ?2 > 0 AND {UNSETTLED}"
+                ),
+                &[gen_id.clone(), charge.clone(), account, key, opt_bool(Some(g.estimated)), now.clone()],
+            )?);
+            statements.push(self.stmt(
+                "UPDATE holds SET state = 'settled', charged_micros = ?2, settled_at = ?3 \
+                 WHERE generation_id = ?1 AND state IN ('open', 'expired')",
+                &[gen_id, charge, now],
+            )?);
+        }
+        statements.push(self.stmt(
             "INSERT OR IGNORE INTO generations (id, account_id, key_id, model, api, stream, outcome, route, provider, \
-             input_tokens, output_tokens, estimated, delivered_output, error_code, total_cost_micros, created_at, duration_ms) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+             input_tokens, output_tokens, estimated, delivered_output, error_code, total_cost_micros, created_at, duration_ms, \
+             hold_path) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
             &[
                 JsValue::from_str(&g.id),
                 JsValue::from_str(&g.account_id),
@@ -355,8 +415,9 @@ impl Store {
                 num(g.total_cost_micros),
                 num(g.created_at_ms as i64),
                 num(g.duration_ms as i64),
+                opt_str(g.hold_path),
             ],
-        )?];
+        )?);
         for a in &g.attempts {
             statements.push(self.stmt(
                 "INSERT OR IGNORE INTO attempts (generation_id, ordinal, route, provider, outcome, failure_class, http_status, \
@@ -380,8 +441,146 @@ impl Store {
                 ],
             )?);
         }
-        self.db.batch(statements).await.map_err(internal("generation_write"))?;
+        self.db.batch(statements).await.map_err(internal("settle"))?;
         Ok(())
+    }
+
+    // ---- holds --------------------------------------------------------------------------------
+
+    /// The account's available balance (balance − held), fresh from D1.
+    pub async fn available(&self, account_id: &str) -> Result<Option<i64>, ApiError> {
+        let v: Option<f64> = self
+            .stmt(
+                "SELECT balance_micros - held_micros AS available FROM accounts WHERE id = ?1",
+                &[JsValue::from_str(account_id)],
+            )?
+            .first(Some("available"))
+            .await
+            .map_err(internal("balance_read"))?;
+        Ok(v.map(|v| v as i64))
+    }
+
+    fn hold_row(
+        &self,
+        account: &str,
+        key_id: &str,
+        generation_id: &str,
+        amount: i64,
+        path: &str,
+        now: u64,
+        expires_at: u64,
+        guarded: bool,
+    ) -> Result<D1PreparedStatement, ApiError> {
+        let guard = if guarded { " WHERE changes() = 1" } else { "" };
+        self.stmt(
+            &format!(
+                "INSERT INTO holds (generation_id, account_id, key_id, amount_micros, path, state, created_at, expires_at) \
+                 SELECT ?1, ?2, ?3, ?4, ?5, 'open', ?6, ?7{guard}"
+            ),
+            &[
+                JsValue::from_str(generation_id),
+                JsValue::from_str(account),
+                JsValue::from_str(key_id),
+                num(amount),
+                JsValue::from_str(path),
+                num(now as i64),
+                num(expires_at as i64),
+            ],
+        )
+    }
+
+    /// The atomic hold (SPEC §11): adds `amount` to held only if the available balance covers it,
+    /// and records the hold, in one transaction. Returns the available balance after the hold,
+    /// or `None` when it did not fit.
+    pub async fn hold_atomic(
+        &self,
+        account: &str,
+        key_id: &str,
+        generation_id: &str,
+        amount: i64,
+        now: u64,
+        expires_at: u64,
+    ) -> Result<Option<i64>, ApiError> {
+        let statements = vec![
+            self.stmt(
+                "UPDATE accounts SET held_micros = held_micros + ?2 WHERE id = ?1 AND balance_micros - held_micros >= ?2 \
+                 RETURNING balance_micros - held_micros AS available",
+                &[JsValue::from_str(account), num(amount)],
+            )?,
+            self.hold_row(account, key_id, generation_id, amount, "awaited", now, expires_at, true)?,
+        ];
+        let results = self.db.batch(statements).await.map_err(internal("hold"))?;
+        #[derive(Deserialize)]
+        struct After {
+            available: f64,
+        }
+        let after = results
+            .first()
+            .map(|r| r.results::<After>())
+            .transpose()
+            .map_err(internal("hold_decode"))?
+            .and_then(|rows| rows.first().map(|a| a.available as i64));
+        Ok(after)
+    }
+
+    /// The fast-path hold: admitted already on the isolate's snapshot, so written without the
+    /// balance condition (the snapshot rule bounds what this can overspend).
+    pub async fn hold_unchecked(
+        &self,
+        account: &str,
+        key_id: &str,
+        generation_id: &str,
+        amount: i64,
+        now: u64,
+        expires_at: u64,
+    ) -> Result<(), ApiError> {
+        let statements = vec![
+            self.stmt(
+                "UPDATE accounts SET held_micros = held_micros + ?2 WHERE id = ?1",
+                &[JsValue::from_str(account), num(amount)],
+            )?,
+            self.hold_row(account, key_id, generation_id, amount, "fast", now, expires_at, false)?,
+        ];
+        self.db.batch(statements).await.map_err(internal("hold_fast"))?;
+        Ok(())
+    }
+
+    /// Releases every open hold past its expiry (the cron sweep); returns how many.
+    pub async fn sweep_expired_holds(&self, now: u64) -> Result<usize, ApiError> {
+        let now = num(now as i64);
+        let statements =
+            vec![
+            self.stmt(
+                "UPDATE accounts SET held_micros = held_micros - (SELECT COALESCE(SUM(amount_micros), 0) FROM holds h \
+                 WHERE h.account_id = accounts.id AND h.state = 'open' AND h.expires_at < ?1) \
+                 WHERE id IN (SELECT account_id FROM holds WHERE state = 'open' AND expires_at < ?1)",
+                &[now.clone()],
+            )?,
+            self.stmt("UPDATE holds SET state = 'expired' WHERE state = 'open' AND expires_at < ?1", &[now])?,
+        ];
+        let results = self.db.batch(statements).await.map_err(internal("sweep"))?;
+        Ok(results
+            .get(1)
+            .and_then(|r| r.meta().ok().flatten())
+            .and_then(|m| m.changes)
+            .unwrap_or(0))
+    }
+
+    /// `GET /v1/credits`: the account's balance and held amount, its ledger totals, the key's
+    /// spend and limits.
+    pub async fn credits(&self, account_id: &str, key_id: &str) -> Result<Option<CreditsRow>, ApiError> {
+        self.stmt(
+            "SELECT a.balance_micros AS balance_micros, a.held_micros AS held_micros, k.spent_micros AS spent_micros, \
+             k.spend_limit_micros AS spend_limit_micros, k.rpm AS rpm, k.max_concurrent AS max_concurrent, \
+             (SELECT COALESCE(SUM(amount_micros), 0) FROM ledger WHERE account_id = a.id AND kind = 'credit') AS credits_micros, \
+             (SELECT COALESCE(SUM(amount_micros), 0) FROM ledger WHERE account_id = a.id AND kind = 'charge') AS charges_micros, \
+             (SELECT COALESCE(SUM(amount_micros), 0) FROM holds WHERE account_id = a.id AND state = 'open') AS open_holds_micros \
+             FROM accounts a JOIN api_keys k ON k.account_id = a.id WHERE a.id = ?1 AND k.id = ?2",
+            &[JsValue::from_str(account_id), JsValue::from_str(key_id)],
+        )?
+        .first(None)
+        .await
+        .map_err(internal("credits_read"))
     }
 
     /// A generation with its attempts, if it belongs to `account_id`.
@@ -393,7 +592,7 @@ impl Store {
         let row: Option<GenerationRow> = self
             .stmt(
                 "SELECT id, model, outcome, route, provider, input_tokens, output_tokens, estimated, delivered_output, \
-                 error_code, total_cost_micros, stream, created_at, duration_ms FROM generations WHERE id = ?1 AND account_id = ?2",
+                 error_code, total_cost_micros, stream, created_at, duration_ms, hold_path FROM generations WHERE id = ?1 AND account_id = ?2",
                 &[JsValue::from_str(id), JsValue::from_str(account_id)],
             )?
             .first(None)
@@ -416,6 +615,19 @@ impl Store {
 }
 
 #[derive(Debug, Deserialize)]
+pub struct CreditsRow {
+    pub balance_micros: f64,
+    pub held_micros: f64,
+    pub spent_micros: f64,
+    pub spend_limit_micros: Option<f64>,
+    pub rpm: Option<f64>,
+    pub max_concurrent: Option<f64>,
+    pub credits_micros: f64,
+    pub charges_micros: f64,
+    pub open_holds_micros: f64,
+}
+
+#[derive(Debug, Deserialize)]
 pub struct GenerationRow {
     pub id: String,
     pub model: String,
@@ -431,6 +643,7 @@ pub struct GenerationRow {
     pub stream: f64,
     pub created_at: f64,
     pub duration_ms: f64,
+    pub hold_path: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

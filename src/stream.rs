@@ -34,27 +34,47 @@ type Chunk = Result<Vec<u8>, worker::Error>;
 /// Starts relaying `live` and returns the client's response.
 pub fn relay(ctx: &Context, live: Live, finish: Finish, headers: Headers) -> Result<Response, ApiError> {
     let (tx, rx) = mpsc::channel::<Chunk>(8);
-    let response = ResponseBuilder::new()
+    match ResponseBuilder::new()
         .with_status(200)
         .with_headers(headers)
         .from_stream(rx)
-        .map_err(|_| ApiError::Internal {
-            label: "response_stream",
-        })?;
-    ctx.wait_until(pump(tx, live, finish));
-    Ok(response)
+    {
+        Ok(response) => {
+            ctx.wait_until(pump(tx, live, finish));
+            Ok(response)
+        }
+        Err(_) => {
+            // Nothing reached the client: abort the upstream and release the hold uncharged.
+            live.controller.abort();
+            let Finish { mut journal, env, .. } = finish;
+            journal.record.outcome = Outcome::Failed;
+            journal.record.error_code = Some("internal_error".into());
+            ctx.wait_until(journal.finish(env));
+            Err(ApiError::Internal {
+                label: "response_stream",
+            })
+        }
+    }
 }
 
 /// The client side of the relay: remembers when the client went away.
 struct Client {
     tx: mpsc::Sender<Chunk>,
     gone_at: Option<u64>,
+    /// A client that takes no data for this long is treated as gone: the runtime does not
+    /// always cancel the body of a client that left, and a full channel must not hang the relay
+    /// (and with it the settlement) for good.
+    stall_ms: u64,
 }
 
 impl Client {
     async fn send(&mut self, bytes: Vec<u8>) {
-        if self.gone_at.is_none() && !bytes.is_empty() && self.tx.send(Ok(bytes)).await.is_err() {
-            self.gone_at = Some(now_ms());
+        if self.gone_at.is_some() || bytes.is_empty() {
+            return;
+        }
+        match within(self.stall_ms, self.tx.send(Ok(bytes))).await {
+            Some(Ok(())) => {}
+            Some(Err(_)) | None => self.gone_at = Some(now_ms()),
         }
     }
 }
@@ -78,7 +98,11 @@ async fn pump(tx: mpsc::Sender<Chunk>, live: Live, finish: Finish) {
         policy,
     } = finish;
     let cap_at = now_ms().saturating_add(policy.stream_cap_ms);
-    let mut client = Client { tx, gone_at: None };
+    let mut client = Client {
+        tx,
+        gone_at: None,
+        stall_ms: policy.idle_timeout_ms.max(1),
+    };
     let mut events = pending;
     let mut broken: Option<String> = None;
     let mut upstream_ended = false;
@@ -171,7 +195,7 @@ async fn pump(tx: mpsc::Sender<Chunk>, live: Live, finish: Finish) {
         a.malformed_events = relay.malformed_dropped();
         a.message = broken.clone();
     }
-    journal.write(env).await;
+    journal.finish(env).await;
 }
 
 async fn end_with(client: &mut Client, step: Step, broken: &mut Option<String>) {

@@ -162,6 +162,10 @@ pub async fn route(req: &mut Request, env: &Env, method: &Method, rest: &str) ->
             }
             Ok(json_response(200, &json!({"ok": true, "deleted": id})))
         }
+        (Method::Post, "holds", "sweep") => {
+            let swept = crate::billing::sweep(env).await?;
+            Ok(json_response(200, &json!({"ok": true, "released": swept})))
+        }
         _ => Err(ApiError::NotFound {
             what: format!("Admin path /admin/{rest}"),
         }),

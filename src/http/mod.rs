@@ -87,7 +87,10 @@ async fn route(
         (Method::Get, "/v1/models") => v1::models(req, env).await,
         (Method::Post, "/v1/chat/completions") => v1::chat_completions(req, env, ctx, rc).await,
         (Method::Get, "/v1/generation") => v1::generation(req, env).await,
-        (_, "/v1/models" | "/v1/chat/completions" | "/v1/generation") => Err(ApiError::MethodNotAllowed),
+        (Method::Get, "/v1/credits") => v1::credits(req, env).await,
+        (_, "/v1/models" | "/v1/chat/completions" | "/v1/generation" | "/v1/credits") => {
+            Err(ApiError::MethodNotAllowed)
+        }
         _ => Err(ApiError::NotFound {
             what: format!("Path {path}"),
         }),

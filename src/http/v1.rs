@@ -122,7 +122,44 @@ pub async fn generation(req: &Request, env: &Env) -> HandlerResult {
             "error_code": g.error_code,
             "created_at_ms": g.created_at as u64,
             "duration_ms": g.duration_ms as u64,
+            "hold_path": g.hold_path,
             "attempts": attempts,
+        }),
+    ))
+}
+
+/// `GET /v1/credits`: the account's balance, what is held, what is available, and the key's
+/// spend and limits — read fresh from D1.
+pub async fn credits(req: &Request, env: &Env) -> HandlerResult {
+    let store = Store::new(env)?;
+    let key = authenticate(req, &store).await?;
+    let c = store
+        .credits(&key.account_id, &key.id)
+        .await?
+        .ok_or(ApiError::Internal {
+            label: "credits_missing",
+        })?;
+    let (balance, held) = (c.balance_micros as i64, c.held_micros as i64);
+    Ok(json_response(
+        200,
+        &json!({
+            "account_id": key.account_id,
+            "balance": micros_to_usd(balance),
+            "held": micros_to_usd(held),
+            "available": micros_to_usd(balance - held),
+            "balance_micros": balance,
+            "held_micros": held,
+            "credits_total_micros": c.credits_micros as i64,
+            "charges_total_micros": c.charges_micros as i64,
+            "open_holds_micros": c.open_holds_micros as i64,
+            "key": {
+                "id": key.id,
+                "spent": micros_to_usd(c.spent_micros as i64),
+                "spent_micros": c.spent_micros as i64,
+                "spend_limit": c.spend_limit_micros.map(|l| micros_to_usd(l as i64)),
+                "rpm": c.rpm.map(|v| v as u64),
+                "max_concurrent": c.max_concurrent.map(|v| v as u64),
+            },
         }),
     ))
 }

@@ -155,6 +155,14 @@ impl Stack {
     /// A streaming chat request whose client reads until `marker` appears, then disconnects.
     /// Returns the generation id and what it read.
     pub fn chat_stream_then_leave(&self, key: &str, body: &Value, marker: &str) -> (String, String) {
+        let (generation, status, text) = self.chat_stream_maybe_leave(key, body, marker);
+        assert_eq!(status, 200, "{text}");
+        (generation, text)
+    }
+
+    /// Like [`Stack::chat_stream_then_leave`], for requests that may also fail before commit:
+    /// returns the generation id, the status, and what was read (the error body if not 200).
+    pub fn chat_stream_maybe_leave(&self, key: &str, body: &Value, marker: &str) -> (String, u16, String) {
         use std::io::Read;
         let config = ureq::Agent::config_builder().http_status_as_error(false).build();
         let agent = ureq::Agent::new_with_config(config);
@@ -164,13 +172,18 @@ impl Stack {
             .header("content-type", "application/json")
             .send(body.to_string())
             .expect("stream request");
-        assert_eq!(response.status().as_u16(), 200);
+        let status = response.status().as_u16();
         let generation = response
             .headers()
             .get("x-generation-id")
             .and_then(|v| v.to_str().ok())
             .expect("x-generation-id")
             .to_string();
+        if status != 200 {
+            let mut response = response;
+            let text = response.body_mut().read_to_string().unwrap_or_default();
+            return (generation, status, text);
+        }
         let mut reader = response.into_body().into_reader();
         let mut seen = Vec::new();
         let mut buf = [0u8; 256];
@@ -184,7 +197,47 @@ impl Stack {
             seen.extend_from_slice(&buf[..n]);
         }
         drop(reader); // closes the connection mid-stream
-        (generation, String::from_utf8_lossy(&seen).into_owned())
+        (generation, status, String::from_utf8_lossy(&seen).into_owned())
+    }
+
+    /// Runs SQL on the Worker's local D1 directly (as a crash would leave it), through
+    /// `wrangler d1 execute` on the suite's database (`E2E_ROOT`, `E2E_D1_PERSIST`).
+    pub fn d1_execute(&self, sql: &str) {
+        let root = env("E2E_ROOT");
+        let persist = env("E2E_D1_PERSIST");
+        let out = std::process::Command::new(format!("{root}/node_modules/.bin/wrangler"))
+            .current_dir(&root)
+            .env("CI", "1")
+            .env("WRANGLER_SEND_METRICS", "false")
+            .args([
+                "d1",
+                "execute",
+                "switchyard",
+                "--local",
+                "--persist-to",
+                &persist,
+                "--command",
+                sql,
+            ])
+            .output()
+            .expect("running wrangler d1 execute");
+        assert!(
+            out.status.success(),
+            "d1 execute failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Fires the Worker's cron trigger (`wrangler dev --test-scheduled`).
+    pub fn trigger_cron(&self) {
+        let r = self.request(
+            "GET",
+            &format!("{}/__scheduled?cron=*+*+*+*+*", self.gateway),
+            &[],
+            None,
+        );
+        assert!(r.status < 300, "cron trigger: {} {}", r.status, r.text());
     }
 
     /// An admin call with the admin token.

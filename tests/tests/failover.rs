@@ -501,7 +501,13 @@ fn an_error_event_after_content_ends_with_an_error_frame_then_done() {
     assert_eq!(data.last().map(String::as_str), Some("[DONE]"), "{}", r.text());
     let frame: Value = serde_json::from_str(&data[data.len() - 2]).unwrap();
     assert_eq!(frame["choices"][0]["finish_reason"], "error");
-    assert!(frame["error"]["message"].as_str().unwrap().contains("server had an error"), "{frame}");
+    assert!(
+        frame["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("server had an error"),
+        "{frame}"
+    );
     assert_eq!(f.seen(1), 0, "never a splice from another route");
     assert_eq!(f.generation(&r)["outcome"], "broken");
 }
@@ -517,7 +523,10 @@ fn a_stream_longer_than_the_cap_ends_with_an_error_frame() {
     assert!(data[data.len() - 2].contains("maximum duration"), "{}", r.text());
     let g = f.generation(&r);
     assert_eq!(g["outcome"], "broken");
-    assert!(g["delivered_output"].as_u64().unwrap() < 40, "cut at the cap, charged for what was delivered");
+    assert!(
+        g["delivered_output"].as_u64().unwrap() < 40,
+        "cut at the cap, charged for what was delivered"
+    );
 }
 
 #[test]

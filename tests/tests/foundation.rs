@@ -292,6 +292,11 @@ fn a_deleted_key_stops_working() {
     let (model, _, _) = ok_model(&s);
     let account = s.admin("POST", "/admin/accounts", Some(json!({}))).json();
     let account_id = account["id"].as_str().unwrap();
+    s.admin(
+        "POST",
+        &format!("/admin/accounts/{account_id}/credit"),
+        Some(json!({"amount_usd": 1})),
+    );
     let created = s
         .admin("POST", "/admin/keys", Some(json!({"account_id": account_id})))
         .json();

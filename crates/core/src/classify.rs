@@ -12,7 +12,7 @@
 use serde_json::{Map, Value};
 
 /// How one attempt at a route ended, when it failed (SPEC §4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FailureClass {
     Connect,

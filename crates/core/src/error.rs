@@ -17,6 +17,10 @@ pub enum ApiError {
     InvalidApiKey,
     /// 401 on `/admin/*` without the admin token.
     AdminUnauthorized,
+    /// 402: the account's available balance cannot cover even the cheapest route.
+    InsufficientBalance,
+    /// 402: the key has reached its spend limit.
+    SpendLimitReached,
     /// 404: the model is not in the catalog.
     ModelNotFound { model: String, available: Vec<String> },
     /// 404: no such path, or an admin entity that does not exist.
@@ -51,6 +55,7 @@ impl ApiError {
         match self {
             ApiError::InvalidRequest { .. } | ApiError::UpstreamInvalidRequest { .. } => 400,
             ApiError::InvalidApiKey | ApiError::AdminUnauthorized => 401,
+            ApiError::InsufficientBalance | ApiError::SpendLimitReached => 402,
             ApiError::ModelNotFound { .. } | ApiError::NotFound { .. } => 404,
             ApiError::MethodNotAllowed => 405,
             ApiError::Internal { .. } => 500,
@@ -65,6 +70,8 @@ impl ApiError {
             ApiError::InvalidRequest { .. } => "invalid_request",
             ApiError::InvalidApiKey => "invalid_api_key",
             ApiError::AdminUnauthorized => "unauthorized",
+            ApiError::InsufficientBalance => "insufficient_balance",
+            ApiError::SpendLimitReached => "spend_limit_reached",
             ApiError::ModelNotFound { .. } => "model_not_found",
             ApiError::NotFound { .. } => "not_found",
             ApiError::MethodNotAllowed => "method_not_allowed",
@@ -81,6 +88,8 @@ impl ApiError {
             ApiError::InvalidRequest { message, .. } | ApiError::UpstreamInvalidRequest { message } => message.clone(),
             ApiError::InvalidApiKey => "Invalid or missing API key. Pass it as `Authorization: Bearer <key>` or `x-api-key: <key>`.".into(),
             ApiError::AdminUnauthorized => "Admin token required.".into(),
+            ApiError::InsufficientBalance => "Insufficient balance. Top up at the dashboard.".into(),
+            ApiError::SpendLimitReached => "This API key has reached its spend limit.".into(),
             ApiError::ModelNotFound { model, .. } => format!("Model `{model}` does not exist. See available_models."),
             ApiError::NotFound { what } => format!("{what} not found."),
             ApiError::MethodNotAllowed => "Method not allowed on this path.".into(),
@@ -193,6 +202,20 @@ mod tests {
         assert_eq!(a["type"], "error");
         assert_eq!(a["error"]["type"], "not_found_error");
         assert_eq!(a["generation_id"], "gen-1");
+    }
+
+    #[test]
+    fn payment_errors_per_dialect() {
+        let e = ApiError::InsufficientBalance;
+        assert_eq!(e.status(), 402);
+        assert_eq!(e.body(ErrorShape::OpenAi, "g")["error"]["type"], "insufficient_quota");
+        assert_eq!(e.body(ErrorShape::OpenAi, "g")["error"]["code"], "insufficient_balance");
+        assert_eq!(e.body(ErrorShape::Anthropic, "g")["error"]["type"], "billing_error");
+        assert_eq!(e.message(), "Insufficient balance. Top up at the dashboard.");
+        assert_eq!(
+            ApiError::SpendLimitReached.message(),
+            "This API key has reached its spend limit."
+        );
     }
 
     #[test]

@@ -71,6 +71,8 @@ pub struct GenerationRecord {
     pub total_cost_micros: i64,
     pub created_at_ms: u64,
     pub duration_ms: u64,
+    /// How the hold was placed: `fast` (not awaited) or `awaited` (SPEC §11).
+    pub hold_path: Option<&'static str>,
     pub attempts: Vec<AttemptRecord>,
 }
 

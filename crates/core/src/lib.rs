@@ -5,15 +5,18 @@
 //! `src/` moves bytes and calls into this crate.
 
 pub mod admin;
+pub mod billing;
 pub mod catalog;
 pub mod classify;
 pub mod dialect;
 pub mod error;
 pub mod generation;
+pub mod health;
 pub mod keys;
 pub mod money;
 pub mod plan;
 pub mod relay;
 pub mod sse;
+pub mod status;
 
 pub use error::ApiError;

@@ -254,6 +254,16 @@ impl Plan {
         self.next_attempt(now_ms).or_else(|| self.extra_try(now_ms))
     }
 
+    /// The candidate routes (indexes into the model's routes), in plan order.
+    pub fn candidates(&self) -> Vec<usize> {
+        self.candidates.iter().map(|c| c.route).collect()
+    }
+
+    /// Keeps only these candidates (the ones the account's balance can pay for, SPEC §11).
+    pub fn keep_only(&mut self, routes: &[usize]) {
+        self.candidates.retain(|c| routes.contains(&c.route));
+    }
+
     /// Whether the plan stopped because the client went away.
     pub fn cancelled(&self) -> bool {
         self.cancelled

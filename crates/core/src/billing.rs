@@ -1,0 +1,193 @@
+//! Holds and settlement math (SPEC §11), in integer micro-dollars.
+//!
+//! Before the first attempt a request holds the most it could cost; afterwards it is charged what
+//! was delivered at the serving route's price ([`crate::generation::cost_micros`]). This module
+//! decides how much to hold, which routes a tight balance can still afford, and whether an isolate
+//! may admit a request on its balance snapshot without waiting for the hold (the fast path).
+
+use crate::catalog::{Policy, Price};
+
+/// Tokens per byte of request body for the input estimate (SPEC §11: body bytes / 3).
+pub const BODY_BYTES_PER_TOKEN: usize = 3;
+
+/// The most one route could cost for this request: the input estimate at its input price plus
+/// `max_tokens` at its output price, rounded up to the micro-dollar.
+pub fn route_max_cost(body_len: usize, max_tokens: u64, price: &Price) -> i64 {
+    max_cost(body_len, max_tokens, price.input_per_mtok, price.output_per_mtok)
+}
+
+fn max_cost(body_len: usize, max_tokens: u64, input_per_mtok: f64, output_per_mtok: f64) -> i64 {
+    let input_tokens = (body_len / BODY_BYTES_PER_TOKEN) as f64;
+    // USD per million tokens is exactly micro-dollars per token.
+    (input_tokens * input_per_mtok + max_tokens as f64 * output_per_mtok).ceil() as i64
+}
+
+/// What to hold before the first attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HoldPlan {
+    /// Hold `amount`; `keep` lists the candidate routes (indexes) the balance covers — all of them
+    /// unless the balance only covers cheaper ones.
+    Hold { amount: i64, keep: Vec<usize> },
+    /// Not even the cheapest candidate fits: 402.
+    Insufficient,
+}
+
+/// Plans the hold over the candidate routes (index, price): the highest input price and the
+/// highest output price among them; if `available` cannot cover that, only the routes whose own
+/// maximum fits are kept and the hold is the maximum over those.
+pub fn plan_hold(available: i64, candidates: &[(usize, &Price)], body_len: usize, max_tokens: u64) -> HoldPlan {
+    let amount_for = |routes: &[(usize, &Price)]| {
+        let input = routes.iter().map(|(_, p)| p.input_per_mtok).fold(0.0, f64::max);
+        let output = routes.iter().map(|(_, p)| p.output_per_mtok).fold(0.0, f64::max);
+        max_cost(body_len, max_tokens, input, output)
+    };
+    let all = amount_for(candidates);
+    if all <= available {
+        return HoldPlan::Hold {
+            amount: all,
+            keep: candidates.iter().map(|(i, _)| *i).collect(),
+        };
+    }
+    let fitting: Vec<(usize, &Price)> = candidates
+        .iter()
+        .filter(|(_, p)| route_max_cost(body_len, max_tokens, p) <= available)
+        .copied()
+        .collect();
+    if fitting.is_empty() {
+        return HoldPlan::Insufficient;
+    }
+    HoldPlan::Hold {
+        amount: amount_for(&fitting),
+        keep: fitting.iter().map(|(i, _)| *i).collect(),
+    }
+}
+
+/// An isolate's last read of one account's available balance, and what it admitted on it since.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BalanceSnapshot {
+    pub available: i64,
+    pub read_at_ms: u64,
+    /// Holds admitted on the fast path since the read.
+    pub admitted: i64,
+}
+
+impl BalanceSnapshot {
+    pub fn new(available: i64, read_at_ms: u64) -> BalanceSnapshot {
+        BalanceSnapshot {
+            available,
+            read_at_ms,
+            admitted: 0,
+        }
+    }
+
+    /// Whether the snapshot is young enough to plan with.
+    pub fn fresh(&self, now_ms: u64, policy: &Policy) -> bool {
+        now_ms.saturating_sub(self.read_at_ms) < policy.balance_snapshot_ms
+    }
+
+    /// The fast path (SPEC §11): admits `amount` without waiting for the hold if the snapshot is
+    /// fresh and everything admitted on it stays within `optimistic_hold_fraction` of its
+    /// available balance. Records the admission.
+    pub fn admit_fast(&mut self, amount: i64, now_ms: u64, policy: &Policy) -> bool {
+        if !self.fresh(now_ms, policy) || policy.optimistic_hold_fraction <= 0.0 {
+            return false;
+        }
+        let allowance = (self.available.max(0) as f64 * policy.optimistic_hold_fraction).floor() as i64;
+        if self.admitted.saturating_add(amount) > allowance {
+            return false;
+        }
+        self.admitted += amount;
+        true
+    }
+}
+
+/// How long a hold may stay open before the sweeper releases it: longer than any request can
+/// live (the pre-content budget, the stream cap and the disconnect grace), plus a margin.
+pub fn hold_ttl_ms(policy: &Policy) -> u64 {
+    const MARGIN_MS: u64 = 60_000;
+    policy
+        .pre_content_budget_ms
+        .saturating_add(policy.stream_cap_ms)
+        .saturating_add(policy.disconnect_grace_ms)
+        .saturating_add(MARGIN_MS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn price(i: f64, o: f64) -> Price {
+        Price {
+            input_per_mtok: i,
+            output_per_mtok: o,
+        }
+    }
+
+    #[test]
+    fn max_cost_is_body_thirds_and_max_tokens_at_price_rounded_up() {
+        // 300 bytes → 100 input tokens × 3 µ$ + 50 × 15 µ$ = 1050 µ$.
+        assert_eq!(route_max_cost(300, 50, &price(3.0, 15.0)), 1050);
+        // Fractions round up: 1 token × 0.15 + 1 × 0.6 = 0.75 → 1 µ$.
+        assert_eq!(route_max_cost(3, 1, &price(0.15, 0.6)), 1);
+        assert_eq!(route_max_cost(0, 0, &price(1.0, 1.0)), 0);
+    }
+
+    #[test]
+    fn holds_the_highest_prices_among_candidates() {
+        let (a, b) = (price(1.0, 10.0), price(5.0, 2.0));
+        // Highest input (5) and highest output (10): 100 × 5 + 100 × 10.
+        assert_eq!(
+            plan_hold(1_000_000, &[(0, &a), (1, &b)], 300, 100),
+            HoldPlan::Hold {
+                amount: 1500,
+                keep: vec![0, 1]
+            }
+        );
+    }
+
+    #[test]
+    fn a_tight_balance_keeps_only_routes_that_fit() {
+        let (dear, cheap) = (price(10.0, 30.0), price(1.0, 2.0));
+        // dear: 100×10 + 100×30 = 4000; cheap: 100 + 200 = 300.
+        assert_eq!(
+            plan_hold(1000, &[(0, &dear), (1, &cheap)], 300, 100),
+            HoldPlan::Hold {
+                amount: 300,
+                keep: vec![1]
+            }
+        );
+        assert_eq!(
+            plan_hold(299, &[(0, &dear), (1, &cheap)], 300, 100),
+            HoldPlan::Insufficient
+        );
+        assert_eq!(plan_hold(-5, &[(0, &cheap)], 300, 100), HoldPlan::Insufficient);
+    }
+
+    #[test]
+    fn the_fast_path_stays_within_the_fraction_of_a_fresh_snapshot() {
+        let policy = Policy::default(); // 1 %, 5 s
+        let mut snap = BalanceSnapshot::new(1_000_000, 0);
+        assert!(snap.admit_fast(6_000, 1_000, &policy));
+        assert!(snap.admit_fast(4_000, 1_000, &policy), "exactly 1 % is allowed");
+        assert!(
+            !snap.admit_fast(1, 1_000, &policy),
+            "past 1 % the request waits for its hold"
+        );
+        let mut snap = BalanceSnapshot::new(1_000_000, 0);
+        assert!(!snap.admit_fast(10, 5_000, &policy), "a stale snapshot never admits");
+        let mut small = BalanceSnapshot::new(50_000, 0);
+        assert!(!small.admit_fast(2_000, 10, &policy), "a low balance waits");
+        let mut off = BalanceSnapshot::new(1_000_000, 0);
+        let none = Policy {
+            optimistic_hold_fraction: 0.0,
+            ..Policy::default()
+        };
+        assert!(!off.admit_fast(1, 10, &none), "fraction 0 always waits");
+    }
+
+    #[test]
+    fn holds_outlive_any_request() {
+        let p = Policy::default();
+        assert_eq!(hold_ttl_ms(&p), 600_000 + 3_600_000 + 15_000 + 60_000);
+    }
+}

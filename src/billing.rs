@@ -1,0 +1,175 @@
+//! Holds and settlement in D1 (SPEC §11), and each isolate's balance snapshots for the fast path.
+//!
+//! A request holds its maximum cost before the first attempt. On the awaited path that is one
+//! atomic statement (`… WHERE balance - held >= amount`), so concurrent requests never overspend.
+//! On the fast path (ample balance, a fresh snapshot, within `optimistic_hold_fraction`) the same
+//! hold is written without waiting; settlement awaits that write first. Settlement releases the
+//! hold, charges the delivered usage, adds the ledger row and writes the generation — one batch,
+//! guarded by the hold's state so settling twice charges once. Expired holds are swept by cron.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+use futures_util::future::{FutureExt, LocalBoxFuture, Shared};
+use switchyard_core::billing::{hold_ttl_ms, plan_hold, BalanceSnapshot, HoldPlan};
+use switchyard_core::catalog::{Policy, Price};
+use switchyard_core::generation::GenerationRecord;
+use switchyard_core::ApiError;
+use worker::{Context, Env};
+
+use crate::clock::now_ms;
+use crate::store::{KeyRecord, Store};
+
+thread_local! {
+    /// Per account: this isolate's last balance read and what it admitted on it since.
+    static SNAPSHOTS: RefCell<HashMap<String, BalanceSnapshot>> = RefCell::new(HashMap::new());
+}
+
+/// How a hold was placed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoldPath {
+    /// Admitted on the isolate's snapshot; the hold is written in the background.
+    Fast,
+    /// The atomic hold statement was awaited before the first attempt.
+    Awaited,
+}
+
+impl HoldPath {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HoldPath::Fast => "fast",
+            HoldPath::Awaited => "awaited",
+        }
+    }
+}
+
+/// A placed hold: which routes it covers, and (fast path) the pending write that settlement must
+/// wait for. The amount lives in the `holds` row; settlement releases it from there.
+pub struct Hold {
+    pub keep: Vec<usize>,
+    pub path: HoldPath,
+    pending: Option<Shared<LocalBoxFuture<'static, ()>>>,
+}
+
+/// Places the hold for a request whose candidate routes are `candidates` (index, price), or
+/// refuses it with 402.
+#[allow(clippy::too_many_arguments)]
+pub async fn place_hold(
+    env: &Env,
+    ctx: &Context,
+    key: &KeyRecord,
+    generation_id: &str,
+    candidates: &[(usize, &Price)],
+    body_len: usize,
+    max_tokens: u64,
+    policy: &Policy,
+) -> Result<Hold, ApiError> {
+    if key.spend_limit_reached() {
+        return Err(ApiError::SpendLimitReached);
+    }
+    let account = key.account_id.as_str();
+    let now = now_ms();
+    let expires_at = now.saturating_add(hold_ttl_ms(policy));
+
+    // Fast path: a fresh snapshot with room within the optimistic fraction.
+    let fast = SNAPSHOTS.with(|s| {
+        let mut s = s.borrow_mut();
+        let snap = s.get_mut(account)?;
+        if !snap.fresh(now, policy) {
+            return None;
+        }
+        match plan_hold(snap.available - snap.admitted, candidates, body_len, max_tokens) {
+            HoldPlan::Hold { amount, keep } if snap.admit_fast(amount, now, policy) => Some((amount, keep)),
+            _ => None,
+        }
+    });
+    if let Some((amount, keep)) = fast {
+        let store = Store::new(env)?;
+        let (account, key_id, generation) = (account.to_string(), key.id.clone(), generation_id.to_string());
+        let write: LocalBoxFuture<'static, ()> = async move {
+            if store
+                .hold_unchecked(&account, &key_id, &generation, amount, now, expires_at)
+                .await
+                .is_err()
+            {
+                worker::console_error!("{{\"event\":\"fast_hold_write_failed\",\"generation_id\":{generation:?}}}");
+            }
+        }
+        .boxed_local();
+        let pending = write.shared();
+        ctx.wait_until(pending.clone());
+        return Ok(Hold {
+            keep,
+            path: HoldPath::Fast,
+            pending: Some(pending),
+        });
+    }
+
+    // Awaited path: read the balance, plan, hold atomically; once more if the balance moved.
+    let store = Store::new(env)?;
+    for _ in 0..3 {
+        let available = store.available(account).await?.ok_or(ApiError::Internal {
+            label: "key_account_missing",
+        })?;
+        remember(account, available, now_ms());
+        let HoldPlan::Hold { amount, keep } = plan_hold(available, candidates, body_len, max_tokens) else {
+            return Err(ApiError::InsufficientBalance);
+        };
+        if let Some(after) = store
+            .hold_atomic(account, &key.id, generation_id, amount, now, expires_at)
+            .await?
+        {
+            remember(account, after, now_ms());
+            return Ok(Hold {
+                keep,
+                path: HoldPath::Awaited,
+                pending: None,
+            });
+        }
+    }
+    Err(ApiError::InsufficientBalance)
+}
+
+fn remember(account: &str, available: i64, now: u64) {
+    SNAPSHOTS.with(|s| {
+        let mut s = s.borrow_mut();
+        if s.len() > 4096 {
+            s.clear();
+        }
+        s.insert(account.to_string(), BalanceSnapshot::new(available, now));
+    });
+}
+
+/// Settles a request: waits for a fast-path hold write, then in one batch releases the hold,
+/// charges `record.total_cost_micros`, writes the ledger row and the generation. Runs inside
+/// `ctx.wait_until`.
+pub async fn settle(env: Env, hold: Option<Hold>, record: GenerationRecord) {
+    if let Some(pending) = hold.as_ref().and_then(|h| h.pending.clone()) {
+        pending.await;
+    }
+    let result = match Store::new(&env) {
+        Ok(store) => store.settle(&record, hold.is_some()).await,
+        Err(e) => Err(e),
+    };
+    if result.is_ok() {
+        Store::note_spend(&record.key_id, record.total_cost_micros);
+    }
+    if result.is_err() {
+        // The hold stays open and the sweeper releases it at expiry; the charge is lost rather
+        // than taken twice. Logged for reconciliation.
+        worker::console_error!(
+            "{{\"event\":\"settle_failed\",\"generation_id\":{:?},\"charge_micros\":{}}}",
+            record.id,
+            record.total_cost_micros
+        );
+    }
+}
+
+/// Releases expired holds (the cron trigger, and `POST /admin/holds/sweep`).
+pub async fn sweep(env: &Env) -> Result<usize, ApiError> {
+    let swept = Store::new(env)?.sweep_expired_holds(now_ms()).await?;
+    if swept > 0 {
+        worker::console_log!("{{\"event\":\"holds_swept\",\"count\":{swept}}}");
+    }
+    Ok(swept)
+}
