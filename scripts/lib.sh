@@ -45,13 +45,31 @@ start_mock() {
   MOCK_PORT=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\).*/\1/p' "$logfile" | head -1)
 }
 
-# start_wrangler PORT PERSIST_DIR LOGFILE [--var K:V ...]: applies the D1 migrations to the local
-# database in PERSIST_DIR, then runs `wrangler dev` on 127.0.0.1:PORT; sets WRANGLER_PID.
+# isolated_config DIR: a copy of the built Worker in DIR/build and a wrangler config DIR/wrangler.toml
+# that runs it without the build step, so a run is not disturbed by later builds of build/ (a
+# developer's scripts/dev, a benchmark). Prints the config's path.
+isolated_config() {
+  local dir=$1
+  rm -rf "$dir/build" && mkdir -p "$dir" && cp -r "$ROOT/build" "$dir/build"
+  python3 - "$ROOT/wrangler.toml" "$dir/wrangler.toml" "$ROOT/migrations" <<'PY'
+import re, sys
+src, dst, migrations = sys.argv[1:]
+text = open(src).read()
+text = re.sub(r'\n\[build\]\n(?:[^\[\n][^\n]*\n|\n)*', '\n', text)
+text = text.replace('migrations_dir = "migrations"', 'migrations_dir = "%s"' % migrations)
+open(dst, 'w').write(text)
+PY
+  echo "$dir/wrangler.toml"
+}
+
+# start_wrangler CONFIG PORT PERSIST_DIR LOGFILE [wrangler dev args...]: applies the D1 migrations to
+# the local database in PERSIST_DIR, then runs `wrangler dev -c CONFIG` on 127.0.0.1:PORT; sets
+# WRANGLER_PID.
 start_wrangler() {
-  local port=$1 persist=$2 logfile=$3; shift 3
-  (cd "$ROOT" && CI=1 "$WRANGLER" d1 migrations apply switchyard --local --persist-to "$persist") >"$logfile.migrate" 2>&1 \
+  local config=$1 port=$2 persist=$3 logfile=$4; shift 4
+  (cd "$ROOT" && CI=1 "$WRANGLER" d1 migrations apply switchyard -c "$config" --local --persist-to "$persist") >"$logfile.migrate" 2>&1 \
     || { cat "$logfile.migrate" >&2; return 1; }
-  (cd "$ROOT" && exec "$WRANGLER" dev --ip 127.0.0.1 --port "$port" --inspector-port "$(free_port)" \
+  (cd "$ROOT" && exec "$WRANGLER" dev -c "$config" --ip 127.0.0.1 --port "$port" --inspector-port "$(free_port)" \
      --persist-to "$persist" --show-interactive-dev-session=false "$@") >"$logfile" 2>&1 &
   WRANGLER_PID=$!
   if ! wait_http "http://127.0.0.1:$port/v1/models" 180; then

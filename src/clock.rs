@@ -1,9 +1,109 @@
-//! The only place that reads time: wall-clock milliseconds from the Workers runtime.
+//! Time: the only place that reads the clock (`worker::Date`) or sets timers.
 //!
 //! (`std::time` panics on wasm32; inside a request the runtime's clock advances only across I/O,
-//! which is what deadlines and logs need.)
+//! which is what deadlines and logs need.) [`sleep`] is used instead of `worker::Delay` because a
+//! timer future may be dropped outside any request (a task outliving its request), where the
+//! runtime refuses `clearTimeout`; here that refusal is caught and ignored instead of aborting the
+//! whole Wasm instance.
+
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
 
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> u64 {
     worker::Date::now().as_millis()
+}
+
+#[wasm_bindgen]
+extern "C" {
+    #[wasm_bindgen(catch, js_name = setTimeout)]
+    fn set_timeout(handler: &js_sys::Function, ms: i32) -> Result<JsValue, JsValue>;
+    #[wasm_bindgen(catch, js_name = clearTimeout)]
+    fn clear_timeout(id: &JsValue) -> Result<(), JsValue>;
+}
+
+thread_local! {
+    static NOOP: Closure<dyn FnMut()> = Closure::<dyn FnMut()>::new(|| {});
+}
+
+/// Whether this code runs inside a request (or a `wait_until` task) the runtime still serves.
+///
+/// The Wasm futures executor is shared by every request in the isolate: a promise settling in a
+/// request the runtime has torn down (a client gone mid-stream) can make it poll other requests'
+/// tasks where the runtime allows no I/O at all. Callers that hold JS resources check this before
+/// releasing them, because some releases (a stream reader's `releaseLock`) cannot be caught.
+pub fn in_request() -> bool {
+    NOOP.with(|noop| match set_timeout(noop.as_ref().unchecked_ref(), 0) {
+        Ok(id) => {
+            let _ = clear_timeout(&id);
+            true
+        }
+        Err(_) => false,
+    })
+}
+
+#[derive(Default)]
+struct Shared {
+    fired: Cell<bool>,
+    waker: RefCell<Option<Waker>>,
+}
+
+/// A timer future: ready `ms` after it is first polled.
+pub struct Sleep {
+    ms: i32,
+    shared: Rc<Shared>,
+    timer: Option<(JsValue, Closure<dyn FnMut()>)>,
+}
+
+/// Waits `ms` milliseconds.
+pub fn sleep(ms: u64) -> Sleep {
+    Sleep {
+        ms: i32::try_from(ms).unwrap_or(i32::MAX),
+        shared: Rc::new(Shared::default()),
+        timer: None,
+    }
+}
+
+impl Future for Sleep {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.shared.fired.get() {
+            return Poll::Ready(());
+        }
+        *self.shared.waker.borrow_mut() = Some(cx.waker().clone());
+        if self.timer.is_none() {
+            let shared = self.shared.clone();
+            let closure = Closure::<dyn FnMut()>::new(move || {
+                shared.fired.set(true);
+                if let Some(w) = shared.waker.borrow_mut().take() {
+                    w.wake();
+                }
+            });
+            match set_timeout(closure.as_ref().unchecked_ref(), self.ms) {
+                Ok(id) => self.timer = Some((id, closure)),
+                // No timers here: count the wait as over rather than hang.
+                Err(_) => return Poll::Ready(()),
+            }
+        }
+        Poll::Pending
+    }
+}
+
+impl Drop for Sleep {
+    fn drop(&mut self) {
+        if let Some((id, closure)) = self.timer.take() {
+            if !self.shared.fired.get() && clear_timeout(&id).is_err() {
+                // The timer could not be cleared: keep its callback alive so a late firing is
+                // harmless.
+                closure.forget();
+            }
+        }
+    }
 }

@@ -4,7 +4,9 @@
 //! the client, D1 and the upstreams and call into the core.
 
 mod billing;
+mod cancel;
 mod clock;
+mod health;
 mod http;
 mod ids;
 mod proxy;

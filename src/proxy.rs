@@ -10,25 +10,27 @@
 use std::future::Future;
 use std::pin::pin;
 use std::rc::Rc;
-use std::time::Duration;
 
 use futures_util::future::{select, Either};
 use futures_util::StreamExt;
 use js_sys::Uint8Array;
 use switchyard_core::catalog::{AuthScheme, Catalog, Model, Policy, Price, Provider, Route};
-use switchyard_core::classify::{classify_error_payload, classify_status, is_error_payload, FailureClass, Verdict};
-use switchyard_core::dialect::{chat, redact, ClientRequest};
+use switchyard_core::classify::{
+    classify_error_payload, classify_status, is_error_payload, Blame, FailureClass, Verdict,
+};
+use switchyard_core::dialect::{chat, redact, ClientRequest, Sort};
 use switchyard_core::generation::{cost_micros, settle_usage, short_message, AttemptRecord, GenerationRecord, Outcome};
-use switchyard_core::plan::{Attempt, Plan, RouteHealth};
+use switchyard_core::health::{AttemptOutcome, HealthConfig, Observation, RequestObservation};
+use switchyard_core::plan::{sort_by_measure, Attempt, Plan};
 use switchyard_core::relay::{Relay, Step};
 use switchyard_core::sse::{SseEvent, SseParser};
 use switchyard_core::ApiError;
-use worker::{
-    AbortController, ByteStream, Context, Delay, Env, Fetch, Headers, Method, Request, RequestInit, ResponseBuilder,
-};
+use worker::{Context, Env, Fetch, Headers, Method, Request, RequestInit, ResponseBuilder};
 
 use crate::billing::{self, Hold};
-use crate::clock::now_ms;
+use crate::cancel::{Body, Canceller};
+use crate::clock::{now_ms, sleep};
+use crate::health;
 use crate::http::{HandlerResult, RequestCtx};
 use crate::store::KeyRecord;
 use crate::stream;
@@ -36,7 +38,7 @@ use crate::stream;
 /// Resolves `fut` unless `ms` pass first.
 pub async fn within<F: Future>(ms: u64, fut: F) -> Option<F::Output> {
     let fut = pin!(fut);
-    let delay = pin!(Delay::from(Duration::from_millis(ms)));
+    let delay = sleep(ms);
     match select(fut, delay).await {
         Either::Left((v, _)) => Some(v),
         Either::Right(_) => None,
@@ -68,23 +70,60 @@ fn upstream_key(env: &Env, provider: &Provider) -> Result<Option<String>, ApiErr
     }
 }
 
-/// The generation being recorded for this request, and the hold it settles.
+/// The generation being recorded for this request, the hold it settles, and the outcomes it
+/// reports to route health.
 pub struct Journal {
     pub record: GenerationRecord,
     started_ms: u64,
     hold: Option<Hold>,
+    health: HealthConfig,
+    observations: Vec<Observation>,
+    /// The request was a client error (`upstream_invalid_request`): not counted on the status page.
+    client_error: bool,
 }
 
 impl Journal {
-    fn attempt(&mut self, record: AttemptRecord) {
+    /// Records an attempt and applies its outcome to this isolate's health snapshot at once.
+    fn attempt(&mut self, record: AttemptRecord, obs: Observation) {
+        health::apply_local(&self.record.model, &obs, &self.health);
+        self.observations.push(obs);
         self.record.attempts.push(record);
     }
 
-    /// Finishes the record and settles it: the hold released, the delivered usage charged, the
-    /// generation written (awaited: callers run this inside `wait_until`).
+    /// Finishes the record: settles it (hold released, delivered usage charged, generation
+    /// written) and reports the outcomes to route health — awaited: callers run this inside
+    /// `wait_until`.
     pub async fn finish(mut self, env: Env) {
-        self.record.duration_ms = now_ms().saturating_sub(self.started_ms);
-        billing::settle(env, self.hold.take(), self.record).await;
+        let now = now_ms();
+        self.record.duration_ms = now.saturating_sub(self.started_ms);
+        let answered = self.record.outcome != Outcome::Failed;
+        if let (Some(obs), Some(last)) = (self.observations.last_mut(), self.record.attempts.last()) {
+            if answered {
+                obs.output_tokens = last.delivered_output;
+                obs.duration_ms = now.saturating_sub(obs.at_ms.saturating_sub(obs.duration_ms));
+            }
+        }
+        let stream_ttfb_ms = if self.record.stream && answered {
+            self.record.attempts.last().and_then(|a| a.ttfb_ms)
+        } else {
+            None
+        };
+        let request = RequestObservation {
+            at_ms: now,
+            answered,
+            counted: !self.client_error,
+            stream_ttfb_ms,
+        };
+        let model = self.record.model.clone();
+        let report = health::report(
+            &env,
+            &model,
+            self.health,
+            std::mem::take(&mut self.observations),
+            request,
+        );
+        let settle = billing::settle(env.clone(), self.hold.take(), self.record);
+        futures_util::future::join(settle, report).await;
     }
 }
 
@@ -110,13 +149,13 @@ impl Failed {
 
 /// A committed stream, ready to relay.
 pub struct Live {
-    pub body: ByteStream,
+    pub body: Body,
     pub parser: SseParser,
     pub relay: Relay,
     /// Events read in the chunk that committed, after the committing one.
     pub pending: Vec<SseEvent>,
     pub head: Vec<u8>,
-    pub controller: AbortController,
+    pub controller: Canceller,
     pub content_type: String,
 }
 
@@ -183,10 +222,15 @@ async fn try_route(target: &Target<'_>, request: &ClientRequest, deadline_ms: u6
     let remaining = |now: u64| deadline_ms.saturating_sub(now.saturating_sub(started));
     let upstream = build_request(target, request)
         .map_err(|_| Failed::new(FailureClass::Connect, "could not build the upstream request", None))?;
-    let controller = AbortController::default();
-    let signal = controller.signal();
+    let controller = Canceller::new();
     let fetch = Fetch::Request(upstream);
-    let mut response = match within(deadline_ms, fetch.send_with_signal(&signal)).await {
+    let send = async {
+        match controller.signal() {
+            Some(signal) => fetch.send_with_signal(&signal).await,
+            None => fetch.send().await,
+        }
+    };
+    let mut response = match within(deadline_ms, send).await {
         None => {
             controller.abort();
             return Err(Failed::new(
@@ -287,6 +331,7 @@ async fn try_route(target: &Target<'_>, request: &ClientRequest, deadline_ms: u6
 
     let mut body = response
         .stream()
+        .map(Body::new)
         .map_err(|_| Failed::new(FailureClass::BadResponse, "the response has no body", Some(status)))?;
     let mut parser = SseParser::new();
     let mut relay = Relay::new(request.api, request.include_usage);
@@ -407,8 +452,19 @@ pub async fn serve(
         .or(key.allow_fallbacks())
         .or(key.account_allow_fallbacks())
         .unwrap_or(policy.allow_fallbacks);
-    // Usual order: catalog order until route health (SPEC §8) supplies its own.
-    let order: Vec<(usize, RouteHealth)> = (0..model.routes.len()).map(|i| (i, RouteHealth::default())).collect();
+    // Usual order from route health (SPEC §8), probes claimed; `sort` by measured stats.
+    let view = health::view(env, &model, &policy).await;
+    let (mut order, probes) = health::order(env, &catalog, &model, &view, &policy).await;
+    let stat = |i: usize| model.routes.get(i).and_then(|r| view.stats.get(&r.id));
+    match request.provider.sort {
+        Some(Sort::Latency) => sort_by_measure(
+            &mut order,
+            |i| stat(i).and_then(|s| s.median_ttfb_ms).map(|t| t as f64),
+            false,
+        ),
+        Some(Sort::Throughput) => sort_by_measure(&mut order, |i| stat(i).and_then(|s| s.tokens_per_s), true),
+        Some(Sort::Price) | None => {}
+    }
     let started = now_ms();
     let mut plan = Plan::new(&catalog, &model, &request, &policy, &order, allow_fallbacks, started)?;
 
@@ -453,12 +509,16 @@ pub async fn serve(
         },
         started_ms: started,
         hold: Some(hold),
+        health: HealthConfig::from_policy(&policy),
+        observations: Vec::new(),
+        client_error: false,
     };
-    let outcome = attempts(env, &catalog, &model, &request, &mut plan, &mut journal, rc).await;
+    let outcome = attempts(env, &catalog, &model, &request, &mut plan, &mut journal, &probes, rc).await;
     match outcome {
         Ok((route, committed)) => deliver(env, ctx, committed, route, &request, max_tokens, policy, journal),
         Err(err) => {
             // No route answered: the hold is released in full, nothing is charged.
+            journal.client_error = matches!(err, ApiError::UpstreamInvalidRequest { .. });
             journal.record.error_code = Some(if plan.cancelled() { "cancelled" } else { err.code() }.to_string());
             ctx.wait_until(journal.finish(env.clone()));
             Err(err)
@@ -475,6 +535,7 @@ async fn attempts(
     request: &ClientRequest,
     plan: &mut Plan,
     journal: &mut Journal,
+    probes: &[usize],
     rc: &mut RequestCtx,
 ) -> Result<(Route, Committed), ApiError> {
     let mut ordinal = 0;
@@ -497,6 +558,19 @@ async fn attempts(
             provider,
             route,
             key: upstream_key(env, provider)?,
+        };
+        let mut obs = Observation {
+            route: route.id.clone(),
+            account: provider.account().to_string(),
+            outcome: AttemptOutcome::Success,
+            at_ms: 0,
+            stream: request.stream,
+            ttfb_ms: None,
+            output_tokens: 0,
+            duration_ms: 0,
+            extra_try,
+            probe: probes.contains(&route_idx),
+            retry_after_ms: None,
         };
         ordinal += 1;
         let attempt_started = now_ms();
@@ -524,7 +598,10 @@ async fn attempts(
                     Committed::Body { status, .. } => *status,
                     Committed::Stream(_) => 200,
                 });
-                journal.attempt(record);
+                obs.at_ms = now_ms();
+                obs.ttfb_ms = Some(ttfb);
+                obs.duration_ms = ttfb;
+                journal.attempt(record, obs);
                 rc.route = Some(route.id.clone());
                 journal.record.route = Some(route.id.clone());
                 journal.record.provider = Some(provider.id.clone());
@@ -536,14 +613,33 @@ async fn attempts(
                 record.http_status = failed.http_status;
                 record.duration_ms = now_ms().saturating_sub(attempt_started);
                 record.message = failed.verdict.message.as_deref().map(short_message);
-                journal.attempt(record);
+                obs.at_ms = now_ms();
+                obs.duration_ms = record.duration_ms;
+                obs.outcome = AttemptOutcome::Failure(failed.verdict.class);
+                if failed.verdict.class.blame() == Blame::Account {
+                    // SPEC §9: the upstream account is broken, not the model.
+                    worker::console_log!(
+                        "[auto-isolate] SKIP {}: account-level failure ({}) -- do NOT deactivate the model",
+                        model.id,
+                        failed
+                            .verdict
+                            .message
+                            .as_deref()
+                            .map(short_message)
+                            .unwrap_or_else(|| failed.verdict.class.as_str().to_string())
+                    );
+                }
+                obs.retry_after_ms = failed.verdict.retry_after_ms;
+                journal.attempt(record, obs);
                 plan.record_failure(route_idx, failed.verdict);
             }
         }
     }
-    // Other models count as available until route health (SPEC §8) can say which have a
-    // healthy route.
-    let available: Vec<String> = catalog.model_ids().into_iter().filter(|m| m != &model.id).collect();
+    // Models with a healthy route right now, by this isolate's health snapshots.
+    let available: Vec<String> = health::healthy_models(catalog)
+        .into_iter()
+        .filter(|m| m != &model.id)
+        .collect();
     Err(plan.final_error(available))
 }
 

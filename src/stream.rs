@@ -16,7 +16,7 @@ use switchyard_core::relay::Step;
 use switchyard_core::ApiError;
 use worker::{Context, Env, Headers, Response, ResponseBuilder};
 
-use crate::clock::now_ms;
+use crate::clock::{in_request, now_ms};
 use crate::proxy::{within, Journal, Live};
 
 /// What the relay needs to finish the generation record.
@@ -194,6 +194,16 @@ async fn pump(tx: mpsc::Sender<Chunk>, live: Live, finish: Finish) {
         a.cost_micros = cost;
         a.malformed_events = relay.malformed_dropped();
         a.message = broken.clone();
+    }
+    if !in_request() {
+        // Polled where the runtime allows no I/O (see `clock::in_request`): settlement cannot be
+        // written from here. The hold stays open and the cron sweep releases it at expiry —
+        // nothing is charged twice, this answer is not charged at all.
+        worker::console_error!(
+            "{{\"event\":\"relay_lost_context\",\"generation_id\":{:?},\"charge_micros\":{cost}}}",
+            journal.record.id
+        );
+        return;
     }
     journal.finish(env).await;
 }

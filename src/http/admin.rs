@@ -3,15 +3,13 @@
 //! Without the right token every admin path answers 401 and says nothing else — not even whether
 //! the path exists. The catalog holds secret *names* only; no response carries a secret value.
 
-use std::time::Duration;
-
 use serde_json::json;
 use switchyard_core::admin::{self as body, percent_decode};
 use switchyard_core::catalog::{parse_entry, Catalog, CatalogError, Model, Provider};
 use switchyard_core::keys::{hash_key, mint_key, secrets_equal};
 use switchyard_core::money::micros_to_usd;
 use switchyard_core::ApiError;
-use worker::{Delay, Env, Method, Request};
+use worker::{Env, Method, Request};
 
 use super::{json_response, HandlerResult};
 use crate::ids::{new_id, random_32};
@@ -187,7 +185,7 @@ where
             return Ok(());
         }
         let jitter = 5 + u64::from(random_32()[0]) * 35 / 255;
-        Delay::from(Duration::from_millis(jitter)).await;
+        crate::clock::sleep(jitter).await;
     }
     Err(ApiError::Internal {
         label: "catalog_contended",

@@ -185,7 +185,8 @@ impl Breaker {
         self.is_cooling(now_ms) || (self.cooldown_ended(now_ms) && self.lease_held(now_ms))
     }
 
-    fn probe_due(&self, now_ms: u64) -> bool {
+    /// The cooldown has ended and nobody holds the probe lease.
+    pub fn probe_due(&self, now_ms: u64) -> bool {
         self.cooldown_ended(now_ms) && !self.lease_held(now_ms)
     }
 

@@ -12,6 +12,7 @@ pub mod dialect;
 pub mod error;
 pub mod generation;
 pub mod health;
+pub mod health_rpc;
 pub mod keys;
 pub mod money;
 pub mod plan;

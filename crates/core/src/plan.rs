@@ -21,6 +21,20 @@ pub struct RouteHealth {
     pub consecutive_failures: u32,
 }
 
+/// Reorders the healthy routes of a usual order by a measurement (`sort: latency` — median TTFB,
+/// lower first; `sort: throughput` — tokens/s, higher first). Routes without a measurement
+/// follow those with one; demoted routes stay at the end in their order. Stable.
+pub fn sort_by_measure(order: &mut [(usize, RouteHealth)], measure: impl Fn(usize) -> Option<f64>, higher_first: bool) {
+    let healthy = order.iter().take_while(|(_, h)| !h.demoted).count();
+    order[..healthy].sort_by(|(a, _), (b, _)| match (measure(*a), measure(*b)) {
+        (Some(x), Some(y)) if higher_first => y.total_cmp(&x),
+        (Some(x), Some(y)) => x.total_cmp(&y),
+        (Some(_), None) => std::cmp::Ordering::Less,
+        (None, Some(_)) => std::cmp::Ordering::Greater,
+        (None, None) => std::cmp::Ordering::Equal,
+    });
+}
+
 /// One attempt to make.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Attempt {
@@ -770,6 +784,23 @@ mod tests {
         }
         assert_eq!(p.next(0, true), None, "and no one more try");
         assert!(p.next(0, false).is_some(), "which a client still there gets");
+    }
+
+    #[test]
+    fn sort_by_latency_or_throughput_keeps_demoted_routes_last() {
+        let h = RouteHealth::default();
+        let d = RouteHealth {
+            demoted: true,
+            consecutive_failures: 3,
+        };
+        let ttfb = [Some(900.0), None, Some(100.0), Some(50.0)];
+        let mut order = vec![(0, h), (1, h), (2, h), (3, d)];
+        sort_by_measure(&mut order, |i| ttfb[i], false);
+        assert_eq!(order.iter().map(|o| o.0).collect::<Vec<_>>(), vec![2, 0, 1, 3]);
+        let tps = [Some(10.0), Some(80.0), None, Some(500.0)];
+        let mut order = vec![(0, h), (1, h), (2, h), (3, d)];
+        sort_by_measure(&mut order, |i| tps[i], true);
+        assert_eq!(order.iter().map(|o| o.0).collect::<Vec<_>>(), vec![1, 0, 2, 3]);
     }
 
     #[test]
