@@ -83,8 +83,8 @@ impl DurableObject for HealthObject {
                     (serde_json::to_value(ClaimReply { granted }), dirty)
                 }
                 HealthCall::Full => (serde_json::to_value(&*health), None),
-                HealthCall::Reset => {
-                    health.reset();
+                HealthCall::Reset { accounts } => {
+                    health.reset_with_accounts(&accounts);
                     (
                         serde_json::to_value(health.snapshot_reply(now)),
                         Some(serde_json::to_string(health)),
@@ -390,11 +390,12 @@ pub async fn accounts(env: &Env) -> Option<ModelHealth> {
     call(env, ACCOUNTS, &HealthCall::Full).await
 }
 
-/// Admin reset of a model's routes (and every account's breaker).
-pub async fn reset(env: &Env, model_id: &str) -> bool {
-    let name = object_name(model_id);
-    let model = call::<SnapshotReply>(env, &name, &HealthCall::Reset).await;
-    let accounts = call::<SnapshotReply>(env, ACCOUNTS, &HealthCall::Reset).await;
+/// Admin reset of a model: its routes, and the accounts its routes use.
+pub async fn reset(env: &Env, catalog: &Catalog, model: &Model) -> bool {
+    let name = object_name(&model.id);
+    let used: Vec<String> = route_accounts(catalog, model).into_iter().map(|(_, a)| a).collect();
+    let model = call::<SnapshotReply>(env, &name, &HealthCall::Reset { accounts: Vec::new() }).await;
+    let accounts = call::<SnapshotReply>(env, ACCOUNTS, &HealthCall::Reset { accounts: used }).await;
     if let Some(r) = &model {
         remember(&name, r.clone());
     }

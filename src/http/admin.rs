@@ -160,6 +160,20 @@ pub async fn route(req: &mut Request, env: &Env, method: &Method, rest: &str) ->
             }
             Ok(json_response(200, &json!({"ok": true, "deleted": id})))
         }
+        (Method::Get, "health", model) if !model.is_empty() && !model.ends_with("/reset") => {
+            super::status::admin(env, model).await
+        }
+        (Method::Post, "health", tail) if tail.ends_with("/reset") => {
+            let model_id = tail.trim_end_matches("/reset");
+            let (catalog, _) = store.load_catalog().await?;
+            let model = catalog.model(model_id).ok_or_else(|| ApiError::NotFound {
+                what: format!("Model `{model_id}`"),
+            })?;
+            if !crate::health::reset(env, &catalog, model).await {
+                return Err(ApiError::Internal { label: "health_reset" });
+            }
+            Ok(json_response(200, &json!({"ok": true, "reset": model_id})))
+        }
         (Method::Post, "holds", "sweep") => {
             let swept = crate::billing::sweep(env).await?;
             Ok(json_response(200, &json!({"ok": true, "released": swept})))

@@ -3,6 +3,7 @@
 //! `x-generation-id` and its JSON log line.
 
 mod admin;
+mod status;
 mod v1;
 
 use serde_json::{json, Value};
@@ -88,6 +89,8 @@ async fn route(
         (Method::Post, "/v1/chat/completions") => v1::chat_completions(req, env, ctx, rc).await,
         (Method::Get, "/v1/generation") => v1::generation(req, env).await,
         (Method::Get, "/v1/credits") => v1::credits(req, env).await,
+        (Method::Get, "/api/health/models") => status::api(env).await,
+        (Method::Get, "/status") => status::page(env).await,
         (_, "/v1/models" | "/v1/chat/completions" | "/v1/generation" | "/v1/credits") => {
             Err(ApiError::MethodNotAllowed)
         }

@@ -205,28 +205,39 @@ impl Stack {
     pub fn d1_execute(&self, sql: &str) {
         let root = env("E2E_ROOT");
         let persist = env("E2E_D1_PERSIST");
-        let out = std::process::Command::new(format!("{root}/node_modules/.bin/wrangler"))
-            .current_dir(&root)
-            .env("CI", "1")
-            .env("WRANGLER_SEND_METRICS", "false")
-            .args([
-                "d1",
-                "execute",
-                "switchyard",
-                "--local",
-                "--persist-to",
-                &persist,
-                "--command",
-                sql,
-            ])
-            .output()
-            .expect("running wrangler d1 execute");
-        assert!(
-            out.status.success(),
-            "d1 execute failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let config = env("E2E_WRANGLER_CONFIG");
+        // The running Worker holds the same SQLite file: retry while it is busy.
+        let mut last = String::new();
+        for attempt in 0..30u64 {
+            let out = std::process::Command::new(format!("{root}/node_modules/.bin/wrangler"))
+                .current_dir(&root)
+                .env("CI", "1")
+                .env("WRANGLER_SEND_METRICS", "false")
+                .args([
+                    "d1",
+                    "execute",
+                    "switchyard",
+                    "-c",
+                    &config,
+                    "--local",
+                    "--persist-to",
+                    &persist,
+                    "--command",
+                    sql,
+                ])
+                .output()
+                .expect("running wrangler d1 execute");
+            if out.status.success() {
+                return;
+            }
+            last = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            std::thread::sleep(Duration::from_millis(100 * (attempt + 1)));
+        }
+        panic!("d1 execute failed: {last}");
     }
 
     /// Fires the Worker's cron trigger (`wrangler dev --test-scheduled`).

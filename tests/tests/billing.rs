@@ -296,25 +296,6 @@ fn concurrent_requests_never_push_available_below_zero() {
     );
 }
 
-#[test]
-fn an_expired_hold_is_swept() {
-    let s = Stack::from_env();
-    let key = s.new_key(1.0);
-    let account = credits(&s, &key)["account_id"].as_str().unwrap().to_string();
-    // A crash between hold and settlement: a hold written, never settled, already expired.
-    s.d1_execute(&format!(
-        "INSERT INTO holds (generation_id, account_id, key_id, amount_micros, path, state, created_at, expires_at) \
-         VALUES ('{}', '{account}', 'k', 5000, 'awaited', 'open', 0, 1); \
-         UPDATE accounts SET held_micros = held_micros + 5000 WHERE id = '{account}';",
-        unique("gen-crashed")
-    ));
-    assert_eq!(credits(&s, &key)["held_micros"], 5000);
-    s.trigger_cron();
-    let c = settled_credits(&s, &key);
-    assert_eq!(c["balance_micros"], micros(1.0), "nothing charged");
-    assert_eq!(c["held_micros"], 0);
-}
-
 /// Load with faults: 300 requests, 16 at a time, across routes that fail, hang, cut, stall and
 /// succeed. Afterwards every micro-dollar is accounted for. (Clients leaving mid-stream under
 /// concurrency are covered by `concurrent_disconnects_keep_the_ledger_consistent`.)

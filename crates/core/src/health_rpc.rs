@@ -45,8 +45,8 @@ pub enum HealthCall {
     },
     /// Everything, buckets included (status page, admin).
     Full,
-    /// Admin reset: every breaker back to healthy.
-    Reset,
+    /// Admin reset: every route breaker back to healthy, and the breakers of these accounts.
+    Reset { accounts: Vec<String> },
 }
 
 /// The answer to `Snapshot` and `Observe`.
@@ -92,6 +92,19 @@ impl ModelHealth {
             health: self.snapshot(),
             stats,
         }
+    }
+
+    /// Admin reset of a model: its route breakers, and the breakers of the accounts it uses.
+    /// Traffic buckets are kept (they are measurements).
+    pub fn reset_with_accounts(&mut self, accounts: &[String]) {
+        let kept: std::collections::BTreeMap<String, crate::health::Breaker> = self
+            .accounts
+            .iter()
+            .filter(|(a, _)| !accounts.contains(a))
+            .map(|(a, b)| (a.clone(), b.clone()))
+            .collect();
+        self.reset();
+        self.accounts = kept;
     }
 
     /// The view a request plans with: this model's route breakers and the accounts' breakers.
@@ -155,6 +168,25 @@ mod tests {
             "the account's route goes last"
         );
         assert!(order[1].1.demoted);
+    }
+
+    #[test]
+    fn a_reset_clears_the_models_accounts_only() {
+        let cfg = HealthConfig::default();
+        let mut accounts = ModelHealth::default();
+        for acct in ["a", "b"] {
+            accounts.observe_scoped(
+                &obs("r", acct, AttemptOutcome::Failure(FailureClass::Account)),
+                &cfg,
+                Scope::Accounts,
+            );
+        }
+        accounts.reset_with_accounts(&["a".to_string()]);
+        assert!(!accounts.accounts.contains_key("a"));
+        assert!(
+            accounts.accounts["b"].is_demoted(),
+            "another model's account keeps its cooldown"
+        );
     }
 
     #[test]

@@ -1,0 +1,291 @@
+//! Route health (issue 4, SPEC §8, §9, §14) end to end, with cooldowns shrunk through `policy`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::disallowed_methods)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use switchyard_e2e::{chat_body, route, unique, Stack};
+
+/// Small cooldowns: 1.5 s doubling to 6 s.
+fn policy() -> Value {
+    json!({"cooldown_ms": 1500, "cooldown_max_ms": 6000, "stream_first_content_ms": 500, "nonstream_base_ms": 500,
+           "nonstream_per_20_tokens_ms": 0, "last_route_min_ms": 1000})
+}
+
+struct Model {
+    s: Arc<Stack>,
+    id: String,
+    key: String,
+    routes: Vec<(String, String)>,
+}
+
+impl Model {
+    /// Routes over mock scenarios; each provider on its own account unless `accounts` names one.
+    fn new(scenarios: &[&str]) -> Model {
+        let s = Arc::new(Stack::from_env());
+        let mut routes = Vec::new();
+        let mut objects = Vec::new();
+        for (i, scenario) in scenarios.iter().enumerate() {
+            let label = unique("l");
+            let provider = s.mock_provider(&label, scenario, false);
+            objects.push(route(&format!("r{i}"), &provider, "u", json!({})));
+            routes.push((label, scenario.to_string()));
+        }
+        let id = s.model(objects, Some(policy()));
+        let key = s.new_key(10.0);
+        Model { s, id, key, routes }
+    }
+
+    fn seen(&self, i: usize) -> u64 {
+        let (label, scenario) = &self.routes[i];
+        self.s.mock_stats(label, scenario)["requests"].as_u64().unwrap()
+    }
+
+    fn ask(&self) -> u16 {
+        self.s.chat(&self.key, &chat_body(&self.id, false)).status
+    }
+
+    fn admin_health(&self) -> Value {
+        let r = self.s.admin("GET", &format!("/admin/health/{}", self.id), None);
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()
+    }
+
+    fn route_health(&self, i: usize) -> Value {
+        self.admin_health()["routes"][i].clone()
+    }
+}
+
+#[test]
+fn a_route_failing_three_times_moves_to_the_end() {
+    let m = Model::new(&["status/503", "ok"]);
+    for n in 1..=3 {
+        assert_eq!(m.ask(), 200);
+        assert_eq!(
+            m.seen(0),
+            n,
+            "the failing route is still tried while it has failed fewer than 3 times"
+        );
+    }
+    assert_eq!(m.ask(), 200);
+    assert_eq!(m.seen(0), 3, "the 4th request goes straight to the second route");
+    assert_eq!(m.seen(1), 4);
+    let h = m.route_health(0);
+    assert_eq!(h["state"], "cooling", "{h}");
+    assert_eq!(h["breaker"]["consecutive_failures"], 3);
+}
+
+#[test]
+fn an_overloaded_route_is_demoted_after_one_failure() {
+    let m = Model::new(&["status/503/overloaded", "ok"]);
+    assert_eq!(m.ask(), 200);
+    assert_eq!(m.ask(), 200);
+    assert_eq!((m.seen(0), m.seen(1)), (1, 2));
+}
+
+#[test]
+fn the_probe_after_the_cooldown_is_exactly_one_request_and_a_failed_probe_doubles_the_cooldown() {
+    let m = Model::new(&["status/503", "ok"]);
+    for _ in 0..3 {
+        m.ask();
+    }
+    let first = m.route_health(0)["breaker"].clone();
+    let first_cooldown = first["demoted_until_ms"].as_u64().unwrap() - first["demoted_at_ms"].as_u64().unwrap();
+    assert_eq!(first_cooldown, 1500);
+    std::thread::sleep(Duration::from_millis(1700));
+    let threads: Vec<_> = (0..10)
+        .map(|_| {
+            let (s, key, id) = (m.s.clone(), m.key.clone(), m.id.clone());
+            std::thread::spawn(move || s.chat(&key, &chat_body(&id, false)).status)
+        })
+        .collect();
+    for t in threads {
+        assert_eq!(t.join().unwrap(), 200);
+    }
+    assert_eq!(m.seen(0), 4, "exactly one probe for ten requests arriving together");
+    let again = m.route_health(0)["breaker"].clone();
+    let cooldown = again["demoted_until_ms"].as_u64().unwrap() - again["demoted_at_ms"].as_u64().unwrap();
+    assert_eq!(cooldown, 3000, "a failed probe doubles the cooldown: {again}");
+}
+
+#[test]
+fn a_route_that_recovers_takes_its_traffic_back() {
+    let m = Model::new(&["down-for/1200", "ok"]);
+    for _ in 0..3 {
+        assert_eq!(m.ask(), 200);
+    }
+    assert_eq!(m.seen(0), 3);
+    assert_eq!(m.ask(), 200);
+    assert_eq!(m.seen(0), 3, "demoted while down");
+    std::thread::sleep(Duration::from_millis(1800));
+    let r = m.s.chat(&m.key, &chat_body(&m.id, false));
+    assert_eq!(r.status, 200);
+    let g = m.s.generation(&m.key, r.header("x-generation-id").unwrap());
+    assert_eq!(g["route"], "r0", "the probe succeeded: the route is back in its place");
+    let r = m.s.chat(&m.key, &chat_body(&m.id, false));
+    assert_eq!(
+        m.s.generation(&m.key, r.header("x-generation-id").unwrap())["route"],
+        "r0"
+    );
+    assert_eq!(m.route_health(0)["state"], "healthy");
+}
+
+#[test]
+fn an_account_failure_sends_another_model_on_that_account_elsewhere() {
+    let s = Arc::new(Stack::from_env());
+    let account = unique("acct");
+    let provider = |label: &str, scenario: &str| {
+        let id = unique("p");
+        let body = json!({"base_url": format!("{}/{label}/{scenario}", s.mock), "auth": "bearer", "account": account});
+        assert_eq!(
+            s.admin("PUT", &format!("/admin/providers/{id}"), Some(body)).status,
+            200
+        );
+        id
+    };
+    let (broken_label, shared_label, other_label) = (unique("l"), unique("l"), unique("l"));
+    let broken = provider(&broken_label, "status/401/invalid_key");
+    let shared = provider(&shared_label, "ok");
+    let other = s.mock_provider(&other_label, "ok", false);
+    let m1 = s.model(
+        vec![
+            route("r0", &broken, "u", json!({})),
+            route("r1", &other, "u", json!({})),
+        ],
+        Some(policy()),
+    );
+    let m2 = s.model(
+        vec![
+            route("r0", &shared, "u", json!({})),
+            route("r1", &other, "u", json!({})),
+        ],
+        Some(policy()),
+    );
+    let key = s.new_key(10.0);
+    assert_eq!(
+        s.chat(&key, &chat_body(&m1, false)).status,
+        200,
+        "m1 falls back past its account failure"
+    );
+    let r = s.chat(&key, &chat_body(&m2, false));
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        s.mock_stats(&shared_label, "ok")["requests"],
+        0,
+        "m2 skips the route on the failed account"
+    );
+    assert_eq!(s.generation(&key, r.header("x-generation-id").unwrap())["route"], "r1");
+    let h = s.admin("GET", &format!("/admin/health/{m1}"), None).json();
+    assert_eq!(
+        h["routes"][0]["breaker"]["consecutive_failures"], 0,
+        "not counted against the model's route"
+    );
+    assert_eq!(h["routes"][0]["account_state"], "cooling");
+}
+
+fn api_model(s: &Stack, id: &str) -> Value {
+    let v = s
+        .request("GET", &format!("{}/api/health/models", s.gateway), &[], None)
+        .json();
+    v["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["id"] == id)
+        .cloned()
+        .unwrap_or_else(|| panic!("{id} missing: {v}"))
+}
+
+#[test]
+fn status_words_follow_the_last_hour_of_real_requests() {
+    let quiet = Model::new(&["ok"]);
+    assert_eq!(api_model(&quiet.s, &quiet.id)["status"], "no_recent_requests");
+
+    let good = Model::new(&["ok"]);
+    for _ in 0..20 {
+        assert_eq!(good.ask(), 200);
+    }
+    let degraded = Model::new(&["flaky/10"]); // one in ten fails: 90 % answered
+    for _ in 0..20 {
+        degraded.ask();
+    }
+    let down = Model::new(&["status/500"]);
+    for _ in 0..4 {
+        assert_eq!(down.ask(), 502);
+    }
+    let few = Model::new(&["status/500", "ok"]); // a later route answered: counted as answered
+    for _ in 0..5 {
+        assert_eq!(few.ask(), 200);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(api_model(&good.s, &good.id)["status"], "operational");
+    assert_eq!(api_model(&degraded.s, &degraded.id)["status"], "degraded");
+    assert_eq!(api_model(&down.s, &down.id)["status"], "down");
+    assert_eq!(api_model(&few.s, &few.id)["status"], "operational");
+    let d = api_model(&down.s, &down.id);
+    assert_eq!((d["healthy_routes"].as_u64(), d["routes"].as_u64()), (Some(0), Some(1)));
+}
+
+#[test]
+fn the_api_and_the_status_page_agree() {
+    let m = Model::new(&["status/503/overloaded", "ok"]);
+    m.ask();
+    let ours = api_model(&m.s, &m.id);
+    assert_eq!(ours["order"][0]["id"], "r1", "the demoted route is listed last");
+    assert_eq!(ours["order"][1]["state"], "cooling");
+    let page = m.s.request("GET", &format!("{}/status", m.s.gateway), &[], None).text();
+    let section = page
+        .split("<section>")
+        .find(|s| s.contains(&format!("<span>{}</span>", m.id)))
+        .unwrap();
+    assert!(section.contains("demoted until"), "{section}");
+    // Other tests change health concurrently: compare a page with an API answer taken on both
+    // sides of it that did not change in between.
+    let api_now = || {
+        let r =
+            m.s.request("GET", &format!("{}/api/health/models", m.s.gateway), &[], None);
+        assert_eq!(r.status, 200);
+        let mut v = r.json();
+        v.as_object_mut().unwrap().remove("generated_at_ms");
+        v
+    };
+    let (v, html) = (0..20)
+        .find_map(|_| {
+            let before = api_now();
+            let page = m.s.request("GET", &format!("{}/status", m.s.gateway), &[], None);
+            assert_eq!(page.status, 200);
+            assert!(page.header("content-type").unwrap().starts_with("text/html"));
+            (api_now() == before).then(|| (before, page.text()))
+        })
+        .expect("health kept changing");
+    assert!(v["total"].as_u64().unwrap() >= 1);
+    for model in v["models"].as_array().unwrap() {
+        let id = model["id"].as_str().unwrap();
+        let section = html
+            .split("<section>")
+            .find(|s| s.contains(&format!("<span>{id}</span>")))
+            .unwrap_or_else(|| panic!("{id} not on /status"));
+        assert!(section.contains(model["label"].as_str().unwrap()), "{id}: {section}");
+        assert!(
+            section.contains(&format!(
+                "{} / {} routes healthy",
+                model["healthy_routes"], model["routes"]
+            )),
+            "{section}"
+        );
+    }
+}
+
+#[test]
+fn admin_reset_restores_every_route() {
+    let m = Model::new(&["status/503/overloaded", "ok"]);
+    m.ask();
+    assert_eq!(m.route_health(0)["state"], "cooling");
+    let r = m.s.admin("POST", &format!("/admin/health/{}/reset", m.id), None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(m.route_health(0)["state"], "healthy");
+    m.ask();
+    assert_eq!(m.seen(0), 2, "tried again in its place after the reset");
+}
