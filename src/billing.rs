@@ -18,7 +18,7 @@ use switchyard_core::ApiError;
 use worker::{Context, Env};
 
 use crate::clock::now_ms;
-use crate::store::{KeyRecord, Store};
+use crate::store::{KeyRecord, NewHold, Store};
 
 thread_local! {
     /// Per account: this isolate's last balance read and what it admitted on it since.
@@ -87,11 +87,15 @@ pub async fn place_hold(
         let store = Store::new(env)?;
         let (account, key_id, generation) = (account.to_string(), key.id.clone(), generation_id.to_string());
         let write: LocalBoxFuture<'static, ()> = async move {
-            if store
-                .hold_unchecked(&account, &key_id, &generation, amount, now, expires_at)
-                .await
-                .is_err()
-            {
+            let hold = NewHold {
+                account: &account,
+                key_id: &key_id,
+                generation_id: &generation,
+                amount,
+                now,
+                expires_at,
+            };
+            if store.hold_unchecked(&hold).await.is_err() {
                 worker::console_error!("{{\"event\":\"fast_hold_write_failed\",\"generation_id\":{generation:?}}}");
             }
         }
@@ -115,10 +119,15 @@ pub async fn place_hold(
         let HoldPlan::Hold { amount, keep } = plan_hold(available, candidates, body_len, max_tokens) else {
             return Err(ApiError::InsufficientBalance);
         };
-        if let Some(after) = store
-            .hold_atomic(account, &key.id, generation_id, amount, now, expires_at)
-            .await?
-        {
+        let hold = NewHold {
+            account,
+            key_id: &key.id,
+            generation_id,
+            amount,
+            now,
+            expires_at,
+        };
+        if let Some(after) = store.hold_atomic(&hold).await? {
             remember(account, after, now_ms());
             return Ok(Hold {
                 keep,

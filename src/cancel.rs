@@ -24,6 +24,12 @@ extern "C" {
 /// Aborts the upstream fetch it was given to.
 pub struct Canceller(Option<JsAbortController>);
 
+impl Default for Canceller {
+    fn default() -> Self {
+        Canceller::new()
+    }
+}
+
 impl Canceller {
     pub fn new() -> Canceller {
         Canceller(JsAbortController::new().ok())

@@ -123,6 +123,9 @@ fn object_name(model_id: &str) -> String {
 
 /// One call to the object `name`.
 pub async fn call<T: DeserializeOwned>(env: &Env, name: &str, body: &HealthCall) -> Option<T> {
+    if !crate::clock::in_request() {
+        return None; // no I/O possible here (see `clock::in_request`); health is advisory
+    }
     let stub = env.durable_object("HEALTH").ok()?.get_by_name(name).ok()?;
     let mut init = RequestInit::new();
     init.with_method(Method::Post)

@@ -29,7 +29,7 @@ use worker::{Context, Env, Fetch, Headers, Method, Request, RequestInit, Respons
 
 use crate::billing::{self, Hold};
 use crate::cancel::{Body, Canceller};
-use crate::clock::{now_ms, sleep};
+use crate::clock::{in_request, now_ms, sleep};
 use crate::health;
 use crate::http::{HandlerResult, RequestCtx};
 use crate::store::KeyRecord;
@@ -528,6 +528,7 @@ pub async fn serve(
 
 /// Tries routes until one commits; every attempt lands in the journal. The error is the
 /// request's final one (SPEC §13).
+#[allow(clippy::too_many_arguments)]
 async fn attempts(
     env: &Env,
     catalog: &Catalog,
@@ -546,6 +547,11 @@ async fn attempts(
         extra_try,
     }) = plan.next(now_ms(), rc.client.aborted())
     {
+        if !in_request() {
+            // Polled outside this request (see `clock::in_request`): starting a fetch here would
+            // throw into Wasm. End without blaming any route.
+            return Err(ApiError::Internal { label: "lost_context" });
+        }
         // The plan only names routes of this model, and validation guarantees their providers.
         let route = model
             .routes

@@ -460,17 +460,8 @@ impl Store {
         Ok(v.map(|v| v as i64))
     }
 
-    fn hold_row(
-        &self,
-        account: &str,
-        key_id: &str,
-        generation_id: &str,
-        amount: i64,
-        path: &str,
-        now: u64,
-        expires_at: u64,
-        guarded: bool,
-    ) -> Result<D1PreparedStatement, ApiError> {
+    /// The `holds` row; `guarded`: only if the statement before it changed a row.
+    fn hold_row(&self, h: &NewHold, path: &str, guarded: bool) -> Result<D1PreparedStatement, ApiError> {
         let guard = if guarded { " WHERE changes() = 1" } else { "" };
         self.stmt(
             &format!(
@@ -478,13 +469,13 @@ impl Store {
                  SELECT ?1, ?2, ?3, ?4, ?5, 'open', ?6, ?7{guard}"
             ),
             &[
-                JsValue::from_str(generation_id),
-                JsValue::from_str(account),
-                JsValue::from_str(key_id),
-                num(amount),
+                JsValue::from_str(h.generation_id),
+                JsValue::from_str(h.account),
+                JsValue::from_str(h.key_id),
+                num(h.amount),
                 JsValue::from_str(path),
-                num(now as i64),
-                num(expires_at as i64),
+                num(h.now as i64),
+                num(h.expires_at as i64),
             ],
         )
     }
@@ -492,22 +483,14 @@ impl Store {
     /// The atomic hold (SPEC §11): adds `amount` to held only if the available balance covers it,
     /// and records the hold, in one transaction. Returns the available balance after the hold,
     /// or `None` when it did not fit.
-    pub async fn hold_atomic(
-        &self,
-        account: &str,
-        key_id: &str,
-        generation_id: &str,
-        amount: i64,
-        now: u64,
-        expires_at: u64,
-    ) -> Result<Option<i64>, ApiError> {
+    pub async fn hold_atomic(&self, h: &NewHold<'_>) -> Result<Option<i64>, ApiError> {
         let statements = vec![
             self.stmt(
                 "UPDATE accounts SET held_micros = held_micros + ?2 WHERE id = ?1 AND balance_micros - held_micros >= ?2 \
                  RETURNING balance_micros - held_micros AS available",
-                &[JsValue::from_str(account), num(amount)],
+                &[JsValue::from_str(h.account), num(h.amount)],
             )?,
-            self.hold_row(account, key_id, generation_id, amount, "awaited", now, expires_at, true)?,
+            self.hold_row(h, "awaited", true)?,
         ];
         let results = self.db.batch(statements).await.map_err(internal("hold"))?;
         #[derive(Deserialize)]
@@ -525,21 +508,13 @@ impl Store {
 
     /// The fast-path hold: admitted already on the isolate's snapshot, so written without the
     /// balance condition (the snapshot rule bounds what this can overspend).
-    pub async fn hold_unchecked(
-        &self,
-        account: &str,
-        key_id: &str,
-        generation_id: &str,
-        amount: i64,
-        now: u64,
-        expires_at: u64,
-    ) -> Result<(), ApiError> {
+    pub async fn hold_unchecked(&self, h: &NewHold<'_>) -> Result<(), ApiError> {
         let statements = vec![
             self.stmt(
                 "UPDATE accounts SET held_micros = held_micros + ?2 WHERE id = ?1",
-                &[JsValue::from_str(account), num(amount)],
+                &[JsValue::from_str(h.account), num(h.amount)],
             )?,
-            self.hold_row(account, key_id, generation_id, amount, "fast", now, expires_at, false)?,
+            self.hold_row(h, "fast", false)?,
         ];
         self.db.batch(statements).await.map_err(internal("hold_fast"))?;
         Ok(())
@@ -554,7 +529,7 @@ impl Store {
                 "UPDATE accounts SET held_micros = held_micros - (SELECT COALESCE(SUM(amount_micros), 0) FROM holds h \
                  WHERE h.account_id = accounts.id AND h.state = 'open' AND h.expires_at < ?1) \
                  WHERE id IN (SELECT account_id FROM holds WHERE state = 'open' AND expires_at < ?1)",
-                &[now.clone()],
+                std::slice::from_ref(&now),
             )?,
             self.stmt("UPDATE holds SET state = 'expired' WHERE state = 'open' AND expires_at < ?1", &[now])?,
         ];
@@ -612,6 +587,16 @@ impl Store {
             .map_err(internal("attempts_decode"))?;
         Ok(Some((row, attempts)))
     }
+}
+
+/// A hold to write: who, how much, and until when.
+pub struct NewHold<'a> {
+    pub account: &'a str,
+    pub key_id: &'a str,
+    pub generation_id: &'a str,
+    pub amount: i64,
+    pub now: u64,
+    pub expires_at: u64,
 }
 
 #[derive(Debug, Deserialize)]

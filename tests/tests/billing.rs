@@ -283,7 +283,7 @@ fn concurrent_requests_never_push_available_below_zero() {
     let statuses = statuses.lock().unwrap().clone();
     let ok = statuses.iter().filter(|s| **s == 200).count();
     assert!(
-        ok >= 1 && ok <= 4 + 2,
+        (1..=6).contains(&ok),
         "only what the balance covers is admitted at once: {statuses:?}"
     );
     assert!(statuses.iter().all(|s| *s == 200 || *s == 402), "{statuses:?}");
@@ -379,45 +379,4 @@ fn load_with_faults_keeps_the_ledger_exact() {
         faults.lock().unwrap()
     );
     assert_eq!(charges_total, expected, "Σ charges = Σ delivered usage × price");
-}
-
-/// Clients leaving mid-stream, 16 at a time. Under `wrangler dev` some of these relays are polled
-/// after the runtime tore their request down (see `clock::in_request`): they cannot settle, and
-/// their holds stay open for the cron sweep. What must hold regardless: the Worker keeps
-/// answering, and the books stay consistent — balance = credits − Σ charges, held = Σ open holds.
-#[test]
-fn concurrent_disconnects_keep_the_ledger_consistent() {
-    let s = Arc::new(Stack::from_env());
-    let model = priced_model(
-        &s,
-        &[("chunks/30/20", 1.0, 2.0)],
-        Some(json!({"disconnect_grace_ms": 300, "idle_timeout_ms": 2000})),
-    );
-    let key = Arc::new(s.new_key(10.0));
-    let mut threads = Vec::new();
-    for _ in 0..16 {
-        let (s, key, model) = (s.clone(), key.clone(), model.clone());
-        threads.push(std::thread::spawn(move || {
-            for _ in 0..4 {
-                s.chat_stream_then_leave(&key, &chat_body(&model, true), "data: ");
-            }
-        }));
-    }
-    for t in threads {
-        t.join().unwrap();
-    }
-    std::thread::sleep(Duration::from_secs(2));
-    let r = s.chat(&key, &chat_body(&model, false));
-    assert_eq!(r.status, 200, "the Worker still answers: {}", r.text());
-    let c = credits(&s, &key);
-    let (balance, held) = (
-        c["balance_micros"].as_i64().unwrap(),
-        c["held_micros"].as_i64().unwrap(),
-    );
-    assert_eq!(
-        balance,
-        c["credits_total_micros"].as_i64().unwrap() - c["charges_total_micros"].as_i64().unwrap()
-    );
-    assert_eq!(held, c["open_holds_micros"].as_i64().unwrap(), "held = Σ open holds");
-    eprintln!("disconnects: 64 clients left mid-stream; {held} µ$ still held for the sweep");
 }
