@@ -59,12 +59,12 @@ impl DurableObject for HealthObject {
                     scope,
                     config,
                     observations,
-                    request,
+                    requests,
                 } => {
                     for o in &observations {
                         health.observe_scoped(o, &config, scope);
                     }
-                    if let Some(r) = &request {
+                    for r in &requests {
                         health.observe_request(r);
                     }
                     health.keep_scope(scope);
@@ -309,8 +309,27 @@ pub fn apply_local(model_id: &str, obs: &Observation, config: &HealthConfig) {
     });
 }
 
-/// Reports a request's outcomes to the objects (from `ctx.wait_until`) and refreshes the
-/// snapshots with their answers. The accounts object hears only what concerns an account.
+/// How long an isolate gathers routine outcomes (successes) before sending them in one call.
+/// Failures and probes go at once: other isolates should learn of them promptly.
+const REPORT_BATCH_MS: u64 = 200;
+
+/// Outcomes waiting to be sent, per model.
+#[derive(Default)]
+struct Outbox {
+    config: Option<HealthConfig>,
+    observations: Vec<Observation>,
+    requests: Vec<RequestObservation>,
+    /// A task is already waiting to send this model's outbox.
+    flush_scheduled: bool,
+}
+
+thread_local! {
+    static OUTBOX: RefCell<HashMap<String, Outbox>> = RefCell::new(HashMap::new());
+}
+
+/// Reports a request's outcomes (from `ctx.wait_until`): failures and probes at once, routine
+/// successes gathered for up to `REPORT_BATCH_MS` so a busy isolate makes a few calls a second
+/// instead of one per request. The objects' answers refresh the snapshots.
 pub async fn report(
     env: &Env,
     model_id: &str,
@@ -318,6 +337,54 @@ pub async fn report(
     observations: Vec<Observation>,
     request: RequestObservation,
 ) {
+    let urgent = observations
+        .iter()
+        .any(|o| o.probe || !matches!(o.outcome, AttemptOutcome::Success));
+    let wait = OUTBOX.with(|o| {
+        let mut o = o.borrow_mut();
+        let outbox = o.entry(model_id.to_string()).or_default();
+        outbox.config = Some(config);
+        outbox.observations.extend(observations);
+        outbox.requests.push(request);
+        if urgent {
+            Some(false)
+        } else if outbox.flush_scheduled {
+            None // rides with the flush already waiting
+        } else {
+            outbox.flush_scheduled = true;
+            Some(true)
+        }
+    });
+    match wait {
+        None => {}
+        Some(wait) => {
+            if wait {
+                crate::clock::sleep(REPORT_BATCH_MS).await;
+            }
+            flush(env, model_id).await;
+        }
+    }
+}
+
+/// Sends a model's outbox: everything to the model's object, what concerns an account to the
+/// accounts object.
+async fn flush(env: &Env, model_id: &str) {
+    let Some((config, observations, requests)) = OUTBOX.with(|o| {
+        let mut o = o.borrow_mut();
+        let outbox = o.get_mut(model_id)?;
+        outbox.flush_scheduled = false;
+        let config = outbox.config?;
+        Some((
+            config,
+            std::mem::take(&mut outbox.observations),
+            std::mem::take(&mut outbox.requests),
+        ))
+    }) else {
+        return;
+    };
+    if observations.is_empty() && requests.is_empty() {
+        return;
+    }
     let accounts_known = SNAPSHOTS.with(|s| {
         s.borrow()
             .get(ACCOUNTS)
@@ -333,7 +400,7 @@ pub async fn report(
         scope: Scope::Model,
         config,
         observations,
-        request: Some(request),
+        requests,
     };
     let model_report = async {
         if let Some(reply) = call::<SnapshotReply>(env, &name, &model_call).await {
@@ -348,7 +415,7 @@ pub async fn report(
             scope: Scope::Accounts,
             config,
             observations: for_accounts,
-            request: None,
+            requests: Vec::new(),
         };
         if let Some(reply) = call::<SnapshotReply>(env, ACCOUNTS, &accounts_call).await {
             remember(ACCOUNTS, reply);

@@ -28,13 +28,13 @@ pub enum Scope {
 pub enum HealthCall {
     /// The breakers (no buckets) and per-route stats.
     Snapshot,
-    /// Apply a request's attempt outcomes (and, for a model, the request outcome); replies with
-    /// the snapshot after them.
+    /// Apply attempt outcomes (and, for a model, request outcomes) — one request's or a batch an
+    /// isolate gathered; replies with the snapshot after them.
     Observe {
         scope: Scope,
         config: HealthConfig,
         observations: Vec<Observation>,
-        request: Option<RequestObservation>,
+        requests: Vec<RequestObservation>,
     },
     /// Claim the one probe of a route (model object) or an account (accounts object) whose
     /// cooldown ended. Replies `{"granted": bool}`.
