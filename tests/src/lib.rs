@@ -370,6 +370,19 @@ impl Stack {
         )
     }
 
+    /// `GET /v1/credits` for `key`: balance, held, ledger totals, the key's spend.
+    pub fn credits(&self, key: &str) -> Value {
+        let auth = format!("Bearer {key}");
+        let r = self.request(
+            "GET",
+            &format!("{}/v1/credits", self.gateway),
+            &[("authorization", &auth)],
+            None,
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()
+    }
+
     /// What the mock saw under `label/scenario`: `{"requests": n, "last_request": …}`.
     pub fn mock_stats(&self, label: &str, scenario: &str) -> Value {
         self.request("GET", &format!("{}/_stats/{label}/{scenario}", self.mock), &[], None)

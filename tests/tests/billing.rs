@@ -15,24 +15,13 @@ use switchyard_e2e::{chat_body, route, unique, Reply, Stack};
 fn settled_credits(s: &Stack, key: &str) -> Value {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let c = credits(s, key);
+        let c = s.credits(key);
         if c["held_micros"] == 0 && c["open_holds_micros"] == 0 {
             return c;
         }
         assert!(Instant::now() < deadline, "holds never settled: {c}");
         std::thread::sleep(Duration::from_millis(100));
     }
-}
-
-fn credits(s: &Stack, key: &str) -> Value {
-    let r = s.request(
-        "GET",
-        &format!("{}/v1/credits", s.gateway),
-        &[("authorization", &format!("Bearer {key}"))],
-        None,
-    );
-    assert_eq!(r.status, 200, "{}", r.text());
-    r.json()
 }
 
 /// A model over mock scenarios with (input, output) prices per route.
@@ -270,7 +259,7 @@ fn concurrent_requests_never_push_available_below_zero() {
         }));
     }
     for _ in 0..8 {
-        let c = credits(&s, &key);
+        let c = s.credits(&key);
         let available = c["balance_micros"].as_i64().unwrap() - c["held_micros"].as_i64().unwrap();
         let mut m = min_available.lock().unwrap();
         *m = (*m).min(available);

@@ -8,14 +8,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::json;
 use switchyard_e2e::{chat_body, route, unique, Stack};
-
-fn credits(s: &Stack, key: &str) -> Value {
-    let r = s.request("GET", &format!("{}/v1/credits", s.gateway), &[("authorization", &format!("Bearer {key}"))], None);
-    assert_eq!(r.status, 200, "{}", r.text());
-    r.json()
-}
 
 /// Clients leaving mid-stream, 16 at a time. Under `wrangler dev` some of these relays are polled
 /// after the runtime tore their request down (see `clock::in_request`): they cannot settle, and
@@ -45,7 +39,7 @@ fn concurrent_disconnects_keep_the_ledger_consistent() {
     std::thread::sleep(Duration::from_secs(2));
     let r = s.chat(&key, &chat_body(&model, false));
     assert_eq!(r.status, 200, "the Worker still answers: {}", r.text());
-    let c = credits(&s, &key);
+    let c = s.credits(&key);
     let (balance, held) = (
         c["balance_micros"].as_i64().unwrap(),
         c["held_micros"].as_i64().unwrap(),

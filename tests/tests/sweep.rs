@@ -6,25 +6,13 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
 use switchyard_e2e::{unique, Stack};
-
-fn credits(s: &Stack, key: &str) -> Value {
-    let r = s.request(
-        "GET",
-        &format!("{}/v1/credits", s.gateway),
-        &[("authorization", &format!("Bearer {key}"))],
-        None,
-    );
-    assert_eq!(r.status, 200, "{}", r.text());
-    r.json()
-}
 
 #[test]
 fn an_expired_hold_is_swept() {
     let s = Stack::from_env();
     let key = s.new_key(1.0);
-    let account = credits(&s, &key)["account_id"].as_str().unwrap().to_string();
+    let account = s.credits(&key)["account_id"].as_str().unwrap().to_string();
     // A crash between hold and settlement: a hold written, never settled, already expired.
     s.d1_execute(&format!(
         "INSERT INTO holds (generation_id, account_id, key_id, amount_micros, path, state, created_at, expires_at) \
@@ -32,11 +20,11 @@ fn an_expired_hold_is_swept() {
          UPDATE accounts SET held_micros = held_micros + 5000 WHERE id = '{account}';",
         unique("gen-crashed")
     ));
-    assert_eq!(credits(&s, &key)["held_micros"], 5000);
+    assert_eq!(s.credits(&key)["held_micros"], 5000);
     s.trigger_cron();
     let deadline = Instant::now() + Duration::from_secs(10);
     let c = loop {
-        let c = credits(&s, &key);
+        let c = s.credits(&key);
         if c["held_micros"] == 0 || Instant::now() > deadline {
             break c;
         }

@@ -220,12 +220,7 @@ mod tests {
     use super::*;
 
     fn ev(data: &str) -> SseEvent {
-        SseEvent {
-            raw: format!("data: {data}\n\n").into_bytes(),
-            event: None,
-            data: data.into(),
-            has_data: true,
-        }
+        SseEvent::from_data(data)
     }
 
     const ROLE: &str = r#"{"id":"c1","model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}"#;

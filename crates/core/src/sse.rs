@@ -18,6 +18,18 @@ pub struct SseEvent {
     pub has_data: bool,
 }
 
+impl SseEvent {
+    /// A `data:`-only event, as its raw bytes would carry it (tests and error frames).
+    pub fn from_data(data: &str) -> SseEvent {
+        SseEvent {
+            raw: format!("data: {data}\n\n").into_bytes(),
+            event: None,
+            data: data.into(),
+            has_data: true,
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct SseParser {
     buf: Vec<u8>,

@@ -271,12 +271,7 @@ mod stream_tests {
     use super::*;
 
     fn ev(data: &str) -> SseEvent {
-        SseEvent {
-            raw: format!("data: {data}\n\n").into_bytes(),
-            event: None,
-            data: data.into(),
-            has_data: true,
-        }
+        SseEvent::from_data(data)
     }
 
     #[test]
