@@ -1,0 +1,166 @@
+// Where the time of a warm non-stream request goes under workerd (Miniflare): V8 CPU profiles of
+// every isolate involved (the Worker with its Durable Objects, Miniflare's D1 and its entry
+// worker), taken while N sequential requests run, summarised per isolate and per function.
+// workerd runs all of them on one thread, so their busy times add up on the request path.
+//
+//   node bench/profile.mjs --script DIR/index.js --config wrangler.toml --mock URL
+//        [--requests N] [--out DIR] [--var NAME=VALUE]...
+//
+// Prints a Markdown summary of the Worker's isolate (also written to DIR/profile.md, with the raw
+// .cpuprofile files of every isolate, which Chrome DevTools opens). Run by scripts/bench after the
+// measurements; the profiler slows everything down, so read the shares, not the absolute times.
+
+import { mkdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { Miniflare } from "miniflare";
+import WebSocket from "ws";
+import { parseArgs, miniflareOptions, applyMigrations, fail } from "./mf.mjs";
+
+let mock;
+let requests = 2000;
+let outDir;
+const args = parseArgs(process.argv.slice(2), (a, next) => {
+  if (a === "--mock") mock = next().replace(/\/$/, "");
+  else if (a === "--requests") requests = Number(next());
+  else if (a === "--out") outDir = next();
+  else return false;
+  return true;
+});
+if (!mock) fail("--mock is required");
+const token = "profile-admin-token";
+args.vars.ADMIN_TOKEN = token;
+args.migrate = true;
+
+const { options, d1 } = miniflareOptions(args);
+options.inspectorPort = 0;
+const mf = new Miniflare(options);
+try {
+  const base = (await mf.ready).origin;
+  await applyMigrations(mf, d1);
+
+  // The catalog: one healthy model on the mock, an account with credit, a key.
+  const admin = async (method, path, body, want) => {
+    const r = await fetch(base + path, {
+      method,
+      headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+      body: JSON.stringify(body),
+    });
+    const text = await r.text();
+    if (r.status !== want) fail(`${method} ${path}: ${r.status} ${text}`);
+    return JSON.parse(text);
+  };
+  await admin("PUT", "/admin/providers/p", { base_url: `${mock}/profile/ok`, auth: "bearer" }, 200);
+  await admin(
+    "PUT",
+    "/admin/models/m",
+    {
+      context_window: 8192,
+      max_output_tokens: 1024,
+      routes: [
+        { id: "r0", provider: "p", upstream_model: "u", apis: ["chat"], price: { input_per_mtok: 1, output_per_mtok: 2 } },
+      ],
+    },
+    200,
+  );
+  const account = await admin("POST", "/admin/accounts", {}, 201);
+  await admin("POST", `/admin/accounts/${account.id}/credit`, { amount_usd: 1000 }, 200);
+  const { key } = await admin("POST", "/admin/keys", { account_id: account.id }, 201);
+  const body = JSON.stringify({ model: "m", messages: [{ role: "user", content: "Say hello" }] });
+  const one = async () => {
+    const r = await fetch(`${base}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+      body,
+    });
+    await r.arrayBuffer();
+    if (r.status !== 200) fail(`chat: ${r.status}`);
+  };
+  for (let i = 0; i < 300; i++) await one();
+
+  // Profile every isolate the request touches.
+  const inspector = await mf.getInspectorURL();
+  const targets = await (await fetch(`http://${inspector.host}/json/list`)).json();
+  const wanted = targets.filter((t) => /^(core:user:|core:entry|d1:db:)/.test(t.id));
+  const sessions = [];
+  for (const t of wanted) {
+    const ws = new WebSocket(t.webSocketDebuggerUrl);
+    await new Promise((ok, err) => (ws.once("open", ok), ws.once("error", err)));
+    let id = 0;
+    const pending = new Map();
+    ws.on("message", (m) => {
+      const msg = JSON.parse(m);
+      if (msg.id && pending.has(msg.id)) {
+        pending.get(msg.id)(msg);
+        pending.delete(msg.id);
+      }
+    });
+    const send = (method, params = {}) =>
+      new Promise((ok) => {
+        const n = ++id;
+        pending.set(n, ok);
+        ws.send(JSON.stringify({ id: n, method, params }));
+      });
+    await send("Profiler.enable");
+    await send("Profiler.setSamplingInterval", { interval: 100 });
+    sessions.push({ name: t.id, ws, send });
+  }
+  for (const s of sessions) await s.send("Profiler.start");
+  const t0 = performance.now();
+  for (let i = 0; i < requests; i++) await one();
+  const wallMs = performance.now() - t0;
+  const profiles = [];
+  for (const s of sessions) {
+    const { result } = await s.send("Profiler.stop");
+    profiles.push({ name: s.name, profile: result.profile });
+    s.ws.close();
+  }
+
+  // Self time per node, then per category and per function, for the Worker's isolate (it holds
+  // its Durable Objects too). The other isolates' profiles are only saved: V8 samples each isolate
+  // on the one shared thread, so their busy times overlap and do not add up to the wall time.
+  const per = (x) => (x / requests).toFixed(3);
+  const category = (f) => {
+    if (f.url.startsWith("wasm://")) return "Switchyard's Rust code (wasm)";
+    if (f.url.endsWith("index.js")) return "wasm-bindgen / worker-rs JS glue (index.js)";
+    if (f.url.startsWith("cloudflare-internal:d1")) return "D1 client (cloudflare-internal:d1-api, JS)";
+    if (f.functionName === "(garbage collector)") return "garbage collector";
+    if (f.functionName === "put" || f.functionName === "get") return `Durable Object storage ${f.functionName} (native)`;
+    if (["fetch", "Response", "Request", "Headers"].includes(f.functionName)) return `${f.functionName} (native)`;
+    return "other runtime (native, microtasks, program)";
+  };
+  let out = "";
+  for (const { name, profile } of profiles) {
+    if (outDir) {
+      mkdirSync(outDir, { recursive: true });
+      writeFileSync(join(outDir, `${name.replace(/[^A-Za-z0-9]+/g, "_")}.cpuprofile`), JSON.stringify(profile));
+    }
+    if (name !== "core:user:") continue;
+    const byId = new Map(profile.nodes.map((n) => [n.id, n]));
+    const cats = new Map();
+    const fns = new Map();
+    let busy = 0;
+    for (let i = 0; i < profile.samples.length; i++) {
+      const f = byId.get(profile.samples[i]).callFrame;
+      const ms = (profile.timeDeltas[i + 1] ?? 0) / 1000;
+      if (f.functionName === "(idle)") continue;
+      busy += ms;
+      cats.set(category(f), (cats.get(category(f)) ?? 0) + ms);
+      const where = f.url.startsWith("wasm://") ? "wasm" : f.url.split("/").pop() || "native";
+      const label = `${f.functionName || "(anonymous)"} [${where}]`;
+      fns.set(label, (fns.get(label) ?? 0) + ms);
+    }
+    out += `V8 CPU profile of the Worker's isolate (with its Durable Objects) over ${requests} sequential warm ` +
+      `non-stream requests: ${per(busy)} ms sampled per request, ${per(wallMs)} ms wall per request (the ` +
+      `profiler slows everything down: read the shares).\n\n`;
+    out += "| where | share |\n|---|---|\n";
+    for (const [c, ms] of [...cats.entries()].sort((a, b) => b[1] - a[1]))
+      out += `| ${c} | ${((ms / busy) * 100).toFixed(1)} % |\n`;
+    out += "\nTop functions by self time:\n\n| function | share |\n|---|---|\n";
+    for (const [label, ms] of [...fns.entries()].sort((a, b) => b[1] - a[1]).slice(0, 12))
+      out += `| \`${label.replace(/\|/g, "\\|")}\` | ${((ms / busy) * 100).toFixed(1)} % |\n`;
+  }
+  console.log(out);
+  if (outDir) writeFileSync(join(outDir, "profile.md"), out);
+} finally {
+  await mf.dispose();
+}

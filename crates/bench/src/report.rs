@@ -1,0 +1,385 @@
+//! Markdown tables from result files: the added latencies side by side (one column per run), the
+//! absolute figures behind them, and the issue's targets checked against the primary run.
+
+use serde_json::Value;
+
+/// A millisecond figure with the precision it deserves.
+fn ms(v: &Value) -> String {
+    match v.as_f64() {
+        None => "—".into(),
+        Some(x) if x.abs() < 10.0 => format!("{x:.2}"),
+        Some(x) if x.abs() < 100.0 => format!("{x:.1}"),
+        Some(x) => format!("{x:.0}"),
+    }
+}
+
+fn signed(v: &Value) -> String {
+    match v.as_f64() {
+        Some(x) if x >= 0.0 => format!("+{}", ms(v)),
+        _ => ms(v),
+    }
+}
+
+fn triple(p: &Value) -> String {
+    if p.is_null() {
+        return "—".into();
+    }
+    format!("{} / {} / {}", ms(&p["p50"]), ms(&p["p90"]), ms(&p["p99"]))
+}
+
+fn row<'a>(run: &'a Value, name: &str) -> Option<&'a Value> {
+    run["rows"].as_array()?.iter().find(|r| r["name"] == name)
+}
+
+fn pct_over(through: f64, direct: f64) -> f64 {
+    (through / direct - 1.0) * 100.0
+}
+
+/// "+7.9 % (6.10 vs 5.65 ms)" for a total-time row.
+fn relative(r: &Value) -> String {
+    let (Some(a), Some(b)) = (r["through"]["p50"].as_f64(), r["direct"]["p50"].as_f64()) else {
+        return "—".into();
+    };
+    format!(
+        "{:+.1} % ({} vs {} ms)",
+        pct_over(a, b),
+        ms(&r["through"]["p50"]),
+        ms(&r["direct"]["p50"])
+    )
+}
+
+/// [1,2,3,57] → "#1–#3, #57".
+fn ranges(nums: &[u64]) -> String {
+    let mut parts = Vec::new();
+    let mut i = 0;
+    while i < nums.len() {
+        let mut j = i;
+        while j + 1 < nums.len() && nums[j + 1] == nums[j] + 1 {
+            j += 1;
+        }
+        parts.push(if i == j {
+            format!("#{}", nums[i])
+        } else {
+            format!("#{}–#{}", nums[i], nums[j])
+        });
+        i = j + 1;
+    }
+    if parts.len() > 8 {
+        let more = parts.len() - 8;
+        parts.truncate(8);
+        parts.push(format!("… {more} more"));
+    }
+    parts.join(", ")
+}
+
+fn outage_cell(run: &Value, part: &str) -> String {
+    let o = &run["outage"];
+    if o.is_null() {
+        return "—".into();
+    }
+    let total = o["requests"].as_u64().unwrap_or(0);
+    match part {
+        "paid" => {
+            let p = &o["paid_deadline"];
+            let n = p["n"].as_u64().unwrap_or(0);
+            if n == 0 {
+                return format!("0 of {total}");
+            }
+            let nums: Vec<u64> = p["requests"]
+                .as_array()
+                .map(|a| a.iter().filter_map(Value::as_u64).collect())
+                .unwrap_or_default();
+            format!(
+                "{n} of {total} ({}): p50 {} / p99 {} ms",
+                ranges(&nums),
+                ms(&p["total"]["p50"]),
+                ms(&p["total"]["p99"])
+            )
+        }
+        "after" => {
+            let p = &o["after_demotion"];
+            let n = p["n"].as_u64().unwrap_or(0);
+            if n == 0 {
+                return format!("none: all {total} waited for the dead route");
+            }
+            let slow: Vec<u64> = p["slow"]
+                .as_array()
+                .map(|a| a.iter().filter_map(Value::as_u64).collect())
+                .unwrap_or_default();
+            let mut cell = format!(
+                "{n}: p50 {} / p99 {} ms",
+                ms(&p["total"]["p50"]),
+                ms(&p["total"]["p99"])
+            );
+            if !slow.is_empty() {
+                cell.push_str(&format!(
+                    " ({} slow without touching the dead route: {})",
+                    slow.len(),
+                    ranges(&slow)
+                ));
+            }
+            cell
+        }
+        "healthy" => format!(
+            "p50 {} / p99 {} ms",
+            ms(&o["healthy"]["total"]["p50"]),
+            ms(&o["healthy"]["total"]["p99"])
+        ),
+        "added" => {
+            let a = &o["after_demotion"]["added_vs_healthy"];
+            if a.is_null() {
+                return "—".into();
+            }
+            format!("p50 {} / p99 {} ms", signed(&a["p50"]), signed(&a["p99"]))
+        }
+        _ => "—".into(),
+    }
+}
+
+fn cpu_cell(run: &Value) -> String {
+    if run["cpu_measured"] != true {
+        return "not measured".into();
+    }
+    let names = ["nonstream_c1", "stream_ttfc", "stream_200_total"];
+    let parts: Vec<String> = names
+        .iter()
+        .map(|n| row(run, n).map_or("—".into(), |r| ms(&r["cpu_ms_per_request"])))
+        .collect();
+    format!("{} ms", parts.join(" · "))
+}
+
+fn table_line(cells: &[String]) -> String {
+    format!("| {} |\n", cells.join(" | "))
+}
+
+pub fn render(runs: &[Value], primary: usize) -> String {
+    let mut out = String::new();
+    let labels: Vec<String> = runs
+        .iter()
+        .map(|r| r["label"].as_str().unwrap_or("?").to_string())
+        .collect();
+    let mut head = vec!["measurement".to_string()];
+    head.extend(labels.iter().cloned());
+    out.push_str("Added latency = through − direct, in ms, p50 / p90 / p99 (percentile of the through side minus the same percentile of the direct side, interleaved pairs).\n\n");
+    out.push_str(&table_line(&head));
+    out.push_str(&table_line(&vec!["---".to_string(); head.len()]));
+    let added = |name: &str| -> Vec<String> {
+        runs.iter()
+            .map(|r| row(r, name).map_or("—".into(), |r| triple(&r["added"])))
+            .collect()
+    };
+    let rel =
+        |name: &str| -> Vec<String> { runs.iter().map(|r| row(r, name).map_or("—".into(), relative)).collect() };
+    let lines: Vec<(&str, Vec<String>)> = vec![
+        ("non-stream, concurrency 1: added", added("nonstream_c1")),
+        (
+            "non-stream, concurrency 1, 25 ms idle after each pair (background work drained): added",
+            added("nonstream_c1_idle"),
+        ),
+        ("non-stream, concurrency 8: added", added("nonstream_c8")),
+        ("stream: added time to first content", added("stream_ttfc")),
+        (
+            "stream of 200 chunks: total time through vs direct (p50)",
+            rel("stream_200_total"),
+        ),
+        (
+            "stream of 200 chunks relayed chunk by chunk in Rust: total vs direct (p50)",
+            rel("stream_200_total_relay"),
+        ),
+        (
+            "no subrequest (Worker answers itself vs mock `/_health`): added",
+            added("no_subrequest"),
+        ),
+        (
+            "non-stream + Switchyard's D1 write pattern (2 batches, 8 statements) in wait_until, concurrency 1: added",
+            added("nonstream_c1_bgwrites"),
+        ),
+        ("the same, concurrency 8: added", added("nonstream_c8_bgwrites")),
+        (
+            "non-stream + the same 2 D1 batches awaited before the subrequest: added",
+            added("nonstream_c1_fgwrites"),
+        ),
+        (
+            "outage: requests that waited for the dead route (total time)",
+            runs.iter().map(|r| outage_cell(r, "paid")).collect(),
+        ),
+        (
+            "outage: requests that did not (route demoted), total time",
+            runs.iter().map(|r| outage_cell(r, "after")).collect(),
+        ),
+        (
+            "outage: healthy model in the same run, total time",
+            runs.iter().map(|r| outage_cell(r, "healthy")).collect(),
+        ),
+        (
+            "outage: after demotion, added vs the healthy model",
+            runs.iter().map(|r| outage_cell(r, "added")).collect(),
+        ),
+        (
+            "CPU time of the runtime process per request (non-stream · stream TTFC · 200-chunk stream)",
+            runs.iter().map(cpu_cell).collect(),
+        ),
+    ];
+    for (name, cells) in lines {
+        if cells.iter().all(|c| c == "—") {
+            continue;
+        }
+        let mut line = vec![name.to_string()];
+        line.extend(cells);
+        out.push_str(&table_line(&line));
+    }
+
+    out.push_str(
+        "\nAbsolute latencies in ms, p50 / p90 / p99 (\"paired\" = percentiles of the per-pair difference A − B).\n\n",
+    );
+    out.push_str("| run | measurement | direct (B) | through (A) | paired A − B | pairs | errors |\n");
+    out.push_str("|---|---|---|---|---|---|---|\n");
+    for (run, label) in runs.iter().zip(&labels) {
+        for r in run["rows"].as_array().into_iter().flatten() {
+            out.push_str(&table_line(&[
+                label.clone(),
+                r["name"].as_str().unwrap_or("?").to_string(),
+                triple(&r["direct"]),
+                triple(&r["through"]),
+                triple(&r["paired"]),
+                r["pairs"].to_string(),
+                r["errors"].to_string(),
+            ]));
+        }
+    }
+    for (run, label) in runs.iter().zip(&labels) {
+        if let Some(by) = run["outage"]["classified_by"].as_str() {
+            out.push_str(&format!(
+                "\n{label}, outage: which requests waited for the dead route is read from {by}.\n"
+            ));
+        }
+    }
+    for (run, label) in runs.iter().zip(&labels) {
+        for r in run["rows"].as_array().into_iter().flatten() {
+            if let Some(e) = r["first_error"].as_str() {
+                out.push_str(&format!(
+                    "\n{label}, {}: first error: `{e}`\n",
+                    r["name"].as_str().unwrap_or("?")
+                ));
+            }
+        }
+        if let Some(e) = run["outage"]["first_error"].as_str() {
+            out.push_str(&format!("\n{label}, outage: first error: `{e}`\n"));
+        }
+    }
+
+    out.push_str("\nRuns: ");
+    let about: Vec<String> = runs
+        .iter()
+        .zip(&labels)
+        .map(|(r, l)| {
+            format!(
+                "{l} — {} s, load average at its start {}",
+                r["seconds"],
+                r["machine"]["loadavg_at_start"].as_str().unwrap_or("?")
+            )
+        })
+        .collect();
+    out.push_str(&about.join("; "));
+    out.push_str(".\n");
+
+    if let Some(run) = runs.get(primary).filter(|r| r["mode"] == "gateway") {
+        out.push_str(&targets(run, &labels[primary]));
+    }
+    out
+}
+
+/// The issue's targets against one gateway run.
+fn targets(run: &Value, label: &str) -> String {
+    let mut out = format!("\nTargets of issue 6, checked against the {label} run:\n\n");
+    out.push_str("| target | measured | verdict |\n|---|---|---|\n");
+    let verdict = |measured: Option<f64>, limit: f64, unit: &str| match measured {
+        None => "not measured".to_string(),
+        Some(m) if m <= limit => "met".to_string(),
+        Some(m) => format!("**missed by {:.2} {unit}**", m - limit),
+    };
+    let mut line = |target: &str, measured: Option<f64>, limit: f64, unit: &str, text: String| {
+        out.push_str(&table_line(&[target.to_string(), text, verdict(measured, limit, unit)]));
+    };
+    for (name, conc) in [("nonstream_c1", 1), ("nonstream_c8", 8)] {
+        let r = row(run, name);
+        let p50 = r.and_then(|r| r["added"]["p50"].as_f64());
+        let p99 = r.and_then(|r| r["added"]["p99"].as_f64());
+        line(
+            &format!("non-stream added ≤ 1 ms p50 (concurrency {conc})"),
+            p50,
+            1.0,
+            "ms",
+            format!("{} ms", ms(&p50.into())),
+        );
+        line(
+            &format!("non-stream added ≤ 3 ms p99 (concurrency {conc})"),
+            p99,
+            3.0,
+            "ms",
+            format!("{} ms", ms(&p99.into())),
+        );
+    }
+    let ttfc = row(run, "stream_ttfc").and_then(|r| r["added"]["p50"].as_f64());
+    line(
+        "stream time to first content added ≤ 1 ms p50",
+        ttfc,
+        1.0,
+        "ms",
+        format!("{} ms", ms(&ttfc.into())),
+    );
+    let total = row(run, "stream_200_total")
+        .and_then(|r| Some(pct_over(r["through"]["p50"].as_f64()?, r["direct"]["p50"].as_f64()?)));
+    line(
+        "200-chunk stream total within 5 % of direct (p50)",
+        total,
+        5.0,
+        "points",
+        total.map_or("—".into(), |t| format!("{t:+.1} %")),
+    );
+    let o = &run["outage"];
+    let after = o["after_demotion"]["added_vs_healthy"]["p50"].as_f64();
+    let (text, v) = match after {
+        Some(a) => (format!("{} ms", ms(&a.into())), verdict(Some(a), 1.0, "ms")),
+        None if o.is_null() => ("—".into(), "not measured".into()),
+        None => {
+            // Never demoted: what a request pays is the dead route's wait, every time.
+            let paid = o["paid_deadline"]["total"]["p50"].as_f64();
+            let healthy = o["healthy"]["total"]["p50"].as_f64();
+            let cost = paid.zip(healthy).map(|(p, h)| p - h);
+            (
+                format!(
+                    "never demoted: every request waited the {} ms deadline first ({} ms over the healthy model)",
+                    o["deadline_ms"],
+                    signed(&cost.into())
+                ),
+                "**missed: no demotion**".into(),
+            )
+        }
+    };
+    out.push_str(&table_line(&[
+        "after demotion, a dead first route adds ≤ 1 ms p50".to_string(),
+        text,
+        v,
+    ]));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_compact() {
+        assert_eq!(ranges(&[1, 2, 3, 57]), "#1–#3, #57");
+        assert_eq!(ranges(&[]), "");
+    }
+
+    #[test]
+    fn ms_precision() {
+        assert_eq!(ms(&Value::from(0.1234)), "0.12");
+        assert_eq!(ms(&Value::from(12.34)), "12.3");
+        assert_eq!(ms(&Value::from(305.4)), "305");
+        assert_eq!(ms(&Value::Null), "—");
+    }
+}
