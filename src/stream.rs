@@ -12,7 +12,8 @@ use futures_util::{SinkExt, StreamExt};
 use switchyard_core::catalog::{Policy, Price};
 use switchyard_core::classify::FailureClass;
 use switchyard_core::generation::{cost_micros, settle_usage, Outcome};
-use switchyard_core::relay::Step;
+use switchyard_core::relay::{Relay, Step};
+use switchyard_core::sse::SseEvent;
 use switchyard_core::ApiError;
 use worker::{Context, Env, Headers, Response, ResponseBuilder};
 
@@ -106,20 +107,16 @@ async fn pump(tx: mpsc::Sender<Chunk>, live: Live, finish: Finish) {
     let mut events = pending;
     let mut broken: Option<String> = None;
     let mut upstream_ended = false;
-    client.send(head).await;
+    // What one upstream read produced goes to the client as one chunk: each chunk crossing from
+    // Wasm to the client costs far more than the bytes in it.
+    let mut out = head;
 
-    'relay: loop {
-        for ev in std::mem::take(&mut events) {
-            match relay.on_event(ev) {
-                Step::Send(bytes) => client.send(bytes).await,
-                Step::End { bytes, broken: why } => {
-                    client.send(bytes).await;
-                    broken = why;
-                    upstream_ended = true;
-                    break 'relay;
-                }
-                Step::Hold | Step::Skip | Step::Commit(_) | Step::Fail(_) => {}
-            }
+    loop {
+        let ended = relay_events(&mut relay, &mut events, &mut out, &mut broken);
+        client.send(std::mem::take(&mut out)).await;
+        if ended {
+            upstream_ended = true;
+            break;
         }
         if client.gone_at.is_some() && policy.disconnect_grace_ms == 0 {
             break;
@@ -138,14 +135,15 @@ async fn pump(tx: mpsc::Sender<Chunk>, live: Live, finish: Finish) {
                 break;
             }
             Some(None) => {
+                // The body ended: a last event without its blank line, then the close.
                 events.extend(parser.finish());
-                for ev in std::mem::take(&mut events) {
-                    if let Step::Send(bytes) | Step::End { bytes, .. } = relay.on_event(ev) {
-                        client.send(bytes).await;
+                if !relay_events(&mut relay, &mut events, &mut out, &mut broken) {
+                    if let Step::End { bytes, broken: why } = relay.on_close() {
+                        out.extend_from_slice(&bytes);
+                        broken = why;
                     }
                 }
-                let step = relay.on_close();
-                end_with(&mut client, step, &mut broken).await;
+                client.send(std::mem::take(&mut out)).await;
                 upstream_ended = true;
                 break;
             }
@@ -206,6 +204,23 @@ async fn pump(tx: mpsc::Sender<Chunk>, live: Live, finish: Finish) {
         return;
     }
     journal.finish(env).await;
+}
+
+/// Runs parsed events through the relay, appending what goes to the client to `out`. True when
+/// the stream is over (the rest of `events` is dropped).
+fn relay_events(relay: &mut Relay, events: &mut Vec<SseEvent>, out: &mut Vec<u8>, broken: &mut Option<String>) -> bool {
+    for ev in events.drain(..) {
+        match relay.on_event(ev) {
+            Step::Send(bytes) => out.extend_from_slice(&bytes),
+            Step::End { bytes, broken: why } => {
+                out.extend_from_slice(&bytes);
+                *broken = why;
+                return true;
+            }
+            Step::Hold | Step::Skip | Step::Commit(_) | Step::Fail(_) => {}
+        }
+    }
+    false
 }
 
 async fn end_with(client: &mut Client, step: Step, broken: &mut Option<String>) {
