@@ -353,8 +353,8 @@ impl Store {
     // ---- generations --------------------------------------------------------------------------
 
     /// Settles a request in one batch (SPEC §11): releases its hold, charges
-    /// `g.total_cost_micros` to the account and the key, writes the ledger row, the generation and
-    /// its attempts. Every money statement is guarded by the hold not being settled yet, so
+    /// `g.total_cost_micros` to the account and the key, writes the ledger row and the generation
+    /// with its attempts. Every money statement is guarded by the hold not being settled yet, so
     /// settling twice charges once; a hold the sweeper already expired is charged but not
     /// released again.
     pub async fn settle(&self, g: &GenerationRecord, has_hold: bool) -> Result<(), ApiError> {
@@ -364,6 +364,9 @@ impl Store {
         let account = JsValue::from_str(&g.account_id);
         let key = JsValue::from_str(&g.key_id);
         let now = num(now_ms() as i64);
+        let attempts_json = serde_json::to_string(&g.attempts).map_err(|_| ApiError::Internal {
+            label: "attempts_encode",
+        })?;
         let mut statements = Vec::new();
         if has_hold {
             const UNSETTLED: &str =
@@ -396,7 +399,7 @@ impl Store {
         statements.push(self.stmt(
             "INSERT OR IGNORE INTO generations (id, account_id, key_id, model, api, stream, outcome, route, provider, \
              input_tokens, output_tokens, estimated, delivered_output, error_code, total_cost_micros, created_at, duration_ms, \
-             hold_path) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
+             hold_path, attempts_json) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
             &[
                 JsValue::from_str(&g.id),
                 JsValue::from_str(&g.account_id),
@@ -416,31 +419,9 @@ impl Store {
                 num(g.created_at_ms as i64),
                 num(g.duration_ms as i64),
                 opt_str(g.hold_path),
+                JsValue::from_str(&attempts_json),
             ],
         )?);
-        for a in &g.attempts {
-            statements.push(self.stmt(
-                "INSERT OR IGNORE INTO attempts (generation_id, ordinal, route, provider, outcome, failure_class, http_status, \
-                 ttfb_ms, duration_ms, delivered_output, cost_micros, extra_try, malformed_events, message) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
-                &[
-                    JsValue::from_str(&g.id),
-                    num(a.ordinal as i64),
-                    JsValue::from_str(&a.route),
-                    JsValue::from_str(&a.provider),
-                    JsValue::from_str(a.outcome),
-                    opt_str(a.failure_class.map(|c| c.as_str())),
-                    opt_u(a.http_status.map(u64::from)),
-                    opt_u(a.ttfb_ms),
-                    num(a.duration_ms as i64),
-                    num(a.delivered_output as i64),
-                    num(a.cost_micros),
-                    opt_bool(Some(a.extra_try)),
-                    num(i64::from(a.malformed_events)),
-                    opt_str(a.message.as_deref()),
-                ],
-            )?);
-        }
         self.db.batch(statements).await.map_err(internal("settle"))?;
         Ok(())
     }
@@ -567,24 +548,17 @@ impl Store {
         let row: Option<GenerationRow> = self
             .stmt(
                 "SELECT id, model, outcome, route, provider, input_tokens, output_tokens, estimated, delivered_output, \
-                 error_code, total_cost_micros, stream, created_at, duration_ms, hold_path FROM generations WHERE id = ?1 AND account_id = ?2",
+                 error_code, total_cost_micros, stream, created_at, duration_ms, hold_path, attempts_json FROM generations \
+                 WHERE id = ?1 AND account_id = ?2",
                 &[JsValue::from_str(id), JsValue::from_str(account_id)],
             )?
             .first(None)
             .await
             .map_err(internal("generation_read"))?;
         let Some(row) = row else { return Ok(None) };
-        let attempts = self
-            .stmt(
-                "SELECT ordinal, route, provider, outcome, failure_class, http_status, ttfb_ms, duration_ms, delivered_output, \
-                 cost_micros, extra_try, malformed_events, message FROM attempts WHERE generation_id = ?1 ORDER BY ordinal",
-                &[JsValue::from_str(id)],
-            )?
-            .all()
-            .await
-            .map_err(internal("attempts_read"))?
-            .results::<AttemptRow>()
-            .map_err(internal("attempts_decode"))?;
+        let attempts: Vec<AttemptRow> = serde_json::from_str(&row.attempts_json).map_err(|_| ApiError::Internal {
+            label: "attempts_decode",
+        })?;
         Ok(Some((row, attempts)))
     }
 }
@@ -629,21 +603,23 @@ pub struct GenerationRow {
     pub created_at: f64,
     pub duration_ms: f64,
     pub hold_path: Option<String>,
+    pub attempts_json: String,
 }
 
+/// One attempt as `GenerationRecord::attempts` serialises it.
 #[derive(Debug, Deserialize)]
 pub struct AttemptRow {
-    pub ordinal: f64,
+    pub ordinal: u64,
     pub route: String,
     pub provider: String,
     pub outcome: String,
     pub failure_class: Option<String>,
-    pub http_status: Option<f64>,
-    pub ttfb_ms: Option<f64>,
-    pub duration_ms: f64,
-    pub delivered_output: f64,
-    pub cost_micros: f64,
-    pub extra_try: f64,
-    pub malformed_events: f64,
+    pub http_status: Option<u64>,
+    pub ttfb_ms: Option<u64>,
+    pub duration_ms: u64,
+    pub delivered_output: u64,
+    pub cost_micros: i64,
+    pub extra_try: bool,
+    pub malformed_events: u64,
     pub message: Option<String>,
 }

@@ -90,18 +90,18 @@ pub async fn generation(req: &Request, env: &Env) -> HandlerResult {
         .iter()
         .map(|a| {
             json!({
-                "ordinal": a.ordinal as u64,
+                "ordinal": a.ordinal,
                 "route": a.route,
                 "provider": a.provider,
                 "outcome": a.outcome,
                 "failure_class": a.failure_class,
-                "http_status": a.http_status.map(|s| s as u64),
-                "ttfb_ms": a.ttfb_ms.map(|t| t as u64),
-                "duration_ms": a.duration_ms as u64,
-                "delivered_output": a.delivered_output as u64,
-                "cost": micros_to_usd(a.cost_micros as i64),
-                "extra_try": a.extra_try != 0.0,
-                "malformed_events": a.malformed_events as u64,
+                "http_status": a.http_status,
+                "ttfb_ms": a.ttfb_ms,
+                "duration_ms": a.duration_ms,
+                "delivered_output": a.delivered_output,
+                "cost": micros_to_usd(a.cost_micros),
+                "extra_try": a.extra_try,
+                "malformed_events": a.malformed_events,
                 "message": a.message,
             })
         })
