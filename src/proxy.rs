@@ -22,7 +22,7 @@ use switchyard_core::dialect::{chat, redact, ClientRequest, Sort};
 use switchyard_core::generation::{cost_micros, settle_usage, short_message, AttemptRecord, GenerationRecord, Outcome};
 use switchyard_core::health::{AttemptOutcome, HealthConfig, Observation, RequestObservation};
 use switchyard_core::plan::{sort_by_measure, Attempt, Plan};
-use switchyard_core::relay::{Relay, Step};
+use switchyard_core::relay::{Relay, Step, StreamDialect};
 use switchyard_core::sse::{SseEvent, SseParser};
 use switchyard_core::ApiError;
 use worker::{Context, Env, Fetch, Headers, Method, Request, RequestInit, ResponseBuilder};
@@ -334,7 +334,14 @@ async fn try_route(target: &Target<'_>, request: &ClientRequest, deadline_ms: u6
         .map(Body::new)
         .map_err(|_| Failed::new(FailureClass::BadResponse, "the response has no body", Some(status)))?;
     let mut parser = SseParser::new();
-    let mut relay = Relay::new(request.api, request.include_usage);
+    let dialect = StreamDialect::of(request.api).ok_or_else(|| {
+        Failed::new(
+            FailureClass::BadResponse,
+            "this API's streams are not served yet",
+            Some(status),
+        )
+    })?;
+    let mut relay = Relay::new(dialect, request.include_usage);
     let mut events = Vec::new();
     loop {
         let chunk = match within(remaining(now_ms()), body.next()).await {

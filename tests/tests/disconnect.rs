@@ -36,6 +36,11 @@ fn after_a_disconnect_the_upstream_is_read_to_its_end_within_the_grace_window() 
     assert_eq!(g["outcome"], "answered", "{g}");
     assert_eq!(g["estimated"], false, "the upstream's own count");
     assert_eq!(g["usage"]["output_tokens"], 20);
+    // Charged for the upstream's count at the route's price (1 µ$ in, 2 µ$ out per token).
+    let c = wait_settled(&s, &key);
+    let u = &g["usage"];
+    let expected = u["input_tokens"].as_i64().unwrap() + 2 * u["output_tokens"].as_i64().unwrap();
+    assert_eq!(c["charges_total_micros"], expected, "{c}");
 }
 
 #[test]
@@ -51,6 +56,19 @@ fn with_no_grace_the_upstream_is_aborted_when_the_client_leaves() {
         (1..30).contains(&delivered),
         "charged for what was received, not the whole answer: {delivered}"
     );
+}
+
+/// The key's credits once no hold is open.
+fn wait_settled(s: &Stack, key: &str) -> Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let c = s.credits(key);
+        if c["held_micros"] == 0 {
+            return c;
+        }
+        assert!(std::time::Instant::now() < deadline, "hold never settled: {c}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 fn wait_final(s: &Stack, key: &str, gen: &str, done: impl Fn(&Value) -> bool) -> Value {

@@ -34,10 +34,38 @@ pub enum Step {
     End { bytes: Vec<u8>, broken: Option<String> },
 }
 
+/// What the relay needs from a dialect: what an event means, how a broken stream ends, and the
+/// end-of-stream sentinel for a stream that finished without it.
+#[derive(Debug)]
+pub struct StreamDialect {
+    pub inspect: fn(&SseEvent) -> EventInfo,
+    /// (stream id, model, message) → the bytes that end a broken stream.
+    pub error_frame: fn(&str, &str, &str) -> Vec<u8>,
+    pub done_frame: &'static [u8],
+}
+
+/// OpenAI Chat Completions streams.
+pub const CHAT: StreamDialect = StreamDialect {
+    inspect: chat::inspect_event,
+    error_frame: chat::error_frame,
+    done_frame: chat::DONE_FRAME,
+};
+
+impl StreamDialect {
+    /// The stream dialect of a client API, where it is implemented (`None`: the API is not
+    /// served yet).
+    pub fn of(api: Api) -> Option<&'static StreamDialect> {
+        match api {
+            Api::Chat => Some(&CHAT),
+            Api::Messages | Api::Responses => None,
+        }
+    }
+}
+
 /// One attempt's stream, from the first byte to the end.
 #[derive(Debug)]
 pub struct Relay {
-    api: Api,
+    dialect: &'static StreamDialect,
     client_wants_usage: bool,
     committed: bool,
     held: Vec<u8>,
@@ -60,9 +88,9 @@ fn bad(message: &str) -> Verdict {
 }
 
 impl Relay {
-    pub fn new(api: Api, client_wants_usage: bool) -> Relay {
+    pub fn new(dialect: &'static StreamDialect, client_wants_usage: bool) -> Relay {
         Relay {
-            api,
+            dialect,
             client_wants_usage,
             committed: false,
             held: Vec::new(),
@@ -95,18 +123,12 @@ impl Relay {
         self.malformed_dropped
     }
 
-    fn inspect(&self, ev: &SseEvent) -> EventInfo {
-        match self.api {
-            Api::Chat | Api::Messages | Api::Responses => chat::inspect_event(ev),
-        }
-    }
-
     fn error_frame(&self, message: &str) -> Vec<u8> {
-        chat::error_frame(&self.id, &self.model, message)
+        (self.dialect.error_frame)(&self.id, &self.model, message)
     }
 
     pub fn on_event(&mut self, ev: SseEvent) -> Step {
-        let info = self.inspect(&ev);
+        let info = (self.dialect.inspect)(&ev);
         if self.id.is_empty() {
             if let Some(id) = &info.id {
                 self.id = id.clone();
@@ -186,7 +208,7 @@ impl Relay {
         if self.finished {
             // Finished but no sentinel: finalise at once (SPEC §7).
             return Step::End {
-                bytes: chat::DONE_FRAME.to_vec(),
+                bytes: self.dialect.done_frame.to_vec(),
                 broken: None,
             };
         }
@@ -230,7 +252,7 @@ mod tests {
 
     #[test]
     fn holds_until_content_then_releases_everything() {
-        let mut r = Relay::new(Api::Chat, false);
+        let mut r = Relay::new(&CHAT, false);
         let keepalive = SseEvent {
             raw: b": keep-alive\n\n".to_vec(),
             ..SseEvent::default()
@@ -267,7 +289,7 @@ mod tests {
 
     #[test]
     fn usage_chunk_passes_when_asked() {
-        let mut r = Relay::new(Api::Chat, true);
+        let mut r = Relay::new(&CHAT, true);
         r.on_event(ev(HI));
         assert_eq!(r.on_event(ev(USAGE)), Step::Send(ev(USAGE).raw));
     }
@@ -279,21 +301,21 @@ mod tests {
             ev("{oops"),
             ev("[DONE]"),
         ] {
-            let mut r = Relay::new(Api::Chat, false);
+            let mut r = Relay::new(&CHAT, false);
             r.on_event(ev(ROLE));
             assert!(matches!(r.on_event(bad_event), Step::Fail(_)));
         }
-        let mut r = Relay::new(Api::Chat, false);
+        let mut r = Relay::new(&CHAT, false);
         r.on_event(ev(ROLE));
         assert!(matches!(r.on_close(), Step::Fail(v) if v.class == FailureClass::BadResponse));
-        let mut r = Relay::new(Api::Chat, false);
+        let mut r = Relay::new(&CHAT, false);
         let overloaded = ev(r#"{"error":{"message":"The server is overloaded","type":"server_error"}}"#);
         assert!(matches!(r.on_event(overloaded), Step::Fail(v) if v.class == FailureClass::Overloaded));
     }
 
     #[test]
     fn after_commit_errors_end_with_the_error_frame() {
-        let mut r = Relay::new(Api::Chat, false);
+        let mut r = Relay::new(&CHAT, false);
         r.on_event(ev(ROLE));
         r.on_event(ev(HI));
         assert_eq!(r.on_event(ev("{bad")), Step::Skip, "malformed after commit is dropped");
@@ -313,7 +335,7 @@ mod tests {
 
     #[test]
     fn close_after_finish_is_finalised_and_a_cut_is_broken() {
-        let mut r = Relay::new(Api::Chat, false);
+        let mut r = Relay::new(&CHAT, false);
         r.on_event(ev(HI));
         r.on_event(ev(FIN));
         assert_eq!(
@@ -323,10 +345,10 @@ mod tests {
                 broken: None
             }
         );
-        let mut r = Relay::new(Api::Chat, false);
+        let mut r = Relay::new(&CHAT, false);
         r.on_event(ev(HI));
         assert!(matches!(r.on_close(), Step::End { broken: Some(_), .. }));
-        let mut r = Relay::new(Api::Chat, false);
+        let mut r = Relay::new(&CHAT, false);
         r.on_event(ev(HI));
         assert!(matches!(
             r.on_broken_with(FailureClass::Timeout, "idle"),
@@ -336,7 +358,7 @@ mod tests {
 
     #[test]
     fn commits_when_the_hold_cap_is_reached() {
-        let mut r = Relay::new(Api::Chat, false);
+        let mut r = Relay::new(&CHAT, false);
         for _ in 0..MAX_HELD_EVENTS - 1 {
             assert_eq!(r.on_event(ev(ROLE)), Step::Hold);
         }
