@@ -424,8 +424,9 @@ async fn flush(env: &Env, model_id: &str) {
     futures_util::future::join(model_report, accounts_report).await;
 }
 
-/// Models with at least one route that is not demoted right now, by this isolate's snapshots
-/// (a model it knows nothing about counts as healthy).
+/// Models with at least one healthy route right now (`ModelHealth::route_state`, the rule the
+/// status page uses), by this isolate's snapshots; a model it knows nothing about counts as
+/// healthy.
 pub fn healthy_models(catalog: &Catalog) -> Vec<String> {
     let now = now_ms();
     SNAPSHOTS.with(|s| {
@@ -441,9 +442,7 @@ pub fn healthy_models(catalog: &Catalog) -> Vec<String> {
                     .get(&object_name(&m.id))
                     .map_or(&empty, |snap| &snap.health)
                     .with_accounts(accounts);
-                view.plan_order(&route_accounts(catalog, m), now)
-                    .iter()
-                    .any(|(_, h, _)| !h.demoted)
+                view.any_healthy(&route_accounts(catalog, m), now)
             })
             .map(|m| m.id.clone())
             .collect()

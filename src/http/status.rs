@@ -69,28 +69,12 @@ async fn report(env: &Env, catalog: &Catalog) -> Report {
             .filter_map(|(i, _, _)| {
                 let route = model.routes.get(i)?;
                 let (_, account) = routes.get(i)?;
-                let route_state = view
-                    .routes
-                    .get(&route.id)
-                    .map(|r| r.breaker.state(now))
-                    .unwrap_or(BreakerState::Healthy);
-                let account_state = view
-                    .accounts
-                    .get(account)
-                    .map(|a| a.state(now))
-                    .unwrap_or(BreakerState::Healthy);
-                let shown = if matches!(route_state, BreakerState::Healthy) {
-                    account_state
-                } else {
-                    route_state
-                };
+                let shown = view.route_state(&route.id, account, now);
                 let (state, cooldown_until_ms) = state_word(&shown);
                 let stats = full.route_stats(&route.id, now);
                 Some(RouteReport {
                     id: route.id.clone(),
                     provider: route.provider.clone(),
-                    // Healthy means neither the route nor its account is demoted (a probe due or
-                    // in flight is not healthy yet).
                     healthy: matches!(shown, BreakerState::Healthy),
                     state,
                     cooldown_until_ms,

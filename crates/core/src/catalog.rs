@@ -402,10 +402,6 @@ impl Catalog {
         &self.doc
     }
 
-    pub fn into_doc(self) -> CatalogDoc {
-        self.doc
-    }
-
     pub fn model(&self, id: &str) -> Option<&Model> {
         self.model_index.get(id).and_then(|&i| self.doc.models.get(i))
     }

@@ -107,6 +107,31 @@ impl ModelHealth {
         self.accounts = kept;
     }
 
+    /// The state a route shows right now, its account's included: the route's own if it is not
+    /// healthy, else the account's. A route is healthy only when both are (a probe due or in
+    /// flight is not healthy yet). The status page and `available_models` both use this.
+    pub fn route_state(&self, route: &str, account: &str, now_ms: u64) -> crate::health::BreakerState {
+        use crate::health::BreakerState;
+        let own = self
+            .routes
+            .get(route)
+            .map_or(BreakerState::Healthy, |r| r.breaker.state(now_ms));
+        match own {
+            BreakerState::Healthy => self
+                .accounts
+                .get(account)
+                .map_or(BreakerState::Healthy, |a| a.state(now_ms)),
+            other => other,
+        }
+    }
+
+    /// Whether at least one of these (route, account) pairs is healthy right now.
+    pub fn any_healthy(&self, routes: &[(String, String)], now_ms: u64) -> bool {
+        routes
+            .iter()
+            .any(|(r, a)| matches!(self.route_state(r, a, now_ms), crate::health::BreakerState::Healthy))
+    }
+
     /// The view a request plans with: this model's route breakers and the accounts' breakers.
     pub fn with_accounts(&self, accounts: &ModelHealth) -> ModelHealth {
         ModelHealth {

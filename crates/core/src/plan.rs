@@ -394,11 +394,6 @@ impl Plan {
         })
     }
 
-    /// Every failure so far, in order.
-    pub fn failures(&self) -> impl Iterator<Item = (usize, &Verdict)> {
-        self.failures.iter().map(|f| (f.route, &f.verdict))
-    }
-
     /// The error for a request no route answered (SPEC §13). `available` lists models with a
     /// healthy route right now, for the 503.
     pub fn final_error(&self, available: Vec<String>) -> ApiError {

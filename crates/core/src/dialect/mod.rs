@@ -132,11 +132,6 @@ impl ClientRequest {
         }
         serde_json::to_vec(&body).unwrap_or_default()
     }
-
-    /// Parameters the client set (top-level body keys), for `unsupported_params` matching.
-    pub fn params(&self) -> impl Iterator<Item = &str> {
-        self.body.keys().map(String::as_str)
-    }
 }
 
 /// Shared first steps of every dialect: size limit, JSON object, `model`, `models`, `provider`.
