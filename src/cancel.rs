@@ -4,25 +4,14 @@
 //! down every request in the isolate.
 
 use futures_util::Stream;
-use wasm_bindgen::prelude::*;
+use wasm_bindgen::{JsCast, JsValue};
 use worker::{web_sys, ByteStream};
 
 use crate::clock::in_request;
-
-#[wasm_bindgen]
-extern "C" {
-    #[wasm_bindgen(js_name = AbortController)]
-    type JsAbortController;
-    #[wasm_bindgen(constructor, catch, js_class = "AbortController")]
-    fn new() -> Result<JsAbortController, JsValue>;
-    #[wasm_bindgen(method, getter, catch)]
-    fn signal(this: &JsAbortController) -> Result<web_sys::AbortSignal, JsValue>;
-    #[wasm_bindgen(method, catch)]
-    fn abort(this: &JsAbortController) -> Result<(), JsValue>;
-}
+use crate::js;
 
 /// Aborts the upstream fetch it was given to.
-pub struct Canceller(Option<JsAbortController>);
+pub struct Canceller(Option<JsValue>);
 
 impl Default for Canceller {
     fn default() -> Self {
@@ -32,21 +21,21 @@ impl Default for Canceller {
 
 impl Canceller {
     pub fn new() -> Canceller {
-        Canceller(JsAbortController::new().ok())
+        Canceller(js::construct_global("AbortController").ok())
     }
 
     /// The signal to pass to `fetch` (none if the runtime would not make one).
     pub fn signal(&self) -> Option<worker::AbortSignal> {
-        self.0
-            .as_ref()
-            .and_then(|c| c.signal().ok())
-            .map(worker::AbortSignal::from)
+        let signal = js::get(self.0.as_ref()?, "signal").ok()?;
+        Some(worker::AbortSignal::from(
+            signal.unchecked_into::<web_sys::AbortSignal>(),
+        ))
     }
 
     /// Aborts the fetch and its body; a refusal by the runtime is ignored.
     pub fn abort(&self) {
         if let Some(c) = &self.0 {
-            let _ = c.abort();
+            let _ = js::call_method(c, "abort", &[]);
         }
     }
 }

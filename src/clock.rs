@@ -2,9 +2,9 @@
 //!
 //! (`std::time` panics on wasm32; inside a request the runtime's clock advances only across I/O,
 //! which is what deadlines and logs need.) [`sleep`] is used instead of `worker::Delay` because a
-//! timer future may be dropped outside any request (a task outliving its request), where the
-//! runtime refuses `clearTimeout`; here that refusal is caught and ignored instead of aborting the
-//! whole Wasm instance.
+//! timer future may be polled or dropped outside any request (a task outliving its request), where
+//! the runtime refuses `setTimeout`/`clearTimeout`; here that refusal comes back as an error (see
+//! [`crate::js`]) instead of unwinding through Wasm.
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
@@ -15,17 +15,19 @@ use std::task::{Context, Poll, Waker};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
+use crate::js;
+
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> u64 {
     worker::Date::now().as_millis()
 }
 
-#[wasm_bindgen]
-extern "C" {
-    #[wasm_bindgen(catch, js_name = setTimeout)]
-    fn set_timeout(handler: &js_sys::Function, ms: i32) -> Result<JsValue, JsValue>;
-    #[wasm_bindgen(catch, js_name = clearTimeout)]
-    fn clear_timeout(id: &JsValue) -> Result<(), JsValue>;
+fn set_timeout(handler: &js_sys::Function, ms: i32) -> Result<JsValue, JsValue> {
+    js::call_global("setTimeout", &[handler.into(), ms.into()])
+}
+
+fn clear_timeout(id: &JsValue) -> Result<(), JsValue> {
+    js::call_global("clearTimeout", std::slice::from_ref(id)).map(drop)
 }
 
 thread_local! {
@@ -54,7 +56,7 @@ struct Shared {
     waker: RefCell<Option<Waker>>,
 }
 
-/// A timer future: ready `ms` after it is first polled.
+/// A timer future: ready `ms` after it is first polled inside a request.
 pub struct Sleep {
     ms: i32,
     shared: Rc<Shared>,
@@ -88,8 +90,9 @@ impl Future for Sleep {
             });
             match set_timeout(closure.as_ref().unchecked_ref(), self.ms) {
                 Ok(id) => self.timer = Some((id, closure)),
-                // No timers here: count the wait as over rather than hang.
-                Err(_) => return Poll::Ready(()),
+                // No timers here (polled outside any request): the wait has not started. Whatever
+                // the task also waits on wakes it inside its request, and the timer is set then.
+                Err(_) => return Poll::Pending,
             }
         }
         Poll::Pending

@@ -9,6 +9,7 @@ mod clock;
 mod health;
 mod http;
 mod ids;
+mod js;
 mod proxy;
 mod store;
 mod stream;

@@ -1,14 +1,17 @@
 //! After commit (SPEC §7): relays the committed stream to the client from `ctx.wait_until`, so
 //! the upstream can still be read for the grace window after a client leaves.
 //!
-//! The client's body is the receiving end of a bounded channel (backpressure: the upstream is read
-//! no faster than the client takes it); a failed send means the client went away. The relay ends
+//! The client's body is the receiving end of an unbounded channel; a failed send means the client
+//! went away. Unbounded on purpose: a sender parked on a full channel is woken when the runtime
+//! drops the body of a client that left, and that wake comes from outside any request, where the
+//! relay could neither read, time nor settle. What is buffered is bounded by the stream itself
+//! (one model answer, `stream_cap_ms`). The relay ends
 //! the client's stream with the dialect's error frame on a cut, an upstream error event, an idle
 //! longer than `idle_timeout_ms` or a stream longer than `stream_cap_ms`; then the generation is
 //! finalised with the delivered usage (the upstream's count, else an estimate) and written.
 
 use futures_channel::mpsc;
-use futures_util::{SinkExt, StreamExt};
+use futures_util::StreamExt;
 use switchyard_core::catalog::{Policy, Price};
 use switchyard_core::classify::FailureClass;
 use switchyard_core::generation::{cost_micros, settle_usage, Outcome};
@@ -34,7 +37,7 @@ type Chunk = Result<Vec<u8>, worker::Error>;
 
 /// Starts relaying `live` and returns the client's response.
 pub fn relay(ctx: &Context, live: Live, finish: Finish, headers: Headers) -> Result<Response, ApiError> {
-    let (tx, rx) = mpsc::channel::<Chunk>(8);
+    let (tx, rx) = mpsc::unbounded::<Chunk>();
     match ResponseBuilder::new()
         .with_status(200)
         .with_headers(headers)
@@ -60,27 +63,22 @@ pub fn relay(ctx: &Context, live: Live, finish: Finish, headers: Headers) -> Res
 
 /// The client side of the relay: remembers when the client went away.
 struct Client {
-    tx: mpsc::Sender<Chunk>,
+    tx: mpsc::UnboundedSender<Chunk>,
     gone_at: Option<u64>,
-    /// A client that takes no data for this long is treated as gone: the runtime does not
-    /// always cancel the body of a client that left, and a full channel must not hang the relay
-    /// (and with it the settlement) for good.
-    stall_ms: u64,
 }
 
 impl Client {
-    async fn send(&mut self, bytes: Vec<u8>) {
+    fn send(&mut self, bytes: Vec<u8>) {
         if self.gone_at.is_some() || bytes.is_empty() {
             return;
         }
-        match within(self.stall_ms, self.tx.send(Ok(bytes))).await {
-            Some(Ok(())) => {}
-            Some(Err(_)) | None => self.gone_at = Some(now_ms()),
+        if self.tx.unbounded_send(Ok(bytes)).is_err() {
+            self.gone_at = Some(now_ms());
         }
     }
 }
 
-async fn pump(tx: mpsc::Sender<Chunk>, live: Live, finish: Finish) {
+async fn pump(tx: mpsc::UnboundedSender<Chunk>, live: Live, finish: Finish) {
     let Live {
         mut body,
         mut parser,
@@ -99,11 +97,7 @@ async fn pump(tx: mpsc::Sender<Chunk>, live: Live, finish: Finish) {
         policy,
     } = finish;
     let cap_at = now_ms().saturating_add(policy.stream_cap_ms);
-    let mut client = Client {
-        tx,
-        gone_at: None,
-        stall_ms: policy.idle_timeout_ms.max(1),
-    };
+    let mut client = Client { tx, gone_at: None };
     let mut events = pending;
     let mut broken: Option<String> = None;
     let mut upstream_ended = false;
@@ -113,7 +107,7 @@ async fn pump(tx: mpsc::Sender<Chunk>, live: Live, finish: Finish) {
 
     loop {
         let ended = relay_events(&mut relay, &mut events, &mut out, &mut broken);
-        client.send(std::mem::take(&mut out)).await;
+        client.send(std::mem::take(&mut out));
         if ended {
             upstream_ended = true;
             break;
@@ -130,7 +124,7 @@ async fn pump(tx: mpsc::Sender<Chunk>, live: Live, finish: Finish) {
             Some(Some(Ok(bytes))) => parser.push(&bytes, &mut events),
             Some(Some(Err(_))) => {
                 let step = relay.on_broken_with(FailureClass::Connect, "The provider's connection broke mid-stream.");
-                end_with(&mut client, step, &mut broken).await;
+                end_with(&mut client, step, &mut broken);
                 upstream_ended = true;
                 break;
             }
@@ -143,7 +137,7 @@ async fn pump(tx: mpsc::Sender<Chunk>, live: Live, finish: Finish) {
                         broken = why;
                     }
                 }
-                client.send(std::mem::take(&mut out)).await;
+                client.send(std::mem::take(&mut out));
                 upstream_ended = true;
                 break;
             }
@@ -161,7 +155,7 @@ async fn pump(tx: mpsc::Sender<Chunk>, live: Live, finish: Finish) {
                     "The provider stopped sending data."
                 };
                 let step = relay.on_broken_with(FailureClass::Timeout, reason);
-                end_with(&mut client, step, &mut broken).await;
+                end_with(&mut client, step, &mut broken);
                 break;
             }
         }
@@ -223,9 +217,9 @@ fn relay_events(relay: &mut Relay, events: &mut Vec<SseEvent>, out: &mut Vec<u8>
     false
 }
 
-async fn end_with(client: &mut Client, step: Step, broken: &mut Option<String>) {
+fn end_with(client: &mut Client, step: Step, broken: &mut Option<String>) {
     if let Step::End { bytes, broken: why } = step {
-        client.send(bytes).await;
+        client.send(bytes);
         *broken = why;
     }
 }

@@ -177,8 +177,12 @@ impl Stack {
             .headers()
             .get("x-generation-id")
             .and_then(|v| v.to_str().ok())
-            .expect("x-generation-id")
-            .to_string();
+            .map(str::to_string);
+        let Some(generation) = generation else {
+            let mut response = response;
+            let text = response.body_mut().read_to_string().unwrap_or_default();
+            panic!("no x-generation-id on a {status} answer: {text}");
+        };
         if status != 200 {
             let mut response = response;
             let text = response.body_mut().read_to_string().unwrap_or_default();
