@@ -149,6 +149,9 @@ fn remember(account: &str, available: i64, now: u64) {
     });
 }
 
+/// Waits before each settlement try: at once, then twice more if D1 refused the batch.
+const SETTLE_BACKOFF_MS: [u64; 3] = [0, 100, 400];
+
 /// Settles a request: waits for a fast-path hold write, then in one batch releases the hold,
 /// charges `record.total_cost_micros`, writes the ledger row and the generation. Runs inside
 /// `ctx.wait_until`.
@@ -156,14 +159,24 @@ pub async fn settle(env: Env, hold: Option<Hold>, record: GenerationRecord) {
     if let Some(pending) = hold.as_ref().and_then(|h| h.pending.clone()) {
         pending.await;
     }
-    let result = match Store::new(&env) {
-        Ok(store) => store.settle(&record, hold.is_some()).await,
-        Err(e) => Err(e),
-    };
+    // A failed batch may still have been applied (the reply was lost): retrying is safe because
+    // the batch charges only while the hold is unsettled.
+    let mut result = Err(ApiError::Internal { label: "settle" });
+    for backoff_ms in SETTLE_BACKOFF_MS {
+        if backoff_ms > 0 {
+            crate::clock::sleep(backoff_ms).await;
+        }
+        result = match Store::new(&env) {
+            Ok(store) => store.settle(&record, hold.is_some()).await,
+            Err(e) => Err(e),
+        };
+        if result.is_ok() {
+            break;
+        }
+    }
     if result.is_ok() {
         Store::note_spend(&record.key_id, record.total_cost_micros);
-    }
-    if result.is_err() {
+    } else {
         // The hold stays open and the sweeper releases it at expiry; the charge is lost rather
         // than taken twice. Logged for reconciliation.
         worker::console_error!(

@@ -3,11 +3,11 @@
 //! [`crate::clock::in_request`]), and an uncaught refusal in a non-`catch` import would take
 //! down every request in the isolate.
 
-use futures_util::Stream;
+use js_sys::{Promise, Uint8Array};
 use wasm_bindgen::{JsCast, JsValue};
-use worker::{web_sys, ByteStream};
+use wasm_bindgen_futures::JsFuture;
+use worker::web_sys;
 
-use crate::clock::in_request;
 use crate::js;
 
 /// Aborts the upstream fetch it was given to.
@@ -32,6 +32,11 @@ impl Canceller {
         ))
     }
 
+    /// The `AbortController` itself (`undefined` if there is none), for the JS relay.
+    pub fn js(&self) -> JsValue {
+        self.0.clone().unwrap_or(JsValue::UNDEFINED)
+    }
+
     /// Aborts the fetch and its body; a refusal by the runtime is ignored.
     pub fn abort(&self) {
         if let Some(c) = &self.0 {
@@ -40,38 +45,39 @@ impl Canceller {
     }
 }
 
-/// An upstream response body whose reader is released only where the runtime allows it;
-/// elsewhere it is leaked (the runtime reclaims it with the request) rather than crash.
-pub struct Body(Option<ByteStream>);
+/// An upstream response body, read through a reader of our own so that after commit the same
+/// reader can be handed to the JS relay (`stream.js`) with the rest of the stream.
+pub struct Body {
+    reader: JsValue,
+}
 
 impl Body {
-    pub fn new(stream: ByteStream) -> Body {
-        Body(Some(stream))
+    /// Locks `stream` (a `ReadableStream`) to a new reader.
+    pub fn new(stream: &JsValue) -> Option<Body> {
+        js::call_method(stream, "getReader", &[])
+            .ok()
+            .map(|reader| Body { reader })
     }
-}
 
-impl Stream for Body {
-    type Item = worker::Result<Vec<u8>>;
-
-    fn poll_next(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Self::Item>> {
-        match self.0.as_mut() {
-            Some(stream) => std::pin::Pin::new(stream).poll_next(cx),
-            None => std::task::Poll::Ready(None),
+    /// The next chunk; `None` at the end, `Err` when the body broke.
+    pub async fn next(&mut self) -> Option<Result<Vec<u8>, ()>> {
+        let Ok(read) = js::call_method(&self.reader, "read", &[]).and_then(|p| p.dyn_into::<Promise>()) else {
+            return Some(Err(()));
+        };
+        let Ok(result) = JsFuture::from(read).await else {
+            return Some(Err(()));
+        };
+        if js::get(&result, "done").is_ok_and(|d| d.is_truthy()) {
+            return None;
+        }
+        match js::get(&result, "value").map(|v| v.dyn_into::<Uint8Array>()) {
+            Ok(Ok(bytes)) => Some(Ok(bytes.to_vec())),
+            _ => Some(Err(())),
         }
     }
-}
 
-impl Drop for Body {
-    fn drop(&mut self) {
-        if let Some(stream) = self.0.take() {
-            if in_request() {
-                drop(stream);
-            } else {
-                std::mem::forget(stream);
-            }
-        }
+    /// The reader, for the relay to go on with.
+    pub fn reader(&self) -> &JsValue {
+        &self.reader
     }
 }

@@ -12,7 +12,6 @@ use std::pin::pin;
 use std::rc::Rc;
 
 use futures_util::future::{select, Either};
-use futures_util::StreamExt;
 use js_sys::Uint8Array;
 use switchyard_core::catalog::{AuthScheme, Catalog, Model, Policy, Price, Provider, Route};
 use switchyard_core::classify::{
@@ -329,10 +328,12 @@ async fn try_route(target: &Target<'_>, request: &ClientRequest, deadline_ms: u6
         };
     }
 
-    let mut body = response
-        .stream()
-        .map(Body::new)
-        .map_err(|_| Failed::new(FailureClass::BadResponse, "the response has no body", Some(status)))?;
+    let body = match response.body() {
+        worker::ResponseBody::Stream(stream) => Body::new(stream),
+        _ => None,
+    };
+    let mut body =
+        body.ok_or_else(|| Failed::new(FailureClass::BadResponse, "the response has no body", Some(status)))?;
     let mut parser = SseParser::new();
     let dialect = StreamDialect::of(request.api).ok_or_else(|| {
         Failed::new(

@@ -1,0 +1,127 @@
+// The post-commit relay loop (SPEC §7) for src/stream.rs. It runs in JS so that nothing in Rust is
+// polled per chunk: each upstream chunk goes to Rust's `Inspector` in one synchronous call and is
+// forwarded to the client as it is, unless the inspector hands back other bytes. Timers (idle,
+// stream cap, disconnect grace) and the client's departure are watched here; every decision about
+// the bytes is Rust's. The loop runs on the request's own promises, so it is never polled outside
+// its request. Nothing here throws: every runtime call that can fail is caught.
+
+const FORWARD_OTHER = 1; // push(): forward inspector.take() instead of the chunk
+const OVER = 2; // push(): the stream is over after this chunk
+const BROKE = 0; // broken(): the upstream connection broke
+const IDLE = 1; // broken(): no data for idleMs
+const CAP = 2; // broken(): the stream ran past capMs
+const TIMEOUT = Symbol("timeout");
+const GONE = Symbol("gone");
+
+/// Starts relaying `reader` to a new client stream, `head` first. `over`: the stream already ended
+/// within `head`. Returns [client ReadableStream, Promise<{upstreamEnded, clientGone}>]; the
+/// promise settles when nothing more will be read.
+export function relay(reader, head, over, inspector, idleMs, capMs, graceMs, abortController) {
+  let client = null;
+  let goneAt = 0;
+  let signalGone = () => {};
+  const gone = new Promise((resolve) => {
+    signalGone = resolve;
+  });
+  const leave = () => {
+    if (!goneAt) {
+      goneAt = Date.now();
+      signalGone(GONE);
+    }
+  };
+  const body = new ReadableStream({
+    start(controller) {
+      client = controller;
+    },
+    cancel() {
+      leave();
+    },
+  });
+  const send = (bytes) => {
+    if (goneAt || bytes.byteLength === 0) return;
+    try {
+      client.enqueue(bytes);
+    } catch {
+      leave();
+    }
+  };
+
+  let pendingRead = null;
+  const readWithin = (ms) => {
+    if (!pendingRead) {
+      pendingRead = reader.read().then(
+        (r) => r,
+        (error) => ({ error }),
+      );
+    }
+    let timer;
+    const racers = [pendingRead, new Promise((resolve) => (timer = setTimeout(() => resolve(TIMEOUT), ms)))];
+    if (!goneAt) racers.push(gone);
+    return Promise.race(racers).then((r) => {
+      clearTimeout(timer);
+      if (r !== TIMEOUT && r !== GONE) pendingRead = null;
+      return r;
+    });
+  };
+
+  // Relays until the stream is over; true when the upstream finished (nothing left to abort).
+  const pump = async () => {
+    const capAt = Date.now() + capMs;
+    for (;;) {
+      if (goneAt && graceMs === 0) return false;
+      const now = Date.now();
+      let wait = Math.min(idleMs, capAt - now);
+      if (goneAt) wait = Math.min(wait, goneAt + graceMs - now);
+      const r = await readWithin(Math.max(wait, 1));
+      if (r === GONE) continue;
+      if (r === TIMEOUT) {
+        // The client left and the upstream did not finish within the grace window: stop quietly.
+        if (goneAt && Date.now() >= goneAt + graceMs) return false;
+        send(inspector.broken(Date.now() >= capAt ? CAP : IDLE));
+        return false;
+      }
+      if (r.error !== undefined) {
+        send(inspector.broken(BROKE));
+        return true;
+      }
+      if (r.done) {
+        send(inspector.close());
+        return true;
+      }
+      const verdict = inspector.push(r.value);
+      send(verdict & FORWARD_OTHER ? inspector.take() : r.value);
+      if (verdict & OVER) return true;
+    }
+  };
+
+  const done = (async () => {
+    let upstreamEnded = over;
+    try {
+      send(head);
+      if (!over) upstreamEnded = await pump();
+    } catch {
+      upstreamEnded = false;
+    }
+    if (!goneAt) {
+      try {
+        client.close();
+      } catch {
+        // the client is gone already
+      }
+    }
+    if (!upstreamEnded) {
+      try {
+        abortController.abort();
+      } catch {
+        // nothing left to abort
+      }
+    }
+    try {
+      reader.cancel().catch(() => {});
+    } catch {
+      // the body is closed already
+    }
+    return { upstreamEnded, clientGone: goneAt !== 0 };
+  })();
+  return [body, done];
+}
