@@ -312,7 +312,7 @@ fn load_with_faults_keeps_the_ledger_exact() {
                 seed ^= seed << 17;
                 let model = &models[(seed % models.len() as u64) as usize];
                 let stream = seed & 0x100 != 0;
-                if stream && seed % 3 == 0 {
+                if stream && seed.is_multiple_of(3) {
                     let (g, status, text) = s.chat_stream_maybe_leave(&key, &chat_body(model, true), "data: ");
                     assert!(matches!(status, 200 | 502 | 503), "{status} {text}");
                     *left.lock().unwrap() += u32::from(status == 200);
