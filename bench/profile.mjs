@@ -4,7 +4,9 @@
 // workerd runs all of them on one thread, so their busy times add up on the request path.
 //
 //   node bench/profile.mjs --script DIR/index.js --config wrangler.toml --mock URL
-//        [--requests N] [--out DIR] [--var NAME=VALUE]...
+//        [--requests N] [--stream-chunks N] [--out DIR] [--var NAME=VALUE]...
+//
+// --stream-chunks N profiles stream requests whose upstream sends N chunks back to back instead.
 //
 // Prints a Markdown summary of the Worker's isolate (also written to DIR/profile.md, with the raw
 // .cpuprofile files of every isolate, which Chrome DevTools opens). Run by scripts/bench after the
@@ -19,10 +21,12 @@ import { parseArgs, miniflareOptions, applyMigrations, fail } from "./mf.mjs";
 let mock;
 let requests = 2000;
 let outDir;
+let streamChunks = 0;
 const args = parseArgs(process.argv.slice(2), (a, next) => {
   if (a === "--mock") mock = next().replace(/\/$/, "");
   else if (a === "--requests") requests = Number(next());
   else if (a === "--out") outDir = next();
+  else if (a === "--stream-chunks") streamChunks = Number(next());
   else return false;
   return true;
 });
@@ -49,7 +53,7 @@ try {
     if (r.status !== want) fail(`${method} ${path}: ${r.status} ${text}`);
     return JSON.parse(text);
   };
-  await admin("PUT", "/admin/providers/p", { base_url: `${mock}/profile/ok`, auth: "bearer" }, 200);
+  await admin("PUT", "/admin/providers/p", { base_url: streamChunks ? `${mock}/profile/chunks/${streamChunks}/0` : `${mock}/profile/ok`, auth: "bearer" }, 200);
   await admin(
     "PUT",
     "/admin/models/m",
@@ -65,7 +69,7 @@ try {
   const account = await admin("POST", "/admin/accounts", {}, 201);
   await admin("POST", `/admin/accounts/${account.id}/credit`, { amount_usd: 1000 }, 200);
   const { key } = await admin("POST", "/admin/keys", { account_id: account.id }, 201);
-  const body = JSON.stringify({ model: "m", messages: [{ role: "user", content: "Say hello" }] });
+  const body = JSON.stringify({ model: "m", stream: streamChunks > 0, messages: [{ role: "user", content: "Say hello" }] });
   const one = async () => {
     const r = await fetch(`${base}/v1/chat/completions`, {
       method: "POST",
@@ -150,7 +154,7 @@ try {
       fns.set(label, (fns.get(label) ?? 0) + ms);
     }
     out += `V8 CPU profile of the Worker's isolate (with its Durable Objects) over ${requests} sequential warm ` +
-      `non-stream requests: ${per(busy)} ms sampled per request, ${per(wallMs)} ms wall per request (the ` +
+      `${streamChunks ? `stream requests of ${streamChunks} chunks` : "non-stream requests"}: ${per(busy)} ms sampled per request, ${per(wallMs)} ms wall per request (the ` +
       `profiler slows everything down: read the shares).\n\n`;
     out += "| where | share |\n|---|---|\n";
     for (const [c, ms] of [...cats.entries()].sort((a, b) => b[1] - a[1]))
