@@ -3,12 +3,16 @@
 //! A request holds its maximum cost before the first attempt. On the awaited path that is one
 //! atomic statement (`… WHERE balance - held >= amount`), so concurrent requests never overspend.
 //! On the fast path (ample balance, a fresh snapshot, within `optimistic_hold_fraction`) the same
-//! hold is written without waiting; settlement awaits that write first. Settlement releases the
-//! hold, charges the delivered usage, adds the ledger row and writes the generation — one batch,
-//! guarded by the hold's state so settling twice charges once. Expired holds are swept by cron.
+//! hold is written without waiting, from `ctx.wait_until`, [`FAST_HOLD_DEFER_MS`] after admission;
+//! a request settled before then writes its hold first in the settlement batch instead (one D1
+//! batch per request instead of two), and one settled later waits for the hold's write first.
+//! Settlement releases the hold, charges the delivered usage, adds the ledger row and writes the
+//! generation — one batch, guarded by the hold's state so settling twice charges once. Expired
+//! holds are swept by cron.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::rc::Rc;
 
 use futures_util::future::{FutureExt, LocalBoxFuture, Shared};
 use switchyard_core::billing::{hold_ttl_ms, plan_hold, BalanceSnapshot, HoldPlan};
@@ -43,12 +47,46 @@ impl HoldPath {
     }
 }
 
-/// A placed hold: which routes it covers, and (fast path) the pending write that settlement must
-/// wait for. The amount lives in the `holds` row; settlement releases it from there.
+/// How long a fast-path hold waits before it is written on its own. Most non-stream answers settle
+/// sooner and write the hold in their settlement batch. The fast path already lets other isolates
+/// miss this isolate's recent holds for up to `balance_snapshot_ms`; this adds at most this much.
+pub const FAST_HOLD_DEFER_MS: u64 = 50;
+
+/// A placed hold: which routes it covers, and (fast path) its row, not yet written or being
+/// written. The amount lives in the `holds` row; settlement releases it from there.
 pub struct Hold {
     pub keep: Vec<usize>,
     pub path: HoldPath,
-    pending: Option<Shared<LocalBoxFuture<'static, ()>>>,
+    fast: Option<FastHold>,
+}
+
+/// A fast-path hold: whoever claims it first — the deferred write or settlement — writes it.
+struct FastHold {
+    row: Rc<HoldRow>,
+    claimed: Rc<Cell<bool>>,
+    write: Shared<LocalBoxFuture<'static, ()>>,
+}
+
+struct HoldRow {
+    account: String,
+    key_id: String,
+    generation: String,
+    amount: i64,
+    now: u64,
+    expires_at: u64,
+}
+
+impl HoldRow {
+    fn as_new(&self) -> NewHold<'_> {
+        NewHold {
+            account: &self.account,
+            key_id: &self.key_id,
+            generation_id: &self.generation,
+            amount: self.amount,
+            now: self.now,
+            expires_at: self.expires_at,
+        }
+    }
 }
 
 /// Places the hold for a request whose candidate routes are `candidates` (index, price), or
@@ -85,27 +123,35 @@ pub async fn place_hold(
     });
     if let Some((amount, keep)) = fast {
         let store = Store::new(env)?;
-        let (account, key_id, generation) = (account.to_string(), key.id.clone(), generation_id.to_string());
+        let row = Rc::new(HoldRow {
+            account: account.to_string(),
+            key_id: key.id.clone(),
+            generation: generation_id.to_string(),
+            amount,
+            now,
+            expires_at,
+        });
+        let claimed = Rc::new(Cell::new(false));
+        let (deferred_row, deferred_claim) = (row.clone(), claimed.clone());
         let write: LocalBoxFuture<'static, ()> = async move {
-            let hold = NewHold {
-                account: &account,
-                key_id: &key_id,
-                generation_id: &generation,
-                amount,
-                now,
-                expires_at,
-            };
-            if store.hold_unchecked(&hold).await.is_err() {
-                worker::console_error!("{{\"event\":\"fast_hold_write_failed\",\"generation_id\":{generation:?}}}");
+            crate::clock::sleep(FAST_HOLD_DEFER_MS).await;
+            if deferred_claim.replace(true) {
+                return; // settlement wrote it in its own batch
+            }
+            if store.hold_unchecked(&deferred_row.as_new()).await.is_err() {
+                worker::console_error!(
+                    "{{\"event\":\"fast_hold_write_failed\",\"generation_id\":{:?}}}",
+                    deferred_row.generation
+                );
             }
         }
         .boxed_local();
-        let pending = write.shared();
-        ctx.wait_until(pending.clone());
+        let write = write.shared();
+        ctx.wait_until(write.clone());
         return Ok(Hold {
             keep,
             path: HoldPath::Fast,
-            pending: Some(pending),
+            fast: Some(FastHold { row, claimed, write }),
         });
     }
 
@@ -132,7 +178,7 @@ pub async fn place_hold(
             return Ok(Hold {
                 keep,
                 path: HoldPath::Awaited,
-                pending: None,
+                fast: None,
             });
         }
     }
@@ -152,13 +198,19 @@ fn remember(account: &str, available: i64, now: u64) {
 /// Waits before each settlement try: at once, then twice more if D1 refused the batch.
 const SETTLE_BACKOFF_MS: [u64; 3] = [0, 100, 400];
 
-/// Settles a request: waits for a fast-path hold write, then in one batch releases the hold,
-/// charges `record.total_cost_micros`, writes the ledger row and the generation. Runs inside
-/// `ctx.wait_until`.
+/// Settles a request in one batch: writes a fast-path hold not written yet (or waits for the write
+/// under way), releases the hold, charges `record.total_cost_micros`, writes the ledger row and
+/// the generation. Runs inside `ctx.wait_until`.
 pub async fn settle(env: Env, hold: Option<Hold>, record: GenerationRecord) {
-    if let Some(pending) = hold.as_ref().and_then(|h| h.pending.clone()) {
-        pending.await;
+    let mut unwritten = None;
+    if let Some(fast) = hold.as_ref().and_then(|h| h.fast.as_ref()) {
+        if fast.claimed.replace(true) {
+            fast.write.clone().await;
+        } else {
+            unwritten = Some(fast.row.clone());
+        }
     }
+    let unwritten = unwritten.as_deref().map(HoldRow::as_new);
     // A failed batch may still have been applied (the reply was lost): retrying is safe because
     // the batch charges only while the hold is unsettled.
     let mut result = Err(ApiError::Internal { label: "settle" });
@@ -167,7 +219,7 @@ pub async fn settle(env: Env, hold: Option<Hold>, record: GenerationRecord) {
             crate::clock::sleep(backoff_ms).await;
         }
         result = match Store::new(&env) {
-            Ok(store) => store.settle(&record, hold.is_some()).await,
+            Ok(store) => store.settle(&record, hold.is_some(), unwritten.as_ref()).await,
             Err(e) => Err(e),
         };
         if result.is_ok() {

@@ -356,8 +356,14 @@ impl Store {
     /// `g.total_cost_micros` to the account and the key, writes the ledger row and the generation
     /// with its attempts. Every money statement is guarded by the hold not being settled yet, so
     /// settling twice charges once; a hold the sweeper already expired is charged but not
-    /// released again.
-    pub async fn settle(&self, g: &GenerationRecord, has_hold: bool) -> Result<(), ApiError> {
+    /// released again. `unwritten`: a fast-path hold not written yet, written first in the same
+    /// batch.
+    pub async fn settle(
+        &self,
+        g: &GenerationRecord,
+        has_hold: bool,
+        unwritten: Option<&NewHold<'_>>,
+    ) -> Result<(), ApiError> {
         let opt_u = |v: Option<u64>| v.map_or(JsValue::NULL, |n| JsValue::from_f64(n as f64));
         let gen_id = JsValue::from_str(&g.id);
         let charge = num(g.total_cost_micros);
@@ -367,7 +373,10 @@ impl Store {
         let attempts_json = serde_json::to_string(&g.attempts).map_err(|_| ApiError::Internal {
             label: "attempts_encode",
         })?;
-        let mut statements = Vec::new();
+        let mut statements = match unwritten {
+            Some(h) => self.hold_unchecked_statements(h)?,
+            None => Vec::new(),
+        };
         if has_hold {
             const UNSETTLED: &str =
                 "EXISTS (SELECT 1 FROM holds WHERE generation_id = ?1 AND state IN ('open', 'expired'))";
@@ -490,15 +499,21 @@ impl Store {
     /// The fast-path hold: admitted already on the isolate's snapshot, so written without the
     /// balance condition (the snapshot rule bounds what this can overspend).
     pub async fn hold_unchecked(&self, h: &NewHold<'_>) -> Result<(), ApiError> {
-        let statements = vec![
+        let statements = self.hold_unchecked_statements(h)?;
+        self.db.batch(statements).await.map_err(internal("hold_fast"))?;
+        Ok(())
+    }
+
+    /// The fast path's hold: the account's held amount and the open hold row, unchecked. Writing
+    /// the row twice fails on its primary key, and with it the whole batch.
+    fn hold_unchecked_statements(&self, h: &NewHold<'_>) -> Result<Vec<D1PreparedStatement>, ApiError> {
+        Ok(vec![
             self.stmt(
                 "UPDATE accounts SET held_micros = held_micros + ?2 WHERE id = ?1",
                 &[JsValue::from_str(h.account), num(h.amount)],
             )?,
             self.hold_row(h, "fast", false)?,
-        ];
-        self.db.batch(statements).await.map_err(internal("hold_fast"))?;
-        Ok(())
+        ])
     }
 
     /// Releases every open hold past its expiry (the cron sweep); returns how many.
