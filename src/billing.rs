@@ -7,8 +7,8 @@
 //! a request settled before then writes its hold first in the settlement batch instead (one D1
 //! batch per request instead of two), and one settled later waits for the hold's write first.
 //! Settlement releases the hold, charges the delivered usage, adds the ledger row and writes the
-//! generation — one batch, guarded by the hold's state so settling twice charges once. Expired
-//! holds are swept by cron.
+//! generation, guarded by the hold's state so settling twice charges once; an isolate's
+//! settlements within a few milliseconds share one D1 batch. Expired holds are swept by cron.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -197,10 +197,45 @@ fn remember(account: &str, available: i64, now: u64) {
 
 /// Waits before each settlement try: at once, then twice more if D1 refused the batch.
 const SETTLE_BACKOFF_MS: [u64; 3] = [0, 100, 400];
+/// How long the first settlement queued in an isolate waits for others to share its D1 batch.
+const SETTLE_BATCH_MS: u64 = 10;
+/// The most settlements in one D1 batch (each is about six statements).
+const SETTLE_BATCH_MAX: usize = 16;
 
-/// Settles a request in one batch: writes a fast-path hold not written yet (or waits for the write
-/// under way), releases the hold, charges `record.total_cost_micros`, writes the ledger row and
-/// the generation. Runs inside `ctx.wait_until`.
+/// A settlement waiting for its batch.
+struct Settlement {
+    record: GenerationRecord,
+    has_hold: bool,
+    unwritten: Option<Rc<HoldRow>>,
+}
+
+impl Settlement {
+    fn parts(&self) -> (&GenerationRecord, bool, Option<NewHold<'_>>) {
+        (
+            &self.record,
+            self.has_hold,
+            self.unwritten.as_deref().map(HoldRow::as_new),
+        )
+    }
+}
+
+/// This isolate's settlements waiting for the next batch, and when the oldest was queued.
+#[derive(Default)]
+struct Queue {
+    items: Vec<Settlement>,
+    since: u64,
+}
+
+thread_local! {
+    static QUEUE: RefCell<Queue> = RefCell::new(Queue::default());
+}
+
+/// Settles a request: writes a fast-path hold not written yet (or waits for the write under way),
+/// releases the hold, charges `record.total_cost_micros`, writes the ledger row and the
+/// generation. Runs inside `ctx.wait_until`. Settlements of the same isolate within
+/// [`SETTLE_BATCH_MS`] share one D1 batch: the first one queued waits that long and writes them
+/// all (the others' tasks end at once). The batch is one transaction; if it fails, each
+/// settlement is written on its own.
 pub async fn settle(env: Env, hold: Option<Hold>, record: GenerationRecord) {
     let mut unwritten = None;
     if let Some(fast) = hold.as_ref().and_then(|h| h.fast.as_ref()) {
@@ -210,16 +245,60 @@ pub async fn settle(env: Env, hold: Option<Hold>, record: GenerationRecord) {
             unwritten = Some(fast.row.clone());
         }
     }
-    let unwritten = unwritten.as_deref().map(HoldRow::as_new);
-    // A failed batch may still have been applied (the reply was lost): retrying is safe because
-    // the batch charges only while the hold is unsettled.
+    let item = Settlement {
+        record,
+        has_hold: hold.is_some(),
+        unwritten,
+    };
+    let now = now_ms();
+    // The first settlement queued flushes; so does a later one that finds the queue overdue (its
+    // flusher's task was lost), so nothing waits for the sweep.
+    let flush_now = QUEUE.with(|q| {
+        let mut q = q.borrow_mut();
+        q.items.push(item);
+        if q.items.len() == 1 {
+            q.since = now;
+            Some(false)
+        } else if now.saturating_sub(q.since) > 10 * SETTLE_BATCH_MS || q.items.len() >= SETTLE_BATCH_MAX {
+            Some(true)
+        } else {
+            None
+        }
+    });
+    match flush_now {
+        None => return,
+        Some(false) => crate::clock::sleep(SETTLE_BATCH_MS).await,
+        Some(true) => {}
+    }
+    let batch = QUEUE.with(|q| std::mem::take(&mut q.borrow_mut().items));
+    for chunk in batch.chunks(SETTLE_BATCH_MAX) {
+        let parts: Vec<_> = chunk.iter().map(Settlement::parts).collect();
+        let together = match Store::new(&env) {
+            Ok(store) => store.settle_many(&parts).await,
+            Err(e) => Err(e),
+        };
+        for item in chunk {
+            if together.is_ok() {
+                Store::note_spend(&item.record.key_id, item.record.total_cost_micros);
+            } else {
+                settle_alone(&env, item).await;
+            }
+        }
+    }
+}
+
+/// Writes one settlement in its own batch, with retries. A failed batch may still have been
+/// applied (the reply was lost): retrying is safe because the batch charges only while the hold
+/// is unsettled.
+async fn settle_alone(env: &Env, item: &Settlement) {
+    let (record, has_hold, unwritten) = item.parts();
     let mut result = Err(ApiError::Internal { label: "settle" });
     for backoff_ms in SETTLE_BACKOFF_MS {
         if backoff_ms > 0 {
             crate::clock::sleep(backoff_ms).await;
         }
-        result = match Store::new(&env) {
-            Ok(store) => store.settle(&record, hold.is_some(), unwritten.as_ref()).await,
+        result = match Store::new(env) {
+            Ok(store) => store.settle(record, has_hold, unwritten.as_ref()).await,
             Err(e) => Err(e),
         };
         if result.is_ok() {

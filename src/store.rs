@@ -364,6 +364,28 @@ impl Store {
         has_hold: bool,
         unwritten: Option<&NewHold<'_>>,
     ) -> Result<(), ApiError> {
+        let statements = self.settle_statements(g, has_hold, unwritten)?;
+        self.db.batch(statements).await.map_err(internal("settle"))?;
+        Ok(())
+    }
+
+    /// Settles several requests in one batch (one transaction: all or none).
+    pub async fn settle_many(&self, items: &[(&GenerationRecord, bool, Option<NewHold<'_>>)]) -> Result<(), ApiError> {
+        let mut statements = Vec::new();
+        for (g, has_hold, unwritten) in items {
+            statements.extend(self.settle_statements(g, *has_hold, unwritten.as_ref())?);
+        }
+        self.db.batch(statements).await.map_err(internal("settle"))?;
+        Ok(())
+    }
+
+    /// The statements of one settlement (see [`Store::settle`]).
+    fn settle_statements(
+        &self,
+        g: &GenerationRecord,
+        has_hold: bool,
+        unwritten: Option<&NewHold<'_>>,
+    ) -> Result<Vec<D1PreparedStatement>, ApiError> {
         let opt_u = |v: Option<u64>| v.map_or(JsValue::NULL, |n| JsValue::from_f64(n as f64));
         let gen_id = JsValue::from_str(&g.id);
         let charge = num(g.total_cost_micros);
@@ -431,8 +453,7 @@ impl Store {
                 JsValue::from_str(&attempts_json),
             ],
         )?);
-        self.db.batch(statements).await.map_err(internal("settle"))?;
-        Ok(())
+        Ok(statements)
     }
 
     // ---- holds --------------------------------------------------------------------------------
