@@ -334,13 +334,7 @@ fn load_with_faults_keeps_the_ledger_exact() {
     for t in threads {
         t.join().unwrap();
     }
-    let c = settled_credits(&s, &key);
-    let balance = c["balance_micros"].as_i64().unwrap();
-    let credits_total = c["credits_total_micros"].as_i64().unwrap();
-    let charges_total = c["charges_total_micros"].as_i64().unwrap();
-    assert_eq!(credits_total, micros(credit));
-    assert_eq!(balance, credits_total - charges_total, "balance = credits − Σ charges");
-    assert_eq!(c["held_micros"], 0, "no hold leaked");
+    // Every generation first (each is written in the same batch as its charge), then the books.
     let generations = generations.lock().unwrap().clone();
     let mut expected = 0;
     let mut outcomes = std::collections::BTreeMap::new();
@@ -351,6 +345,13 @@ fn load_with_faults_keeps_the_ledger_exact() {
         expected += cost;
         *outcomes.entry(g["outcome"].as_str().unwrap().to_string()).or_insert(0) += 1;
     }
+    let c = settled_credits(&s, &key);
+    let balance = c["balance_micros"].as_i64().unwrap();
+    let credits_total = c["credits_total_micros"].as_i64().unwrap();
+    let charges_total = c["charges_total_micros"].as_i64().unwrap();
+    assert_eq!(credits_total, micros(credit));
+    assert_eq!(balance, credits_total - charges_total, "balance = credits − Σ charges");
+    assert_eq!(c["held_micros"], 0, "no hold leaked");
     assert!(generations.len() >= 300 - 40, "{} generations", generations.len());
     let left = *left.lock().unwrap();
     assert!(left >= 20, "only {left} clients left mid-stream");
