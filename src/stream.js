@@ -10,6 +10,7 @@ const OVER = 2; // push(): the stream is over after this chunk
 const BROKE = 0; // broken(): the upstream connection broke
 const IDLE = 1; // broken(): no data for idleMs
 const CAP = 2; // broken(): the stream ran past capMs
+const END_WAIT_MS = 1000; // after the stream is over, how long the upstream may take to close
 const TIMEOUT = Symbol("timeout");
 const GONE = Symbol("gone");
 
@@ -37,8 +38,19 @@ export function relay(reader, head, over, inspector, idleMs, capMs, graceMs, abo
       leave();
     },
   });
+  let closed = false; // the upstream body ended on its own
+  let clientDone = false; // the client's stream is closed: nothing more is sent
+  const closeClient = () => {
+    if (goneAt || clientDone) return;
+    clientDone = true;
+    try {
+      client.close();
+    } catch {
+      // the client is gone already
+    }
+  };
   const send = (bytes) => {
-    if (goneAt || bytes.byteLength === 0) return;
+    if (goneAt || clientDone || bytes.byteLength === 0) return;
     try {
       client.enqueue(bytes);
     } catch {
@@ -85,12 +97,32 @@ export function relay(reader, head, over, inspector, idleMs, capMs, graceMs, abo
         return true;
       }
       if (r.done) {
+        closed = true;
         send(inspector.close());
         return true;
       }
       const verdict = inspector.push(r.value);
       send(verdict & FORWARD_OTHER ? inspector.take() : r.value);
-      if (verdict & OVER) return true;
+      if (verdict & OVER) {
+        await readToEnd();
+        return true;
+      }
+    }
+  };
+
+  // The stream is over (its last event came): end the client's stream now, then read what is
+  // left of the upstream body — usually only its end — so its connection can be reused rather
+  // than torn down by a cancel.
+  const readToEnd = async () => {
+    closeClient();
+    const until = Date.now() + Math.min(idleMs, END_WAIT_MS);
+    while (Date.now() < until) {
+      const r = await readWithin(Math.max(until - Date.now(), 1));
+      if (r === TIMEOUT || r.error !== undefined) return;
+      if (r.done) {
+        closed = true;
+        return;
+      }
     }
   };
 
@@ -98,28 +130,24 @@ export function relay(reader, head, over, inspector, idleMs, capMs, graceMs, abo
     let upstreamEnded = over;
     try {
       send(head);
-      if (!over) upstreamEnded = await pump();
+      if (over) await readToEnd();
+      else upstreamEnded = await pump();
     } catch {
       upstreamEnded = false;
     }
-    if (!goneAt) {
-      try {
-        client.close();
-      } catch {
-        // the client is gone already
-      }
-    }
+    closeClient();
     if (!upstreamEnded) {
       try {
         abortController.abort();
       } catch {
         // nothing left to abort
       }
-    }
-    try {
-      reader.cancel().catch(() => {});
-    } catch {
-      // the body is closed already
+    } else if (!closed) {
+      try {
+        reader.cancel().catch(() => {});
+      } catch {
+        // the body is closed already
+      }
     }
     return { upstreamEnded, clientGone: goneAt !== 0 };
   })();
