@@ -8,7 +8,7 @@
 //! secrets by name and never leaves this module except to the upstream.
 
 use std::future::Future;
-use std::pin::pin;
+use std::pin::{pin, Pin};
 use std::rc::Rc;
 
 use futures_util::future::{select, Either};
@@ -28,17 +28,16 @@ use worker::{Context, Env, Fetch, Headers, Method, Request, RequestInit, Respons
 
 use crate::billing::{self, Hold};
 use crate::cancel::{Body, Canceller};
-use crate::clock::{in_request, now_ms, sleep};
+use crate::clock::{in_request, now_ms, sleep, Sleep};
 use crate::health;
 use crate::http::{HandlerResult, RequestCtx};
 use crate::store::KeyRecord;
 use crate::stream;
 
-/// Resolves `fut` unless `ms` pass first.
-pub async fn within<F: Future>(ms: u64, fut: F) -> Option<F::Output> {
-    let fut = pin!(fut);
-    let delay = sleep(ms);
-    match select(fut, delay).await {
+/// Resolves `fut` unless `deadline` comes first. One deadline serves many waits (one timer for
+/// an attempt, not one per read).
+async fn before<F: Future>(deadline: Pin<&mut Sleep>, fut: F) -> Option<F::Output> {
+    match select(pin!(fut), deadline).await {
         Either::Left((v, _)) => Some(v),
         Either::Right(_) => None,
     }
@@ -217,8 +216,7 @@ fn build_request(target: &Target, request: &ClientRequest) -> Result<Request, Ap
 /// One attempt: fetch, then read until the first content (stream) or the whole body
 /// (non-stream), all within `deadline_ms`. Aborts the upstream on any failure.
 async fn try_route(target: &Target<'_>, request: &ClientRequest, deadline_ms: u64) -> Result<Committed, Failed> {
-    let started = now_ms();
-    let remaining = |now: u64| deadline_ms.saturating_sub(now.saturating_sub(started));
+    let mut deadline = pin!(sleep(deadline_ms));
     let upstream = build_request(target, request)
         .map_err(|_| Failed::new(FailureClass::Connect, "could not build the upstream request", None))?;
     let controller = Canceller::new();
@@ -229,7 +227,7 @@ async fn try_route(target: &Target<'_>, request: &ClientRequest, deadline_ms: u6
             None => fetch.send().await,
         }
     };
-    let mut response = match within(deadline_ms, send).await {
+    let mut response = match before(deadline.as_mut(), send).await {
         None => {
             controller.abort();
             return Err(Failed::new(
@@ -258,7 +256,7 @@ async fn try_route(target: &Target<'_>, request: &ClientRequest, deadline_ms: u6
 
     if !(200..300).contains(&status) {
         let retry_after = response.headers().get("retry-after").ok().flatten();
-        let body = within(remaining(now_ms()).max(1), response.bytes())
+        let body = before(deadline.as_mut(), response.bytes())
             .await
             .and_then(Result::ok)
             .unwrap_or_default();
@@ -274,7 +272,7 @@ async fn try_route(target: &Target<'_>, request: &ClientRequest, deadline_ms: u6
     let is_sse = content_type.starts_with("text/event-stream");
     if !request.stream || !is_sse {
         // Non-stream, or a stream request answered with a plain body (often an error object).
-        let body = match within(remaining(now_ms()), response.bytes()).await {
+        let body = match before(deadline.as_mut(), response.bytes()).await {
             None => {
                 controller.abort();
                 return Err(Failed::new(
@@ -345,7 +343,7 @@ async fn try_route(target: &Target<'_>, request: &ClientRequest, deadline_ms: u6
     let mut relay = Relay::new(dialect, request.include_usage);
     let mut events = Vec::new();
     loop {
-        let chunk = match within(remaining(now_ms()), body.next()).await {
+        let chunk = match before(deadline.as_mut(), body.next()).await {
             None => {
                 controller.abort();
                 return Err(Failed::new(
