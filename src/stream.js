@@ -58,19 +58,44 @@ export function relay(reader, head, over, inspector, idleMs, capMs, graceMs, abo
     }
   };
 
+  // Waits race the pending read against one timer for all of them: set for the current deadline
+  // and, when it fires early (the deadline moved later since, e.g. data came), set again for the
+  // rest. A read does not touch it, so a stream costs a timer per idle window, not one per read.
   let pendingRead = null;
-  const readWithin = (ms) => {
+  let timer = null;
+  let timerAt = Infinity;
+  let deadlineAt = Infinity;
+  let expire = null;
+  const onTimer = () => {
+    timer = null;
+    timerAt = Infinity;
+    if (Date.now() >= deadlineAt) {
+      if (expire) expire(TIMEOUT);
+    } else {
+      armFor(deadlineAt);
+    }
+  };
+  const armFor = (at) => {
+    if (timer !== null && timerAt <= at) return; // it fires no later, and checks again then
+    if (timer !== null) clearTimeout(timer);
+    timerAt = at;
+    timer = setTimeout(onTimer, Math.max(at - Date.now(), 1));
+  };
+  // The next chunk ({value} | {done} | {error}), TIMEOUT once `at` (ms since the epoch) has
+  // passed, or GONE when the client leaves first.
+  const readBefore = (at) => {
     if (!pendingRead) {
       pendingRead = reader.read().then(
         (r) => r,
         (error) => ({ error }),
       );
     }
-    let timer;
-    const racers = [pendingRead, new Promise((resolve) => (timer = setTimeout(() => resolve(TIMEOUT), ms)))];
+    deadlineAt = at;
+    armFor(at);
+    const racers = [pendingRead, new Promise((resolve) => (expire = resolve))];
     if (!goneAt) racers.push(gone);
     return Promise.race(racers).then((r) => {
-      clearTimeout(timer);
+      expire = null;
       if (r !== TIMEOUT && r !== GONE) pendingRead = null;
       return r;
     });
@@ -79,12 +104,12 @@ export function relay(reader, head, over, inspector, idleMs, capMs, graceMs, abo
   // Relays until the stream is over; true when the upstream finished (nothing left to abort).
   const pump = async () => {
     const capAt = Date.now() + capMs;
+    let lastData = Date.now();
     for (;;) {
       if (goneAt && graceMs === 0) return false;
-      const now = Date.now();
-      let wait = Math.min(idleMs, capAt - now);
-      if (goneAt) wait = Math.min(wait, goneAt + graceMs - now);
-      const r = await readWithin(Math.max(wait, 1));
+      let at = Math.min(lastData + idleMs, capAt);
+      if (goneAt) at = Math.min(at, goneAt + graceMs);
+      const r = await readBefore(at);
       if (r === GONE) continue;
       if (r === TIMEOUT) {
         // The client left and the upstream did not finish within the grace window: stop quietly.
@@ -101,6 +126,7 @@ export function relay(reader, head, over, inspector, idleMs, capMs, graceMs, abo
         send(inspector.close());
         return true;
       }
+      lastData = Date.now();
       const verdict = inspector.push(r.value);
       send(verdict & FORWARD_OTHER ? inspector.take() : r.value);
       if (verdict & OVER) {
@@ -117,7 +143,7 @@ export function relay(reader, head, over, inspector, idleMs, capMs, graceMs, abo
     closeClient();
     const until = Date.now() + Math.min(idleMs, END_WAIT_MS);
     while (Date.now() < until) {
-      const r = await readWithin(Math.max(until - Date.now(), 1));
+      const r = await readBefore(until);
       if (r === TIMEOUT || r.error !== undefined) return;
       if (r.done) {
         closed = true;
@@ -136,6 +162,7 @@ export function relay(reader, head, over, inspector, idleMs, capMs, graceMs, abo
       upstreamEnded = false;
     }
     closeClient();
+    if (timer !== null) clearTimeout(timer);
     if (!upstreamEnded) {
       try {
         abortController.abort();
