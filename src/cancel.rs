@@ -1,7 +1,7 @@
-//! Cancelling upstream fetches and letting go of their bodies without ever aborting the Wasm
-//! instance: a task may be polled where the runtime refuses JS calls (see
-//! [`crate::clock::in_request`]), and an uncaught refusal in a non-`catch` import would take
-//! down every request in the isolate.
+//! Upstream fetches' cancellation and bodies: the `AbortController` of an attempt, and the body
+//! read through a reader of our own (handed on to the JS relay after commit). Every JS call goes
+//! through [`crate::js`], so a refusal by the runtime (a task polled outside its request, see
+//! [`crate::clock::in_request`]) comes back as an error instead of unwinding through Wasm.
 
 use js_sys::{Promise, Uint8Array};
 use wasm_bindgen::{JsCast, JsValue};
