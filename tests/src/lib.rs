@@ -54,6 +54,26 @@ fn env(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set: run the end-to-end suite with scripts/test"))
 }
 
+/// How many answers so far came from `wrangler dev`'s proxy rather than the Worker (see
+/// [`wrangler_restart`]). Tests that count money read it: such a request may still have been
+/// served and charged by the Worker.
+pub static WRANGLER_RESTARTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Whether an answer is `wrangler dev`'s "Your worker restarted mid-request" 503: its dev proxy
+/// lost the connection to the Worker (seen under storms of client disconnects), so the answer is
+/// not the Worker's (no `x-request-id`). Counted in [`WRANGLER_RESTARTS`] and logged.
+pub fn wrangler_restart(status: u16, has_request_id: bool, body: &[u8]) -> bool {
+    let lost =
+        status == 503 && !has_request_id && String::from_utf8_lossy(body).contains("Your worker restarted mid-request");
+    if lost {
+        WRANGLER_RESTARTS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        eprintln!(
+            "note: wrangler dev's proxy lost a request (503 \"Your worker restarted mid-request\"); sending it again"
+        );
+    }
+    lost
+}
+
 /// A name no other test (or earlier run) uses.
 pub fn unique(prefix: &str) -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -101,8 +121,21 @@ impl Stack {
         }
     }
 
-    /// Any request: `headers` as (name, value), `body` sent as is when present.
+    /// Any request: `headers` as (name, value), `body` sent as is when present. A request that
+    /// `wrangler dev`'s own proxy lost (see [`wrangler_restart`]) is sent again, up to twice.
     pub fn request(&self, method: &str, url: &str, headers: &[(&str, &str)], body: Option<&[u8]>) -> Reply {
+        let mut reply = self.request_once(method, url, headers, body);
+        for _ in 0..2 {
+            if !wrangler_restart(reply.status, reply.header("x-request-id").is_some(), &reply.body) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            reply = self.request_once(method, url, headers, body);
+        }
+        reply
+    }
+
+    fn request_once(&self, method: &str, url: &str, headers: &[(&str, &str)], body: Option<&[u8]>) -> Reply {
         let mut builder = ureq::http::Request::builder().method(method).uri(url);
         for (k, v) in headers {
             builder = builder.header(*k, *v);
@@ -163,6 +196,18 @@ impl Stack {
     /// Like [`Stack::chat_stream_then_leave`], for requests that may also fail before commit:
     /// returns the generation id, the status, and what was read (the error body if not 200).
     pub fn chat_stream_maybe_leave(&self, key: &str, body: &Value, marker: &str) -> (String, u16, String) {
+        for _ in 0..2 {
+            if let Some(done) = self.chat_stream_maybe_leave_once(key, body, marker) {
+                return done;
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        self.chat_stream_maybe_leave_once(key, body, marker)
+            .expect("wrangler dev's proxy lost the request three times")
+    }
+
+    /// One try of [`Stack::chat_stream_maybe_leave`]; `None` when `wrangler dev`'s proxy lost it.
+    fn chat_stream_maybe_leave_once(&self, key: &str, body: &Value, marker: &str) -> Option<(String, u16, String)> {
         use std::io::Read;
         let config = ureq::Agent::config_builder().http_status_as_error(false).build();
         let agent = ureq::Agent::new_with_config(config);
@@ -181,12 +226,15 @@ impl Stack {
         let Some(generation) = generation else {
             let mut response = response;
             let text = response.body_mut().read_to_string().unwrap_or_default();
+            if wrangler_restart(status, false, text.as_bytes()) {
+                return None;
+            }
             panic!("no x-generation-id on a {status} answer: {text}");
         };
         if status != 200 {
             let mut response = response;
             let text = response.body_mut().read_to_string().unwrap_or_default();
-            return (generation, status, text);
+            return Some((generation, status, text));
         }
         let mut reader = response.into_body().into_reader();
         let mut seen = Vec::new();
@@ -201,7 +249,7 @@ impl Stack {
             seen.extend_from_slice(&buf[..n]);
         }
         drop(reader); // closes the connection mid-stream
-        (generation, status, String::from_utf8_lossy(&seen).into_owned())
+        Some((generation, status, String::from_utf8_lossy(&seen).into_owned()))
     }
 
     /// Runs SQL on the Worker's local D1 directly (as a crash would leave it), through
