@@ -63,13 +63,18 @@ pub static WRANGLER_RESTARTS: std::sync::atomic::AtomicUsize = std::sync::atomic
 /// lost the connection to the Worker (seen under storms of client disconnects), so the answer is
 /// not the Worker's (no `x-request-id`). Counted in [`WRANGLER_RESTARTS`] and logged.
 pub fn wrangler_restart(status: u16, has_request_id: bool, body: &[u8]) -> bool {
-    let lost =
-        status == 503 && !has_request_id && String::from_utf8_lossy(body).contains("Your worker restarted mid-request");
+    let lost = is_wrangler_restart(status, has_request_id, body);
     if lost {
         WRANGLER_RESTARTS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        eprintln!(
-            "note: wrangler dev's proxy lost a request (503 \"Your worker restarted mid-request\"); sending it again"
-        );
+        let note = "wrangler dev's proxy lost a request (503 \"Your worker restarted mid-request\"); sent again";
+        eprintln!("note: {note}");
+        // scripts/test prints these at the end (cargo hides a passing test's output).
+        if let Ok(path) = std::env::var("E2E_NOTES") {
+            use std::io::Write;
+            if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+                let _ = writeln!(f, "{note}");
+            }
+        }
     }
     lost
 }
@@ -439,5 +444,26 @@ impl Stack {
     pub fn mock_stats(&self, label: &str, scenario: &str) -> Value {
         self.request("GET", &format!("{}/_stats/{label}/{scenario}", self.mock), &[], None)
             .json()
+    }
+}
+
+fn is_wrangler_restart(status: u16, has_request_id: bool, body: &[u8]) -> bool {
+    status == 503 && !has_request_id && String::from_utf8_lossy(body).contains("Your worker restarted mid-request")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_wrangler_restart as wrangler_restart;
+
+    #[test]
+    fn only_wrangler_dev_s_own_restart_answer_counts_as_lost() {
+        let body = b"Your worker restarted mid-request. Please try sending the request again.";
+        assert!(wrangler_restart(503, false, body));
+        assert!(
+            !wrangler_restart(503, true, body),
+            "the Worker's own 503 carries x-request-id"
+        );
+        assert!(!wrangler_restart(502, false, body));
+        assert!(!wrangler_restart(503, false, b"{\"error\":{}}"));
     }
 }
