@@ -274,7 +274,7 @@ pub async fn settle(env: Env, hold: Option<Hold>, record: GenerationRecord) {
     for chunk in batch.chunks(SETTLE_BATCH_MAX) {
         let parts: Vec<_> = chunk.iter().map(Settlement::parts).collect();
         let together = match Store::new(&env) {
-            Ok(store) => store.settle_many(&parts).await,
+            Ok(store) => store.settle(&parts).await,
             Err(e) => Err(e),
         };
         for item in chunk {
@@ -291,14 +291,15 @@ pub async fn settle(env: Env, hold: Option<Hold>, record: GenerationRecord) {
 /// applied (the reply was lost): retrying is safe because the batch charges only while the hold
 /// is unsettled.
 async fn settle_alone(env: &Env, item: &Settlement) {
-    let (record, has_hold, unwritten) = item.parts();
+    let parts = [item.parts()];
+    let record = &item.record;
     let mut result = Err(ApiError::Internal { label: "settle" });
     for backoff_ms in SETTLE_BACKOFF_MS {
         if backoff_ms > 0 {
             crate::clock::sleep(backoff_ms).await;
         }
         result = match Store::new(env) {
-            Ok(store) => store.settle(record, has_hold, unwritten.as_ref()).await,
+            Ok(store) => store.settle(&parts).await,
             Err(e) => Err(e),
         };
         if result.is_ok() {

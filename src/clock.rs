@@ -38,8 +38,8 @@ thread_local! {
 ///
 /// The Wasm futures executor is shared by every request in the isolate: a promise settling in a
 /// request the runtime has torn down (a client gone mid-stream) can make it poll other requests'
-/// tasks where the runtime allows no I/O at all. Callers that hold JS resources check this before
-/// releasing them, because some releases (a stream reader's `releaseLock`) cannot be caught.
+/// tasks where the runtime allows no I/O at all. Callers check this before I/O that could not be
+/// finished from there (a fetch, a Durable Object call, settlement) and give up cleanly instead.
 pub fn in_request() -> bool {
     NOOP.with(|noop| match set_timeout(noop.as_ref().unchecked_ref(), 0) {
         Ok(id) => {

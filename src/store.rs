@@ -352,25 +352,13 @@ impl Store {
 
     // ---- generations --------------------------------------------------------------------------
 
-    /// Settles a request in one batch (SPEC §11): releases its hold, charges
-    /// `g.total_cost_micros` to the account and the key, writes the ledger row and the generation
-    /// with its attempts. Every money statement is guarded by the hold not being settled yet, so
-    /// settling twice charges once; a hold the sweeper already expired is charged but not
-    /// released again. `unwritten`: a fast-path hold not written yet, written first in the same
-    /// batch.
-    pub async fn settle(
-        &self,
-        g: &GenerationRecord,
-        has_hold: bool,
-        unwritten: Option<&NewHold<'_>>,
-    ) -> Result<(), ApiError> {
-        let statements = self.settle_statements(g, has_hold, unwritten)?;
-        self.db.batch(statements).await.map_err(internal("settle"))?;
-        Ok(())
-    }
-
-    /// Settles several requests in one batch (one transaction: all or none).
-    pub async fn settle_many(&self, items: &[(&GenerationRecord, bool, Option<NewHold<'_>>)]) -> Result<(), ApiError> {
+    /// Settles requests in one batch — one transaction: all or none (SPEC §11). Each releases its
+    /// hold, charges `g.total_cost_micros` to the account and the key, writes the ledger row and
+    /// the generation with its attempts. Every money statement is guarded by the hold not being
+    /// settled yet, so settling twice charges once; a hold the sweeper already expired is charged
+    /// but not released again. `unwritten`: a fast-path hold not written yet, written first in
+    /// the same batch.
+    pub async fn settle(&self, items: &[(&GenerationRecord, bool, Option<NewHold<'_>>)]) -> Result<(), ApiError> {
         let mut statements = Vec::new();
         for (g, has_hold, unwritten) in items {
             statements.extend(self.settle_statements(g, *has_hold, unwritten.as_ref())?);

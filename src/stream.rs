@@ -100,9 +100,8 @@ impl Inspector {
         let Ok(mut s) = self.0.try_borrow_mut() else {
             return OVER;
         };
-        let mut events = std::mem::take(&mut s.events);
-        s.parser.push(chunk, &mut events);
-        s.events = events;
+        let s = &mut *s;
+        s.parser.push(chunk, &mut s.events);
         let over = s.drain();
         let forward = if s.out.as_slice() == chunk {
             s.out.clear();
