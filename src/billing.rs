@@ -15,18 +15,20 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use futures_util::future::{FutureExt, LocalBoxFuture, Shared};
+use switchyard_core::batch::{Batches, Rules};
 use switchyard_core::billing::{hold_ttl_ms, plan_hold, BalanceSnapshot, HoldPlan};
 use switchyard_core::catalog::{Policy, Price};
 use switchyard_core::generation::GenerationRecord;
 use switchyard_core::ApiError;
 use worker::{Context, Env};
 
-use crate::clock::now_ms;
+use crate::batch;
+use crate::runtime::clock::{now_ms, sleep};
 use crate::store::{KeyRecord, NewHold, Store};
 
 thread_local! {
     /// Per account: this isolate's last balance read and what it admitted on it since.
-    static SNAPSHOTS: RefCell<HashMap<String, BalanceSnapshot>> = RefCell::new(HashMap::new());
+    static BALANCES: RefCell<HashMap<String, BalanceSnapshot>> = RefCell::new(HashMap::new());
 }
 
 /// How a hold was placed.
@@ -89,19 +91,28 @@ impl HoldRow {
     }
 }
 
-/// Places the hold for a request whose candidate routes are `candidates` (index, price), or
-/// refuses it with 402.
-#[allow(clippy::too_many_arguments)]
-pub async fn place_hold(
-    env: &Env,
-    ctx: &Context,
-    key: &KeyRecord,
-    generation_id: &str,
-    candidates: &[(usize, &Price)],
-    body_len: usize,
-    max_tokens: u64,
-    policy: &Policy,
-) -> Result<Hold, ApiError> {
+/// What a request's hold is for.
+pub struct HoldRequest<'a> {
+    pub key: &'a KeyRecord,
+    pub generation_id: &'a str,
+    /// The plan's candidate routes: (index, price).
+    pub candidates: &'a [(usize, &'a Price)],
+    pub body_len: usize,
+    /// The output limit held for.
+    pub max_tokens: u64,
+    pub policy: &'a Policy,
+}
+
+/// Places the hold for a request, or refuses it with 402.
+pub async fn place_hold(env: &Env, ctx: &Context, request: &HoldRequest<'_>) -> Result<Hold, ApiError> {
+    let HoldRequest {
+        key,
+        generation_id,
+        candidates,
+        body_len,
+        max_tokens,
+        policy,
+    } = *request;
     if key.spend_limit_reached() {
         return Err(ApiError::SpendLimitReached);
     }
@@ -110,7 +121,7 @@ pub async fn place_hold(
     let expires_at = now.saturating_add(hold_ttl_ms(policy));
 
     // Fast path: a fresh snapshot with room within the optimistic fraction.
-    let fast = SNAPSHOTS.with(|s| {
+    let fast = BALANCES.with(|s| {
         let mut s = s.borrow_mut();
         let snap = s.get_mut(account)?;
         if !snap.fresh(now, policy) {
@@ -134,7 +145,7 @@ pub async fn place_hold(
         let claimed = Rc::new(Cell::new(false));
         let (deferred_row, deferred_claim) = (row.clone(), claimed.clone());
         let write: LocalBoxFuture<'static, ()> = async move {
-            crate::clock::sleep(FAST_HOLD_DEFER_MS).await;
+            sleep(FAST_HOLD_DEFER_MS).await;
             if deferred_claim.replace(true) {
                 return; // settlement wrote it in its own batch
             }
@@ -186,7 +197,7 @@ pub async fn place_hold(
 }
 
 fn remember(account: &str, available: i64, now: u64) {
-    SNAPSHOTS.with(|s| {
+    BALANCES.with(|s| {
         let mut s = s.borrow_mut();
         if s.len() > 4096 {
             s.clear();
@@ -197,10 +208,13 @@ fn remember(account: &str, available: i64, now: u64) {
 
 /// Waits before each settlement try: at once, then twice more if D1 refused the batch.
 const SETTLE_BACKOFF_MS: [u64; 3] = [0, 100, 400];
-/// How long the first settlement queued in an isolate waits for others to share its D1 batch.
-const SETTLE_BATCH_MS: u64 = 10;
-/// The most settlements in one D1 batch (each is about six statements).
-const SETTLE_BATCH_MAX: usize = 16;
+/// An isolate's settlements within 10 ms share one D1 batch of at most 16 (each is about six
+/// statements).
+const SETTLE_BATCH: Rules = Rules {
+    wait_ms: 10,
+    max_items: 16,
+    overdue_ms: 100,
+};
 
 /// A settlement waiting for its batch.
 struct Settlement {
@@ -219,22 +233,15 @@ impl Settlement {
     }
 }
 
-/// This isolate's settlements waiting for the next batch, and when the oldest was queued.
-#[derive(Default)]
-struct Queue {
-    items: Vec<Settlement>,
-    since: u64,
-}
-
 thread_local! {
-    static QUEUE: RefCell<Queue> = RefCell::new(Queue::default());
+    static SETTLEMENTS: RefCell<Batches<Settlement>> = RefCell::new(Batches::default());
 }
 
 /// Settles a request: writes a fast-path hold not written yet (or waits for the write under way),
 /// releases the hold, charges `record.total_cost_micros`, writes the ledger row and the
-/// generation. Runs inside `ctx.wait_until`. Settlements of the same isolate within
-/// [`SETTLE_BATCH_MS`] share one D1 batch: the first one queued waits that long and writes them
-/// all (the others' tasks end at once). The batch is one transaction; if it fails, each
+/// generation. Runs inside `ctx.wait_until`. Settlements of the same isolate share one D1 batch
+/// ([`SETTLE_BATCH`]): the first one queued waits and writes them all (the others' tasks end at
+/// once). The batch is one transaction; if it fails, each
 /// settlement is written on its own.
 pub async fn settle(env: Env, hold: Option<Hold>, record: GenerationRecord) {
     let mut unwritten = None;
@@ -250,28 +257,8 @@ pub async fn settle(env: Env, hold: Option<Hold>, record: GenerationRecord) {
         has_hold: hold.is_some(),
         unwritten,
     };
-    let now = now_ms();
-    // The first settlement queued flushes; so does a later one that finds the queue overdue (its
-    // flusher's task was lost), so nothing waits for the sweep.
-    let flush_now = QUEUE.with(|q| {
-        let mut q = q.borrow_mut();
-        q.items.push(item);
-        if q.items.len() == 1 {
-            q.since = now;
-            Some(false)
-        } else if now.saturating_sub(q.since) > 10 * SETTLE_BATCH_MS || q.items.len() >= SETTLE_BATCH_MAX {
-            Some(true)
-        } else {
-            None
-        }
-    });
-    match flush_now {
-        None => return,
-        Some(false) => crate::clock::sleep(SETTLE_BATCH_MS).await,
-        Some(true) => {}
-    }
-    let batch = QUEUE.with(|q| std::mem::take(&mut q.borrow_mut().items));
-    for chunk in batch.chunks(SETTLE_BATCH_MAX) {
+    let batch = batch::gather(&SETTLEMENTS, "", item, false, &SETTLE_BATCH).await;
+    for chunk in batch.chunks(SETTLE_BATCH.max_items) {
         let parts: Vec<_> = chunk.iter().map(Settlement::parts).collect();
         let together = match Store::new(&env) {
             Ok(store) => store.settle(&parts).await,
@@ -296,7 +283,7 @@ async fn settle_alone(env: &Env, item: &Settlement) {
     let mut result = Err(ApiError::Internal { label: "settle" });
     for backoff_ms in SETTLE_BACKOFF_MS {
         if backoff_ms > 0 {
-            crate::clock::sleep(backoff_ms).await;
+            sleep(backoff_ms).await;
         }
         result = match Store::new(env) {
             Ok(store) => store.settle(&parts).await,

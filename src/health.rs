@@ -15,14 +15,17 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 
 use serde::de::DeserializeOwned;
+use switchyard_core::batch::{Batches, Rules};
 use switchyard_core::catalog::{Catalog, Model, Policy};
-use switchyard_core::classify::Blame;
-use switchyard_core::health::{AttemptOutcome, HealthConfig, ModelHealth, Observation, RequestObservation, RouteStats};
-use switchyard_core::health_rpc::{ClaimReply, HealthCall, Scope, SnapshotReply};
-use switchyard_core::plan::RouteHealth;
+use switchyard_core::health::{
+    for_accounts, AttemptOutcome, HealthConfig, ModelHealth, Observation, ProbeClaim, RequestObservation, RouteStats,
+    Scope,
+};
+use switchyard_core::health_rpc::{answer, ClaimReply, HealthCall, SnapshotReply};
 use worker::{durable_object, DurableObject, Env, Method, Request, RequestInit, Response, State};
 
-use crate::clock::now_ms;
+use crate::batch;
+use crate::runtime::clock::{in_request, now_ms};
 
 const STORAGE_KEY: &str = "health";
 const ACCOUNTS: &str = "accounts";
@@ -47,57 +50,24 @@ impl DurableObject for HealthObject {
     async fn fetch(&self, mut req: Request) -> worker::Result<Response> {
         let call: HealthCall = req.json().await?;
         self.load().await?;
-        let now = now_ms();
         // Mutate synchronously, serialise, then persist: the input gate keeps other calls out
         // while the write is in flight, so each call is atomic.
-        let (reply, dirty) = {
+        let (answer, state) = {
             let mut guard = self.health.borrow_mut();
             let health = guard.get_or_insert_with(ModelHealth::default);
-            match call {
-                HealthCall::Snapshot => (serde_json::to_value(health.snapshot_reply(now)), None),
-                HealthCall::Observe {
-                    scope,
-                    config,
-                    observations,
-                    requests,
-                } => {
-                    for o in &observations {
-                        health.observe_scoped(o, &config, scope);
-                    }
-                    for r in &requests {
-                        health.observe_request(r);
-                    }
-                    health.keep_scope(scope);
-                    (
-                        serde_json::to_value(health.snapshot_reply(now)),
-                        Some(serde_json::to_string(health)),
-                    )
-                }
-                HealthCall::Claim {
-                    route,
-                    account,
-                    lease_ms,
-                } => {
-                    let granted = health.claim_probe(&route, &account, now, lease_ms);
-                    let dirty = granted.then(|| serde_json::to_string(health));
-                    (serde_json::to_value(ClaimReply { granted }), dirty)
-                }
-                HealthCall::Full => (serde_json::to_value(&*health), None),
-                HealthCall::Reset { accounts } => {
-                    health.reset_with_accounts(&accounts);
-                    (
-                        serde_json::to_value(health.snapshot_reply(now)),
-                        Some(serde_json::to_string(health)),
-                    )
-                }
-            }
+            let answer = answer(health, call, now_ms()).map_err(json_error)?;
+            let state = answer.changed.then(|| serde_json::to_string(health));
+            (answer, state)
         };
-        if let Some(text) = dirty {
-            let text = text.map_err(|e| worker::Error::RustError(e.to_string()))?;
-            self.state.storage().put(STORAGE_KEY, text).await?;
+        if let Some(text) = state {
+            self.state.storage().put(STORAGE_KEY, text.map_err(json_error)?).await?;
         }
-        Response::from_json(&reply.map_err(|e| worker::Error::RustError(e.to_string()))?)
+        Response::from_json(&answer.reply)
     }
+}
+
+fn json_error(e: serde_json::Error) -> worker::Error {
+    worker::Error::RustError(e.to_string())
 }
 
 impl HealthObject {
@@ -122,8 +92,8 @@ fn object_name(model_id: &str) -> String {
 }
 
 /// One call to the object `name`.
-pub async fn call<T: DeserializeOwned>(env: &Env, name: &str, body: &HealthCall) -> Option<T> {
-    if !crate::clock::in_request() {
+async fn call_object<T: DeserializeOwned>(env: &Env, name: &str, body: &HealthCall) -> Option<T> {
+    if !in_request() {
         return None; // no I/O possible here (see `clock::in_request`); health is advisory
     }
     let stub = env.durable_object("HEALTH").ok()?.get_by_name(name).ok()?;
@@ -147,12 +117,12 @@ struct Snapshot {
 }
 
 thread_local! {
-    /// By object name (`model:<id>` or `accounts`).
-    static SNAPSHOTS: RefCell<HashMap<String, Snapshot>> = RefCell::new(HashMap::new());
+    /// This isolate's copies of the health objects, by object name (`model:<id>` or `accounts`).
+    static HEALTH_SNAPSHOTS: RefCell<HashMap<String, Snapshot>> = RefCell::new(HashMap::new());
 }
 
 fn remember(name: &str, reply: SnapshotReply) {
-    SNAPSHOTS.with(|s| {
+    HEALTH_SNAPSHOTS.with(|s| {
         s.borrow_mut().insert(
             name.to_string(),
             Snapshot {
@@ -165,7 +135,7 @@ fn remember(name: &str, reply: SnapshotReply) {
 }
 
 fn fresh(name: &str, max_age_ms: u64, now: u64) -> bool {
-    SNAPSHOTS.with(|s| {
+    HEALTH_SNAPSHOTS.with(|s| {
         s.borrow()
             .get(name)
             .is_some_and(|snap| now.saturating_sub(snap.fetched_ms) < max_age_ms)
@@ -178,7 +148,7 @@ async fn refresh(env: &Env, names: &[String], max_age_ms: u64) {
     let now = now_ms();
     let stale: Vec<&String> = names.iter().filter(|n| !fresh(n, max_age_ms, now)).collect();
     let calls = stale.iter().map(|name| async move {
-        if let Some(reply) = call::<SnapshotReply>(env, name, &HealthCall::Snapshot).await {
+        if let Some(reply) = call_object::<SnapshotReply>(env, name, &HealthCall::Snapshot).await {
             remember(name, reply);
         }
     });
@@ -197,7 +167,7 @@ pub struct View {
 pub async fn view(env: &Env, model: &Model, policy: &Policy) -> View {
     let name = object_name(&model.id);
     refresh(env, &[name.clone(), ACCOUNTS.to_string()], policy.health_snapshot_ms).await;
-    SNAPSHOTS.with(|s| {
+    HEALTH_SNAPSHOTS.with(|s| {
         let s = s.borrow();
         let empty = ModelHealth::default();
         let accounts = s.get(ACCOUNTS).map_or(&empty, |a| &a.health);
@@ -214,84 +184,40 @@ pub async fn view(env: &Env, model: &Model, policy: &Policy) -> View {
     })
 }
 
-/// The usual order for a request (SPEC §8), with probes claimed: a route whose cooldown ended
-/// keeps its place only if this request wins its probe from the object(s) holding the
-/// breaker(s); otherwise it goes to the end. Returns the order and the routes being probed.
-pub async fn order(
-    env: &Env,
-    catalog: &Catalog,
-    model: &Model,
-    view: &View,
-    policy: &Policy,
-) -> (Vec<(usize, RouteHealth)>, Vec<usize>) {
-    let now = now_ms();
-    let routes = route_accounts(catalog, model);
-    let planned = view.health.plan_order(&routes, now);
-    let lease_ms = policy.pre_content_budget_ms;
-    let mut order = Vec::with_capacity(planned.len());
-    let mut lost = Vec::new();
-    let mut probes = Vec::new();
-    for (i, health, probe_due) in planned {
-        if !probe_due {
-            order.push((i, health));
-            continue;
-        }
-        let (route, account) = &routes[i];
-        let route_due = view.health.routes.get(route).is_some_and(|r| r.breaker.probe_due(now));
-        let account_due = view.health.accounts.get(account).is_some_and(|a| a.probe_due(now));
-        let claim = HealthCall::Claim {
-            route: route.clone(),
-            account: account.clone(),
+/// Claims the probes a request must win before planning (SPEC §8), each from the object(s) whose
+/// breaker is due; returns the routes whose probe this request won. An unreachable object grants
+/// nothing (the route then waits at the end).
+pub async fn claim_probes(env: &Env, model: &Model, claims: Vec<ProbeClaim>, lease_ms: u64) -> Vec<usize> {
+    let mut won = Vec::new();
+    for c in claims {
+        let call = HealthCall::Claim {
+            route: c.route_id,
+            account: c.account,
             lease_ms,
         };
         let mut granted = true;
-        if route_due {
-            granted &= call::<ClaimReply>(env, &object_name(&model.id), &claim)
-                .await
-                .is_some_and(|r| r.granted);
+        if c.from_model {
+            granted &= claim(env, &object_name(&model.id), &call).await;
         }
-        if granted && account_due {
-            granted &= call::<ClaimReply>(env, ACCOUNTS, &claim)
-                .await
-                .is_some_and(|r| r.granted);
+        if granted && c.from_accounts {
+            granted &= claim(env, ACCOUNTS, &call).await;
         }
         if granted {
-            probes.push(i);
-            order.push((i, health));
-        } else {
-            lost.push((
-                i,
-                RouteHealth {
-                    demoted: true,
-                    ..health
-                },
-            ));
+            won.push(c.route);
         }
     }
-    // Lost probes wait at the end like the other demoted routes, before those demoted later.
-    let first_demoted = order.iter().position(|(_, h)| h.demoted).unwrap_or(order.len());
-    order.splice(first_demoted..first_demoted, lost);
-    (order, probes)
+    won
 }
 
-/// Each route's (id, upstream account), in catalog order.
-pub fn route_accounts(catalog: &Catalog, model: &Model) -> Vec<(String, String)> {
-    model
-        .routes
-        .iter()
-        .map(|r| {
-            let account = catalog
-                .provider(&r.provider)
-                .map(|p| p.account().to_string())
-                .unwrap_or_default();
-            (r.id.clone(), account)
-        })
-        .collect()
+async fn claim(env: &Env, object: &str, call: &HealthCall) -> bool {
+    call_object::<ClaimReply>(env, object, call)
+        .await
+        .is_some_and(|r| r.granted)
 }
 
 /// Applies an attempt's outcome to this isolate's snapshots at once (SPEC §8).
 pub fn apply_local(model_id: &str, obs: &Observation, config: &HealthConfig) {
-    SNAPSHOTS.with(|s| {
+    HEALTH_SNAPSHOTS.with(|s| {
         let mut s = s.borrow_mut();
         let now = now_ms();
         for (name, scope) in [
@@ -309,27 +235,29 @@ pub fn apply_local(model_id: &str, obs: &Observation, config: &HealthConfig) {
     });
 }
 
-/// How long an isolate gathers routine outcomes (successes) before sending them in one call.
-/// Failures and probes go at once: other isolates should learn of them promptly.
-const REPORT_BATCH_MS: u64 = 200;
+/// Routine outcomes (successes) are gathered for up to 200 ms and sent in one call; failures and
+/// probes go at once: other isolates should learn of them promptly.
+const REPORT_BATCH: Rules = Rules {
+    wait_ms: 200,
+    max_items: 64,
+    overdue_ms: 2_000,
+};
 
-/// Outcomes waiting to be sent, per model.
-#[derive(Default)]
-struct Outbox {
-    config: Option<HealthConfig>,
+/// One request's outcomes, waiting to be sent.
+struct Report {
+    config: HealthConfig,
     observations: Vec<Observation>,
-    requests: Vec<RequestObservation>,
-    /// A task is already waiting to send this model's outbox.
-    flush_scheduled: bool,
+    request: RequestObservation,
 }
 
 thread_local! {
-    static OUTBOX: RefCell<HashMap<String, Outbox>> = RefCell::new(HashMap::new());
+    /// Reports waiting to be sent, per model.
+    static OUTBOX: RefCell<Batches<Report>> = RefCell::new(Batches::default());
 }
 
-/// Reports a request's outcomes (from `ctx.wait_until`): failures and probes at once, routine
-/// successes gathered for up to `REPORT_BATCH_MS` so a busy isolate makes a few calls a second
-/// instead of one per request. The objects' answers refresh the snapshots.
+/// Reports a request's outcomes (from `ctx.wait_until`), gathered with other requests' (see
+/// [`REPORT_BATCH`]): everything to the model's object, what concerns an account to the accounts
+/// object. The objects' answers refresh the snapshots.
 pub async fn report(
     env: &Env,
     model_id: &str,
@@ -340,61 +268,23 @@ pub async fn report(
     let urgent = observations
         .iter()
         .any(|o| o.probe || !matches!(o.outcome, AttemptOutcome::Success));
-    let wait = OUTBOX.with(|o| {
-        let mut o = o.borrow_mut();
-        let outbox = o.entry(model_id.to_string()).or_default();
-        outbox.config = Some(config);
-        outbox.observations.extend(observations);
-        outbox.requests.push(request);
-        if urgent {
-            Some(false)
-        } else if outbox.flush_scheduled {
-            None // rides with the flush already waiting
-        } else {
-            outbox.flush_scheduled = true;
-            Some(true)
-        }
-    });
-    match wait {
-        None => {}
-        Some(wait) => {
-            if wait {
-                crate::clock::sleep(REPORT_BATCH_MS).await;
-            }
-            flush(env, model_id).await;
-        }
-    }
-}
-
-/// Sends a model's outbox: everything to the model's object, what concerns an account to the
-/// accounts object.
-async fn flush(env: &Env, model_id: &str) {
-    let Some((config, observations, requests)) = OUTBOX.with(|o| {
-        let mut o = o.borrow_mut();
-        let outbox = o.get_mut(model_id)?;
-        outbox.flush_scheduled = false;
-        let config = outbox.config?;
-        Some((
-            config,
-            std::mem::take(&mut outbox.observations),
-            std::mem::take(&mut outbox.requests),
-        ))
-    }) else {
+    let item = Report {
+        config,
+        observations,
+        request,
+    };
+    let batch = batch::gather(&OUTBOX, model_id, item, urgent, &REPORT_BATCH).await;
+    let Some(config) = batch.last().map(|r| r.config) else {
         return;
     };
-    if observations.is_empty() && requests.is_empty() {
-        return;
+    let mut observations = Vec::new();
+    let mut requests = Vec::with_capacity(batch.len());
+    for r in batch {
+        observations.extend(r.observations);
+        requests.push(r.request);
     }
-    let accounts_known = SNAPSHOTS.with(|s| {
-        s.borrow()
-            .get(ACCOUNTS)
-            .map(|a| a.health.accounts.keys().cloned().collect::<Vec<_>>())
-    });
-    let concerns_account = |o: &Observation| match o.outcome {
-        AttemptOutcome::Failure(class) => class.blame() == Blame::Account,
-        AttemptOutcome::Success => accounts_known.as_ref().is_some_and(|known| known.contains(&o.account)),
-    };
-    let for_accounts: Vec<Observation> = observations.iter().filter(|o| concerns_account(o)).cloned().collect();
+    let for_accounts =
+        HEALTH_SNAPSHOTS.with(|s| for_accounts(&observations, s.borrow().get(ACCOUNTS).map(|a| &a.health)));
     let name = object_name(model_id);
     let model_call = HealthCall::Observe {
         scope: Scope::Model,
@@ -403,7 +293,7 @@ async fn flush(env: &Env, model_id: &str) {
         requests,
     };
     let model_report = async {
-        if let Some(reply) = call::<SnapshotReply>(env, &name, &model_call).await {
+        if let Some(reply) = call_object::<SnapshotReply>(env, &name, &model_call).await {
             remember(&name, reply);
         }
     };
@@ -417,7 +307,7 @@ async fn flush(env: &Env, model_id: &str) {
             observations: for_accounts,
             requests: Vec::new(),
         };
-        if let Some(reply) = call::<SnapshotReply>(env, ACCOUNTS, &accounts_call).await {
+        if let Some(reply) = call_object::<SnapshotReply>(env, ACCOUNTS, &accounts_call).await {
             remember(ACCOUNTS, reply);
         }
     };
@@ -429,7 +319,7 @@ async fn flush(env: &Env, model_id: &str) {
 /// healthy.
 pub fn healthy_models(catalog: &Catalog) -> Vec<String> {
     let now = now_ms();
-    SNAPSHOTS.with(|s| {
+    HEALTH_SNAPSHOTS.with(|s| {
         let s = s.borrow();
         let empty = ModelHealth::default();
         let accounts = s.get(ACCOUNTS).map_or(&empty, |a| &a.health);
@@ -442,7 +332,7 @@ pub fn healthy_models(catalog: &Catalog) -> Vec<String> {
                     .get(&object_name(&m.id))
                     .map_or(&empty, |snap| &snap.health)
                     .with_accounts(accounts);
-                view.any_healthy(&route_accounts(catalog, m), now)
+                view.any_healthy(&catalog.route_accounts(m), now)
             })
             .map(|m| m.id.clone())
             .collect()
@@ -451,20 +341,20 @@ pub fn healthy_models(catalog: &Catalog) -> Vec<String> {
 
 /// Everything the model's object holds (status page, admin), fresh.
 pub async fn full(env: &Env, model_id: &str) -> Option<ModelHealth> {
-    call(env, &object_name(model_id), &HealthCall::Full).await
+    call_object(env, &object_name(model_id), &HealthCall::Full).await
 }
 
 /// Everything the accounts object holds, fresh.
 pub async fn accounts(env: &Env) -> Option<ModelHealth> {
-    call(env, ACCOUNTS, &HealthCall::Full).await
+    call_object(env, ACCOUNTS, &HealthCall::Full).await
 }
 
 /// Admin reset of a model: its routes, and the accounts its routes use.
 pub async fn reset(env: &Env, catalog: &Catalog, model: &Model) -> bool {
     let name = object_name(&model.id);
-    let used: Vec<String> = route_accounts(catalog, model).into_iter().map(|(_, a)| a).collect();
-    let model = call::<SnapshotReply>(env, &name, &HealthCall::Reset { accounts: Vec::new() }).await;
-    let accounts = call::<SnapshotReply>(env, ACCOUNTS, &HealthCall::Reset { accounts: used }).await;
+    let used: Vec<String> = catalog.route_accounts(model).into_iter().map(|(_, a)| a).collect();
+    let model = call_object::<SnapshotReply>(env, &name, &HealthCall::Reset { accounts: Vec::new() }).await;
+    let accounts = call_object::<SnapshotReply>(env, ACCOUNTS, &HealthCall::Reset { accounts: used }).await;
     if let Some(r) = &model {
         remember(&name, r.clone());
     }

@@ -3,16 +3,16 @@
 //! Everything that decides lives in `switchyard-core`; the modules here move bytes between
 //! the client, D1 and the upstreams and call into the core.
 
+mod batch;
 mod billing;
-mod cancel;
-mod clock;
+mod finish;
 mod health;
 mod http;
-mod ids;
-mod js;
 mod proxy;
+mod relay;
+mod runtime;
 mod store;
-mod stream;
+mod upstream;
 
 use worker::{event, Context, Env, Request, Response, Result, ScheduleContext, ScheduledEvent};
 

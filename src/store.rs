@@ -17,7 +17,7 @@ use switchyard_core::ApiError;
 use wasm_bindgen::JsValue;
 use worker::{D1Database, D1PreparedStatement, Env};
 
-use crate::clock::now_ms;
+use crate::runtime::clock::now_ms;
 
 /// How long an isolate may serve a cached catalog or key lookup.
 const CACHE_TTL_MS: u64 = 5_000;
@@ -424,7 +424,7 @@ impl Store {
                 JsValue::from_str(&g.account_id),
                 JsValue::from_str(&g.key_id),
                 JsValue::from_str(&g.model),
-                JsValue::from_str(g.api),
+                JsValue::from_str(g.api.as_str()),
                 opt_bool(Some(g.stream)),
                 JsValue::from_str(g.outcome.as_str()),
                 opt_str(g.route.as_deref()),

@@ -11,8 +11,8 @@ use switchyard_core::money::micros_to_usd;
 use switchyard_core::ApiError;
 use worker::{Env, Method, Request};
 
-use super::{json_response, HandlerResult};
-use crate::ids::{new_id, random_32};
+use super::response::{json_response, HandlerResult};
+use crate::runtime::ids::{new_id, random_32};
 use crate::store::{AccountRow, Store};
 
 /// How often a single-entry catalog change retries when another admin write raced it; each retry
@@ -199,7 +199,7 @@ where
             return Ok(());
         }
         let jitter = 5 + u64::from(random_32()[0]) * 35 / 255;
-        crate::clock::sleep(jitter).await;
+        crate::runtime::clock::sleep(jitter).await;
     }
     Err(ApiError::Internal {
         label: "catalog_contended",

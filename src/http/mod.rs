@@ -1,37 +1,23 @@
-//! HTTP: request in → handler → response out. The one place where an [`ApiError`] becomes a
-//! `Response` ([`error_response`]), and where every response gets `x-request-id`,
-//! `x-generation-id` and its JSON log line.
+//! HTTP: request in → handler → response out. Every response gets `x-request-id`,
+//! `x-generation-id` and its JSON log line here; errors become responses in
+//! [`response::error_response`], the one place that does it.
 
 mod admin;
+mod context;
+mod response;
 mod status;
 mod v1;
 
-use serde_json::{json, Value};
-use switchyard_core::dialect::ErrorShape;
+use serde_json::json;
+use switchyard_core::error::ErrorShape;
 use switchyard_core::ApiError;
-use worker::{Context, Env, Headers, Method, Request, Response, ResponseBuilder};
+use worker::{Context, Env, Method, Request, Response};
 
-use crate::clock::now_ms;
-use crate::ids::new_id;
+use context::RequestCtx;
+use response::{error_response, HandlerResult};
 
-/// Per-request facts shared by the handlers and the log line.
-pub struct RequestCtx {
-    pub request_id: String,
-    pub generation_id: String,
-    pub started_ms: u64,
-    /// Which error body shape this path speaks.
-    pub shape: ErrorShape,
-    /// Filled in by handlers for the log line: the public model and the route that answered.
-    pub model: Option<String>,
-    pub route: Option<String>,
-    /// Aborted when the client disconnects (`enable_request_signal`).
-    pub client: worker::AbortSignal,
-    /// The authenticated key and its account, once known.
-    pub key_id: Option<String>,
-    pub account_id: Option<String>,
-}
-
-pub type HandlerResult = Result<Response, ApiError>;
+use crate::runtime::clock::now_ms;
+use crate::runtime::ids::new_id;
 
 /// Entry point for every request.
 pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
@@ -63,7 +49,7 @@ pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
     let result = route(&mut req, &env, &ctx, &mut rc, &method, &path).await;
     let (mut response, error_code) = match result {
         Ok(r) => (r, None),
-        Err(e) => (error_response(&e, &rc), Some(e.code())),
+        Err(e) => (error_response(&e, rc.shape, &rc.generation_id), Some(e.code())),
     };
     let headers = response.headers_mut();
     // Headers of responses built here are mutable; a failure to set one is not worth a 500.
@@ -98,25 +84,6 @@ async fn route(
             what: format!("Path {path}"),
         }),
     }
-}
-
-/// The one function that turns an error into a response.
-pub fn error_response(err: &ApiError, rc: &RequestCtx) -> Response {
-    let mut response = json_response(err.status(), &err.body(rc.shape, &rc.generation_id));
-    if let Some(s) = err.retry_after_s() {
-        let _ = response.headers_mut().set("retry-after", &s.to_string());
-    }
-    response
-}
-
-/// A JSON response with the given status.
-pub fn json_response(status: u16, body: &Value) -> Response {
-    let headers = Headers::new();
-    let _ = headers.set("content-type", "application/json");
-    ResponseBuilder::new()
-        .with_status(status)
-        .with_headers(headers)
-        .fixed(serde_json::to_vec(body).unwrap_or_default())
 }
 
 /// One JSON line per request: ids, model, route, status, error code, milliseconds. Never keys or

@@ -12,7 +12,8 @@ use switchyard_core::money::micros_to_usd;
 use switchyard_core::ApiError;
 use worker::{Context, Env, Request};
 
-use super::{json_response, HandlerResult, RequestCtx};
+use super::context::RequestCtx;
+use super::response::{json_response, HandlerResult};
 use crate::proxy;
 use crate::store::{KeyRecord, Store};
 
@@ -174,5 +175,14 @@ pub async fn chat_completions(req: &mut Request, env: &Env, ctx: &Context, rc: &
     let request = chat::parse_request(&body)?;
     rc.model = Some(request.model.clone());
     let catalog = store.catalog().await?;
-    proxy::serve(env, ctx, catalog, request, &key, rc).await
+    let call = proxy::Call {
+        env,
+        ctx,
+        key: &key,
+        generation_id: &rc.generation_id,
+        client: &rc.client,
+    };
+    let answer = proxy::serve(&call, &catalog, &request).await?;
+    rc.route = Some(answer.route);
+    Ok(answer.response)
 }

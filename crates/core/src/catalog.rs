@@ -30,6 +30,15 @@ pub enum Api {
 }
 
 impl Api {
+    /// The name as the catalog and the generation record spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Api::Chat => "chat",
+            Api::Messages => "messages",
+            Api::Responses => "responses",
+        }
+    }
+
     /// Path appended to a provider's `base_url`.
     pub fn upstream_path(self) -> &'static str {
         match self {
@@ -100,7 +109,7 @@ pub struct Model {
     pub policy: Option<PolicyOverrides>,
 }
 
-/// Optional overrides of the defaults in SPEC §15, at the top level or on one model.
+/// Optional overrides of the defaults in SPEC §16, at the top level or on one model.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PolicyOverrides {
@@ -150,7 +159,7 @@ pub struct PolicyOverrides {
     pub optimistic_hold_fraction: Option<f64>,
 }
 
-/// The effective policy for one model: SPEC §15 defaults, then the top-level overrides, then the
+/// The effective policy for one model: SPEC §16 defaults, then the top-level overrides, then the
 /// model's.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Policy {
@@ -413,6 +422,21 @@ impl Catalog {
     /// Model ids in catalog order.
     pub fn model_ids(&self) -> Vec<String> {
         self.doc.models.iter().map(|m| m.id.clone()).collect()
+    }
+
+    /// Each route's (id, upstream account), in catalog order.
+    pub fn route_accounts(&self, model: &Model) -> Vec<(String, String)> {
+        model
+            .routes
+            .iter()
+            .map(|r| {
+                let account = self
+                    .provider(&r.provider)
+                    .map(|p| p.account().to_string())
+                    .unwrap_or_default();
+                (r.id.clone(), account)
+            })
+            .collect()
     }
 
     /// The effective policy for a model's requests.

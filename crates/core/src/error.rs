@@ -6,7 +6,23 @@
 
 use serde_json::{json, Value};
 
-use crate::dialect::ErrorShape;
+use crate::catalog::Api;
+
+/// The error body shape a client expects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorShape {
+    OpenAi,
+    Anthropic,
+}
+
+impl From<Api> for ErrorShape {
+    fn from(api: Api) -> ErrorShape {
+        match api {
+            Api::Messages => ErrorShape::Anthropic,
+            Api::Chat | Api::Responses => ErrorShape::OpenAi,
+        }
+    }
+}
 
 /// An error that ends a request with an error response.
 #[derive(Debug, Clone, PartialEq)]

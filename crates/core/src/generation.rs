@@ -1,12 +1,19 @@
 //! The record of one request (SPEC §14): the generation and every attempt at a route, what was
-//! delivered, and what it cost. Built by the driver, stored by `src/store.rs`, shown by
-//! `GET /v1/generation`.
+//! delivered, and what it cost — and the route-health observations the same facts make.
+//!
+//! A [`Journal`] is opened when the hold is placed, takes each attempt's result once
+//! ([`Journal::attempt`] builds the attempt record and the health observation from the same
+//! value), and is closed by [`Journal::finish`] for every ending: a whole body, a stream that ended
+//! or broke, or no route answering. The driver in `src/` calls these and never patches fields;
+//! `src/store.rs` stores the record and `GET /v1/generation` shows it.
 
 use serde::Serialize;
 
-use crate::catalog::Price;
-use crate::classify::FailureClass;
+use crate::catalog::{Api, Price};
+use crate::classify::{FailureClass, Verdict};
 use crate::dialect::Usage;
+use crate::error::ApiError;
+use crate::health::{AttemptOutcome, Observation, RequestObservation};
 
 /// Characters per token when the upstream gave no count (SPEC §7).
 pub const CHARS_PER_TOKEN: usize = 4;
@@ -32,13 +39,21 @@ impl Outcome {
     }
 }
 
+/// How one attempt ended, as the record shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptStatus {
+    /// The route committed (its answer is the request's).
+    Answered,
+    Failed,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AttemptRecord {
     pub ordinal: u32,
     pub route: String,
     pub provider: String,
-    /// `answered` for the committed route, else `failed`.
-    pub outcome: &'static str,
+    pub outcome: AttemptStatus,
     pub failure_class: Option<FailureClass>,
     pub http_status: Option<u16>,
     /// Time to the first content (streams) or the whole body (non-stream), from the attempt's start.
@@ -59,7 +74,7 @@ pub struct GenerationRecord {
     pub account_id: String,
     pub key_id: String,
     pub model: String,
-    pub api: &'static str,
+    pub api: Api,
     pub stream: bool,
     pub outcome: Outcome,
     pub route: Option<String>,
@@ -106,6 +121,239 @@ pub fn cost_micros(usage: Usage, price: &Price) -> i64 {
 /// Truncates an upstream message for the log.
 pub fn short_message(message: &str) -> String {
     message.chars().take(500).collect()
+}
+
+/// What the record needs to know when it is opened.
+pub struct Opening {
+    pub id: String,
+    pub account_id: String,
+    pub key_id: String,
+    pub model: String,
+    pub api: Api,
+    pub stream: bool,
+    pub started_ms: u64,
+    pub hold_path: &'static str,
+    /// The output limit held for (the estimate never exceeds it).
+    pub max_tokens: u64,
+    /// Request body size, the input estimate's basis.
+    pub body_len: usize,
+}
+
+/// One attempt's route, as the driver picked it.
+pub struct AttemptTarget {
+    pub route: String,
+    pub provider: String,
+    /// The route's upstream account (SPEC §9).
+    pub account: String,
+    pub price: Price,
+    pub extra_try: bool,
+    pub probe: bool,
+    pub started_ms: u64,
+}
+
+/// How one attempt ended.
+pub enum AttemptResult {
+    /// The route produced content (or a whole answer) and is the request's.
+    Committed { http_status: u16 },
+    /// The route failed before committing; the message is already free of secrets.
+    Failed { verdict: Verdict, http_status: Option<u16> },
+}
+
+/// What a committed route delivered, for the charge.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Delivery {
+    /// The upstream's count, when it gave one.
+    pub usage: Option<Usage>,
+    /// Characters of output relayed (the estimate's basis when usage never came).
+    pub output_chars: usize,
+    /// Malformed events dropped after commit.
+    pub malformed: u32,
+    /// Why a committed stream ended badly (error frame sent), if it did.
+    pub broken: Option<String>,
+}
+
+/// How a request ended.
+pub enum Ending<'a> {
+    /// A route committed and this is what it delivered.
+    Delivered(Delivery),
+    /// No answer reached the client. `cancelled`: the client left before one did.
+    Failed { error: &'a ApiError, cancelled: bool },
+}
+
+/// The record of one request while it runs.
+pub struct Journal {
+    record: GenerationRecord,
+    observations: Vec<Observation>,
+    max_tokens: u64,
+    body_len: usize,
+    /// The committed attempt's price and start.
+    committed: Option<(Price, u64)>,
+}
+
+/// A finished request: the generation to settle and store, and what route health learns from it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finished {
+    pub record: GenerationRecord,
+    pub observations: Vec<Observation>,
+    pub request: RequestObservation,
+}
+
+impl Journal {
+    pub fn open(o: Opening) -> Journal {
+        Journal {
+            record: GenerationRecord {
+                id: o.id,
+                account_id: o.account_id,
+                key_id: o.key_id,
+                model: o.model,
+                api: o.api,
+                stream: o.stream,
+                outcome: Outcome::Failed,
+                route: None,
+                provider: None,
+                usage: None,
+                estimated: false,
+                delivered_output: 0,
+                error_code: None,
+                total_cost_micros: 0,
+                created_at_ms: o.started_ms,
+                duration_ms: 0,
+                hold_path: Some(o.hold_path),
+                attempts: Vec::new(),
+            },
+            observations: Vec::new(),
+            max_tokens: o.max_tokens,
+            body_len: o.body_len,
+            committed: None,
+        }
+    }
+
+    /// Records one attempt, ended at `now_ms`: its line in the record and its route-health
+    /// observation, from the same facts. Returns the observation (the isolate applies it to its
+    /// health snapshot at once).
+    pub fn attempt(&mut self, target: AttemptTarget, result: AttemptResult, now_ms: u64) -> &Observation {
+        let elapsed = now_ms.saturating_sub(target.started_ms);
+        let (status, ttfb_ms, http_status, outcome, failure, retry_after_ms) = match result {
+            AttemptResult::Committed { http_status } => {
+                self.record.route = Some(target.route.clone());
+                self.record.provider = Some(target.provider.clone());
+                self.committed = Some((target.price.clone(), target.started_ms));
+                (
+                    AttemptStatus::Answered,
+                    Some(elapsed),
+                    Some(http_status),
+                    AttemptOutcome::Success,
+                    None,
+                    None,
+                )
+            }
+            AttemptResult::Failed { verdict, http_status } => (
+                AttemptStatus::Failed,
+                None,
+                http_status,
+                AttemptOutcome::Failure(verdict.class),
+                Some((verdict.class, verdict.message.as_deref().map(short_message))),
+                verdict.retry_after_ms,
+            ),
+        };
+        let (failure_class, message) = failure.unzip();
+        self.record.attempts.push(AttemptRecord {
+            ordinal: self.record.attempts.len() as u32 + 1,
+            route: target.route.clone(),
+            provider: target.provider,
+            outcome: status,
+            failure_class,
+            http_status,
+            ttfb_ms,
+            duration_ms: elapsed,
+            delivered_output: 0,
+            cost_micros: 0,
+            extra_try: target.extra_try,
+            malformed_events: 0,
+            message: message.flatten(),
+        });
+        self.observations.push(Observation {
+            route: target.route,
+            account: target.account,
+            outcome,
+            at_ms: now_ms,
+            stream: self.record.stream,
+            ttfb_ms,
+            output_tokens: 0,
+            duration_ms: elapsed,
+            extra_try: target.extra_try,
+            probe: target.probe,
+            retry_after_ms,
+        });
+        let last = self.observations.len() - 1;
+        &self.observations[last]
+    }
+
+    /// Closes the record at `now_ms`, whatever the ending: what was delivered and charged (the
+    /// upstream's usage, else an estimate never above the held output limit), the outcome, and
+    /// the health observations — the answering attempt's covering its whole delivery.
+    pub fn finish(self, ending: Ending, now_ms: u64) -> Finished {
+        let Journal {
+            mut record,
+            mut observations,
+            max_tokens,
+            body_len,
+            committed,
+        } = self;
+        record.duration_ms = now_ms.saturating_sub(record.created_at_ms);
+        let mut client_error = false;
+        match (ending, committed) {
+            (Ending::Delivered(d), Some((price, attempt_started))) => {
+                let (usage, estimated) = settle_usage(d.usage, d.output_chars, max_tokens, body_len);
+                let cost = cost_micros(usage, &price);
+                record.outcome = if d.broken.is_some() {
+                    Outcome::Broken
+                } else {
+                    Outcome::Answered
+                };
+                record.usage = Some(usage);
+                record.estimated = estimated;
+                record.delivered_output = usage.output_tokens;
+                record.total_cost_micros = cost;
+                record.error_code = d.broken.as_ref().map(|_| "stream_broken".to_string());
+                if let Some(a) = record.attempts.last_mut() {
+                    a.delivered_output = usage.output_tokens;
+                    a.cost_micros = cost;
+                    a.malformed_events = d.malformed;
+                    a.message = d.broken;
+                }
+                if let Some(o) = observations.last_mut() {
+                    o.output_tokens = usage.output_tokens;
+                    o.duration_ms = now_ms.saturating_sub(attempt_started);
+                }
+            }
+            (Ending::Delivered(_), None) => {
+                // Nothing committed, so nothing was delivered: recorded as the internal error it is.
+                record.error_code = Some(ApiError::Internal { label: "uncommitted" }.code().to_string());
+            }
+            (Ending::Failed { error, cancelled }, _) => {
+                client_error = matches!(error, ApiError::UpstreamInvalidRequest { .. });
+                record.error_code = Some(if cancelled { "cancelled" } else { error.code() }.to_string());
+            }
+        }
+        let answered = record.outcome != Outcome::Failed;
+        let stream_ttfb_ms = if record.stream && answered {
+            record.attempts.last().and_then(|a| a.ttfb_ms)
+        } else {
+            None
+        };
+        let request = RequestObservation {
+            at_ms: now_ms,
+            answered,
+            counted: !client_error,
+            stream_ttfb_ms,
+        };
+        Finished {
+            record,
+            observations,
+            request,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -167,5 +415,165 @@ mod tests {
             1,
             "0.45 + 0.6 rounds to 1"
         );
+    }
+
+    fn opening(stream: bool) -> Opening {
+        Opening {
+            id: "gen-1".into(),
+            account_id: "acct".into(),
+            key_id: "key".into(),
+            model: "m".into(),
+            api: Api::Chat,
+            stream,
+            started_ms: 1_000,
+            hold_path: "fast",
+            max_tokens: 100,
+            body_len: 300,
+        }
+    }
+
+    fn target(route: &str, started_ms: u64) -> AttemptTarget {
+        AttemptTarget {
+            route: route.into(),
+            provider: "p".into(),
+            account: "acct-p".into(),
+            price: Price {
+                input_per_mtok: 1.0,
+                output_per_mtok: 10.0,
+            },
+            extra_try: false,
+            probe: false,
+            started_ms,
+        }
+    }
+
+    fn failed(class: FailureClass) -> AttemptResult {
+        AttemptResult::Failed {
+            verdict: Verdict {
+                class,
+                message: Some("boom".into()),
+                param: None,
+                retry_after_ms: Some(2_000),
+            },
+            http_status: Some(503),
+        }
+    }
+
+    #[test]
+    fn an_attempt_makes_its_record_line_and_its_observation_from_the_same_facts() {
+        let mut j = Journal::open(opening(true));
+        let obs = j
+            .attempt(target("r0", 1_000), failed(FailureClass::Overloaded), 1_040)
+            .clone();
+        assert_eq!(obs.outcome, AttemptOutcome::Failure(FailureClass::Overloaded));
+        assert_eq!(
+            (obs.at_ms, obs.duration_ms, obs.retry_after_ms),
+            (1_040, 40, Some(2_000))
+        );
+        let obs = j
+            .attempt(
+                target("r1", 1_040),
+                AttemptResult::Committed { http_status: 200 },
+                1_100,
+            )
+            .clone();
+        assert_eq!(
+            (obs.outcome, obs.ttfb_ms, obs.duration_ms),
+            (AttemptOutcome::Success, Some(60), 60)
+        );
+        let f = j.finish(
+            Ending::Delivered(Delivery {
+                usage: Some(Usage {
+                    input_tokens: 10,
+                    output_tokens: 20,
+                }),
+                ..Delivery::default()
+            }),
+            1_500,
+        );
+        let r = &f.record;
+        assert_eq!(
+            (r.outcome, r.route.as_deref(), r.duration_ms),
+            (Outcome::Answered, Some("r1"), 500)
+        );
+        assert_eq!(r.total_cost_micros, 210, "10 × 1 + 20 × 10");
+        let a = &r.attempts;
+        assert_eq!(
+            (a[0].ordinal, a[0].outcome, a[0].http_status),
+            (1, AttemptStatus::Failed, Some(503))
+        );
+        assert_eq!(a[0].message.as_deref(), Some("boom"));
+        assert_eq!(
+            (a[1].ordinal, a[1].outcome, a[1].ttfb_ms),
+            (2, AttemptStatus::Answered, Some(60))
+        );
+        assert_eq!((a[1].delivered_output, a[1].cost_micros), (20, 210));
+        let last = &f.observations[1];
+        assert_eq!(
+            (last.output_tokens, last.duration_ms),
+            (20, 460),
+            "the whole delivery, from the attempt's start"
+        );
+        assert_eq!(
+            f.request,
+            RequestObservation {
+                at_ms: 1_500,
+                answered: true,
+                counted: true,
+                stream_ttfb_ms: Some(60)
+            }
+        );
+    }
+
+    #[test]
+    fn a_broken_stream_is_charged_what_was_delivered_and_says_why() {
+        let mut j = Journal::open(opening(true));
+        j.attempt(
+            target("r0", 1_000),
+            AttemptResult::Committed { http_status: 200 },
+            1_010,
+        );
+        let f = j.finish(
+            Ending::Delivered(Delivery {
+                usage: None,
+                output_chars: 41,
+                malformed: 2,
+                broken: Some("cut".into()),
+            }),
+            1_200,
+        );
+        let r = &f.record;
+        assert_eq!(
+            (r.outcome, r.error_code.as_deref()),
+            (Outcome::Broken, Some("stream_broken"))
+        );
+        assert!(r.estimated);
+        assert_eq!(r.usage.map(|u| (u.input_tokens, u.output_tokens)), Some((100, 11)));
+        assert_eq!(
+            (r.attempts[0].malformed_events, r.attempts[0].message.as_deref()),
+            (2, Some("cut"))
+        );
+        assert!(f.request.answered, "a broken answer was still answered");
+    }
+
+    #[test]
+    fn no_answer_charges_nothing_and_only_a_client_error_goes_uncounted() {
+        let ended = |error: &ApiError, cancelled: bool| {
+            let mut j = Journal::open(opening(false));
+            j.attempt(target("r0", 1_000), failed(FailureClass::Upstream5xx), 1_020);
+            j.finish(Ending::Failed { error, cancelled }, 1_030)
+        };
+        let f = ended(&ApiError::ProviderError { model: "m".into() }, false);
+        assert_eq!((f.record.outcome, f.record.total_cost_micros), (Outcome::Failed, 0));
+        assert_eq!(f.record.error_code.as_deref(), Some("provider_error"));
+        assert!(f.request.counted && !f.request.answered);
+        assert_eq!(
+            f.observations[0].duration_ms, 20,
+            "a failed attempt keeps its own duration"
+        );
+        let f = ended(&ApiError::ProviderError { model: "m".into() }, true);
+        assert_eq!(f.record.error_code.as_deref(), Some("cancelled"));
+        let f = ended(&ApiError::UpstreamInvalidRequest { message: "no".into() }, false);
+        assert!(!f.request.counted, "the client's own error is not the model's");
     }
 }

@@ -4,23 +4,14 @@
 //! Two kinds of object hold a [`ModelHealth`]: one per model (its routes' breakers and the
 //! traffic buckets) and one for all upstream accounts (their breakers, SPEC §9: an account in
 //! cooldown is skipped by every model). [`Scope`] says which half of an observation an object
-//! keeps, so both apply the same core state machine to the same observations.
+//! keeps, so both apply the same core state machine to the same observations. [`answer`] is the
+//! object's whole behaviour: the Durable Object in `src/` only loads, calls it, and persists.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::health::{HealthConfig, ModelHealth, Observation, RequestObservation, RouteStats};
-
-/// Which part of the health state an object (or an isolate's snapshot) holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Scope {
-    /// One model: route breakers and buckets.
-    Model,
-    /// Every upstream account's breaker.
-    Accounts,
-}
+use crate::health::{HealthConfig, ModelHealth, Observation, RequestObservation, RouteStats, Scope};
 
 /// A call to a health object.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -63,24 +54,6 @@ pub struct ClaimReply {
 }
 
 impl ModelHealth {
-    /// Applies an observation and keeps only this scope's half: a model object keeps no account
-    /// breakers, the accounts object keeps no routes or buckets.
-    pub fn observe_scoped(&mut self, obs: &Observation, cfg: &HealthConfig, scope: Scope) {
-        self.observe(obs, cfg);
-        self.keep_scope(scope);
-    }
-
-    /// Drops what does not belong to `scope`.
-    pub fn keep_scope(&mut self, scope: Scope) {
-        match scope {
-            Scope::Model => self.accounts.clear(),
-            Scope::Accounts => {
-                self.routes.clear();
-                self.model_buckets.clear();
-            }
-        }
-    }
-
     /// The snapshot reply: breakers only, plus each route's stats over the last hour.
     pub fn snapshot_reply(&self, now_ms: u64) -> SnapshotReply {
         let stats = self
@@ -93,53 +66,49 @@ impl ModelHealth {
             stats,
         }
     }
+}
 
-    /// Admin reset of a model: its route breakers, and the breakers of the accounts it uses.
-    /// Traffic buckets are kept (they are measurements).
-    pub fn reset_with_accounts(&mut self, accounts: &[String]) {
-        let kept: std::collections::BTreeMap<String, crate::health::Breaker> = self
-            .accounts
-            .iter()
-            .filter(|(a, _)| !accounts.contains(a))
-            .map(|(a, b)| (a.clone(), b.clone()))
-            .collect();
-        self.reset();
-        self.accounts = kept;
-    }
+/// What a health object answers to a call, and whether its state changed (then it persists it
+/// before replying: each call is atomic).
+pub struct Answer {
+    pub reply: serde_json::Value,
+    pub changed: bool,
+}
 
-    /// The state a route shows right now, its account's included: the route's own if it is not
-    /// healthy, else the account's. A route is healthy only when both are (a probe due or in
-    /// flight is not healthy yet). The status page and `available_models` both use this.
-    pub fn route_state(&self, route: &str, account: &str, now_ms: u64) -> crate::health::BreakerState {
-        use crate::health::BreakerState;
-        let own = self
-            .routes
-            .get(route)
-            .map_or(BreakerState::Healthy, |r| r.breaker.state(now_ms));
-        match own {
-            BreakerState::Healthy => self
-                .accounts
-                .get(account)
-                .map_or(BreakerState::Healthy, |a| a.state(now_ms)),
-            other => other,
+/// Applies `call` to an object's state at `now_ms`.
+pub fn answer(health: &mut ModelHealth, call: HealthCall, now_ms: u64) -> Result<Answer, serde_json::Error> {
+    let (reply, changed) = match call {
+        HealthCall::Snapshot => (serde_json::to_value(health.snapshot_reply(now_ms))?, false),
+        HealthCall::Observe {
+            scope,
+            config,
+            observations,
+            requests,
+        } => {
+            for o in &observations {
+                health.observe_scoped(o, &config, scope);
+            }
+            for r in &requests {
+                health.observe_request(r);
+            }
+            health.keep_scope(scope);
+            (serde_json::to_value(health.snapshot_reply(now_ms))?, true)
         }
-    }
-
-    /// Whether at least one of these (route, account) pairs is healthy right now.
-    pub fn any_healthy(&self, routes: &[(String, String)], now_ms: u64) -> bool {
-        routes
-            .iter()
-            .any(|(r, a)| matches!(self.route_state(r, a, now_ms), crate::health::BreakerState::Healthy))
-    }
-
-    /// The view a request plans with: this model's route breakers and the accounts' breakers.
-    pub fn with_accounts(&self, accounts: &ModelHealth) -> ModelHealth {
-        ModelHealth {
-            routes: self.routes.clone(),
-            accounts: accounts.accounts.clone(),
-            model_buckets: Vec::new(),
+        HealthCall::Claim {
+            route,
+            account,
+            lease_ms,
+        } => {
+            let granted = health.claim_probe(&route, &account, now_ms, lease_ms);
+            (serde_json::to_value(ClaimReply { granted })?, granted)
         }
-    }
+        HealthCall::Full => (serde_json::to_value(&*health)?, false),
+        HealthCall::Reset { accounts } => {
+            health.reset_with_accounts(&accounts);
+            (serde_json::to_value(health.snapshot_reply(now_ms))?, true)
+        }
+    };
+    Ok(Answer { reply, changed })
 }
 
 #[cfg(test)]
@@ -147,72 +116,6 @@ mod tests {
     use super::*;
     use crate::classify::FailureClass;
     use crate::health::AttemptOutcome;
-
-    fn obs(route: &str, account: &str, outcome: AttemptOutcome) -> Observation {
-        Observation {
-            route: route.into(),
-            account: account.into(),
-            outcome,
-            at_ms: 1_000,
-            stream: false,
-            ttfb_ms: None,
-            output_tokens: 0,
-            duration_ms: 10,
-            extra_try: false,
-            probe: false,
-            retry_after_ms: None,
-        }
-    }
-
-    #[test]
-    fn each_scope_keeps_its_half_and_together_they_plan_like_one() {
-        let cfg = HealthConfig::default();
-        let (mut model, mut accounts) = (ModelHealth::default(), ModelHealth::default());
-        let account_failure = obs("r0", "acct-a", AttemptOutcome::Failure(FailureClass::Account));
-        for (h, scope) in [(&mut model, Scope::Model), (&mut accounts, Scope::Accounts)] {
-            h.observe_scoped(&account_failure, &cfg, scope);
-        }
-        assert!(model.accounts.is_empty(), "the model object keeps no account breakers");
-        assert!(accounts.routes.is_empty(), "the accounts object keeps no routes");
-        assert!(
-            accounts.accounts["acct-a"].is_demoted(),
-            "one account failure is enough (SPEC §9)"
-        );
-        assert_eq!(
-            model.routes["r0"].breaker.consecutive_failures, 0,
-            "not counted against the route"
-        );
-        let routes = vec![
-            ("r0".to_string(), "acct-a".to_string()),
-            ("r1".to_string(), "acct-b".to_string()),
-        ];
-        let order = model.with_accounts(&accounts).plan_order(&routes, 2_000);
-        assert_eq!(
-            order.iter().map(|(i, _, _)| *i).collect::<Vec<_>>(),
-            vec![1, 0],
-            "the account's route goes last"
-        );
-        assert!(order[1].1.demoted);
-    }
-
-    #[test]
-    fn a_reset_clears_the_models_accounts_only() {
-        let cfg = HealthConfig::default();
-        let mut accounts = ModelHealth::default();
-        for acct in ["a", "b"] {
-            accounts.observe_scoped(
-                &obs("r", acct, AttemptOutcome::Failure(FailureClass::Account)),
-                &cfg,
-                Scope::Accounts,
-            );
-        }
-        accounts.reset_with_accounts(&["a".to_string()]);
-        assert!(!accounts.accounts.contains_key("a"));
-        assert!(
-            accounts.accounts["b"].is_demoted(),
-            "another model's account keeps its cooldown"
-        );
-    }
 
     #[test]
     fn calls_round_trip_as_json() {
@@ -224,5 +127,45 @@ mod tests {
         let text = serde_json::to_string(&call).unwrap();
         assert!(text.contains("\"call\":\"claim\""));
         assert_eq!(serde_json::from_str::<HealthCall>(&text).unwrap(), call);
+    }
+
+    #[test]
+    fn a_probe_is_granted_once_and_only_a_grant_changes_the_state() {
+        let cfg = HealthConfig::default();
+        let mut h = ModelHealth::default();
+        let observe = HealthCall::Observe {
+            scope: Scope::Model,
+            config: cfg,
+            observations: (0..cfg.demote_after)
+                .map(|_| Observation {
+                    route: "r".into(),
+                    account: "a".into(),
+                    outcome: AttemptOutcome::Failure(FailureClass::Upstream5xx),
+                    at_ms: 1_000,
+                    stream: false,
+                    ttfb_ms: None,
+                    output_tokens: 0,
+                    duration_ms: 10,
+                    extra_try: false,
+                    probe: false,
+                    retry_after_ms: None,
+                })
+                .collect(),
+            requests: Vec::new(),
+        };
+        assert!(answer(&mut h, observe, 1_000).unwrap().changed);
+        assert!(!answer(&mut h, HealthCall::Snapshot, 1_000).unwrap().changed);
+        let after_cooldown = 1_000 + cfg.cooldown_ms;
+        let claim = || HealthCall::Claim {
+            route: "r".into(),
+            account: "a".into(),
+            lease_ms: 5_000,
+        };
+        let first = answer(&mut h, claim(), after_cooldown).unwrap();
+        assert_eq!(first.reply, serde_json::json!({"granted": true}));
+        assert!(first.changed);
+        let second = answer(&mut h, claim(), after_cooldown).unwrap();
+        assert_eq!(second.reply, serde_json::json!({"granted": false}));
+        assert!(!second.changed, "a refused claim writes nothing");
     }
 }

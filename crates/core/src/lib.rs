@@ -5,6 +5,7 @@
 //! `src/` moves bytes and calls into this crate.
 
 pub mod admin;
+pub mod batch;
 pub mod billing;
 pub mod catalog;
 pub mod classify;

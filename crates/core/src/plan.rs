@@ -8,23 +8,18 @@
 //! `context_length`, routes not listing the parameter after `unsupported_param`, no route on an
 //! account that failed as `account`) or stops (`invalid_request`). Time is an argument.
 
+use std::collections::BTreeMap;
+
 use crate::catalog::{Api, Catalog, Model, Policy, Route};
 use crate::classify::{FailureClass, Verdict};
 use crate::dialect::{ClientRequest, Sort};
 use crate::error::ApiError;
-
-/// What the caller knows about one route's health right now (the seam for SPEC §8).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct RouteHealth {
-    /// Demoted routes go last and never get the last-route deadline if a healthy one can.
-    pub demoted: bool,
-    pub consecutive_failures: u32,
-}
+use crate::health::{ModelHealth, RouteHealth, RouteStats};
 
 /// Reorders the healthy routes of a usual order by a measurement (`sort: latency` — median TTFB,
 /// lower first; `sort: throughput` — tokens/s, higher first). Routes without a measurement
 /// follow those with one; demoted routes stay at the end in their order. Stable.
-pub fn sort_by_measure(order: &mut [(usize, RouteHealth)], measure: impl Fn(usize) -> Option<f64>, higher_first: bool) {
+fn sort_by_measure(order: &mut [(usize, RouteHealth)], measure: impl Fn(usize) -> Option<f64>, higher_first: bool) {
     let healthy = order.iter().take_while(|(_, h)| !h.demoted).count();
     order[..healthy].sort_by(|(a, _), (b, _)| match (measure(*a), measure(*b)) {
         (Some(x), Some(y)) if higher_first => y.total_cmp(&x),
@@ -44,6 +39,8 @@ pub struct Attempt {
     pub deadline_ms: u64,
     /// This is the one more try for a slow route (SPEC §5).
     pub extra_try: bool,
+    /// The route (or its account) is on probation and this request won its probe (SPEC §8).
+    pub probe: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -85,6 +82,28 @@ pub struct Plan {
     long_deadline_given: bool,
     cancelled: bool,
     model_id: String,
+    /// Routes whose probe this request won.
+    probes: Vec<usize>,
+}
+
+/// Everything a request's plan is made from (SPEC §3, §5, §8).
+pub struct PlanInput<'a> {
+    pub catalog: &'a Catalog,
+    pub model: &'a Model,
+    pub request: &'a ClientRequest,
+    pub policy: &'a Policy,
+    /// The model's route breakers merged with the accounts' ([`ModelHealth::with_accounts`]).
+    pub health: &'a ModelHealth,
+    /// Per-route measurements, for `provider.sort` = `latency` / `throughput`.
+    pub stats: &'a BTreeMap<String, RouteStats>,
+    /// Routes whose due probe ([`ModelHealth::probe_claims`]) this request won; a due route not
+    /// listed waits at the end like the demoted ones.
+    pub probes_won: &'a [usize],
+    /// `allow_fallbacks` set on the API key and on its account, if any (the request's own comes
+    /// first, the platform's `policy.allow_fallbacks` last).
+    pub key_allow_fallbacks: Option<bool>,
+    pub account_allow_fallbacks: Option<bool>,
+    pub now_ms: u64,
 }
 
 fn matches_pref(list: &[String], route: &Route) -> bool {
@@ -92,10 +111,68 @@ fn matches_pref(list: &[String], route: &Route) -> bool {
 }
 
 impl Plan {
-    /// Plans a request. `order` is the usual order of route indexes with their health (catalog
-    /// order when health knows nothing); `allow_fallbacks` is already decided (request → key →
-    /// account → platform).
-    pub fn new(
+    /// Plans a request: the usual order from health (SPEC §8; a probe lost to another request
+    /// moves its route to the end), reordered by `provider.sort`, filtered by the `provider`
+    /// preferences, with `allow_fallbacks` decided request → key → account → platform.
+    pub fn for_request(input: PlanInput) -> Result<Plan, ApiError> {
+        let PlanInput {
+            catalog,
+            model,
+            request,
+            policy,
+            health,
+            stats,
+            probes_won,
+            key_allow_fallbacks,
+            account_allow_fallbacks,
+            now_ms,
+        } = input;
+        let mut order = Vec::with_capacity(model.routes.len());
+        let mut lost = Vec::new();
+        let mut probes = Vec::new();
+        for (i, route_health, probe_due) in health.plan_order(&catalog.route_accounts(model), now_ms) {
+            if !probe_due {
+                order.push((i, route_health));
+            } else if probes_won.contains(&i) {
+                probes.push(i);
+                order.push((i, route_health));
+            } else {
+                lost.push((
+                    i,
+                    RouteHealth {
+                        demoted: true,
+                        ..route_health
+                    },
+                ));
+            }
+        }
+        // Lost probes wait at the end like the other demoted routes, before those demoted later.
+        let first_demoted = order.iter().position(|(_, h)| h.demoted).unwrap_or(order.len());
+        order.splice(first_demoted..first_demoted, lost);
+        let stat = |i: usize| model.routes.get(i).and_then(|r| stats.get(&r.id));
+        match request.provider.sort {
+            Some(Sort::Latency) => sort_by_measure(
+                &mut order,
+                |i| stat(i).and_then(|s| s.median_ttfb_ms).map(|t| t as f64),
+                false,
+            ),
+            Some(Sort::Throughput) => sort_by_measure(&mut order, |i| stat(i).and_then(|s| s.tokens_per_s), true),
+            Some(Sort::Price) | None => {}
+        }
+        let allow_fallbacks = request
+            .provider
+            .allow_fallbacks
+            .or(key_allow_fallbacks)
+            .or(account_allow_fallbacks)
+            .unwrap_or(policy.allow_fallbacks);
+        let mut plan = Plan::with_order(catalog, model, request, policy, &order, allow_fallbacks, now_ms)?;
+        plan.probes = probes;
+        Ok(plan)
+    }
+
+    /// Plans a request from a usual order already decided: route indexes with their health
+    /// (catalog order when health knows nothing), and `allow_fallbacks`.
+    fn with_order(
         catalog: &Catalog,
         model: &Model,
         request: &ClientRequest,
@@ -214,6 +291,7 @@ impl Plan {
             long_deadline_given: false,
             cancelled: false,
             model_id: model.id.clone(),
+            probes: Vec::new(),
         })
     }
 
@@ -320,6 +398,7 @@ impl Plan {
                 route,
                 deadline_ms: limit.min(self.budget_ends_ms - now_ms),
                 extra_try: false,
+                probe: self.probes.contains(&route),
             });
         }
         None
@@ -391,6 +470,7 @@ impl Plan {
             route,
             deadline_ms: limit.min(self.budget_ends_ms - now_ms),
             extra_try: true,
+            probe: self.probes.contains(&route),
         })
     }
 
@@ -494,7 +574,7 @@ mod tests {
         let order: Vec<(usize, RouteHealth)> = (0..model.routes.len())
             .map(|i| (i, health.get(i).copied().unwrap_or_default()))
             .collect();
-        Plan::new(c, model, &request(body), &c.policy_for(model), &order, fallbacks, 0).unwrap()
+        Plan::with_order(c, model, &request(body), &c.policy_for(model), &order, fallbacks, 0).unwrap()
     }
 
     impl Plan {
@@ -630,7 +710,7 @@ mod tests {
         let order: Vec<_> = (0..3).map(|i| (i, RouteHealth::default())).collect();
         let r = request(json!({"provider": {"max_price": {"prompt": 0.5}}}));
         assert!(matches!(
-            Plan::new(&c, model, &r, &c.policy_for(model), &order, true, 0),
+            Plan::with_order(&c, model, &r, &c.policy_for(model), &order, true, 0),
             Err(ApiError::InvalidRequest { .. })
         ));
     }
@@ -756,7 +836,8 @@ mod tests {
             Some(Attempt {
                 route: 2,
                 deadline_ms: 60_000,
-                extra_try: true
+                extra_try: true,
+                probe: false
             })
         );
         assert_eq!(p.next(0, false), None, "once per request");
@@ -805,7 +886,7 @@ mod tests {
         let mut policy = c.policy_for(model);
         policy.pre_content_budget_ms = 20_000;
         let order: Vec<_> = (0..3).map(|i| (i, RouteHealth::default())).collect();
-        let mut p = Plan::new(
+        let mut p = Plan::with_order(
             &c,
             model,
             &request(json!({"stream": true})),
@@ -818,5 +899,139 @@ mod tests {
         assert_eq!(p.next_usual(1_000).unwrap().deadline_ms, 15_000);
         assert_eq!(p.next_usual(16_000).unwrap().deadline_ms, 5_000);
         assert_eq!(p.next_usual(21_000), None);
+    }
+
+    fn input<'a>(
+        c: &'a Catalog,
+        request: &'a ClientRequest,
+        policy: &'a Policy,
+        health: &'a ModelHealth,
+        stats: &'a BTreeMap<String, RouteStats>,
+        probes_won: &'a [usize],
+        now_ms: u64,
+    ) -> PlanInput<'a> {
+        PlanInput {
+            catalog: c,
+            model: c.model("m").unwrap(),
+            request,
+            policy,
+            health,
+            stats,
+            probes_won,
+            key_allow_fallbacks: None,
+            account_allow_fallbacks: None,
+            now_ms,
+        }
+    }
+
+    fn routes_of(p: &mut Plan) -> Vec<(usize, bool)> {
+        let mut out = vec![];
+        while let Some(a) = p.next_usual(0) {
+            out.push((a.route, a.probe));
+            p.record_failure(a.route, verdict(FailureClass::Upstream5xx));
+        }
+        out
+    }
+
+    #[test]
+    fn a_won_probe_keeps_its_place_and_a_lost_one_waits_at_the_end() {
+        use crate::health::{AttemptOutcome, HealthConfig, Observation};
+        let c = three();
+        let model = c.model("m").unwrap();
+        let policy = c.policy_for(model);
+        let cfg = HealthConfig::from_policy(&policy);
+        let mut health = ModelHealth::default();
+        for _ in 0..cfg.demote_after {
+            health.observe(
+                &Observation {
+                    route: "r0".into(),
+                    account: "acct-a".into(),
+                    outcome: AttemptOutcome::Failure(FailureClass::Upstream5xx),
+                    at_ms: 1_000,
+                    stream: false,
+                    ttfb_ms: None,
+                    output_tokens: 0,
+                    duration_ms: 5,
+                    extra_try: false,
+                    probe: false,
+                    retry_after_ms: None,
+                },
+                &cfg,
+            );
+        }
+        let r = request(json!({}));
+        let stats = BTreeMap::new();
+        let cooling = 2_000;
+        let mut p = Plan::for_request(input(&c, &r, &policy, &health, &stats, &[], cooling)).unwrap();
+        assert_eq!(
+            routes_of(&mut p),
+            vec![(1, false), (2, false), (0, false)],
+            "cooling: last"
+        );
+        let due = 1_000 + cfg.cooldown_ms;
+        assert_eq!(health.probe_claims(&c.route_accounts(model), due).len(), 1);
+        let mut won = Plan::for_request(input(&c, &r, &policy, &health, &stats, &[0], due)).unwrap();
+        assert_eq!(
+            routes_of(&mut won),
+            vec![(0, true), (1, false), (2, false)],
+            "won: first, a probe"
+        );
+        let mut lost = Plan::for_request(input(&c, &r, &policy, &health, &stats, &[], due)).unwrap();
+        assert_eq!(
+            routes_of(&mut lost),
+            vec![(1, false), (2, false), (0, false)],
+            "lost: last"
+        );
+    }
+
+    #[test]
+    fn allow_fallbacks_comes_from_the_request_then_the_key_then_the_account_then_the_platform() {
+        let c = three();
+        let model = c.model("m").unwrap();
+        let policy = c.policy_for(model);
+        let (health, stats) = (ModelHealth::default(), BTreeMap::new());
+        let tried = |body: serde_json::Value, key: Option<bool>, account: Option<bool>| {
+            let r = request(body);
+            let mut i = input(&c, &r, &policy, &health, &stats, &[], 0);
+            i.key_allow_fallbacks = key;
+            i.account_allow_fallbacks = account;
+            routes_of(&mut Plan::for_request(i).unwrap()).len()
+        };
+        assert_eq!(tried(json!({}), None, None), 3, "platform default: fall back");
+        assert_eq!(tried(json!({}), None, Some(false)), 1, "the account's setting");
+        assert_eq!(
+            tried(json!({}), Some(true), Some(false)),
+            3,
+            "the key's beats the account's"
+        );
+        let no = json!({"provider": {"allow_fallbacks": false}});
+        assert_eq!(tried(no, Some(true), Some(true)), 1, "the request's beats both");
+    }
+
+    #[test]
+    fn sort_latency_orders_by_the_measured_median_ttfb() {
+        let c = three();
+        let model = c.model("m").unwrap();
+        let policy = c.policy_for(model);
+        let health = ModelHealth::default();
+        let stats: BTreeMap<String, RouteStats> = [("r0", 300), ("r2", 100)]
+            .into_iter()
+            .map(|(r, t)| {
+                (
+                    r.to_string(),
+                    RouteStats {
+                        median_ttfb_ms: Some(t),
+                        ..RouteStats::default()
+                    },
+                )
+            })
+            .collect();
+        let r = request(json!({"provider": {"sort": "latency"}}));
+        let mut p = Plan::for_request(input(&c, &r, &policy, &health, &stats, &[], 0)).unwrap();
+        assert_eq!(
+            routes_of(&mut p).into_iter().map(|(i, _)| i).collect::<Vec<_>>(),
+            vec![2, 0, 1],
+            "measured fastest first, unmeasured last"
+        );
     }
 }

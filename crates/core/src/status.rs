@@ -1,15 +1,26 @@
-//! The status word of a model (SPEC §14), from its per-request buckets ([`crate::health::Bucket`],
-//! filled by [`crate::health::ModelHealth::observe_request`]).
+//! The public health surfaces (SPEC §14), as data and markup: the status word of a model from its
+//! per-request buckets ([`crate::health::Bucket`], filled by
+//! [`crate::health::ModelHealth::observe_request`]); the [`Report`] behind `GET /api/health/models`,
+//! built by [`report`] from every model's full health and the accounts'; the `/status` page
+//! ([`render_html`], no JavaScript), rendered from that same report so both always say the same
+//! thing; and the JSON of `GET /admin/health/{model}` ([`admin_report`]). The Worker adapter only
+//! fetches the health objects and responds.
 //!
 //! This module owns the thresholds. Invariants: only the last hour counts (the same window as
 //! [`crate::health::recent`]); only counted requests are in the buckets (client errors, 402 and our
 //! own 429 never reach them), and a request a later route answered is answered. Down needs both a
 //! rate under 50 % and at least 3 unanswered requests, so a handful of failures on a quiet model
-//! reads Degraded, not Down.
+//! reads Degraded, not Down. A report lists each model's routes in the order a request would try
+//! them now (route and account breakers applied); a route is healthy only when both its breakers
+//! are; a model missing from the health map counts as one without any traffic. Ids are escaped in
+//! the HTML.
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::health::{median_ms, recent, Bucket, ModelHealth};
+use crate::catalog::{Catalog, Model};
+use crate::health::{median_ms, recent, BreakerState, Bucket, ModelHealth};
 
 /// Below this share answered: Degraded.
 const OPERATIONAL_MIN_ANSWERED: f64 = 0.95;
@@ -72,10 +83,216 @@ impl ModelHealth {
     }
 }
 
+/// One route of a model on `/status` and `GET /api/health/models`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RouteReport {
+    pub id: String,
+    pub provider: String,
+    pub healthy: bool,
+    /// `healthy`, `cooling`, `probe_due` or `probe_in_flight` (route or its account).
+    pub state: &'static str,
+    /// When the cooldown ends (ms since the epoch), for a demoted route.
+    pub cooldown_until_ms: Option<u64>,
+    pub success_rate: Option<f64>,
+    pub median_ttfb_ms: Option<u64>,
+    pub tokens_per_s: Option<f64>,
+}
+
+/// One model of the report.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ModelReport {
+    pub id: String,
+    pub status: StatusWord,
+    pub label: &'static str,
+    pub healthy_routes: usize,
+    pub routes: usize,
+    /// Routes in the order a request would try them now.
+    pub order: Vec<RouteReport>,
+}
+
+/// The body of `GET /api/health/models`; `/status` renders the same.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    pub total: usize,
+    pub healthy: usize,
+    pub models: Vec<ModelReport>,
+    pub generated_at_ms: u64,
+}
+
+/// A breaker state's wire word, and the cooldown's end for a cooling one.
+pub fn state_word(s: &BreakerState) -> (&'static str, Option<u64>) {
+    match s {
+        BreakerState::Healthy => ("healthy", None),
+        BreakerState::Cooling { until_ms } => ("cooling", Some(*until_ms)),
+        BreakerState::ProbeDue => ("probe_due", None),
+        BreakerState::ProbeInFlight { .. } => ("probe_in_flight", None),
+    }
+}
+
+/// The report at `now_ms`: every catalog model, in catalog order, from its full health in `models`
+/// (by model id; a missing one counts as [`ModelHealth::default`]) and the accounts' breakers in
+/// `accounts`.
+pub fn report(
+    catalog: &Catalog,
+    models: &BTreeMap<String, ModelHealth>,
+    accounts: &ModelHealth,
+    now_ms: u64,
+) -> Report {
+    let none = ModelHealth::default();
+    let mut out = Vec::new();
+    for model in &catalog.doc().models {
+        let full = models.get(&model.id).unwrap_or(&none);
+        let view = full.with_accounts(accounts);
+        let routes = catalog.route_accounts(model);
+        let order = view.plan_order(&routes, now_ms);
+        let order: Vec<RouteReport> = order
+            .into_iter()
+            .filter_map(|(i, _, _)| {
+                let route = model.routes.get(i)?;
+                let (_, account) = routes.get(i)?;
+                let shown = view.route_state(&route.id, account, now_ms);
+                let (state, cooldown_until_ms) = state_word(&shown);
+                let stats = full.route_stats(&route.id, now_ms);
+                Some(RouteReport {
+                    id: route.id.clone(),
+                    provider: route.provider.clone(),
+                    healthy: matches!(shown, BreakerState::Healthy),
+                    state,
+                    cooldown_until_ms,
+                    success_rate: stats.success_rate,
+                    median_ttfb_ms: stats.median_ttfb_ms,
+                    tokens_per_s: stats.tokens_per_s,
+                })
+            })
+            .collect();
+        let status = full.status(now_ms);
+        out.push(ModelReport {
+            id: model.id.clone(),
+            status,
+            label: status.label(),
+            healthy_routes: order.iter().filter(|r| r.healthy).count(),
+            routes: order.len(),
+            order,
+        });
+    }
+    Report {
+        total: out.len(),
+        healthy: out.iter().filter(|m| m.healthy_routes > 0).count(),
+        models: out,
+        generated_at_ms: now_ms,
+    }
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// `HH:MM:SS UTC` of a time in ms since the epoch.
+fn clock(ms: u64) -> String {
+    let secs = ms / 1000;
+    format!("{:02}:{:02}:{:02} UTC", (secs / 3600) % 24, (secs / 60) % 60, secs % 60)
+}
+
+/// The `/status` page of `report`: one section per model, its routes in their current order.
+pub fn render_html(report: &Report) -> String {
+    let r = report;
+    let mut html = String::from(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <meta http-equiv=\"refresh\" content=\"15\"><title>Switchyard status</title><style>\
+         body{font:15px/1.4 system-ui,sans-serif;margin:0 auto;max-width:52rem;padding:1rem;color:#1b1b1b}\
+         h1{font-size:1.4rem}section{border:1px solid #ddd;border-radius:8px;padding:.75rem 1rem;margin:1rem 0}\
+         h2{font-size:1.1rem;margin:.2rem 0;display:flex;justify-content:space-between;gap:1rem;flex-wrap:wrap}\
+         .w{font-weight:600}.operational{color:#137333}.degraded{color:#b06000}.down{color:#c5221f}.no_recent_requests{color:#5f6368}\
+         table{border-collapse:collapse;width:100%;font-size:.9rem}td,th{text-align:left;padding:.25rem .4rem;border-top:1px solid #eee}\
+         .demoted{color:#c5221f}.small{color:#5f6368;font-size:.85rem}@media(max-width:30rem){.hide{display:none}}\
+         </style></head><body><h1>Switchyard status</h1>",
+    );
+    html.push_str(&format!(
+        "<p class=\"small\">{} of {} models have a healthy route. Last hour of real requests; updated {}.</p>",
+        r.healthy,
+        r.total,
+        clock(r.generated_at_ms)
+    ));
+    for m in &r.models {
+        let status_class = serde_json::to_value(m.status)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        html.push_str(&format!(
+            "<section><h2><span>{}</span><span class=\"w {}\">{}</span></h2>\
+             <div class=\"small\">{} / {} routes healthy · current order:</div>\
+             <table><tr><th>#</th><th>route</th><th>state</th><th>success</th><th class=\"hide\">TTFB</th><th class=\"hide\">tok/s</th></tr>",
+            esc(&m.id),
+            status_class,
+            m.label,
+            m.healthy_routes,
+            m.routes
+        ));
+        for (i, route) in m.order.iter().enumerate() {
+            let state = match (route.state, route.cooldown_until_ms) {
+                ("cooling", Some(until)) => format!("<span class=\"demoted\">demoted until {}</span>", clock(until)),
+                ("probe_due", _) => "<span class=\"demoted\">probe due</span>".to_string(),
+                ("probe_in_flight", _) => "<span class=\"demoted\">probing</span>".to_string(),
+                _ => "healthy".to_string(),
+            };
+            let pct = route.success_rate.map_or("–".into(), |s| format!("{:.0} %", s * 100.0));
+            let ttfb = route.median_ttfb_ms.map_or("–".into(), |t| format!("{t} ms"));
+            let tps = route.tokens_per_s.map_or("–".into(), |t| format!("{t:.0}"));
+            html.push_str(&format!(
+                "<tr><td>{}</td><td>{} <span class=\"small\">{}</span></td><td>{}</td><td>{}</td><td class=\"hide\">{}</td><td class=\"hide\">{}</td></tr>",
+                i + 1,
+                esc(&route.id),
+                esc(&route.provider),
+                state,
+                pct,
+                ttfb,
+                tps
+            ));
+        }
+        html.push_str("</table></section>");
+    }
+    html.push_str("</body></html>");
+    html
+}
+
+/// The body of `GET /admin/health/{model}` at `now_ms`: every route's breaker (catalog order) with
+/// its account's state and its stats, the model's status word, and all accounts' breakers. `full`
+/// is the model's full health, `accounts` the accounts object's.
+pub fn admin_report(
+    catalog: &Catalog,
+    model: &Model,
+    full: &ModelHealth,
+    accounts: &ModelHealth,
+    now_ms: u64,
+) -> serde_json::Value {
+    let routes: Vec<serde_json::Value> = catalog
+        .route_accounts(model)
+        .into_iter()
+        .map(|(route, account)| {
+            let breaker = full.routes.get(&route).map(|r| r.breaker.clone()).unwrap_or_default();
+            serde_json::json!({
+                "route": route,
+                "account": account,
+                "state": state_word(&breaker.state(now_ms)).0,
+                "breaker": breaker,
+                "account_state": accounts.accounts.get(&account).map(|a| state_word(&a.state(now_ms)).0).unwrap_or("healthy"),
+                "stats": full.route_stats(&route, now_ms),
+            })
+        })
+        .collect();
+    serde_json::json!({"model": model.id, "status": full.status(now_ms), "routes": routes, "accounts": accounts.accounts})
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::health::RequestObservation;
+    use crate::classify::FailureClass;
+    use crate::health::{AttemptOutcome, HealthConfig, Observation, RequestObservation};
+    use serde_json::json;
 
     const MIN: u64 = 60_000;
     const T0: u64 = 1_000 * MIN;
@@ -180,5 +397,311 @@ mod tests {
                 word
             );
         }
+    }
+
+    // ---- the report, `/status` and admin health ----------------------------------------------
+
+    /// Providers `a` (account `acct-a`) and `b` (account `acct-b`); `models` as (id, [(route, provider)]).
+    fn catalog(models: &[(&str, &[(&str, &str)])]) -> Catalog {
+        let models: Vec<serde_json::Value> = models
+            .iter()
+            .map(|(id, routes)| {
+                let routes: Vec<serde_json::Value> = routes
+                    .iter()
+                    .map(|(r, p)| {
+                        json!({"id": r, "provider": p, "upstream_model": "u", "apis": ["chat"],
+                               "price": {"input_per_mtok": 1.0, "output_per_mtok": 2.0}})
+                    })
+                    .collect();
+                json!({"id": id, "context_window": 8000, "max_output_tokens": 1000, "routes": routes})
+            })
+            .collect();
+        let doc = json!({
+            "providers": [
+                {"id": "a", "base_url": "http://a/v1", "auth": "bearer", "account": "acct-a"},
+                {"id": "b", "base_url": "http://b/v1", "auth": "bearer", "account": "acct-b"}
+            ],
+            "models": models
+        });
+        Catalog::parse(doc.to_string().as_bytes()).unwrap()
+    }
+
+    fn attempt(route: &str, account: &str, outcome: AttemptOutcome, at_ms: u64) -> Observation {
+        Observation {
+            route: route.into(),
+            account: account.into(),
+            outcome,
+            at_ms,
+            stream: true,
+            ttfb_ms: None,
+            output_tokens: 0,
+            duration_ms: 0,
+            extra_try: false,
+            probe: false,
+            retry_after_ms: None,
+        }
+    }
+
+    fn request(h: &mut ModelHealth, at_ms: u64, answered: bool) {
+        h.observe_request(&RequestObservation {
+            at_ms,
+            answered,
+            counted: true,
+            stream_ttfb_ms: None,
+        });
+    }
+
+    fn healths(list: Vec<(&str, ModelHealth)>) -> BTreeMap<String, ModelHealth> {
+        list.into_iter().map(|(id, h)| (id.to_string(), h)).collect()
+    }
+
+    /// The HTML section of the model shown as `id` (escaped as on the page).
+    fn section<'a>(html: &'a str, id: &str) -> &'a str {
+        html.split("<section>")
+            .find(|s| s.starts_with(&format!("<h2><span>{id}</span>")))
+            .unwrap_or_else(|| panic!("{id} not on the page: {html}"))
+    }
+
+    #[test]
+    fn a_demoted_route_is_listed_last_as_cooling_until_its_cooldown_ends() {
+        // T0 is 16:40:00 UTC; r0 is overloaded at 16:40:07 (demoted for 5 minutes), r1 answers.
+        let c = catalog(&[("m", &[("r0", "a"), ("r1", "b")])]);
+        let at = T0 + 7_000;
+        let mut h = ModelHealth::default();
+        h.observe(
+            &attempt("r0", "acct-a", AttemptOutcome::Failure(FailureClass::Overloaded), at),
+            &HealthConfig::default(),
+        );
+        let mut answer = attempt("r1", "acct-b", AttemptOutcome::Success, at);
+        answer.ttfb_ms = Some(800);
+        answer.output_tokens = 100;
+        answer.duration_ms = 2_800; // 100 tokens in 2 s after the first byte
+        h.observe(&answer, &HealthConfig::default());
+        request(&mut h, at, true);
+        let models = healths(vec![("m", h)]);
+        let now = T0 + MIN;
+
+        let r = report(&c, &models, &ModelHealth::default(), now);
+        assert_eq!(
+            serde_json::to_value(&r).unwrap(),
+            json!({
+                "total": 1,
+                "healthy": 1,
+                "models": [{
+                    "id": "m",
+                    "status": "operational",
+                    "label": "Operational",
+                    "healthy_routes": 1,
+                    "routes": 2,
+                    "order": [
+                        {"id": "r1", "provider": "b", "healthy": true, "state": "healthy",
+                         "cooldown_until_ms": null, "success_rate": 1.0, "median_ttfb_ms": 800,
+                         "tokens_per_s": 50.0},
+                        {"id": "r0", "provider": "a", "healthy": false, "state": "cooling",
+                         "cooldown_until_ms": at + 5 * MIN, "success_rate": 0.0, "median_ttfb_ms": null,
+                         "tokens_per_s": null}
+                    ]
+                }],
+                "generated_at_ms": now
+            })
+        );
+
+        let html = render_html(&r);
+        assert!(html.starts_with("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"));
+        assert!(html.ends_with("</table></section></body></html>"), "{html}");
+        assert!(html.contains(
+            "<p class=\"small\">1 of 1 models have a healthy route. Last hour of real requests; updated 16:41:00 UTC.</p>"
+        ));
+        assert_eq!(
+            section(&html, "m"),
+            "<h2><span>m</span><span class=\"w operational\">Operational</span></h2>\
+             <div class=\"small\">1 / 2 routes healthy · current order:</div>\
+             <table><tr><th>#</th><th>route</th><th>state</th><th>success</th><th class=\"hide\">TTFB</th><th class=\"hide\">tok/s</th></tr>\
+             <tr><td>1</td><td>r1 <span class=\"small\">b</span></td><td>healthy</td><td>100 %</td><td class=\"hide\">800 ms</td><td class=\"hide\">50</td></tr>\
+             <tr><td>2</td><td>r0 <span class=\"small\">a</span></td><td><span class=\"demoted\">demoted until 16:45:07 UTC</span></td><td>0 %</td><td class=\"hide\">–</td><td class=\"hide\">–</td></tr>\
+             </table></section></body></html>"
+        );
+
+        // Once the cooldown has ended the route is back in its place, probe due, still not healthy.
+        let later = report(&c, &models, &ModelHealth::default(), at + 5 * MIN);
+        let m = &later.models[0];
+        let order: Vec<(&str, &str, bool)> = m.order.iter().map(|r| (r.id.as_str(), r.state, r.healthy)).collect();
+        assert_eq!(order, [("r0", "probe_due", false), ("r1", "healthy", true)]);
+        assert_eq!((m.healthy_routes, m.routes), (1, 2));
+        assert!(render_html(&later).contains("<td><span class=\"demoted\">probe due</span></td>"));
+    }
+
+    #[test]
+    fn a_route_whose_account_is_cooling_is_demoted_too() {
+        let c = catalog(&[("m", &[("r0", "a"), ("r1", "b")])]);
+        let mut accounts = ModelHealth::default();
+        accounts.observe(
+            &attempt("r0", "acct-a", AttemptOutcome::Failure(FailureClass::Account), T0),
+            &HealthConfig::default(),
+        );
+        // The model's own health is empty (missing from the map): only the account demotes r0.
+        let r = report(&c, &BTreeMap::new(), &accounts, T0 + MIN);
+        let order: Vec<(&str, &str, Option<u64>)> = r.models[0]
+            .order
+            .iter()
+            .map(|r| (r.id.as_str(), r.state, r.cooldown_until_ms))
+            .collect();
+        assert_eq!(order, [("r1", "healthy", None), ("r0", "cooling", Some(T0 + 5 * MIN))]);
+        assert_eq!(r.models[0].healthy_routes, 1);
+    }
+
+    #[test]
+    fn a_model_without_requests_reads_no_recent_requests() {
+        let c = catalog(&[("quiet", &[("r0", "a")])]);
+        let r = report(&c, &BTreeMap::new(), &ModelHealth::default(), T0);
+        assert_eq!(
+            serde_json::to_value(&r.models[0]).unwrap(),
+            json!({
+                "id": "quiet",
+                "status": "no_recent_requests",
+                "label": "No recent requests",
+                "healthy_routes": 1,
+                "routes": 1,
+                "order": [{"id": "r0", "provider": "a", "healthy": true, "state": "healthy",
+                           "cooldown_until_ms": null, "success_rate": null, "median_ttfb_ms": null,
+                           "tokens_per_s": null}]
+            })
+        );
+        assert_eq!((r.total, r.healthy), (1, 1));
+        let html = render_html(&r);
+        assert_eq!(
+            section(&html, "quiet"),
+            "<h2><span>quiet</span><span class=\"w no_recent_requests\">No recent requests</span></h2>\
+             <div class=\"small\">1 / 1 routes healthy · current order:</div>\
+             <table><tr><th>#</th><th>route</th><th>state</th><th>success</th><th class=\"hide\">TTFB</th><th class=\"hide\">tok/s</th></tr>\
+             <tr><td>1</td><td>r0 <span class=\"small\">a</span></td><td>healthy</td><td>–</td><td class=\"hide\">–</td><td class=\"hide\">–</td></tr>\
+             </table></section></body></html>"
+        );
+    }
+
+    #[test]
+    fn a_model_whose_requests_went_unanswered_reads_down_and_has_no_healthy_route() {
+        let c = catalog(&[("up", &[("u0", "b")]), ("down", &[("d0", "a")])]);
+        let mut down = ModelHealth::default();
+        for i in 0..3 {
+            down.observe(
+                &attempt("d0", "acct-a", AttemptOutcome::Failure(FailureClass::Timeout), T0 + i),
+                &HealthConfig::default(),
+            );
+            request(&mut down, T0 + i, false);
+        }
+        let mut up = ModelHealth::default();
+        request(&mut up, T0, true);
+        let models = healths(vec![("down", down), ("up", up)]);
+        let r = report(&c, &models, &ModelHealth::default(), T0 + MIN);
+
+        assert_eq!((r.total, r.healthy), (2, 1));
+        let ids: Vec<&str> = r.models.iter().map(|m| m.id.as_str()).collect();
+        assert_eq!(ids, ["up", "down"], "catalog order");
+        let m = &r.models[1];
+        assert_eq!((m.status, m.label), (StatusWord::Down, "Down"));
+        assert_eq!((m.healthy_routes, m.routes), (0, 1));
+        assert_eq!((m.order[0].state, m.order[0].success_rate), ("cooling", Some(0.0)));
+        assert_eq!(r.models[0].status, StatusWord::Operational);
+
+        let html = render_html(&r);
+        assert!(
+            html.contains("<p class=\"small\">1 of 2 models have a healthy route."),
+            "{html}"
+        );
+        let s = section(&html, "down");
+        assert!(
+            s.starts_with(
+                "<h2><span>down</span><span class=\"w down\">Down</span></h2>\
+                 <div class=\"small\">0 / 1 routes healthy · current order:</div>"
+            ),
+            "{s}"
+        );
+        assert!(s.contains("<td>d0 <span class=\"small\">a</span></td><td><span class=\"demoted\">demoted until 16:45:00 UTC</span></td><td>0 %</td>"), "{s}");
+        assert!(section(&html, "up").contains("<span class=\"w operational\">Operational</span>"));
+    }
+
+    #[test]
+    fn ids_are_escaped_in_the_html() {
+        let evil = "<script>alert(\"1&2\")</script>";
+        let r = Report {
+            total: 1,
+            healthy: 1,
+            models: vec![ModelReport {
+                id: evil.into(),
+                status: StatusWord::Operational,
+                label: StatusWord::Operational.label(),
+                healthy_routes: 1,
+                routes: 1,
+                order: vec![RouteReport {
+                    id: evil.into(),
+                    provider: "<b>p</b>".into(),
+                    healthy: true,
+                    state: "healthy",
+                    cooldown_until_ms: None,
+                    success_rate: Some(0.994),
+                    median_ttfb_ms: Some(1_234),
+                    tokens_per_s: Some(41.6),
+                }],
+            }],
+            generated_at_ms: T0,
+        };
+        let html = render_html(&r);
+        let escaped = "&lt;script&gt;alert(&quot;1&amp;2&quot;)&lt;/script&gt;";
+        assert!(!html.contains("<script"), "{html}");
+        assert!(!html.contains("<b>"), "{html}");
+        assert!(html.contains(&format!("<h2><span>{escaped}</span>")), "{html}");
+        assert!(
+            html.contains(&format!(
+                "<tr><td>1</td><td>{escaped} <span class=\"small\">&lt;b&gt;p&lt;/b&gt;</span></td><td>healthy</td>\
+                 <td>99 %</td><td class=\"hide\">1234 ms</td><td class=\"hide\">42</td></tr>"
+            )),
+            "{html}"
+        );
+    }
+
+    #[test]
+    fn admin_report_shows_each_routes_breaker_and_its_accounts_state() {
+        let c = catalog(&[("m", &[("r0", "a"), ("r1", "b")])]);
+        let mut full = ModelHealth::default();
+        full.observe(
+            &attempt("r0", "acct-a", AttemptOutcome::Failure(FailureClass::Overloaded), T0),
+            &HealthConfig::default(),
+        );
+        request(&mut full, T0, true);
+        let mut accounts = ModelHealth::default();
+        accounts.observe(
+            &attempt("r1", "acct-b", AttemptOutcome::Failure(FailureClass::Account), T0),
+            &HealthConfig::default(),
+        );
+        let model = c.model("m").unwrap();
+        let v = admin_report(&c, model, &full, &accounts, T0 + MIN);
+        assert_eq!(v["model"], "m");
+        assert_eq!(v["status"], "operational");
+        let routes = v["routes"].as_array().unwrap();
+        let rows: Vec<(&str, &str, &str, &str)> = routes
+            .iter()
+            .map(|r| {
+                (
+                    r["route"].as_str().unwrap(),
+                    r["account"].as_str().unwrap(),
+                    r["state"].as_str().unwrap(),
+                    r["account_state"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                ("r0", "acct-a", "cooling", "healthy"),
+                ("r1", "acct-b", "healthy", "cooling")
+            ],
+            "catalog order; route and account breakers apart"
+        );
+        assert_eq!(routes[0]["breaker"]["consecutive_failures"], 1);
+        assert_eq!(routes[0]["breaker"]["demoted_until_ms"], T0 + 5 * MIN);
+        assert_eq!(routes[0]["stats"]["failed"], 1);
+        assert_eq!(routes[1]["breaker"]["consecutive_failures"], 0);
+        assert_eq!(v["accounts"]["acct-b"]["demoted_until_ms"], T0 + 5 * MIN);
     }
 }

@@ -52,22 +52,6 @@ pub struct BodyInfo {
     pub output_chars: usize,
 }
 
-/// The error body shape a client expects.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorShape {
-    OpenAi,
-    Anthropic,
-}
-
-impl From<Api> for ErrorShape {
-    fn from(api: Api) -> ErrorShape {
-        match api {
-            Api::Messages => ErrorShape::Anthropic,
-            Api::Chat | Api::Responses => ErrorShape::OpenAi,
-        }
-    }
-}
-
 /// The request's `provider` object: routing preferences every attempt obeys (SPEC §3).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -1,6 +1,6 @@
 //! JS calls that may be refused by the runtime, made so the refusal comes back as an `Err`.
 //!
-//! Any import can be refused where no request is being served (see [`crate::clock::in_request`]),
+//! Any import can be refused where no request is being served (see [`super::clock::in_request`]),
 //! and an exception thrown through Wasm frames by a non-`catch` import loses the task being polled.
 //! wasm-bindgen merges imports of the same JS name, so a `catch` declaration of our own
 //! (`setTimeout`, `AbortController.abort`) can silently become another crate's non-`catch` one;

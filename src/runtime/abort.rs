@@ -1,14 +1,14 @@
 //! Upstream fetches' cancellation and bodies: the `AbortController` of an attempt, and the body
 //! read through a reader of our own (handed on to the JS relay after commit). Every JS call goes
-//! through [`crate::js`], so a refusal by the runtime (a task polled outside its request, see
-//! [`crate::clock::in_request`]) comes back as an error instead of unwinding through Wasm.
+//! through [`super::js`], so a refusal by the runtime (a task polled outside its request, see
+//! [`super::clock::in_request`]) comes back as an error instead of unwinding through Wasm.
 
 use js_sys::{Promise, Uint8Array};
 use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
 use worker::web_sys;
 
-use crate::js;
+use super::js;
 
 /// Aborts the upstream fetch it was given to.
 pub struct Canceller(Option<JsValue>);
@@ -60,19 +60,17 @@ impl Body {
     }
 
     /// The next chunk; `None` at the end, `Err` when the body broke.
-    pub async fn next(&mut self) -> Option<Result<Vec<u8>, ()>> {
-        let Ok(read) = js::call_method(&self.reader, "read", &[]).and_then(|p| p.dyn_into::<Promise>()) else {
-            return Some(Err(()));
-        };
-        let Ok(result) = JsFuture::from(read).await else {
-            return Some(Err(()));
-        };
+    pub async fn next(&mut self) -> Result<Option<Vec<u8>>, ()> {
+        let read = js::call_method(&self.reader, "read", &[])
+            .and_then(|p| p.dyn_into::<Promise>())
+            .map_err(drop)?;
+        let result = JsFuture::from(read).await.map_err(drop)?;
         if js::get(&result, "done").is_ok_and(|d| d.is_truthy()) {
-            return None;
+            return Ok(None);
         }
         match js::get(&result, "value").map(|v| v.dyn_into::<Uint8Array>()) {
-            Ok(Ok(bytes)) => Some(Ok(bytes.to_vec())),
-            _ => Some(Err(())),
+            Ok(Ok(bytes)) => Ok(Some(bytes.to_vec())),
+            _ => Err(()),
         }
     }
 

@@ -1,23 +1,19 @@
-// The post-commit relay loop (SPEC §7) for src/stream.rs. It runs in JS so that nothing in Rust is
-// polled per chunk: each upstream chunk goes to Rust's `Inspector` in one synchronous call and is
-// forwarded to the client as it is, unless the inspector hands back other bytes. Timers (idle,
-// stream cap, disconnect grace) and the client's departure are watched here; every decision about
-// the bytes is Rust's. The loop runs on the request's own promises, so it is never polled outside
-// its request. Nothing here throws: every runtime call that can fail is caught.
+// The post-commit relay loop (SPEC §7), the JS half of src/relay.rs. It runs in JS so that nothing
+// in Rust is polled per chunk: each upstream chunk goes to the Rust half (`core`, a `RelayCore`) in
+// one synchronous call and is forwarded to the client as it is, unless the core hands back other
+// bytes. Timers (idle, stream cap, disconnect grace) and the client's departure are watched here;
+// every decision about the bytes is Rust's. The loop runs on the request's own promises, so it is
+// never polled outside its request. Nothing here throws: every runtime call that can fail is caught.
 
-const FORWARD_OTHER = 1; // push(): forward inspector.take() instead of the chunk
-const OVER = 2; // push(): the stream is over after this chunk
-const BROKE = 0; // broken(): the upstream connection broke
-const IDLE = 1; // broken(): no data for idleMs
-const CAP = 2; // broken(): the stream ran past capMs
 const END_WAIT_MS = 1000; // after the stream is over, how long the upstream may take to close
 const TIMEOUT = Symbol("timeout");
 const GONE = Symbol("gone");
 
-/// Starts relaying `reader` to a new client stream, `head` first. `over`: the stream already ended
-/// within `head`. Returns [client ReadableStream, Promise<{upstreamEnded, clientGone}>]; the
-/// promise settles when nothing more will be read.
-export function relay(reader, head, over, inspector, idleMs, capMs, graceMs, abortController) {
+/// Starts relaying `core.reader` to a new client stream, `core.head()` first. Returns
+/// [client ReadableStream, Promise]; the promise settles when nothing more will be read, after
+/// `core.finished(upstreamEnded)`.
+export function relay(core) {
+  const { reader, abortController, idleMs, capMs, graceMs } = core;
   let client = null;
   let goneAt = 0;
   let signalGone = () => {};
@@ -114,22 +110,22 @@ export function relay(reader, head, over, inspector, idleMs, capMs, graceMs, abo
       if (r === TIMEOUT) {
         // The client left and the upstream did not finish within the grace window: stop quietly.
         if (goneAt && Date.now() >= goneAt + graceMs) return false;
-        send(inspector.broken(Date.now() >= capAt ? CAP : IDLE));
+        send(Date.now() >= capAt ? core.overCap() : core.idle());
         return false;
       }
       if (r.error !== undefined) {
-        send(inspector.broken(BROKE));
+        send(core.cut());
         return true;
       }
       if (r.done) {
         closed = true;
-        send(inspector.close());
+        send(core.close());
         return true;
       }
       lastData = Date.now();
-      const verdict = inspector.push(r.value);
-      send(verdict & FORWARD_OTHER ? inspector.take() : r.value);
-      if (verdict & OVER) {
+      const other = core.push(r.value);
+      send(other === undefined ? r.value : other);
+      if (core.over) {
         await readToEnd();
         return true;
       }
@@ -153,10 +149,11 @@ export function relay(reader, head, over, inspector, idleMs, capMs, graceMs, abo
   };
 
   const done = (async () => {
-    let upstreamEnded = over;
+    let upstreamEnded = false;
     try {
-      send(head);
-      if (over) await readToEnd();
+      send(core.head());
+      upstreamEnded = core.over;
+      if (upstreamEnded) await readToEnd();
       else upstreamEnded = await pump();
     } catch {
       upstreamEnded = false;
@@ -176,7 +173,7 @@ export function relay(reader, head, over, inspector, idleMs, capMs, graceMs, abo
         // the body is closed already
       }
     }
-    return { upstreamEnded, clientGone: goneAt !== 0 };
+    core.finished(upstreamEnded);
   })();
   return [body, done];
 }

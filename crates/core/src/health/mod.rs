@@ -19,13 +19,16 @@
 //!   minutes: older ones are dropped on every write. A bucket keeps at most
 //!   [`TTFB_SAMPLES_PER_BUCKET`] TTFB samples (the first ones of that minute).
 
+mod scope;
+
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use crate::catalog::Policy;
 use crate::classify::{Blame, FailureClass};
-use crate::plan::RouteHealth;
+
+pub use scope::{for_accounts, ProbeClaim, Scope};
 
 /// Buckets kept, in minutes (the status page's "last hour").
 pub const WINDOW_MINUTES: u64 = 60;
@@ -33,7 +36,7 @@ pub const WINDOW_MINUTES: u64 = 60;
 pub const TTFB_SAMPLES_PER_BUCKET: usize = 64;
 const MINUTE_MS: u64 = 60_000;
 
-/// The health knobs of the effective policy (SPEC §15).
+/// The health knobs of the effective policy (SPEC §16).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HealthConfig {
     /// Consecutive route failures that demote a route (default 3).
@@ -67,6 +70,14 @@ impl Default for HealthConfig {
     fn default() -> Self {
         HealthConfig::from_policy(&Policy::default())
     }
+}
+
+/// What the caller knows about one route's health right now (the seam for SPEC §8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RouteHealth {
+    /// Demoted routes go last and never get the last-route deadline if a healthy one can.
+    pub demoted: bool,
+    pub consecutive_failures: u32,
 }
 
 /// How one attempt ended.

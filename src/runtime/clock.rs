@@ -4,7 +4,7 @@
 //! which is what deadlines and logs need.) [`sleep`] is used instead of `worker::Delay` because a
 //! timer future may be polled or dropped outside any request (a task outliving its request), where
 //! the runtime refuses `setTimeout`/`clearTimeout`; here that refusal comes back as an error (see
-//! [`crate::js`]) instead of unwinding through Wasm.
+//! [`super::js`]) instead of unwinding through Wasm.
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
@@ -15,7 +15,7 @@ use std::task::{Context, Poll, Waker};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
-use crate::js;
+use super::js;
 
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> u64 {

@@ -1,0 +1,285 @@
+//! The two halves of route health and how they meet (SPEC §8, §9): a model's own object keeps its
+//! route breakers and traffic buckets, the accounts object keeps every upstream account's breaker
+//! ([`Scope`]). An isolate plans with both merged ([`ModelHealth::with_accounts`]); which probes a
+//! request must claim, and from which object, is decided here ([`ModelHealth::probe_claims`]); so is
+//! which outcomes the accounts object is told about ([`for_accounts`]).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::{AttemptOutcome, Breaker, BreakerState, HealthConfig, ModelHealth, Observation};
+use crate::classify::Blame;
+
+/// Which part of the health state an object (or an isolate's snapshot) holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scope {
+    /// One model: route breakers and buckets.
+    Model,
+    /// Every upstream account's breaker.
+    Accounts,
+}
+
+/// A probe a request must win before it tries a route whose cooldown ended (SPEC §8): from the
+/// model's object when the route's own breaker is due, from the accounts object when its account's
+/// is (both when both are).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeClaim {
+    /// Index into the model's routes.
+    pub route: usize,
+    pub route_id: String,
+    pub account: String,
+    pub from_model: bool,
+    pub from_accounts: bool,
+}
+
+impl ModelHealth {
+    /// Applies an observation and keeps only this scope's half: a model object keeps no account
+    /// breakers, the accounts object keeps no routes or buckets.
+    pub fn observe_scoped(&mut self, obs: &Observation, cfg: &HealthConfig, scope: Scope) {
+        self.observe(obs, cfg);
+        self.keep_scope(scope);
+    }
+
+    /// Drops what does not belong to `scope`.
+    pub fn keep_scope(&mut self, scope: Scope) {
+        match scope {
+            Scope::Model => self.accounts.clear(),
+            Scope::Accounts => {
+                self.routes.clear();
+                self.model_buckets.clear();
+            }
+        }
+    }
+
+    /// Admin reset of a model: its route breakers, and the breakers of the accounts it uses.
+    /// Traffic buckets are kept (they are measurements).
+    pub fn reset_with_accounts(&mut self, accounts: &[String]) {
+        let kept: BTreeMap<String, Breaker> = self
+            .accounts
+            .iter()
+            .filter(|(a, _)| !accounts.contains(a))
+            .map(|(a, b)| (a.clone(), b.clone()))
+            .collect();
+        self.reset();
+        self.accounts = kept;
+    }
+
+    /// The state a route shows right now, its account's included: the route's own if it is not
+    /// healthy, else the account's. A route is healthy only when both are (a probe due or in
+    /// flight is not healthy yet). The status page and `available_models` both use this.
+    pub fn route_state(&self, route: &str, account: &str, now_ms: u64) -> BreakerState {
+        let own = self
+            .routes
+            .get(route)
+            .map_or(BreakerState::Healthy, |r| r.breaker.state(now_ms));
+        match own {
+            BreakerState::Healthy => self
+                .accounts
+                .get(account)
+                .map_or(BreakerState::Healthy, |a| a.state(now_ms)),
+            other => other,
+        }
+    }
+
+    /// Whether at least one of these (route, account) pairs is healthy right now.
+    pub fn any_healthy(&self, routes: &[(String, String)], now_ms: u64) -> bool {
+        routes
+            .iter()
+            .any(|(r, a)| matches!(self.route_state(r, a, now_ms), BreakerState::Healthy))
+    }
+
+    /// The view a request plans with: this model's route breakers and the accounts' breakers.
+    pub fn with_accounts(&self, accounts: &ModelHealth) -> ModelHealth {
+        ModelHealth {
+            routes: self.routes.clone(),
+            accounts: accounts.accounts.clone(),
+            model_buckets: Vec::new(),
+        }
+    }
+
+    /// The probes a request must claim before planning: one per route that [`ModelHealth::plan_order`]
+    /// marks probe-due. `routes` as for `plan_order`.
+    pub fn probe_claims(&self, routes: &[(String, String)], now_ms: u64) -> Vec<ProbeClaim> {
+        self.plan_order(routes, now_ms)
+            .into_iter()
+            .filter(|(_, _, due)| *due)
+            .filter_map(|(i, _, _)| {
+                let (route, account) = routes.get(i)?;
+                Some(ProbeClaim {
+                    route: i,
+                    route_id: route.clone(),
+                    account: account.clone(),
+                    from_model: self.routes.get(route).is_some_and(|r| r.breaker.probe_due(now_ms)),
+                    from_accounts: self.accounts.get(account).is_some_and(|a| a.probe_due(now_ms)),
+                })
+            })
+            .collect()
+    }
+}
+
+/// The observations the accounts object must hear of: account-level failures, and successes on an
+/// account it has a breaker for (`accounts`, the isolate's copy of that object), which may end
+/// that breaker's cooldown.
+pub fn for_accounts(observations: &[Observation], accounts: Option<&ModelHealth>) -> Vec<Observation> {
+    observations
+        .iter()
+        .filter(|o| match o.outcome {
+            AttemptOutcome::Failure(class) => class.blame() == Blame::Account,
+            AttemptOutcome::Success => accounts.is_some_and(|a| a.accounts.contains_key(&o.account)),
+        })
+        .cloned()
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::classify::FailureClass;
+
+    fn obs(route: &str, account: &str, outcome: AttemptOutcome) -> Observation {
+        Observation {
+            route: route.into(),
+            account: account.into(),
+            outcome,
+            at_ms: 1_000,
+            stream: false,
+            ttfb_ms: None,
+            output_tokens: 0,
+            duration_ms: 10,
+            extra_try: false,
+            probe: false,
+            retry_after_ms: None,
+        }
+    }
+
+    #[test]
+    fn each_scope_keeps_its_half_and_together_they_plan_like_one() {
+        let cfg = HealthConfig::default();
+        let (mut model, mut accounts) = (ModelHealth::default(), ModelHealth::default());
+        let account_failure = obs("r0", "acct-a", AttemptOutcome::Failure(FailureClass::Account));
+        for (h, scope) in [(&mut model, Scope::Model), (&mut accounts, Scope::Accounts)] {
+            h.observe_scoped(&account_failure, &cfg, scope);
+        }
+        assert!(model.accounts.is_empty(), "the model object keeps no account breakers");
+        assert!(accounts.routes.is_empty(), "the accounts object keeps no routes");
+        assert!(
+            accounts.accounts["acct-a"].is_demoted(),
+            "one account failure is enough (SPEC §9)"
+        );
+        assert_eq!(
+            model.routes["r0"].breaker.consecutive_failures, 0,
+            "not counted against the route"
+        );
+        let routes = vec![
+            ("r0".to_string(), "acct-a".to_string()),
+            ("r1".to_string(), "acct-b".to_string()),
+        ];
+        let order = model.with_accounts(&accounts).plan_order(&routes, 2_000);
+        assert_eq!(
+            order.iter().map(|(i, _, _)| *i).collect::<Vec<_>>(),
+            vec![1, 0],
+            "the account's route goes last"
+        );
+        assert!(order[1].1.demoted);
+    }
+
+    #[test]
+    fn a_reset_clears_the_models_accounts_only() {
+        let cfg = HealthConfig::default();
+        let mut accounts = ModelHealth::default();
+        for acct in ["a", "b"] {
+            accounts.observe_scoped(
+                &obs("r", acct, AttemptOutcome::Failure(FailureClass::Account)),
+                &cfg,
+                Scope::Accounts,
+            );
+        }
+        accounts.reset_with_accounts(&["a".to_string()]);
+        assert!(!accounts.accounts.contains_key("a"));
+        assert!(
+            accounts.accounts["b"].is_demoted(),
+            "another model's account keeps its cooldown"
+        );
+    }
+
+    #[test]
+    fn a_due_probe_is_claimed_from_the_object_whose_breaker_is_due() {
+        let cfg = HealthConfig::default();
+        let mut h = ModelHealth::default();
+        for _ in 0..cfg.demote_after {
+            h.observe(
+                &obs("r0", "acct-a", AttemptOutcome::Failure(FailureClass::Upstream5xx)),
+                &cfg,
+            );
+        }
+        h.observe(
+            &obs("r1", "acct-b", AttemptOutcome::Failure(FailureClass::Account)),
+            &cfg,
+        );
+        let routes = vec![
+            ("r0".to_string(), "acct-a".to_string()),
+            ("r1".to_string(), "acct-b".to_string()),
+            ("r2".to_string(), "acct-c".to_string()),
+        ];
+        assert!(
+            h.probe_claims(&routes, 2_000).is_empty(),
+            "cooling: nothing to claim yet"
+        );
+        let later = 1_000 + cfg.cooldown_max_ms + 1;
+        let claims = h.probe_claims(&routes, later);
+        assert_eq!(
+            claims,
+            vec![
+                ProbeClaim {
+                    route: 0,
+                    route_id: "r0".into(),
+                    account: "acct-a".into(),
+                    from_model: true,
+                    from_accounts: false,
+                },
+                ProbeClaim {
+                    route: 1,
+                    route_id: "r1".into(),
+                    account: "acct-b".into(),
+                    from_model: false,
+                    from_accounts: true,
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn the_accounts_object_hears_account_failures_and_successes_on_accounts_it_tracks() {
+        let cfg = HealthConfig::default();
+        let mut accounts = ModelHealth::default();
+        accounts.observe_scoped(
+            &obs("r", "tracked", AttemptOutcome::Failure(FailureClass::Account)),
+            &cfg,
+            Scope::Accounts,
+        );
+        let sent = [
+            obs("r", "tracked", AttemptOutcome::Success),
+            obs("r", "other", AttemptOutcome::Success),
+            obs("r", "other", AttemptOutcome::Failure(FailureClass::Account)),
+            obs("r", "other", AttemptOutcome::Failure(FailureClass::Timeout)),
+        ];
+        let picked: Vec<(String, AttemptOutcome)> = for_accounts(&sent, Some(&accounts))
+            .into_iter()
+            .map(|o| (o.account, o.outcome))
+            .collect();
+        assert_eq!(
+            picked,
+            vec![
+                ("tracked".to_string(), AttemptOutcome::Success),
+                ("other".to_string(), AttemptOutcome::Failure(FailureClass::Account)),
+            ]
+        );
+        assert_eq!(
+            for_accounts(&sent, None).len(),
+            1,
+            "without a copy of the accounts object only failures go"
+        );
+    }
+}

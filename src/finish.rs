@@ -1,0 +1,77 @@
+//! After the answer: the one path every ending of a request takes once its hold is placed. A
+//! [`Record`] carries the request's core [`Journal`], its hold and its health knobs; each attempt
+//! goes into it once (and into this isolate's health snapshot at once), and [`Record::close`]
+//! finishes the journal and returns the I/O that settles the hold (D1) and reports route health
+//! (Durable Objects), side by side, for `ctx.wait_until`.
+
+use std::future::Future;
+
+use switchyard_core::classify::Blame;
+use switchyard_core::generation::{short_message, AttemptResult, AttemptTarget, Ending, Journal};
+use switchyard_core::health::HealthConfig;
+use worker::Env;
+
+use crate::billing::{self, Hold};
+use crate::health;
+use crate::runtime::clock::{in_request, now_ms};
+
+/// An open request: what its settlement and health report need.
+pub struct Record {
+    pub journal: Journal,
+    pub env: Env,
+    pub hold: Option<Hold>,
+    pub health: HealthConfig,
+    pub model: String,
+}
+
+impl Record {
+    /// Records one attempt that ended now, and applies its outcome to this isolate's health
+    /// snapshot at once (the very next request sees a demotion).
+    pub fn attempt(&mut self, target: AttemptTarget, result: AttemptResult) {
+        if let AttemptResult::Failed { verdict, .. } = &result {
+            if verdict.class.blame() == Blame::Account {
+                // SPEC §9: the upstream account is broken, not the model.
+                worker::console_log!(
+                    "[auto-isolate] SKIP {}: account-level failure ({}) -- do NOT deactivate the model",
+                    self.model,
+                    verdict
+                        .message
+                        .as_deref()
+                        .map(short_message)
+                        .unwrap_or_else(|| verdict.class.as_str().to_string())
+                );
+            }
+        }
+        let obs = self.journal.attempt(target, result, now_ms());
+        health::apply_local(&self.model, obs, &self.health);
+    }
+
+    /// Finishes the record now with `ending`; the returned future settles it (hold released,
+    /// delivered usage charged, generation written) and reports to route health.
+    pub fn close(self, ending: Ending) -> impl Future<Output = ()> + 'static {
+        let Record {
+            journal,
+            env,
+            hold,
+            health: config,
+            model,
+        } = self;
+        let finished = journal.finish(ending, now_ms());
+        async move {
+            if !in_request() {
+                // Polled where the runtime allows no I/O (see `clock::in_request`): settlement
+                // cannot be written from here. The hold stays open and the cron sweep releases it
+                // at expiry — nothing is charged twice; this answer is not charged at all.
+                worker::console_error!(
+                    "{{\"event\":\"relay_lost_context\",\"generation_id\":{:?},\"charge_micros\":{}}}",
+                    finished.record.id,
+                    finished.record.total_cost_micros
+                );
+                return;
+            }
+            let report = health::report(&env, &model, config, finished.observations, finished.request);
+            let settle = billing::settle(env.clone(), hold, finished.record);
+            futures_util::future::join(settle, report).await;
+        }
+    }
+}

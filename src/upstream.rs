@@ -1,0 +1,332 @@
+//! One attempt's I/O (SPEC §4–§6): build the upstream request with the route's model and the
+//! provider's key, fetch it, and read until the first content (a stream) or the whole body — all
+//! within the attempt's one first-content deadline. The upstream is aborted on any failure. What
+//! the bytes mean is the core's (`classify`, the dialect's `inspect_body`, the stream [`Gate`]);
+//! every failure message passes through `redact` on its way out, so the upstream key never leaves
+//! this module except to the upstream.
+
+use std::future::Future;
+use std::pin::{pin, Pin};
+
+use futures_util::future::{select, Either};
+use js_sys::Uint8Array;
+use switchyard_core::catalog::{AuthScheme, Provider, Route};
+use switchyard_core::classify::{classify_error_payload, classify_status, is_error_payload, FailureClass, Verdict};
+use switchyard_core::dialect::{chat, redact, ClientRequest, Usage};
+use switchyard_core::relay::{Before, Gate, Relay, StreamDialect};
+use switchyard_core::sse::{SseEvent, SseParser};
+use switchyard_core::ApiError;
+use worker::{Env, Fetch, Headers, Method, Request, RequestInit, Response};
+
+use crate::runtime::abort::{Body, Canceller};
+use crate::runtime::clock::{sleep, Sleep};
+
+/// Where an attempt goes: the route, its provider, and the provider's key.
+pub struct Target<'a> {
+    pub provider: &'a Provider,
+    pub route: &'a Route,
+    key: Option<String>,
+}
+
+impl<'a> Target<'a> {
+    /// The target for `route`, with the key named by the provider's `key_secret` read from the
+    /// Worker's secrets (a missing secret is our configuration error, logged by name only).
+    pub fn new(env: &Env, provider: &'a Provider, route: &'a Route) -> Result<Target<'a>, ApiError> {
+        let key = match &provider.key_secret {
+            None => None,
+            Some(name) => match env
+                .secret(name)
+                .map(|s| s.to_string())
+                .or_else(|_| env.var(name).map(|v| v.to_string()))
+            {
+                Ok(key) => Some(key),
+                Err(_) => {
+                    worker::console_error!(
+                        "{{\"event\":\"missing_upstream_secret\",\"provider\":{:?},\"secret\":{:?}}}",
+                        provider.id,
+                        name
+                    );
+                    return Err(ApiError::Internal {
+                        label: "missing_upstream_secret",
+                    });
+                }
+            },
+        };
+        Ok(Target { provider, route, key })
+    }
+}
+
+/// A committed stream, ready to relay: the body being read, what the gate saw, and what it held.
+pub struct Live {
+    pub body: Body,
+    pub parser: SseParser,
+    pub relay: Relay,
+    /// Events read in the chunk that committed, after the committing one.
+    pub pending: Vec<SseEvent>,
+    /// Everything held back before commit, the committing event last.
+    pub head: Vec<u8>,
+    pub controller: Canceller,
+    pub content_type: String,
+}
+
+/// What a committed attempt produced.
+pub enum Committed {
+    Body {
+        bytes: Vec<u8>,
+        status: u16,
+        content_type: String,
+        usage: Option<Usage>,
+        output_chars: usize,
+    },
+    Stream(Live),
+}
+
+impl Committed {
+    pub fn http_status(&self) -> u16 {
+        match self {
+            Committed::Body { status, .. } => *status,
+            Committed::Stream(_) => 200,
+        }
+    }
+}
+
+/// An attempt that did not commit.
+pub struct Failed {
+    pub verdict: Verdict,
+    pub http_status: Option<u16>,
+}
+
+/// One attempt in flight: its deadline, its abort handle, and the key to redact.
+struct Attempt<'t, 'd> {
+    target: &'t Target<'t>,
+    deadline: Pin<&'d mut Sleep>,
+    controller: Canceller,
+    status: Option<u16>,
+}
+
+impl Attempt<'_, '_> {
+    /// A failure of this attempt, its message free of the upstream key.
+    fn fail(&self, verdict: Verdict) -> Failed {
+        Failed {
+            verdict: Verdict {
+                message: verdict.message.map(|m| redact(&m, self.target.key.as_deref())),
+                ..verdict
+            },
+            http_status: self.status,
+        }
+    }
+
+    fn failure(&self, class: FailureClass, message: &str) -> Failed {
+        self.fail(Verdict {
+            class,
+            message: Some(message.to_string()),
+            param: None,
+            retry_after_ms: None,
+        })
+    }
+
+    /// `fut` within the attempt's deadline: past it, the upstream is aborted and the attempt
+    /// failed as `timeout` with `late`; an error fails it as `broken`.
+    async fn within<T, E>(
+        &mut self,
+        fut: impl Future<Output = Result<T, E>>,
+        late: &str,
+        broken: (FailureClass, &str),
+    ) -> Result<T, Failed> {
+        match select(pin!(fut), self.deadline.as_mut()).await {
+            Either::Left((Ok(v), _)) => Ok(v),
+            Either::Left((Err(_), _)) => {
+                self.controller.abort();
+                Err(self.failure(broken.0, broken.1))
+            }
+            Either::Right(_) => {
+                self.controller.abort();
+                Err(self.failure(FailureClass::Timeout, late))
+            }
+        }
+    }
+}
+
+fn build_request(target: &Target, request: &ClientRequest) -> Result<Request, ApiError> {
+    let url = format!(
+        "{}{}",
+        target.provider.base_url.trim_end_matches('/'),
+        request.api.upstream_path()
+    );
+    let headers = Headers::new();
+    let set = |name: &str, value: &str| {
+        headers
+            .set(name, value)
+            .map_err(|_| ApiError::Internal { label: "header" })
+    };
+    set("content-type", "application/json")?;
+    set(
+        "accept",
+        if request.stream {
+            "text/event-stream"
+        } else {
+            "application/json"
+        },
+    )?;
+    if let Some(key) = &target.key {
+        match target.provider.auth {
+            AuthScheme::Bearer => set("authorization", &format!("Bearer {key}"))?,
+            AuthScheme::XApiKey => set("x-api-key", key)?,
+        }
+    }
+    let body = request.upstream_body(&target.route.upstream_model);
+    let mut init = RequestInit::new();
+    init.with_method(Method::Post)
+        .with_headers(headers)
+        .with_body(Some(Uint8Array::from(body.as_slice()).into()));
+    Request::new_with_init(&url, &init).map_err(|_| ApiError::Internal {
+        label: "upstream_request",
+    })
+}
+
+/// One attempt: fetch, then read until the first content (stream) or the whole body
+/// (non-stream), all within `deadline_ms`.
+pub async fn attempt(target: &Target<'_>, request: &ClientRequest, deadline_ms: u64) -> Result<Committed, Failed> {
+    let deadline = pin!(sleep(deadline_ms));
+    let mut a = Attempt {
+        target,
+        deadline,
+        controller: Canceller::new(),
+        status: None,
+    };
+    let upstream = build_request(target, request)
+        .map_err(|_| a.failure(FailureClass::Connect, "could not build the upstream request"))?;
+    let fetch = Fetch::Request(upstream);
+    let signal = a.controller.signal();
+    let send = async {
+        match &signal {
+            Some(signal) => fetch.send_with_signal(signal).await,
+            None => fetch.send().await,
+        }
+    };
+    let mut response = a
+        .within(
+            send,
+            "no response within the first-content deadline",
+            (FailureClass::Connect, "connection failed or closed before the response"),
+        )
+        .await?;
+    let status = response.status_code();
+    a.status = Some(status);
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+
+    if !(200..300).contains(&status) {
+        let retry_after = response.headers().get("retry-after").ok().flatten();
+        let body = a
+            .within(response.bytes(), "", (FailureClass::Connect, ""))
+            .await
+            .unwrap_or_default();
+        a.controller.abort();
+        return Err(a.fail(classify_status(status, retry_after.as_deref(), &body)));
+    }
+    if request.stream && content_type.starts_with("text/event-stream") {
+        return until_content(a, response, request, content_type).await;
+    }
+
+    // Non-stream, or a stream request answered with a plain body (often an error object).
+    let body = a
+        .within(
+            response.bytes(),
+            "the response body did not complete within the deadline",
+            (FailureClass::Connect, "the connection broke while reading the response"),
+        )
+        .await?;
+    if request.stream {
+        let verdict = match serde_json::from_slice::<serde_json::Value>(&body) {
+            Ok(v) if is_error_payload(&v) => classify_error_payload(&v),
+            _ => Verdict {
+                class: FailureClass::BadResponse,
+                message: Some("a stream was requested but the answer is not an event stream".into()),
+                param: None,
+                retry_after_ms: None,
+            },
+        };
+        return Err(a.fail(verdict));
+    }
+    match chat::inspect_body(&body) {
+        Ok(info) => Ok(Committed::Body {
+            bytes: body,
+            status,
+            content_type,
+            usage: info.usage,
+            output_chars: info.output_chars,
+        }),
+        Err(verdict) => Err(a.fail(verdict)),
+    }
+}
+
+/// Reads a stream until the gate commits (SPEC §6) or fails it.
+async fn until_content(
+    mut a: Attempt<'_, '_>,
+    response: Response,
+    request: &ClientRequest,
+    content_type: String,
+) -> Result<Committed, Failed> {
+    let body = match response.body() {
+        worker::ResponseBody::Stream(stream) => Body::new(stream),
+        _ => None,
+    };
+    let mut body = body.ok_or_else(|| a.failure(FailureClass::BadResponse, "the response has no body"))?;
+    let dialect = StreamDialect::of(request.api)
+        .ok_or_else(|| a.failure(FailureClass::BadResponse, "this API's streams are not served yet"))?;
+    let mut parser = SseParser::new();
+    let mut gate = Gate::new(dialect, request.include_usage);
+    let mut events = Vec::new();
+    loop {
+        let chunk = a
+            .within(
+                body.next(),
+                "no content within the first-content deadline",
+                (
+                    FailureClass::BadResponse,
+                    "the connection broke before the first content",
+                ),
+            )
+            .await?;
+        let ended = match chunk {
+            Some(bytes) => {
+                parser.push(&bytes, &mut events);
+                false
+            }
+            None => {
+                events.extend(parser.finish());
+                true
+            }
+        };
+        let mut drained = events.drain(..);
+        for ev in drained.by_ref() {
+            match gate.on_event(ev) {
+                Before::Hold => {}
+                Before::Commit(head) => {
+                    return Ok(Committed::Stream(Live {
+                        pending: drained.collect(),
+                        body,
+                        parser,
+                        relay: gate.into_relay(),
+                        head,
+                        controller: a.controller,
+                        content_type,
+                    }));
+                }
+                Before::Fail(verdict) => {
+                    a.controller.abort();
+                    return Err(a.fail(verdict));
+                }
+            }
+        }
+        drop(drained);
+        if ended {
+            return Err(a.fail(gate.on_close()));
+        }
+    }
+}
