@@ -137,19 +137,7 @@ mod tests {
             scope: Scope::Model,
             config: cfg,
             observations: (0..cfg.demote_after)
-                .map(|_| Observation {
-                    route: "r".into(),
-                    account: "a".into(),
-                    outcome: AttemptOutcome::Failure(FailureClass::Upstream5xx),
-                    at_ms: 1_000,
-                    stream: false,
-                    ttfb_ms: None,
-                    output_tokens: 0,
-                    duration_ms: 10,
-                    extra_try: false,
-                    probe: false,
-                    retry_after_ms: None,
-                })
+                .map(|_| Observation::at("r", "a", AttemptOutcome::Failure(FailureClass::Upstream5xx), 1_000))
                 .collect(),
             requests: Vec::new(),
         };

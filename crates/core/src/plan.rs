@@ -942,22 +942,8 @@ mod tests {
         let cfg = HealthConfig::from_policy(&policy);
         let mut health = ModelHealth::default();
         for _ in 0..cfg.demote_after {
-            health.observe(
-                &Observation {
-                    route: "r0".into(),
-                    account: "acct-a".into(),
-                    outcome: AttemptOutcome::Failure(FailureClass::Upstream5xx),
-                    at_ms: 1_000,
-                    stream: false,
-                    ttfb_ms: None,
-                    output_tokens: 0,
-                    duration_ms: 5,
-                    extra_try: false,
-                    probe: false,
-                    retry_after_ms: None,
-                },
-                &cfg,
-            );
+            let failure = AttemptOutcome::Failure(FailureClass::Upstream5xx);
+            health.observe(&Observation::at("r0", "acct-a", failure, 1_000), &cfg);
         }
         let r = request(json!({}));
         let stats = BTreeMap::new();

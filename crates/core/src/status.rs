@@ -427,19 +427,7 @@ mod tests {
     }
 
     fn attempt(route: &str, account: &str, outcome: AttemptOutcome, at_ms: u64) -> Observation {
-        Observation {
-            route: route.into(),
-            account: account.into(),
-            outcome,
-            at_ms,
-            stream: true,
-            ttfb_ms: None,
-            output_tokens: 0,
-            duration_ms: 0,
-            extra_try: false,
-            probe: false,
-            retry_after_ms: None,
-        }
+        Observation::at(route, account, outcome, at_ms)
     }
 
     fn request(h: &mut ModelHealth, at_ms: u64, answered: bool) {

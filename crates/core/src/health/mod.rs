@@ -116,6 +116,26 @@ pub struct Observation {
     pub retry_after_ms: Option<u64>,
 }
 
+#[cfg(test)]
+impl Observation {
+    /// A stream attempt at (route, account) that ended at `at_ms`, for the tests of every module.
+    pub(crate) fn at(route: &str, account: &str, outcome: AttemptOutcome, at_ms: u64) -> Observation {
+        Observation {
+            route: route.into(),
+            account: account.into(),
+            outcome,
+            at_ms,
+            stream: true,
+            ttfb_ms: None,
+            output_tokens: 0,
+            duration_ms: 0,
+            extra_try: false,
+            probe: false,
+            retry_after_ms: None,
+        }
+    }
+}
+
 /// Per-request (not per-attempt) outcome for the status page buckets: a request that a later route
 /// answered counts as answered for the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -587,19 +607,7 @@ mod tests {
     }
 
     fn obs(route: &str, account: &str, outcome: AttemptOutcome, at_ms: u64) -> Observation {
-        Observation {
-            route: route.into(),
-            account: account.into(),
-            outcome,
-            at_ms,
-            stream: true,
-            ttfb_ms: None,
-            output_tokens: 0,
-            duration_ms: 0,
-            extra_try: false,
-            probe: false,
-            retry_after_ms: None,
-        }
+        Observation::at(route, account, outcome, at_ms)
     }
 
     fn fail(h: &mut ModelHealth, route: &str, class: FailureClass, at_ms: u64) {

@@ -140,17 +140,9 @@ mod tests {
 
     fn obs(route: &str, account: &str, outcome: AttemptOutcome) -> Observation {
         Observation {
-            route: route.into(),
-            account: account.into(),
-            outcome,
-            at_ms: 1_000,
             stream: false,
-            ttfb_ms: None,
-            output_tokens: 0,
             duration_ms: 10,
-            extra_try: false,
-            probe: false,
-            retry_after_ms: None,
+            ..Observation::at(route, account, outcome, 1_000)
         }
     }
 
