@@ -571,7 +571,7 @@ impl Store {
     ) -> Result<Option<(GenerationRow, Vec<AttemptRow>)>, ApiError> {
         let row: Option<GenerationRow> = self
             .stmt(
-                "SELECT id, model, outcome, route, provider, input_tokens, output_tokens, estimated, delivered_output, \
+                "SELECT id, model, api, outcome, route, provider, input_tokens, output_tokens, estimated, delivered_output, \
                  error_code, total_cost_micros, stream, created_at, duration_ms, hold_path, attempts_json FROM generations \
                  WHERE id = ?1 AND account_id = ?2",
                 &[JsValue::from_str(id), JsValue::from_str(account_id)],
@@ -614,6 +614,7 @@ pub struct CreditsRow {
 pub struct GenerationRow {
     pub id: String,
     pub model: String,
+    pub api: String,
     pub outcome: String,
     pub route: Option<String>,
     pub provider: Option<String>,

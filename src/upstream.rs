@@ -12,7 +12,7 @@ use futures_util::future::{select, Either};
 use js_sys::Uint8Array;
 use switchyard_core::catalog::{AuthScheme, Provider, Route};
 use switchyard_core::classify::{classify_error_payload, classify_status, is_error_payload, FailureClass, Verdict};
-use switchyard_core::dialect::{chat, redact, ClientRequest, Usage};
+use switchyard_core::dialect::{self, redact, ClientRequest, Reported};
 use switchyard_core::relay::{Before, Gate, Relay, StreamDialect};
 use switchyard_core::sse::{SseEvent, SseParser};
 use switchyard_core::ApiError;
@@ -75,7 +75,7 @@ pub enum Committed {
         bytes: Vec<u8>,
         status: u16,
         content_type: String,
-        usage: Option<Usage>,
+        usage: Reported,
         output_chars: usize,
     },
     Stream(Live),
@@ -117,12 +117,7 @@ impl Attempt<'_, '_> {
     }
 
     fn failure(&self, class: FailureClass, message: &str) -> Failed {
-        self.fail(Verdict {
-            class,
-            message: Some(message.to_string()),
-            param: None,
-            retry_after_ms: None,
-        })
+        self.fail(Verdict::new(class, message))
     }
 
     /// `fut` within the attempt's deadline: past it, the upstream is aborted and the attempt
@@ -173,6 +168,9 @@ fn build_request(target: &Target, request: &ClientRequest) -> Result<Request, Ap
             AuthScheme::Bearer => set("authorization", &format!("Bearer {key}"))?,
             AuthScheme::XApiKey => set("x-api-key", key)?,
         }
+    }
+    for (name, value) in request.upstream_headers(target.provider.auth) {
+        set(name, &value)?;
     }
     let body = request.upstream_body(&target.route.upstream_model);
     let mut init = RequestInit::new();
@@ -244,16 +242,11 @@ pub async fn attempt(target: &Target<'_>, request: &ClientRequest, deadline_ms: 
     if request.stream {
         let verdict = match serde_json::from_slice::<serde_json::Value>(&body) {
             Ok(v) if is_error_payload(&v) => classify_error_payload(&v),
-            _ => Verdict {
-                class: FailureClass::BadResponse,
-                message: Some("a stream was requested but the answer is not an event stream".into()),
-                param: None,
-                retry_after_ms: None,
-            },
+            _ => Verdict::bad("a stream was requested but the answer is not an event stream"),
         };
         return Err(a.fail(verdict));
     }
-    match chat::inspect_body(&body) {
+    match dialect::inspect_body(request.api, &body) {
         Ok(info) => Ok(Committed::Body {
             bytes: body,
             status,
@@ -277,8 +270,7 @@ async fn until_content(
         _ => None,
     };
     let mut body = body.ok_or_else(|| a.failure(FailureClass::BadResponse, "the response has no body"))?;
-    let dialect = StreamDialect::of(request.api)
-        .ok_or_else(|| a.failure(FailureClass::BadResponse, "this API's streams are not served yet"))?;
+    let dialect = StreamDialect::of(request.api);
     let mut parser = SseParser::new();
     let mut gate = Gate::new(dialect, request.include_usage);
     let mut events = Vec::new();

@@ -9,6 +9,7 @@ mod status;
 mod v1;
 
 use serde_json::json;
+use switchyard_core::catalog::Api;
 use switchyard_core::error::ErrorShape;
 use switchyard_core::ApiError;
 use worker::{Context, Env, Method, Request, Response};
@@ -72,14 +73,17 @@ async fn route(
     }
     match (method, path) {
         (Method::Get, "/v1/models") => v1::models(req, env).await,
-        (Method::Post, "/v1/chat/completions") => v1::chat_completions(req, env, ctx, rc).await,
+        (Method::Post, "/v1/chat/completions") => v1::generate(req, env, ctx, rc, Api::Chat).await,
+        (Method::Post, "/v1/messages") => v1::generate(req, env, ctx, rc, Api::Messages).await,
+        (Method::Post, "/v1/responses") => v1::generate(req, env, ctx, rc, Api::Responses).await,
         (Method::Get, "/v1/generation") => v1::generation(req, env).await,
         (Method::Get, "/v1/credits") => v1::credits(req, env).await,
         (Method::Get, "/api/health/models") => status::api(env).await,
         (Method::Get, "/status") => status::page(env).await,
-        (_, "/v1/models" | "/v1/chat/completions" | "/v1/generation" | "/v1/credits") => {
-            Err(ApiError::MethodNotAllowed)
-        }
+        (
+            _,
+            "/v1/models" | "/v1/chat/completions" | "/v1/messages" | "/v1/responses" | "/v1/generation" | "/v1/credits",
+        ) => Err(ApiError::MethodNotAllowed),
         _ => Err(ApiError::NotFound {
             what: format!("Path {path}"),
         }),

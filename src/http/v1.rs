@@ -6,7 +6,8 @@
 use std::rc::Rc;
 
 use serde_json::{json, Value};
-use switchyard_core::dialect::{chat, MAX_BODY_BYTES};
+use switchyard_core::catalog::Api;
+use switchyard_core::dialect::{self, MAX_BODY_BYTES};
 use switchyard_core::keys::{hash_key, presented_key};
 use switchyard_core::money::micros_to_usd;
 use switchyard_core::ApiError;
@@ -112,6 +113,7 @@ pub async fn generation(req: &Request, env: &Env) -> HandlerResult {
         &json!({
             "id": g.id,
             "model": g.model,
+            "api": g.api,
             "stream": g.stream != 0.0,
             "outcome": g.outcome,
             "route": g.route,
@@ -165,14 +167,18 @@ pub async fn credits(req: &Request, env: &Env) -> HandlerResult {
     ))
 }
 
-/// `POST /v1/chat/completions`.
-pub async fn chat_completions(req: &mut Request, env: &Env, ctx: &Context, rc: &mut RequestCtx) -> HandlerResult {
+/// `POST /v1/chat/completions`, `POST /v1/messages` and `POST /v1/responses`: one request in
+/// `api`'s dialect, answered in it.
+pub async fn generate(req: &mut Request, env: &Env, ctx: &Context, rc: &mut RequestCtx, api: Api) -> HandlerResult {
     let store = Store::new(env)?;
     let key = authenticate(req, &store).await?;
     rc.key_id = Some(key.id.clone());
     rc.account_id = Some(key.account_id.clone());
     let body = read_body(req).await?;
-    let request = chat::parse_request(&body)?;
+    let mut request = dialect::parse_request(api, &body)?;
+    let header = |name: &str| req.headers().get(name).ok().flatten();
+    request.anthropic_version = header("anthropic-version");
+    request.anthropic_beta = header("anthropic-beta");
     rc.model = Some(request.model.clone());
     let catalog = store.catalog().await?;
     let call = proxy::Call {

@@ -110,6 +110,79 @@ pub fn chat_body(model: &str, stream: bool) -> Value {
     json!({"model": model, "stream": stream, "messages": [{"role": "user", "content": "Say hello"}]})
 }
 
+/// The three client APIs, for tests that drive each the same way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    Chat,
+    Messages,
+    Responses,
+}
+
+pub const APIS: [Api; 3] = [Api::Chat, Api::Messages, Api::Responses];
+
+impl Api {
+    /// The name in the catalog's `apis` and in `/v1/generation`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Api::Chat => "chat",
+            Api::Messages => "messages",
+            Api::Responses => "responses",
+        }
+    }
+
+    pub fn path(self) -> &'static str {
+        match self {
+            Api::Chat => "/v1/chat/completions",
+            Api::Messages => "/v1/messages",
+            Api::Responses => "/v1/responses",
+        }
+    }
+
+    /// A minimal request for `model` in this API.
+    pub fn body(self, model: &str, stream: bool) -> Value {
+        match self {
+            Api::Chat => chat_body(model, stream),
+            Api::Messages => json!({"model": model, "stream": stream, "max_tokens": 256,
+                                    "messages": [{"role": "user", "content": "Say hello"}]}),
+            Api::Responses => json!({"model": model, "stream": stream, "input": "Say hello"}),
+        }
+    }
+
+    /// How its SDK sends the key: `x-api-key` for Anthropic, a bearer token otherwise.
+    pub fn auth_header(self, key: &str) -> (&'static str, String) {
+        match self {
+            Api::Messages => ("x-api-key", key.to_string()),
+            Api::Chat | Api::Responses => ("authorization", format!("Bearer {key}")),
+        }
+    }
+
+    /// How its providers take their key (the catalog's `auth`).
+    pub fn provider_auth(self) -> &'static str {
+        match self {
+            Api::Messages => "x-api-key",
+            Api::Chat | Api::Responses => "bearer",
+        }
+    }
+}
+
+/// The events of an SSE body as (event name, data), comments skipped.
+pub fn sse_events(text: &str) -> Vec<(Option<String>, String)> {
+    text.split("\n\n")
+        .filter_map(|block| {
+            let mut name = None;
+            let mut data = Vec::new();
+            for line in block.lines() {
+                if let Some(n) = line.strip_prefix("event:") {
+                    name = Some(n.trim().to_string());
+                } else if let Some(d) = line.strip_prefix("data:") {
+                    data.push(d.strip_prefix(' ').unwrap_or(d));
+                }
+            }
+            (!data.is_empty()).then(|| (name, data.join("\n")))
+        })
+        .collect()
+}
+
 impl Stack {
     pub fn from_env() -> Stack {
         let config = ureq::Agent::config_builder()
@@ -323,8 +396,13 @@ impl Stack {
     /// Adds a provider whose base URL is the mock under `label/scenario`, and returns its id.
     /// With `with_key`, the provider sends the e2e upstream key.
     pub fn mock_provider(&self, label: &str, scenario: &str, with_key: bool) -> String {
+        self.mock_provider_with_auth(label, scenario, with_key, "bearer")
+    }
+
+    /// [`Stack::mock_provider`] with the catalog's `auth` scheme (`bearer` or `x-api-key`).
+    pub fn mock_provider_with_auth(&self, label: &str, scenario: &str, with_key: bool, auth: &str) -> String {
         let id = unique("p");
-        let mut provider = json!({"base_url": format!("{}/{label}/{scenario}", self.mock), "auth": "bearer"});
+        let mut provider = json!({"base_url": format!("{}/{label}/{scenario}", self.mock), "auth": auth});
         if with_key {
             provider["key_secret"] = json!(self.upstream_key_name);
         }
@@ -414,6 +492,19 @@ impl Stack {
 
     pub fn chat(&self, key: &str, body: &Value) -> Reply {
         self.chat_raw(key, body.to_string().as_bytes())
+    }
+
+    /// A request to `api`'s endpoint with `key` sent the way its SDK sends it, plus `headers`.
+    pub fn send(&self, api: Api, key: &str, body: &Value, headers: &[(&str, &str)]) -> Reply {
+        let (name, value) = api.auth_header(key);
+        let mut all = vec![(name, value.as_str()), ("content-type", "application/json")];
+        all.extend_from_slice(headers);
+        self.request(
+            "POST",
+            &format!("{}{}", self.gateway, api.path()),
+            &all,
+            Some(body.to_string().as_bytes()),
+        )
     }
 
     /// The same request sent straight to the mock, as the gateway would send it to a route with

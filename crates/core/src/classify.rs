@@ -105,6 +105,23 @@ pub struct Verdict {
     pub retry_after_ms: Option<u64>,
 }
 
+impl Verdict {
+    /// A failure of `class` with our own message.
+    pub fn new(class: FailureClass, message: &str) -> Verdict {
+        Verdict {
+            class,
+            message: Some(message.to_string()),
+            param: None,
+            retry_after_ms: None,
+        }
+    }
+
+    /// A `bad_response`: the answer is not one (SPEC §4).
+    pub fn bad(message: &str) -> Verdict {
+        Verdict::new(FailureClass::BadResponse, message)
+    }
+}
+
 /// How much of a non-JSON body (or of an unrecognised JSON one) is matched against.
 const RAW_TEXT_LIMIT: usize = 2048;
 

@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use crate::catalog::{Api, Price};
 use crate::classify::{FailureClass, Verdict};
-use crate::dialect::Usage;
+use crate::dialect::{Reported, Usage};
 use crate::error::ApiError;
 use crate::health::{AttemptOutcome, Observation, RequestObservation};
 
@@ -91,24 +91,18 @@ pub struct GenerationRecord {
     pub attempts: Vec<AttemptRecord>,
 }
 
-/// The usage to record for a committed answer: the upstream's count when it gave one, else an
-/// estimate from the output received (≈ 4 characters per token, never above `max_tokens`) and
-/// from the request size for input — flagged `estimated`.
-pub fn settle_usage(reported: Option<Usage>, output_chars: usize, max_tokens: u64, body_len: usize) -> (Usage, bool) {
-    match reported {
-        Some(u) => (u, false),
-        None => {
-            let output = (output_chars.div_ceil(CHARS_PER_TOKEN) as u64).min(max_tokens);
-            let input = (body_len / 3) as u64;
-            (
-                Usage {
-                    input_tokens: input,
-                    output_tokens: output,
-                },
-                true,
-            )
-        }
-    }
+/// The usage to record for a committed answer: the upstream's counts where it gave them, else
+/// estimates — output from what was relayed (≈ 4 characters per token, never above
+/// `max_tokens`), input from the request size — flagged `estimated`.
+pub fn settle_usage(reported: Reported, output_chars: usize, max_tokens: u64, body_len: usize) -> (Usage, bool) {
+    let estimated = reported.input_tokens.is_none() || reported.output_tokens.is_none();
+    let usage = Usage {
+        input_tokens: reported.input_tokens.unwrap_or((body_len / 3) as u64),
+        output_tokens: reported
+            .output_tokens
+            .unwrap_or_else(|| (output_chars.div_ceil(CHARS_PER_TOKEN) as u64).min(max_tokens)),
+    };
+    (usage, estimated)
 }
 
 /// Cost of `usage` at `price`, in micro-dollars. A price in USD per million tokens is exactly
@@ -162,8 +156,8 @@ pub enum AttemptResult {
 /// What a committed route delivered, for the charge.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Delivery {
-    /// The upstream's count, when it gave one.
-    pub usage: Option<Usage>,
+    /// The upstream's counts, where it gave them.
+    pub usage: Reported,
     /// Characters of output relayed (the estimate's basis when usage never came).
     pub output_chars: usize,
     /// Malformed events dropped after commit.
@@ -366,9 +360,9 @@ mod tests {
             input_tokens: 10,
             output_tokens: 20,
         };
-        assert_eq!(settle_usage(Some(u), 999, 5, 30), (u, false));
+        assert_eq!(settle_usage(Reported::both(u), 999, 5, 30), (u, false));
         assert_eq!(
-            settle_usage(None, 41, 1000, 30),
+            settle_usage(Reported::default(), 41, 1000, 30),
             (
                 Usage {
                     input_tokens: 10,
@@ -378,9 +372,24 @@ mod tests {
             )
         );
         assert_eq!(
-            settle_usage(None, 4000, 50, 30).0.output_tokens,
+            settle_usage(Reported::default(), 4000, 50, 30).0.output_tokens,
             50,
             "never above max_tokens"
+        );
+        let input_only = Reported {
+            input_tokens: Some(7),
+            output_tokens: None,
+        };
+        assert_eq!(
+            settle_usage(input_only, 41, 1000, 30),
+            (
+                Usage {
+                    input_tokens: 7,
+                    output_tokens: 11
+                },
+                true
+            ),
+            "a stream cut before its output count keeps the reported input"
         );
     }
 
@@ -483,7 +492,7 @@ mod tests {
         );
         let f = j.finish(
             Ending::Delivered(Delivery {
-                usage: Some(Usage {
+                usage: Reported::both(Usage {
                     input_tokens: 10,
                     output_tokens: 20,
                 }),
@@ -535,7 +544,7 @@ mod tests {
         );
         let f = j.finish(
             Ending::Delivered(Delivery {
-                usage: None,
+                usage: Reported::default(),
                 output_chars: 41,
                 malformed: 2,
                 broken: Some("cut".into()),

@@ -10,8 +10,8 @@
 //! route.
 
 use crate::catalog::Api;
-use crate::classify::{classify_error_payload, FailureClass, Verdict};
-use crate::dialect::{chat, EventInfo, Usage};
+use crate::classify::{classify_error_payload, Verdict};
+use crate::dialect::{chat, messages, responses, EventInfo, Reported};
 use crate::generation::Delivery;
 use crate::sse::SseEvent;
 
@@ -72,6 +72,9 @@ pub struct StreamDialect {
     /// (stream id, model, message) → the bytes that end a broken stream.
     pub error_frame: fn(&str, &str, &str) -> Vec<u8>,
     pub done_frame: &'static [u8],
+    /// After commit an upstream error event is passed as sent (its SDK reads it); otherwise it
+    /// is replaced by [`StreamDialect::error_frame`].
+    pub pass_error_events: bool,
 }
 
 /// OpenAI Chat Completions streams.
@@ -79,15 +82,32 @@ pub const CHAT: StreamDialect = StreamDialect {
     inspect: chat::inspect_event,
     error_frame: chat::error_frame,
     done_frame: chat::DONE_FRAME,
+    pass_error_events: false,
+};
+
+/// Anthropic Messages streams.
+pub const MESSAGES: StreamDialect = StreamDialect {
+    inspect: messages::inspect_event,
+    error_frame: messages::error_frame,
+    done_frame: messages::DONE_FRAME,
+    pass_error_events: true,
+};
+
+/// OpenAI Responses streams.
+pub const RESPONSES: StreamDialect = StreamDialect {
+    inspect: responses::inspect_event,
+    error_frame: responses::error_frame,
+    done_frame: responses::DONE_FRAME,
+    pass_error_events: true,
 };
 
 impl StreamDialect {
-    /// The stream dialect of a client API, where it is implemented (`None`: the API is not
-    /// served yet).
-    pub fn of(api: Api) -> Option<&'static StreamDialect> {
+    /// The stream dialect of a client API.
+    pub fn of(api: Api) -> &'static StreamDialect {
         match api {
-            Api::Chat => Some(&CHAT),
-            Api::Messages | Api::Responses => None,
+            Api::Chat => &CHAT,
+            Api::Messages => &MESSAGES,
+            Api::Responses => &RESPONSES,
         }
     }
 }
@@ -98,7 +118,7 @@ impl StreamDialect {
 struct Seen {
     dialect: &'static StreamDialect,
     client_wants_usage: bool,
-    usage: Option<Usage>,
+    usage: Reported,
     output_chars: usize,
     finished: bool,
     id: String,
@@ -118,9 +138,7 @@ impl Seen {
                 self.model = m.clone();
             }
         }
-        if let Some(u) = info.usage {
-            self.usage = Some(u);
-        }
+        self.usage.update(info.usage);
         self.finished |= info.finished;
         info
     }
@@ -128,15 +146,6 @@ impl Seen {
     /// An unrequested usage-only chunk: read for its usage, never sent.
     fn dropped_usage(&self, info: &EventInfo) -> bool {
         info.usage_only && !self.client_wants_usage
-    }
-}
-
-fn bad(message: &str) -> Verdict {
-    Verdict {
-        class: FailureClass::BadResponse,
-        message: Some(message.to_string()),
-        param: None,
-        retry_after_ms: None,
     }
 }
 
@@ -154,7 +163,7 @@ impl Gate {
             seen: Seen {
                 dialect,
                 client_wants_usage,
-                usage: None,
+                usage: Reported::default(),
                 output_chars: 0,
                 finished: false,
                 id: String::new(),
@@ -171,10 +180,10 @@ impl Gate {
             return Before::Fail(classify_error_payload(payload));
         }
         if info.malformed {
-            return Before::Fail(bad("malformed event before the first content"));
+            return Before::Fail(Verdict::bad("malformed event before the first content"));
         }
         if info.done {
-            return Before::Fail(bad("stream ended before the first content"));
+            return Before::Fail(Verdict::bad("stream ended before the first content"));
         }
         if self.seen.dropped_usage(&info) {
             return Before::Hold;
@@ -190,7 +199,7 @@ impl Gate {
 
     /// The upstream closed before any content.
     pub fn on_close(&self) -> Verdict {
-        bad("stream closed before the first content")
+        Verdict::bad("stream closed before the first content")
     }
 
     /// The committed stream's relay (call after [`Before::Commit`]).
@@ -216,8 +225,13 @@ impl Relay {
             let message = classify_error_payload(payload)
                 .message
                 .unwrap_or_else(|| "The provider reported an error mid-stream.".to_string());
+            let bytes = if self.seen.dialect.pass_error_events {
+                ev.raw
+            } else {
+                self.error_frame(&message)
+            };
             return After::End {
-                bytes: self.error_frame(&message),
+                bytes,
                 broken: Some(format!("upstream error event: {message}")),
             };
         }
@@ -280,6 +294,7 @@ impl Relay {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::classify::FailureClass;
 
     fn ev(data: &str) -> SseEvent {
         SseEvent::from_data(data)
@@ -324,10 +339,10 @@ mod tests {
         );
         assert_eq!(
             r.delivery().usage,
-            Some(Usage {
-                input_tokens: 4,
-                output_tokens: 1
-            })
+            Reported {
+                input_tokens: Some(4),
+                output_tokens: Some(1)
+            }
         );
         assert_eq!(
             r.on_event(ev("[DONE]")),
@@ -409,7 +424,7 @@ mod tests {
         let mut r = committed(false, &[ROLE, HI]);
         r.on_event(ev(HI));
         assert_eq!(r.delivery().output_chars, 4);
-        assert_eq!(r.delivery().usage, None);
+        assert!(r.delivery().usage.is_empty());
     }
 
     #[test]
@@ -419,5 +434,88 @@ mod tests {
             assert_eq!(g.on_event(ev(ROLE)), Before::Hold);
         }
         assert!(matches!(g.on_event(ev(ROLE)), Before::Commit(_)));
+    }
+
+    fn named(name: &str, data: &str) -> SseEvent {
+        SseEvent {
+            raw: format!("event: {name}\ndata: {data}\n\n").into_bytes(),
+            event: Some(name.to_string()),
+            data: data.to_string(),
+            has_data: true,
+        }
+    }
+
+    #[test]
+    fn anthropic_lifecycle_is_held_and_its_error_event_passed_as_sent_after_commit() {
+        let start = named(
+            "message_start",
+            r#"{"type":"message_start","message":{"id":"msg_1","model":"c","usage":{"input_tokens":7,"output_tokens":1}}}"#,
+        );
+        let block = named(
+            "content_block_start",
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+        );
+        let ping = named("ping", r#"{"type":"ping"}"#);
+        let hi = named(
+            "content_block_delta",
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}"#,
+        );
+        let mut g = Gate::new(&MESSAGES, false);
+        for held in [&start, &block, &ping] {
+            assert_eq!(g.on_event(held.clone()), Before::Hold, "lifecycle is held back");
+        }
+        let Before::Commit(head) = g.on_event(hi.clone()) else {
+            panic!("text commits")
+        };
+        assert_eq!(head, [start.raw, block.raw, ping.raw, hi.raw].concat());
+        let mut r = g.into_relay();
+        let overloaded = named(
+            "error",
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+        );
+        let After::End { bytes, broken } = r.on_event(overloaded.clone()) else {
+            panic!("an error event ends the stream")
+        };
+        assert_eq!(bytes, overloaded.raw, "passed as sent");
+        assert!(broken.is_some());
+        assert_eq!(r.delivery().usage.input_tokens, Some(7));
+        assert_eq!(
+            r.delivery().usage.output_tokens,
+            None,
+            "message_start's count is no count"
+        );
+    }
+
+    #[test]
+    fn an_anthropic_stream_finished_without_message_stop_gets_it() {
+        let mut g = Gate::new(&MESSAGES, false);
+        g.on_event(named(
+            "content_block_delta",
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}"#,
+        ));
+        let mut r = g.into_relay();
+        r.on_event(named(
+            "message_delta",
+            r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":3}}"#,
+        ));
+        assert_eq!(
+            r.on_close(),
+            After::End {
+                bytes: messages::DONE_FRAME.to_vec(),
+                broken: None
+            }
+        );
+        let mut cut = Gate::new(&RESPONSES, false);
+        cut.on_event(named(
+            "response.output_text.delta",
+            r#"{"type":"response.output_text.delta","delta":"Hi"}"#,
+        ));
+        let After::End { bytes, broken } = cut.into_relay().on_close() else {
+            panic!("a cut ends the stream")
+        };
+        assert!(broken.is_some());
+        assert!(String::from_utf8(bytes)
+            .unwrap()
+            .starts_with("event: response.failed\n"));
     }
 }

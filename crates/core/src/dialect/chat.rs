@@ -3,9 +3,9 @@
 
 use serde_json::Value;
 
-use super::{optional_bool, optional_u64, parse_common, BodyInfo, ClientRequest, EventInfo, Usage};
+use super::{optional_bool, optional_u64, parse_common, BodyInfo, ClientRequest, EventInfo, Reported};
 use crate::catalog::Api;
-use crate::classify::{FailureClass, Verdict};
+use crate::classify::Verdict;
 use crate::error::ApiError;
 use crate::sse::SseEvent;
 
@@ -50,6 +50,8 @@ pub fn parse_request(bytes: &[u8]) -> Result<ClientRequest, ApiError> {
         include_usage,
         provider,
         body_len: bytes.len(),
+        anthropic_version: None,
+        anthropic_beta: None,
         body,
     })
 }
@@ -196,32 +198,24 @@ pub fn inspect_event(ev: &SseEvent) -> EventInfo {
     info
 }
 
-fn usage_from(u: &Value) -> Option<Usage> {
-    let input = u.get("prompt_tokens").and_then(Value::as_u64)?;
-    let output = u.get("completion_tokens").and_then(Value::as_u64)?;
-    Some(Usage {
-        input_tokens: input,
-        output_tokens: output,
-    })
+fn usage_from(u: &Value) -> Reported {
+    Reported {
+        input_tokens: u.get("prompt_tokens").and_then(Value::as_u64),
+        output_tokens: u.get("completion_tokens").and_then(Value::as_u64),
+    }
 }
 
 /// A whole non-stream Chat Completions body: its usage and output size if it is a valid answer,
 /// else why not.
 pub fn inspect_body(body: &[u8]) -> Result<BodyInfo, Verdict> {
-    let bad = |message: &str| Verdict {
-        class: FailureClass::BadResponse,
-        message: Some(message.to_string()),
-        param: None,
-        retry_after_ms: None,
-    };
-    let v: Value = serde_json::from_slice(body).map_err(|_| bad("unparseable response body"))?;
+    let v: Value = serde_json::from_slice(body).map_err(|_| Verdict::bad("unparseable response body"))?;
     if crate::classify::is_error_payload(&v) {
         return Err(crate::classify::classify_error_payload(&v));
     }
     let choices = v
         .get("choices")
         .and_then(Value::as_array)
-        .ok_or_else(|| bad("response has no choices"))?;
+        .ok_or_else(|| Verdict::bad("response has no choices"))?;
     let output_chars = choices
         .iter()
         .filter_map(|c| c.get("message"))
@@ -235,7 +229,7 @@ pub fn inspect_body(body: &[u8]) -> Result<BodyInfo, Verdict> {
         })
         .sum();
     Ok(BodyInfo {
-        usage: v.get("usage").and_then(usage_from),
+        usage: v.get("usage").map(usage_from).unwrap_or_default(),
         output_chars,
     })
 }
@@ -269,6 +263,8 @@ pub const DONE_FRAME: &[u8] = b"data: [DONE]\n\n";
 #[cfg(test)]
 mod stream_tests {
     use super::*;
+    use crate::classify::FailureClass;
+    use crate::dialect::Usage;
 
     fn ev(data: &str) -> SseEvent {
         SseEvent::from_data(data)
@@ -311,7 +307,7 @@ mod stream_tests {
         ));
         assert_eq!(
             usage.usage,
-            Some(Usage {
+            Reported::both(Usage {
                 input_tokens: 5,
                 output_tokens: 7
             })
@@ -328,7 +324,7 @@ mod stream_tests {
         let ok = inspect_body(br#"{"choices":[{"message":{"role":"assistant","content":"Hello"}}],"usage":{"prompt_tokens":3,"completion_tokens":2}}"#).unwrap();
         assert_eq!(
             ok.usage,
-            Some(Usage {
+            Reported::both(Usage {
                 input_tokens: 3,
                 output_tokens: 2
             })

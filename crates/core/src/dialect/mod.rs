@@ -1,14 +1,19 @@
-//! Client dialects: how a request in each API is read, validated and rewritten for an upstream.
+//! Client dialects: how a request in each API is read, validated and rewritten for an upstream,
+//! and what its answers mean.
 //!
-//! Each dialect module parses its request body into a [`ClientRequest`]; the driver in `src/` is
-//! dialect-agnostic and only sees that.
+//! Each dialect module parses its request body into a [`ClientRequest`] and reads its stream
+//! events ([`EventInfo`]) and whole bodies ([`BodyInfo`]); the driver in `src/` is
+//! dialect-agnostic and only sees those (and `relay::StreamDialect`).
 
 pub mod chat;
+pub mod messages;
+pub mod responses;
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use crate::catalog::Api;
+use crate::catalog::{Api, AuthScheme};
+use crate::classify::Verdict;
 use crate::error::ApiError;
 
 /// Largest request body accepted (SPEC §13).
@@ -19,6 +24,34 @@ pub const MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
 pub struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,
+}
+
+/// Token counts as an upstream reported them, each when it did: an Anthropic stream reports input
+/// at its start and output at its end, so a stream cut in between knows only the input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Reported {
+    pub input_tokens: Option<u64>,
+    pub output_tokens: Option<u64>,
+}
+
+impl Reported {
+    /// Both counts at once.
+    pub fn both(u: Usage) -> Reported {
+        Reported {
+            input_tokens: Some(u.input_tokens),
+            output_tokens: Some(u.output_tokens),
+        }
+    }
+
+    /// Takes the counts `newer` has (a later report replaces an earlier one).
+    pub fn update(&mut self, newer: Reported) {
+        self.input_tokens = newer.input_tokens.or(self.input_tokens);
+        self.output_tokens = newer.output_tokens.or(self.output_tokens);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.input_tokens.is_none() && self.output_tokens.is_none()
+    }
 }
 
 /// What one stream event means to the gateway, whatever the dialect.
@@ -33,7 +66,7 @@ pub struct EventInfo {
     /// The end-of-stream sentinel (`[DONE]`, `message_stop`, `response.completed`).
     pub done: bool,
     /// Usage reported in this event.
-    pub usage: Option<Usage>,
+    pub usage: Reported,
     /// The event carries usage and nothing else (dropped unless the client asked for it).
     pub usage_only: bool,
     /// An error event's payload.
@@ -48,7 +81,7 @@ pub struct EventInfo {
 /// A whole non-stream answer.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct BodyInfo {
-    pub usage: Option<Usage>,
+    pub usage: Reported,
     pub output_chars: usize,
 }
 
@@ -101,8 +134,30 @@ pub struct ClientRequest {
     pub provider: ProviderPrefs,
     /// Body size in bytes, for the input-token estimate.
     pub body_len: usize,
+    /// The client's `anthropic-version` and `anthropic-beta` headers, passed to `x-api-key`
+    /// providers.
+    pub anthropic_version: Option<String>,
+    pub anthropic_beta: Option<String>,
     /// The body without Switchyard's own fields (`provider`, `models`), keys in the client's order.
     body: Map<String, Value>,
+}
+
+/// Parses and validates a request body in `api`'s dialect.
+pub fn parse_request(api: Api, bytes: &[u8]) -> Result<ClientRequest, ApiError> {
+    match api {
+        Api::Chat => chat::parse_request(bytes),
+        Api::Messages => messages::parse_request(bytes),
+        Api::Responses => responses::parse_request(bytes),
+    }
+}
+
+/// A whole non-stream answer in `api`'s dialect: usage and output size, or why it is no answer.
+pub fn inspect_body(api: Api, body: &[u8]) -> Result<BodyInfo, Verdict> {
+    match api {
+        Api::Chat => chat::inspect_body(body),
+        Api::Messages => messages::inspect_body(body),
+        Api::Responses => responses::inspect_body(body),
+    }
 }
 
 impl ClientRequest {
@@ -115,6 +170,26 @@ impl ClientRequest {
             chat::request_usage(&mut body);
         }
         serde_json::to_vec(&body).unwrap_or_default()
+    }
+
+    /// Headers a route gets besides content type, accept and its key: an `x-api-key`
+    /// (Anthropic-style) provider gets `anthropic-version` (the client's, else the default) and
+    /// the client's `anthropic-beta`.
+    pub fn upstream_headers(&self, auth: AuthScheme) -> Vec<(&'static str, String)> {
+        match auth {
+            AuthScheme::Bearer => Vec::new(),
+            AuthScheme::XApiKey => {
+                let version = self
+                    .anthropic_version
+                    .clone()
+                    .unwrap_or_else(|| messages::DEFAULT_VERSION.to_string());
+                let mut headers = vec![("anthropic-version", version)];
+                if let Some(beta) = &self.anthropic_beta {
+                    headers.push(("anthropic-beta", beta.clone()));
+                }
+                headers
+            }
+        }
     }
 }
 

@@ -1,0 +1,306 @@
+//! Anthropic Messages (`POST /v1/messages`): request validation, what each stream event means
+//! (content, finish, usage, error), non-stream bodies, and the error event that ends a broken
+//! stream.
+//!
+//! The commit point (SPEC §6) is the first `content_block_delta` with non-empty `text`,
+//! `thinking` or `partial_json`, or a `tool_use` block that names its tool; `message_start`,
+//! `ping` and empty block starts are held back. Input tokens come from `message_start`, output
+//! tokens from `message_delta` (its count is the total so far).
+
+use serde_json::Value;
+
+use super::{optional_bool, optional_u64, parse_common, BodyInfo, ClientRequest, EventInfo, Reported};
+use crate::catalog::Api;
+use crate::classify::{classify_error_payload, is_error_payload, Verdict};
+use crate::error::ApiError;
+use crate::sse::SseEvent;
+
+/// The `anthropic-version` sent upstream when the client sent none.
+pub const DEFAULT_VERSION: &str = "2023-06-01";
+
+/// Parses and validates a Messages request body.
+pub fn parse_request(bytes: &[u8]) -> Result<ClientRequest, ApiError> {
+    let (body, model, provider) = parse_common(bytes)?;
+    match body.get("messages") {
+        Some(Value::Array(m)) if !m.is_empty() => {}
+        Some(Value::Array(_)) => return Err(ApiError::invalid("`messages` must not be empty.", Some("messages"))),
+        None => return Err(ApiError::invalid("`messages` is required.", Some("messages"))),
+        Some(_) => return Err(ApiError::invalid("`messages` must be an array.", Some("messages"))),
+    }
+    let max_tokens = match optional_u64(&body, "max_tokens")? {
+        Some(0) => {
+            return Err(ApiError::invalid(
+                "`max_tokens` must be at least 1.",
+                Some("max_tokens"),
+            ))
+        }
+        Some(n) => n,
+        None => return Err(ApiError::invalid("`max_tokens` is required.", Some("max_tokens"))),
+    };
+    Ok(ClientRequest {
+        api: Api::Messages,
+        model,
+        stream: optional_bool(&body, "stream")?.unwrap_or(false),
+        max_tokens: Some(max_tokens),
+        include_usage: false,
+        provider,
+        body_len: bytes.len(),
+        anthropic_version: None,
+        anthropic_beta: None,
+        body,
+    })
+}
+
+fn text_len(v: Option<&Value>) -> usize {
+    v.and_then(Value::as_str).map_or(0, |s| s.chars().count())
+}
+
+/// What one Messages stream event means to the gateway.
+pub fn inspect_event(ev: &SseEvent) -> EventInfo {
+    if !ev.has_data {
+        return EventInfo::default(); // comment, keep-alive, bare `event:` line
+    }
+    let Ok(v) = serde_json::from_str::<Value>(ev.data.trim()) else {
+        return EventInfo {
+            malformed: true,
+            ..EventInfo::default()
+        };
+    };
+    let kind = v
+        .get("type")
+        .and_then(Value::as_str)
+        .or(ev.event.as_deref())
+        .unwrap_or("");
+    let mut info = EventInfo::default();
+    match kind {
+        "error" => info.error = Some(v),
+        "message_start" => {
+            let message = v.get("message");
+            info.id = message
+                .and_then(|m| m.get("id"))
+                .and_then(Value::as_str)
+                .map(str::to_string);
+            info.model = message
+                .and_then(|m| m.get("model"))
+                .and_then(Value::as_str)
+                .map(str::to_string);
+            // Its output count is a placeholder; the real one comes with `message_delta`.
+            info.usage.input_tokens = message
+                .and_then(|m| m.pointer("/usage/input_tokens"))
+                .and_then(Value::as_u64);
+        }
+        "content_block_start" => {
+            let block = v.get("content_block");
+            let named_tool = block
+                .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_use"))
+                .map_or(0, |b| text_len(b.get("name")));
+            let chars = named_tool + text_len(block.and_then(|b| b.get("text")));
+            info.content = chars > 0;
+            info.output_chars = chars;
+        }
+        "content_block_delta" => {
+            let delta = v.get("delta");
+            let chars: usize = ["text", "thinking", "partial_json"]
+                .iter()
+                .map(|f| text_len(delta.and_then(|d| d.get(*f))))
+                .sum();
+            info.content = chars > 0;
+            info.output_chars = chars;
+        }
+        "message_delta" => {
+            info.finished = v.pointer("/delta/stop_reason").is_some_and(|r| !r.is_null());
+            info.usage.output_tokens = v.pointer("/usage/output_tokens").and_then(Value::as_u64);
+        }
+        "message_stop" => info.done = true,
+        _ => {} // ping, content_block_stop, unknown events: passed through, held before commit
+    }
+    info
+}
+
+/// A whole non-stream Messages body: its usage and output size if it is an answer with output,
+/// else why not.
+pub fn inspect_body(body: &[u8]) -> Result<BodyInfo, Verdict> {
+    let v: Value = serde_json::from_slice(body).map_err(|_| Verdict::bad("unparseable response body"))?;
+    if is_error_payload(&v) {
+        return Err(classify_error_payload(&v));
+    }
+    let blocks = v
+        .get("content")
+        .and_then(Value::as_array)
+        .ok_or_else(|| Verdict::bad("response has no content"))?;
+    let output_chars: usize = blocks
+        .iter()
+        .map(|b| {
+            let tool = if b.get("type").and_then(Value::as_str) == Some("tool_use") {
+                text_len(b.get("name")) + b.get("input").map_or(0, |i| i.to_string().len())
+            } else {
+                0
+            };
+            text_len(b.get("text")) + text_len(b.get("thinking")) + tool
+        })
+        .sum();
+    if output_chars == 0 {
+        return Err(Verdict::bad("response has no output"));
+    }
+    Ok(BodyInfo {
+        usage: Reported {
+            input_tokens: v.pointer("/usage/input_tokens").and_then(Value::as_u64),
+            output_tokens: v.pointer("/usage/output_tokens").and_then(Value::as_u64),
+        },
+        output_chars,
+    })
+}
+
+/// The `event: error` that ends a broken stream (SPEC §7).
+pub fn error_frame(_id: &str, _model: &str, message: &str) -> Vec<u8> {
+    let data = serde_json::json!({
+        "type": "error",
+        "error": {"type": "api_error", "message": message},
+    });
+    format!("event: error\ndata: {data}\n\n").into_bytes()
+}
+
+/// `message_stop`, for a stream that finished but closed without it.
+pub const DONE_FRAME: &[u8] = b"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::classify::FailureClass;
+    use serde_json::json;
+
+    fn event(name: &str, data: Value) -> SseEvent {
+        let raw = format!("event: {name}\ndata: {data}\n\n");
+        SseEvent {
+            raw: raw.into_bytes(),
+            event: Some(name.to_string()),
+            data: data.to_string(),
+            has_data: true,
+        }
+    }
+
+    #[test]
+    fn requires_messages_and_max_tokens() {
+        let ok = parse_request(
+            json!({"model": "m", "max_tokens": 64, "stream": true, "messages": [{"role": "user", "content": "hi"}]})
+                .to_string()
+                .as_bytes(),
+        )
+        .unwrap();
+        assert_eq!((ok.api, ok.max_tokens, ok.stream), (Api::Messages, Some(64), true));
+        let param = |body: Value| match parse_request(body.to_string().as_bytes()) {
+            Err(ApiError::InvalidRequest { param, .. }) => param,
+            other => panic!("expected a 400, got {other:?}"),
+        };
+        assert_eq!(
+            param(json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]})).as_deref(),
+            Some("max_tokens")
+        );
+        assert_eq!(
+            param(json!({"model": "m", "max_tokens": 5})).as_deref(),
+            Some("messages")
+        );
+        assert_eq!(
+            param(json!({"model": "m", "max_tokens": 0, "messages": [{}]})).as_deref(),
+            Some("max_tokens")
+        );
+    }
+
+    #[test]
+    fn the_commit_point_is_the_first_non_empty_delta_or_a_named_tool() {
+        let start = inspect_event(&event(
+            "message_start",
+            json!({"type": "message_start", "message": {"id": "msg_1", "model": "claude", "usage": {"input_tokens": 12, "output_tokens": 1}}}),
+        ));
+        assert!(!start.content);
+        assert_eq!(
+            (start.id.as_deref(), start.model.as_deref()),
+            (Some("msg_1"), Some("claude"))
+        );
+        assert_eq!(
+            start.usage,
+            Reported {
+                input_tokens: Some(12),
+                output_tokens: None
+            }
+        );
+        let empty_block =
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}});
+        assert!(!inspect_event(&event("content_block_start", empty_block)).content);
+        assert!(!inspect_event(&event("ping", json!({"type": "ping"}))).content);
+        let tool = json!({"type": "content_block_start", "index": 1, "content_block": {"type": "tool_use", "id": "t", "name": "get_weather", "input": {}}});
+        assert!(inspect_event(&event("content_block_start", tool)).content);
+        for delta in [
+            json!({"type": "text_delta", "text": "Hi"}),
+            json!({"type": "thinking_delta", "thinking": "hm"}),
+            json!({"type": "input_json_delta", "partial_json": "{\""}),
+        ] {
+            let d = json!({"type": "content_block_delta", "index": 0, "delta": delta});
+            assert!(inspect_event(&event("content_block_delta", d)).content);
+        }
+        let empty = json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": ""}});
+        assert!(!inspect_event(&event("content_block_delta", empty)).content);
+    }
+
+    #[test]
+    fn finish_usage_end_and_errors() {
+        let delta = inspect_event(&event(
+            "message_delta",
+            json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 9}}),
+        ));
+        assert!(delta.finished);
+        assert_eq!(delta.usage.output_tokens, Some(9));
+        assert!(inspect_event(&event("message_stop", json!({"type": "message_stop"}))).done);
+        let overloaded = inspect_event(&event(
+            "error",
+            json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
+        ));
+        assert_eq!(
+            classify_error_payload(overloaded.error.as_ref().unwrap()).class,
+            FailureClass::Overloaded
+        );
+        let bad = SseEvent {
+            raw: b"event: content_block_delta\ndata: {oops\n\n".to_vec(),
+            event: Some("content_block_delta".into()),
+            data: "{oops".into(),
+            has_data: true,
+        };
+        assert!(inspect_event(&bad).malformed);
+    }
+
+    #[test]
+    fn non_stream_bodies_need_output() {
+        let ok = inspect_body(
+            br#"{"type":"message","content":[{"type":"text","text":"Hello"}],"usage":{"input_tokens":3,"output_tokens":2}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            (ok.usage.input_tokens, ok.usage.output_tokens, ok.output_chars),
+            (Some(3), Some(2), 5)
+        );
+        assert!(
+            inspect_body(br#"{"type":"message","content":[{"type":"tool_use","name":"f","input":{"a":1}}]}"#).is_ok()
+        );
+        assert_eq!(
+            inspect_body(br#"{"type":"message","content":[]}"#).unwrap_err().class,
+            FailureClass::BadResponse
+        );
+        assert_eq!(
+            inspect_body(br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#)
+                .unwrap_err()
+                .class,
+            FailureClass::Overloaded
+        );
+    }
+
+    #[test]
+    fn the_error_frame_is_an_anthropic_error_event() {
+        let text = String::from_utf8(error_frame("msg_1", "m", "cut")).unwrap();
+        assert!(text.starts_with("event: error\ndata: "));
+        let data: Value = serde_json::from_str(text.lines().nth(1).unwrap().trim_start_matches("data: ")).unwrap();
+        assert_eq!(
+            data,
+            json!({"type": "error", "error": {"type": "api_error", "message": "cut"}})
+        );
+    }
+}

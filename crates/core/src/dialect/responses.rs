@@ -1,0 +1,290 @@
+//! OpenAI Responses (`POST /v1/responses`): request validation, what each stream event means
+//! (content, end, usage, error), non-stream bodies, and the `response.failed` event that ends a
+//! broken stream.
+//!
+//! The commit point (SPEC §6) is the first non-empty `response.output_text.delta`, reasoning
+//! delta, `response.refusal.delta` or `response.function_call_arguments.delta`; the lifecycle
+//! events before it (`response.created`, `response.in_progress`, `response.output_item.added`,
+//! `response.content_part.added`) are held back. `response.completed` (or `response.incomplete`)
+//! ends the stream and carries the usage; `error` and `response.failed` are errors.
+
+use serde_json::{json, Value};
+
+use super::{optional_bool, optional_u64, parse_common, BodyInfo, ClientRequest, EventInfo, Reported};
+use crate::catalog::Api;
+use crate::classify::{classify_error_payload, is_error_payload, Verdict};
+use crate::error::ApiError;
+use crate::sse::SseEvent;
+
+/// Parses and validates a Responses request body.
+pub fn parse_request(bytes: &[u8]) -> Result<ClientRequest, ApiError> {
+    let (body, model, provider) = parse_common(bytes)?;
+    match body.get("input") {
+        Some(Value::String(s)) if !s.is_empty() => {}
+        Some(Value::Array(items)) if !items.is_empty() => {}
+        Some(Value::String(_) | Value::Array(_)) => {
+            return Err(ApiError::invalid("`input` must not be empty.", Some("input")))
+        }
+        None => return Err(ApiError::invalid("`input` is required.", Some("input"))),
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "`input` must be a string or an array of input items.",
+                Some("input"),
+            ))
+        }
+    }
+    Ok(ClientRequest {
+        api: Api::Responses,
+        model,
+        stream: optional_bool(&body, "stream")?.unwrap_or(false),
+        max_tokens: optional_u64(&body, "max_output_tokens")?,
+        include_usage: false,
+        provider,
+        body_len: bytes.len(),
+        anthropic_version: None,
+        anthropic_beta: None,
+        body,
+    })
+}
+
+/// The usage of a `response` object.
+fn usage_of(response: Option<&Value>) -> Reported {
+    let usage = response.and_then(|r| r.get("usage"));
+    Reported {
+        input_tokens: usage.and_then(|u| u.get("input_tokens")).and_then(Value::as_u64),
+        output_tokens: usage.and_then(|u| u.get("output_tokens")).and_then(Value::as_u64),
+    }
+}
+
+/// A `response.failed` event's error as an error payload the classifier reads.
+fn failed_payload(response: Option<&Value>) -> Value {
+    let error = response
+        .and_then(|r| r.get("error"))
+        .filter(|e| e.is_object())
+        .cloned()
+        .unwrap_or_else(|| json!({"message": "The provider reported the response as failed."}));
+    json!({ "error": error })
+}
+
+/// What one Responses stream event means to the gateway.
+pub fn inspect_event(ev: &SseEvent) -> EventInfo {
+    if !ev.has_data {
+        return EventInfo::default(); // comment, keep-alive
+    }
+    let Ok(v) = serde_json::from_str::<Value>(ev.data.trim()) else {
+        return EventInfo {
+            malformed: true,
+            ..EventInfo::default()
+        };
+    };
+    let kind = v
+        .get("type")
+        .and_then(Value::as_str)
+        .or(ev.event.as_deref())
+        .unwrap_or("");
+    let response = v.get("response");
+    let mut info = EventInfo {
+        id: response
+            .and_then(|r| r.get("id"))
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        model: response
+            .and_then(|r| r.get("model"))
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        ..EventInfo::default()
+    };
+    match kind {
+        "error" => info.error = Some(v),
+        "response.failed" => info.error = Some(failed_payload(response)),
+        "response.completed" | "response.incomplete" => {
+            info.finished = true;
+            info.done = true;
+            info.usage = usage_of(response);
+        }
+        "response.output_text.delta"
+        | "response.refusal.delta"
+        | "response.reasoning_text.delta"
+        | "response.reasoning_summary_text.delta"
+        | "response.function_call_arguments.delta" => {
+            let chars = v.get("delta").and_then(Value::as_str).map_or(0, |d| d.chars().count());
+            info.content = chars > 0;
+            info.output_chars = chars;
+        }
+        _ => {} // lifecycle events: passed through, held before commit
+    }
+    info
+}
+
+/// A whole non-stream Responses body: its usage and output size if it is a completed answer with
+/// output, else why not.
+pub fn inspect_body(body: &[u8]) -> Result<BodyInfo, Verdict> {
+    let v: Value = serde_json::from_slice(body).map_err(|_| Verdict::bad("unparseable response body"))?;
+    if v.get("status").and_then(Value::as_str) == Some("failed") {
+        return Err(classify_error_payload(&failed_payload(Some(&v))));
+    }
+    if is_error_payload(&v) {
+        return Err(classify_error_payload(&v));
+    }
+    let items = v
+        .get("output")
+        .and_then(Value::as_array)
+        .ok_or_else(|| Verdict::bad("response has no output"))?;
+    let str_len = |v: Option<&Value>| v.and_then(Value::as_str).map_or(0, |s| s.chars().count());
+    let output_chars: usize = items
+        .iter()
+        .map(|item| match item.get("type").and_then(Value::as_str) {
+            Some("function_call") => str_len(item.get("name")) + str_len(item.get("arguments")),
+            _ => item
+                .get("content")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .map(|part| str_len(part.get("text")) + str_len(part.get("refusal")))
+                .sum(),
+        })
+        .sum();
+    if output_chars == 0 {
+        return Err(Verdict::bad("response has no output"));
+    }
+    Ok(BodyInfo {
+        usage: usage_of(Some(&v)),
+        output_chars,
+    })
+}
+
+/// The `response.failed` event that ends a broken stream (SPEC §7).
+pub fn error_frame(id: &str, model: &str, message: &str) -> Vec<u8> {
+    let data = json!({
+        "type": "response.failed",
+        "response": {
+            "id": id,
+            "object": "response",
+            "status": "failed",
+            "model": model,
+            "output": [],
+            "error": {"code": "server_error", "message": message},
+        },
+    });
+    format!("event: response.failed\ndata: {data}\n\n").into_bytes()
+}
+
+/// Nothing: a Responses stream ends with `response.completed`, which is also its finish.
+pub const DONE_FRAME: &[u8] = b"";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::classify::FailureClass;
+
+    fn event(data: Value) -> SseEvent {
+        let name = data["type"].as_str().unwrap_or("").to_string();
+        SseEvent {
+            raw: format!("event: {name}\ndata: {data}\n\n").into_bytes(),
+            event: Some(name),
+            data: data.to_string(),
+            has_data: true,
+        }
+    }
+
+    #[test]
+    fn requires_input_and_reads_max_output_tokens() {
+        let ok = parse_request(br#"{"model":"m","input":"hi","max_output_tokens":30,"stream":true}"#).unwrap();
+        assert_eq!((ok.api, ok.max_tokens, ok.stream), (Api::Responses, Some(30), true));
+        for (body, param) in [
+            (r#"{"model":"m"}"#, "input"),
+            (r#"{"model":"m","input":""}"#, "input"),
+            (r#"{"model":"m","input":3}"#, "input"),
+            (
+                r#"{"model":"m","input":"x","max_output_tokens":"9"}"#,
+                "max_output_tokens",
+            ),
+        ] {
+            match parse_request(body.as_bytes()) {
+                Err(ApiError::InvalidRequest { param: p, .. }) => assert_eq!(p.as_deref(), Some(param)),
+                other => panic!("{body}: expected a 400, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn lifecycle_is_held_and_deltas_commit() {
+        let created = inspect_event(&event(
+            json!({"type": "response.created", "response": {"id": "resp_1", "model": "gpt", "status": "in_progress"}}),
+        ));
+        assert!(!created.content);
+        assert_eq!(
+            (created.id.as_deref(), created.model.as_deref()),
+            (Some("resp_1"), Some("gpt"))
+        );
+        for held in [
+            "response.in_progress",
+            "response.output_item.added",
+            "response.content_part.added",
+        ] {
+            assert!(!inspect_event(&event(json!({"type": held}))).content, "{held}");
+        }
+        for delta in [
+            "response.output_text.delta",
+            "response.refusal.delta",
+            "response.reasoning_text.delta",
+            "response.function_call_arguments.delta",
+        ] {
+            assert!(
+                inspect_event(&event(json!({"type": delta, "delta": "x"}))).content,
+                "{delta}"
+            );
+        }
+        assert!(!inspect_event(&event(json!({"type": "response.output_text.delta", "delta": ""}))).content);
+    }
+
+    #[test]
+    fn completed_ends_with_usage_and_failures_are_errors() {
+        let done = inspect_event(&event(json!({"type": "response.completed",
+            "response": {"id": "resp_1", "status": "completed", "usage": {"input_tokens": 4, "output_tokens": 6}}})));
+        assert!(done.done && done.finished);
+        assert_eq!((done.usage.input_tokens, done.usage.output_tokens), (Some(4), Some(6)));
+        let failed = inspect_event(&event(json!({"type": "response.failed",
+            "response": {"id": "resp_1", "status": "failed", "error": {"code": "server_error", "message": "The server is overloaded"}}})));
+        assert_eq!(
+            classify_error_payload(failed.error.as_ref().unwrap()).class,
+            FailureClass::Overloaded
+        );
+        let error = inspect_event(&event(
+            json!({"type": "error", "code": "rate_limit_exceeded", "message": "Rate limit reached"}),
+        ));
+        assert_eq!(
+            classify_error_payload(error.error.as_ref().unwrap()).class,
+            FailureClass::RateLimited
+        );
+    }
+
+    #[test]
+    fn non_stream_bodies_need_completed_output() {
+        let ok = inspect_body(br#"{"object":"response","status":"completed","output":[{"type":"message","content":[{"type":"output_text","text":"Hello"}]}],"usage":{"input_tokens":2,"output_tokens":1}}"#).unwrap();
+        assert_eq!((ok.output_chars, ok.usage.output_tokens), (5, Some(1)));
+        assert!(inspect_body(br#"{"object":"response","status":"completed","output":[{"type":"function_call","name":"f","arguments":"{}"}]}"#).is_ok());
+        assert_eq!(
+            inspect_body(br#"{"object":"response","status":"completed","output":[]}"#)
+                .unwrap_err()
+                .class,
+            FailureClass::BadResponse
+        );
+        assert_eq!(
+            inspect_body(br#"{"object":"response","status":"failed","error":{"code":"rate_limit_exceeded","message":"Rate limit reached"}}"#)
+                .unwrap_err()
+                .class,
+            FailureClass::RateLimited
+        );
+    }
+
+    #[test]
+    fn the_error_frame_is_a_failed_response() {
+        let text = String::from_utf8(error_frame("resp_1", "gpt", "cut")).unwrap();
+        assert!(text.starts_with("event: response.failed\ndata: "));
+        let data: Value = serde_json::from_str(text.lines().nth(1).unwrap().trim_start_matches("data: ")).unwrap();
+        assert_eq!(data["response"]["status"], "failed");
+        assert_eq!(data["response"]["error"]["message"], "cut");
+        assert_eq!(data["response"]["id"], "resp_1");
+    }
+}

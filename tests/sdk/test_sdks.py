@@ -1,0 +1,257 @@
+"""The official SDKs against the real Worker (issue 10): OpenAI (chat, responses) and Anthropic
+(messages), stream and non-stream, a failover case each, and a broken stream each — where the SDK
+must raise (or report the error event) instead of returning a truncated answer as a success.
+
+Run by scripts/test after the Rust end-to-end suite, with the same stack (`wrangler dev` and the
+mock upstream) and environment: SWITCHYARD_URL, MOCK_URL, ADMIN_TOKEN, E2E_UPSTREAM_KEY_NAME.
+Each test adds its own providers, model and key through the admin API.
+"""
+
+import itertools
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+
+import anthropic
+import openai
+import pytest
+
+GATEWAY = os.environ["SWITCHYARD_URL"]
+MOCK = os.environ["MOCK_URL"]
+ADMIN = os.environ["ADMIN_TOKEN"]
+UPSTREAM_KEY_NAME = os.environ["E2E_UPSTREAM_KEY_NAME"]
+POLICY = {"stream_first_content_ms": 400, "nonstream_base_ms": 400, "nonstream_per_20_tokens_ms": 0,
+          "last_route_min_ms": 1500, "idle_timeout_ms": 700}
+_counter = itertools.count()
+
+
+def unique(prefix):
+    return f"{prefix}-sdk-{os.getpid()}-{time.time_ns() % 10**12:x}-{next(_counter)}"
+
+
+def call(method, path, body=None, headers=None):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(GATEWAY + path, data=data, method=method,
+                                 headers={"content-type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.loads(r.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+
+
+def admin(method, path, body=None):
+    status, reply = call(method, path, body, {"authorization": f"Bearer {ADMIN}"})
+    assert status in (200, 201), f"{method} {path}: {status} {reply}"
+    return reply
+
+
+class Setup:
+    """A model for `api` whose routes are mock scenarios, and a key with credit."""
+
+    def __init__(self, api, scenarios):
+        auth = "x-api-key" if api == "messages" else "bearer"
+        self.routes = []
+        routes = []
+        for i, scenario in enumerate(scenarios):
+            label = unique("l")
+            provider = unique("p")
+            admin("PUT", f"/admin/providers/{provider}",
+                  {"base_url": f"{MOCK}/{label}/{scenario}", "auth": auth, "key_secret": UPSTREAM_KEY_NAME})
+            routes.append({"id": f"r{i}", "provider": provider, "upstream_model": f"up{i}", "apis": [api],
+                           "price": {"input_per_mtok": 1.0, "output_per_mtok": 2.0}})
+            self.routes.append((label, scenario))
+        self.model = unique("m")
+        admin("PUT", f"/admin/models/{self.model}",
+              {"context_window": 8192, "max_output_tokens": 1024, "routes": routes, "policy": POLICY})
+        account = admin("POST", "/admin/accounts", {})["id"]
+        admin("POST", f"/admin/accounts/{account}/credit", {"amount_usd": 10})
+        self.key = admin("POST", "/admin/keys", {"account_id": account})["key"]
+
+    def openai(self):
+        return openai.OpenAI(base_url=f"{GATEWAY}/v1", api_key=self.key, max_retries=0)
+
+    def anthropic(self):
+        return anthropic.Anthropic(base_url=GATEWAY, api_key=self.key, max_retries=0)
+
+    def generation(self, generation_id):
+        """The gateway's record of a request (written just after the answer: waits for it)."""
+        for _ in range(100):
+            status, g = call("GET", f"/v1/generation?id={generation_id}",
+                             headers={"authorization": f"Bearer {self.key}"})
+            if status == 200:
+                return g
+            time.sleep(0.05)
+        raise AssertionError(f"generation {generation_id} never appeared")
+
+    def attempts(self, generation_id):
+        g = self.generation(generation_id)
+        return [(a["route"], a["failure_class"] or a["outcome"]) for a in g["attempts"]]
+
+    def seen(self, i):
+        label, scenario = self.routes[i]
+        with urllib.request.urlopen(f"{MOCK}/_stats/{label}/{scenario}", timeout=10) as r:
+            return json.loads(r.read())["requests"]
+
+
+FELL_BACK = [("r0", "upstream_5xx"), ("r1", "answered")]
+
+
+# ---- OpenAI Chat Completions ---------------------------------------------------------------------
+
+def test_chat_non_stream_fails_over():
+    s = Setup("chat", ["status/503", "ok"])
+    raw = s.openai().chat.completions.with_raw_response.create(
+        model=s.model, messages=[{"role": "user", "content": "Say hello"}])
+    completion = raw.parse()
+    assert completion.choices[0].message.content.startswith("Hello")
+    assert completion.model == "up1"
+    assert s.attempts(raw.headers["x-generation-id"]) == FELL_BACK
+
+
+def test_chat_stream_fails_over():
+    s = Setup("chat", ["status/503", "ok"])
+    with s.openai().chat.completions.with_streaming_response.create(
+            model=s.model, messages=[{"role": "user", "content": "Say hello"}], stream=True) as raw:
+        generation_id = raw.headers["x-generation-id"]
+        chunks = list(raw.parse())
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text.startswith("Hello")
+    assert chunks[-1].choices[0].finish_reason == "stop"
+    assert s.attempts(generation_id) == FELL_BACK
+
+
+def test_chat_broken_stream_raises():
+    s = Setup("chat", ["cut-after/2", "ok"])
+    stream = s.openai().chat.completions.create(
+        model=s.model, messages=[{"role": "user", "content": "Say hello"}], stream=True)
+    received = []
+    with pytest.raises(openai.APIError) as raised:
+        for chunk in stream:
+            received.extend(c.delta.content or "" for c in chunk.choices)
+    assert "".join(received).startswith("Hello"), "content came before the cut"
+    assert "broke" in str(raised.value)
+    assert s.seen(1) == 0, "never a splice from another route"
+
+
+def test_chat_errors_are_openai_errors():
+    s = Setup("chat", ["status/500", "status/502"])
+    with pytest.raises(openai.InternalServerError) as raised:
+        s.openai().chat.completions.create(model=s.model, messages=[{"role": "user", "content": "hi"}])
+    assert raised.value.status_code == 502
+    assert raised.value.code == "provider_error"
+    with pytest.raises(openai.NotFoundError) as raised:
+        s.openai().chat.completions.create(model="no/such-model", messages=[{"role": "user", "content": "hi"}])
+    assert raised.value.code == "model_not_found"
+
+
+# ---- OpenAI Responses ----------------------------------------------------------------------------
+
+def test_responses_non_stream_fails_over():
+    s = Setup("responses", ["status/503", "ok"])
+    raw = s.openai().responses.with_raw_response.create(model=s.model, input="Say hello")
+    response = raw.parse()
+    assert response.status == "completed"
+    assert response.output_text.startswith("Hello")
+    assert response.usage.output_tokens == 5
+    assert s.attempts(raw.headers["x-generation-id"]) == FELL_BACK
+
+
+def test_responses_stream_fails_over():
+    s = Setup("responses", ["status/503", "ok"])
+    with s.openai().responses.stream(model=s.model, input="Say hello") as stream:
+        deltas = [e.delta for e in stream if e.type == "response.output_text.delta"]
+        final = stream.get_final_response()
+    assert "".join(deltas).startswith("Hello")
+    assert final.status == "completed"
+    assert final.output_text == "".join(deltas)
+    assert (s.seen(0), s.seen(1)) == (1, 1)
+
+
+def test_responses_broken_stream_reports_the_failure():
+    s = Setup("responses", ["cut-after/2", "ok"])
+    events = list(s.openai().responses.create(model=s.model, input="Say hello", stream=True))
+    types = [e.type for e in events]
+    assert "response.output_text.delta" in types, "content came before the cut"
+    assert types[-1] == "response.failed", types
+    assert "response.completed" not in types
+    assert events[-1].response.error.message
+    with pytest.raises(RuntimeError, match="response.completed"):
+        with s.openai().responses.stream(model=s.model, input="Say hello") as stream:
+            stream.get_final_response()
+    assert s.seen(1) == 0, "never a splice from another route"
+
+
+def test_responses_errors_are_openai_errors():
+    s = Setup("responses", ["status/529/overloaded", "status/529/overloaded"])
+    with pytest.raises(openai.APIStatusError) as raised:
+        s.openai().responses.create(model=s.model, input="hi")
+    assert raised.value.status_code == 503
+    assert raised.value.code == "upstream_capacity_exhausted"
+    with pytest.raises(openai.BadRequestError) as raised:
+        s.openai().responses.create(model=s.model, input="")
+    assert raised.value.param == "input"
+
+
+# ---- Anthropic Messages --------------------------------------------------------------------------
+
+MESSAGES = [{"role": "user", "content": "Say hello"}]
+
+
+def test_messages_non_stream_fails_over():
+    s = Setup("messages", ["status/503", "ok"])
+    raw = s.anthropic().messages.with_raw_response.create(model=s.model, max_tokens=256, messages=MESSAGES)
+    message = raw.parse()
+    assert message.type == "message"
+    assert message.content[0].text.startswith("Hello")
+    assert message.usage.output_tokens == 5
+    assert s.attempts(raw.headers["x-generation-id"]) == FELL_BACK
+
+
+def test_messages_stream_fails_over():
+    s = Setup("messages", ["error-event-first/overloaded", "ok"])
+    with s.anthropic().messages.stream(model=s.model, max_tokens=256, messages=MESSAGES) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert text.startswith("Hello")
+    assert final.stop_reason == "end_turn"
+    assert final.content[0].text == text
+    assert (s.seen(0), s.seen(1)) == (1, 1), "the overloaded event before content fell back"
+
+
+def test_messages_broken_stream_raises():
+    s = Setup("messages", ["cut-after/2", "ok"])
+    received = []
+    with pytest.raises(anthropic.APIStatusError) as raised:
+        with s.anthropic().messages.stream(model=s.model, max_tokens=256, messages=MESSAGES) as stream:
+            for text in stream.text_stream:
+                received.append(text)
+    assert "".join(received).startswith("Hello"), "content came before the cut"
+    assert "broke" in str(raised.value)
+    assert s.seen(1) == 0, "never a splice from another route"
+
+
+def test_messages_upstream_error_event_after_content_raises_it():
+    s = Setup("messages", ["error-event-after/2/overloaded", "ok"])
+    stream = s.anthropic().messages.create(model=s.model, max_tokens=256, messages=MESSAGES, stream=True)
+    kinds = []
+    with pytest.raises(anthropic.APIStatusError) as raised:
+        for event in stream:
+            kinds.append(event.type)
+    assert "content_block_delta" in kinds, "content came before the error"
+    assert raised.value.body["error"]["type"] == "overloaded_error"
+
+
+def test_messages_errors_are_anthropic_errors():
+    s = Setup("messages", ["ok"])
+    with pytest.raises(anthropic.NotFoundError) as raised:
+        s.anthropic().messages.create(model="no/such-model", max_tokens=16, messages=MESSAGES)
+    assert raised.value.body["error"]["type"] == "not_found_error"
+    with pytest.raises(anthropic.AuthenticationError):
+        anthropic.Anthropic(base_url=GATEWAY, api_key="sk-sy-not-a-real-key", max_retries=0).messages.create(
+            model=s.model, max_tokens=16, messages=MESSAGES)
+    with pytest.raises(anthropic.BadRequestError) as raised:
+        s.anthropic().messages.create(model=s.model, max_tokens=16, messages=[])
+    assert raised.value.body["error"]["type"] == "invalid_request_error"
