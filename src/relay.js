@@ -124,7 +124,11 @@ export function relay(core) {
       }
       lastData = Date.now();
       const other = core.push(r.value);
-      send(other === undefined ? r.value : other);
+      if (other === undefined) {
+        send(r.value);
+        continue;
+      }
+      send(other);
       if (core.over) {
         await readToEnd();
         return true;

@@ -133,8 +133,9 @@ impl RelayCore {
         self.take_out()
     }
 
-    /// Takes one upstream chunk: `undefined` to forward it as it is, else the bytes to forward
-    /// instead. Read [`RelayCore::over`] after it.
+    /// Takes one upstream chunk: `undefined` to forward it as it is and read on, else the bytes
+    /// to forward instead — then [`RelayCore::over`] says whether the stream is over (it is never
+    /// over after `undefined`, so the common chunk costs one call).
     pub fn push(&self, chunk: &[u8]) -> Option<Vec<u8>> {
         let Ok(mut s) = self.state.try_borrow_mut() else {
             return Some(Vec::new());
@@ -142,7 +143,7 @@ impl RelayCore {
         let s = &mut *s;
         s.parser.push(chunk, &mut s.events);
         s.drain();
-        if s.out.as_slice() == chunk {
+        if !s.over && s.out.as_slice() == chunk {
             s.out.clear();
             None
         } else {
