@@ -2,13 +2,15 @@
 //! [`Record`] carries the request's core [`Journal`], its hold and its health knobs; each attempt
 //! goes into it once (and into this isolate's health snapshot at once), and [`Record::close`]
 //! finishes the journal and returns the I/O that settles the hold (D1) and reports route health
-//! (Durable Objects), side by side, for `ctx.wait_until`.
+//! (Durable Objects), side by side, for `ctx.wait_until`. A request refused before its hold is
+//! recorded by [`reject`].
 
 use std::future::Future;
 
 use switchyard_core::classify::Blame;
-use switchyard_core::generation::{short_message, AttemptResult, AttemptTarget, Ending, Journal};
+use switchyard_core::generation::{short_message, AttemptResult, AttemptTarget, Ending, Journal, Opening};
 use switchyard_core::health::HealthConfig;
+use switchyard_core::ApiError;
 use worker::Env;
 
 use crate::billing::{self, Hold};
@@ -74,4 +76,11 @@ impl Record {
             futures_util::future::join(settle, report).await;
         }
     }
+}
+
+/// The record of a request refused before any route was tried: written (no hold to release, no
+/// health to report) by the returned future, for `ctx.wait_until`.
+pub fn reject(env: Env, opening: Opening, error: &ApiError) -> impl Future<Output = ()> + 'static {
+    let finished = Journal::open(opening).finish(Ending::Rejected(error), now_ms());
+    billing::settle(env, None, finished.record)
 }

@@ -4,7 +4,7 @@
 //! is `upstream`, the stream after commit is `relay`, and every ending goes through
 //! `finish::Record::close` from `ctx.wait_until`.
 
-use switchyard_core::catalog::{Catalog, Model, Policy, Price};
+use switchyard_core::catalog::{Api, Catalog, Model, Policy, Price};
 use switchyard_core::dialect::ClientRequest;
 use switchyard_core::generation::{AttemptResult, AttemptTarget, Delivery, Ending, Journal, Opening};
 use switchyard_core::health::HealthConfig;
@@ -14,7 +14,7 @@ use wasm_bindgen::JsCast;
 use worker::{Context, Env, Headers, Response, ResponseBuilder};
 
 use crate::billing::{self, HoldRequest};
-use crate::finish::Record;
+use crate::finish::{self, Record};
 use crate::health;
 use crate::relay;
 use crate::runtime::clock::{in_request, now_ms};
@@ -38,15 +38,56 @@ pub struct Answer {
 }
 
 /// Serves one validated request end to end: plan, hold, attempts, delivery — and, whatever
-/// happens after the hold, settlement.
+/// happens after the hold, settlement. A request refused before the hold is recorded too.
 pub async fn serve(call: &Call<'_>, catalog: &Catalog, request: &ClientRequest) -> Result<Answer, ApiError> {
+    let Admitted {
+        model,
+        policy,
+        mut plan,
+        started_ms,
+        mut record,
+    } = match admit(call, catalog, request).await {
+        Ok(admitted) => admitted,
+        Err(error) => {
+            reject(call, request.api, &request.model, request.stream, &error);
+            return Err(error);
+        }
+    };
+    match attempts(call, catalog, model, request, &mut plan, &mut record).await {
+        Ok((route, committed)) => {
+            let response = deliver(call.ctx, committed, record, &policy, started_ms)?;
+            Ok(Answer { response, route })
+        }
+        Err(error) => {
+            // No route answered: the hold is released in full, nothing is charged.
+            let cancelled = plan.cancelled();
+            call.ctx.wait_until(record.close(Ending::Failed {
+                error: &error,
+                cancelled,
+            }));
+            Err(error)
+        }
+    }
+}
+
+/// A request that may be tried: its model, plan and open record (the hold placed).
+struct Admitted<'c> {
+    model: &'c Model,
+    policy: Policy,
+    plan: Plan,
+    started_ms: u64,
+    record: Record,
+}
+
+/// Everything before the first attempt that may refuse the request (SPEC §3, §11): the model,
+/// its plan, the hold.
+async fn admit<'c>(call: &Call<'_>, catalog: &'c Catalog, request: &ClientRequest) -> Result<Admitted<'c>, ApiError> {
     let model = catalog.model(&request.model).ok_or_else(|| ApiError::ModelNotFound {
         model: request.model.clone(),
         available: catalog.model_ids(),
     })?;
     let policy = catalog.policy_for(model);
     let (mut plan, started_ms) = plan(call, catalog, model, request, &policy).await?;
-
     let max_tokens = request.max_tokens.unwrap_or(model.max_output_tokens);
     let prices: Vec<(usize, &Price)> = plan
         .candidates()
@@ -67,39 +108,48 @@ pub async fn serve(call: &Call<'_>, catalog: &Catalog, request: &ClientRequest) 
     )
     .await?;
     plan.keep_only(&hold.keep);
-    let mut record = Record {
+    let record = Record {
         journal: Journal::open(Opening {
-            id: call.generation_id.to_string(),
-            account_id: call.key.account_id.clone(),
-            key_id: call.key.id.clone(),
-            model: model.id.clone(),
-            api: request.api,
-            stream: request.stream,
-            started_ms,
-            hold_path: hold.path.as_str(),
+            hold_path: Some(hold.path.as_str()),
             max_tokens,
             body_len: request.body_len,
+            ..opening(call, request.api, &model.id, request.stream, started_ms)
         }),
         env: call.env.clone(),
         hold: Some(hold),
         health: HealthConfig::from_policy(&policy),
         model: model.id.clone(),
     };
-    match attempts(call, catalog, model, request, &mut plan, &mut record).await {
-        Ok((route, committed)) => {
-            let response = deliver(call.ctx, committed, record, &policy)?;
-            Ok(Answer { response, route })
-        }
-        Err(error) => {
-            // No route answered: the hold is released in full, nothing is charged.
-            let cancelled = plan.cancelled();
-            call.ctx.wait_until(record.close(Ending::Failed {
-                error: &error,
-                cancelled,
-            }));
-            Err(error)
-        }
+    Ok(Admitted {
+        model,
+        policy,
+        plan,
+        started_ms,
+        record,
+    })
+}
+
+/// What every record of this call starts with.
+fn opening(call: &Call<'_>, api: Api, model: &str, stream: bool, started_ms: u64) -> Opening {
+    Opening {
+        id: call.generation_id.to_string(),
+        account_id: call.key.account_id.clone(),
+        key_id: call.key.id.clone(),
+        model: model.to_string(),
+        api,
+        stream,
+        started_ms,
+        hold_path: None,
+        max_tokens: 0,
+        body_len: 0,
     }
+}
+
+/// Records a request refused before any route was tried (SPEC §14: every request is on the
+/// record), off the critical path: outcome `rejected`, its error code, no hold, no attempt.
+pub fn reject(call: &Call<'_>, api: Api, model: &str, stream: bool, error: &ApiError) {
+    let opening = opening(call, api, model, stream, now_ms());
+    call.ctx.wait_until(finish::reject(call.env.clone(), opening, error));
 }
 
 /// The request's plan (SPEC §3, §5, §8) and when it was made: the health snapshot, the probes it
@@ -150,6 +200,7 @@ async fn attempts(
         deadline_ms,
         extra_try,
         probe,
+        last_resort,
     }) = plan.next(now_ms(), call.client.aborted())
     {
         if !in_request() {
@@ -173,6 +224,7 @@ async fn attempts(
             price: route.price.clone(),
             extra_try,
             probe,
+            last_resort,
             started_ms: now_ms(),
         };
         match upstream::attempt(&target, request, deadline_ms).await {
@@ -216,8 +268,14 @@ fn response_headers(content_type: &str) -> Headers {
 }
 
 /// Sends a committed answer: a whole body at once (settled right after), or a stream relayed
-/// until it ends (settled then).
-fn deliver(ctx: &Context, committed: Committed, record: Record, policy: &Policy) -> Result<Response, ApiError> {
+/// until it ends (settled then; its cap counts from `started_ms`, the request's start).
+fn deliver(
+    ctx: &Context,
+    committed: Committed,
+    record: Record,
+    policy: &Policy,
+    started_ms: u64,
+) -> Result<Response, ApiError> {
     match committed {
         Committed::Body {
             bytes,
@@ -238,7 +296,11 @@ fn deliver(ctx: &Context, committed: Committed, record: Record, policy: &Policy)
         }
         Committed::Stream(live) => {
             let headers = response_headers(&live.content_type);
-            match relay::start(live, policy) {
+            let cap_ms = policy
+                .stream_cap_ms
+                .saturating_sub(now_ms().saturating_sub(started_ms))
+                .max(1);
+            match relay::start(live, policy, cap_ms) {
                 Ok((body, delivered)) => {
                     ctx.wait_until(async move {
                         let delivery = delivered.await;

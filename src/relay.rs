@@ -110,7 +110,8 @@ impl RelayCore {
         self.idle_ms
     }
 
-    /// The stream may last this long after commit ([`Break::Cap`]).
+    /// The stream may last this long from now ([`Break::Cap`]; the cap counts from the request's
+    /// start).
     #[wasm_bindgen(getter, js_name = capMs)]
     pub fn cap_ms(&self) -> f64 {
         self.cap_ms
@@ -203,10 +204,10 @@ impl RelayCore {
     }
 }
 
-/// Starts relaying `live`: returns the client's body (a `ReadableStream`) and what was delivered
-/// once nothing more will be read. `Err`: the relay could not start; the upstream is aborted and
-/// nothing reached the client.
-pub fn start(live: Live, policy: &Policy) -> Result<(JsValue, impl Future<Output = Delivery>), ()> {
+/// Starts relaying `live` for at most `cap_ms` more: returns the client's body (a
+/// `ReadableStream`) and what was delivered once nothing more will be read. `Err`: the relay could
+/// not start; the upstream is aborted and nothing reached the client.
+pub fn start(live: Live, policy: &Policy, cap_ms: u64) -> Result<(JsValue, impl Future<Output = Delivery>), ()> {
     let Live {
         body,
         parser,
@@ -233,7 +234,7 @@ pub fn start(live: Live, policy: &Policy) -> Result<(JsValue, impl Future<Output
         reader: body.reader().clone(),
         abort_controller: controller.js(),
         idle_ms: policy.idle_timeout_ms.max(1) as f64,
-        cap_ms: policy.stream_cap_ms as f64,
+        cap_ms: cap_ms as f64,
         grace_ms: policy.disconnect_grace_ms as f64,
     };
     let started = relay_js(core).ok().and_then(|pair| {

@@ -645,6 +645,9 @@ pub struct AttemptRow {
     pub delivered_output: u64,
     pub cost_micros: i64,
     pub extra_try: bool,
+    /// Absent in records written before it existed.
+    #[serde(default)]
+    pub last_resort: bool,
     pub malformed_events: u64,
     pub message: Option<String>,
 }

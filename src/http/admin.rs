@@ -70,9 +70,13 @@ pub async fn route(req: &mut Request, env: &Env, method: &Method, rest: &str) ->
             Ok(json_response(200, &doc))
         }
         (Method::Put, "catalog", "") => {
-            let catalog = Catalog::parse(&read_body(req).await?).map_err(bad)?;
+            let (catalog, version) = body::parse_catalog_put(&read_body(req).await?).map_err(bad)?;
             let counts = (catalog.doc().providers.len(), catalog.doc().models.len());
-            store.save_catalog(catalog, None).await?;
+            if !store.save_catalog(catalog, version).await? {
+                return Err(ApiError::Conflict {
+                    message: "The catalog changed since this version was read: GET /admin/catalog again.".into(),
+                });
+            }
             Ok(json_response(
                 200,
                 &json!({"ok": true, "providers": counts.0, "models": counts.1}),
@@ -146,7 +150,7 @@ pub async fn route(req: &mut Request, env: &Env, method: &Method, rest: &str) ->
                     "name": new.name,
                     "rpm": new.rpm,
                     "max_concurrent": new.max_concurrent,
-                    "spend_limit_usd": new.spend_limit_micros.map(micros_to_usd),
+                    "spend_limit": new.spend_limit_micros.map(micros_to_usd),
                     "allow_fallbacks": new.allow_fallbacks,
                     "note": "The key is shown once. Store it now.",
                 }),

@@ -18,7 +18,7 @@ use context::RequestCtx;
 use response::{error_response, HandlerResult};
 
 use crate::runtime::clock::now_ms;
-use crate::runtime::ids::new_id;
+use crate::runtime::ids::{new_generation_id, new_id};
 
 /// Entry point for every request.
 pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
@@ -37,7 +37,7 @@ pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
     };
     let mut rc = RequestCtx {
         request_id,
-        generation_id: new_id("gen"),
+        generation_id: new_generation_id(),
         started_ms: now_ms(),
         shape,
         model: None,

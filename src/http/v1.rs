@@ -8,6 +8,7 @@ use std::rc::Rc;
 use serde_json::{json, Value};
 use switchyard_core::catalog::Api;
 use switchyard_core::dialect::{self, MAX_BODY_BYTES};
+use switchyard_core::ids::{record_may_be_pending, RECORD_WAIT_MS};
 use switchyard_core::keys::{hash_key, presented_key};
 use switchyard_core::money::micros_to_usd;
 use switchyard_core::ApiError;
@@ -16,6 +17,7 @@ use worker::{Context, Env, Request};
 use super::context::RequestCtx;
 use super::response::{json_response, HandlerResult};
 use crate::proxy;
+use crate::runtime::clock::{now_ms, sleep};
 use crate::store::{KeyRecord, Store};
 
 /// The caller's active key, or 401.
@@ -78,12 +80,16 @@ pub async fn generation(req: &Request, env: &Env) -> HandlerResult {
         .map(|(_, v)| v.into_owned())
         .filter(|v| !v.is_empty())
         .ok_or_else(|| ApiError::invalid("`id` is required: /v1/generation?id=<generation id>.", Some("id")))?;
-    let (g, attempts) = store
-        .generation(&id, &key.account_id)
-        .await?
-        .ok_or_else(|| ApiError::NotFound {
-            what: format!("Generation `{id}`"),
-        })?;
+    // A record is written just after its answer (batched): an id issued moments ago is waited for.
+    let mut found = store.generation(&id, &key.account_id).await?;
+    let give_up = now_ms().saturating_add(RECORD_WAIT_MS);
+    while found.is_none() && record_may_be_pending(&id, now_ms()) && now_ms() < give_up {
+        sleep(100).await;
+        found = store.generation(&id, &key.account_id).await?;
+    }
+    let (g, attempts) = found.ok_or_else(|| ApiError::NotFound {
+        what: format!("Generation `{id}`"),
+    })?;
     let usage = match (g.input_tokens, g.output_tokens) {
         (Some(i), Some(o)) => json!({"input_tokens": i as u64, "output_tokens": o as u64}),
         _ => Value::Null,
@@ -103,6 +109,7 @@ pub async fn generation(req: &Request, env: &Env) -> HandlerResult {
                 "delivered_output": a.delivered_output,
                 "cost": micros_to_usd(a.cost_micros),
                 "extra_try": a.extra_try,
+                "last_resort": a.last_resort,
                 "malformed_events": a.malformed_events,
                 "message": a.message,
             })
@@ -174,20 +181,24 @@ pub async fn generate(req: &mut Request, env: &Env, ctx: &Context, rc: &mut Requ
     let key = authenticate(req, &store).await?;
     rc.key_id = Some(key.id.clone());
     rc.account_id = Some(key.account_id.clone());
-    let body = read_body(req).await?;
-    let mut request = dialect::parse_request(api, &body)?;
+    let (generation_id, client) = (rc.generation_id.clone(), rc.client.clone());
+    let call = proxy::Call {
+        env,
+        ctx,
+        key: &key,
+        generation_id: &generation_id,
+        client: &client,
+    };
+    let parsed = match read_body(req).await {
+        Ok(body) => dialect::parse_request(api, &body),
+        Err(e) => Err(e),
+    };
+    let mut request = parsed.inspect_err(|error| proxy::reject(&call, api, "", false, error))?;
     let header = |name: &str| req.headers().get(name).ok().flatten();
     request.anthropic_version = header("anthropic-version");
     request.anthropic_beta = header("anthropic-beta");
     rc.model = Some(request.model.clone());
     let catalog = store.catalog().await?;
-    let call = proxy::Call {
-        env,
-        ctx,
-        key: &key,
-        generation_id: &rc.generation_id,
-        client: &rc.client,
-    };
     let answer = proxy::serve(&call, &catalog, &request).await?;
     rc.route = Some(answer.route);
     Ok(answer.response)

@@ -1,5 +1,6 @@
 //! Randomness from the runtime's CSPRNG (`crypto.getRandomValues`, `crypto.randomUUID`): request,
-//! generation, account and key ids, and the plaintext of new API keys.
+//! generation, account and key ids, and the plaintext of new API keys. Generation ids carry their
+//! time (`switchyard_core::ids`).
 
 use wasm_bindgen::prelude::*;
 
@@ -18,7 +19,14 @@ pub fn random_32() -> [u8; 32] {
     buf
 }
 
-/// A new id with a readable prefix, e.g. `gen-2f1c…`.
+/// A new id with a readable prefix, e.g. `req-2f1c…`.
 pub fn new_id(prefix: &str) -> String {
     format!("{prefix}-{}", random_uuid())
+}
+
+/// A new generation id, `gen-` and a UUIDv7 of now.
+pub fn new_generation_id() -> String {
+    let mut random = [0u8; 10];
+    get_random_values(&mut random);
+    format!("gen-{}", switchyard_core::ids::uuid_v7(super::clock::now_ms(), random))
 }

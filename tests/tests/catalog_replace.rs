@@ -1,4 +1,5 @@
-//! `PUT /admin/catalog` replaces the whole catalog atomically (SPEC §2). Its own test binary:
+//! `PUT /admin/catalog` replaces the whole catalog atomically (SPEC §2), and takes back what
+//! `GET /admin/catalog` returned, `version` and all (SPEC §12). Its own test binary:
 //! cargo runs test binaries one after another, so replacing the catalog here cannot race the
 //! single-entry changes of the other suites.
 
@@ -54,4 +55,20 @@ fn put_catalog_validates_and_replaces_atomically() {
         let r = s.chat(&key, &chat_body(old["id"].as_str().unwrap(), false));
         assert_eq!(r.status, 404, "a model dropped from the catalog is gone");
     }
+
+    // What GET returns can be PUT back as is: its `version` makes the write conditional.
+    let read = s.admin("GET", "/admin/catalog", None).json();
+    let version = read["version"].as_i64().expect("version");
+    let r = s.admin("PUT", "/admin/catalog", Some(read.clone()));
+    assert_eq!(r.status, 200, "the document GET returned goes back: {}", r.text());
+    let now = s.admin("GET", "/admin/catalog", None).json();
+    assert_eq!(now["version"].as_i64(), Some(version + 1));
+    let r = s.admin("PUT", "/admin/catalog", Some(read));
+    assert_eq!(r.status, 409, "the catalog moved on since that version: {}", r.text());
+    assert_eq!(r.json()["error"]["code"], "conflict");
+    assert_eq!(
+        s.admin("GET", "/admin/catalog", None).json()["version"].as_i64(),
+        Some(version + 1),
+        "a refused write changes nothing"
+    );
 }

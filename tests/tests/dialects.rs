@@ -80,7 +80,13 @@ impl Fixture {
     }
 
     fn context(&self, stream: bool, r: &Reply) -> String {
-        format!("{:?} stream={stream} model={}: {} {}", self.api, self.model, r.status, r.text())
+        format!(
+            "{:?} stream={stream} model={}: {} {}",
+            self.api,
+            self.model,
+            r.status,
+            r.text()
+        )
     }
 }
 
@@ -96,7 +102,11 @@ fn assert_answer(api: Api, stream: bool, r: &Reply, ctx: &str) {
                 assert!(!v["content"][0]["text"].as_str().unwrap().is_empty(), "{ctx}");
             }
             Api::Responses => {
-                assert_eq!((v["object"].as_str(), v["status"].as_str()), (Some("response"), Some("completed")), "{ctx}");
+                assert_eq!(
+                    (v["object"].as_str(), v["status"].as_str()),
+                    (Some("response"), Some("completed")),
+                    "{ctx}"
+                );
             }
         }
         return;
@@ -112,12 +122,20 @@ fn assert_answer(api: Api, stream: bool, r: &Reply, ctx: &str) {
         }
         Api::Messages => {
             assert_eq!(last.0.as_deref(), Some("message_stop"), "{ctx}");
-            assert_eq!(named("message_start"), 1, "one message_start, the answering route's: {ctx}");
+            assert_eq!(
+                named("message_start"),
+                1,
+                "one message_start, the answering route's: {ctx}"
+            );
             assert_eq!(named("error"), 0, "{ctx}");
         }
         Api::Responses => {
             assert_eq!(last.0.as_deref(), Some("response.completed"), "{ctx}");
-            assert_eq!(named("response.created"), 1, "one response.created, the answering route's: {ctx}");
+            assert_eq!(
+                named("response.created"),
+                1,
+                "one response.created, the answering route's: {ctx}"
+            );
             assert_eq!(named("error") + named("response.failed"), 0, "{ctx}");
         }
     }
@@ -143,11 +161,11 @@ fn assert_broken_end(api: Api, r: &Reply, ctx: &str) {
         }
         Api::Responses => {
             let (name, _) = events.last().unwrap();
+            assert!(matches!(name.as_deref(), Some("response.failed" | "error")), "{ctx}");
             assert!(
-                matches!(name.as_deref(), Some("response.failed" | "error")),
-                "{ctx}"
+                !r.text().contains("response.completed"),
+                "no clean end after a break: {ctx}"
             );
-            assert!(!r.text().contains("response.completed"), "no clean end after a break: {ctx}");
         }
     }
 }
@@ -265,6 +283,10 @@ matrix! {
     a_broken_upstream_account_falls_back: ["status/401/invalid_key", "ok"], false, None, Expect::FellBack("account");
     a_missing_upstream_model_falls_back: ["status/404/model_not_found", "ok"], true, None, Expect::FellBack("model_unavailable");
     an_error_body_with_200_falls_back: ["error-body-200/rate_limit", "ok"], false, None, Expect::FellBack("rate_limited");
+    a_500_that_mentions_load_is_a_5xx_not_overloaded: ["status/500/overloaded", "ok"], false, None, Expect::FellBack("upstream_5xx");
+    an_empty_success_is_no_answer: ["chunks/0/0", "ok"], false, None, Expect::FellBack("bad_response");
+    an_empty_stream_is_no_answer: ["chunks/0/0", "ok"], true, None, Expect::FellBack("bad_response");
+    a_content_policy_refusal_falls_back: ["status/400/content_filter", "ok"], false, None, Expect::FellBack("content_policy");
     // The commit point (SPEC §6): errors, malformed events and silence before content.
     an_overloaded_error_event_before_content_falls_back: ["error-event-first/overloaded", "ok"], true, None, Expect::FellBack("overloaded");
     a_malformed_first_event_falls_back: ["malformed-event/0", "ok"], true, None, Expect::FellBack("bad_response");
@@ -361,7 +383,11 @@ fn every_route_failing_is_a_502_in_the_clients_dialect() {
 #[test]
 fn every_route_overloaded_is_a_503_with_retry_after_in_the_clients_dialect() {
     for api in APIS {
-        let f = Fixture::new(api, &["status/529/overloaded", "status/429/rate_limit/retry-after/3"], fast_policy());
+        let f = Fixture::new(
+            api,
+            &["status/529/overloaded", "status/429/rate_limit/retry-after/3"],
+            fast_policy(),
+        );
         let r = f.send(true);
         let ctx = f.context(true, &r);
         assert_error(api, &r, 503, "upstream_capacity_exhausted", &ctx);
@@ -392,10 +418,7 @@ fn client_errors_are_shaped_for_the_clients_dialect() {
     let broke = s.new_key(0.000_001); // 1 µ$: no route's hold fits
     for api in [Api::Messages, Api::Responses] {
         let provider = s.mock_provider_with_auth(&label, "ok", false, api.provider_auth());
-        let model = s.model(
-            vec![route("r0", &provider, "u", json!({"apis": [api.name()]}))],
-            None,
-        );
+        let model = s.model(vec![route("r0", &provider, "u", json!({"apis": [api.name()]}))], None);
         let ctx = |what: &str, r: &Reply| format!("{api:?} {what}: {} {}", r.status, r.text());
         let r = s.send(api, &key, &json!({"model": model}), &[]);
         assert_error(api, &r, 400, "invalid_request", &ctx("missing field", &r));
@@ -431,19 +454,31 @@ fn anthropic_routes_get_the_clients_version_and_beta_headers_and_the_key_as_x_ap
         Api::Messages,
         &key,
         &body,
-        &[("anthropic-version", "2023-06-01"), ("anthropic-beta", "tools-2024-04-04")],
+        &[
+            ("anthropic-version", "2023-06-01"),
+            ("anthropic-beta", "tools-2024-04-04"),
+        ],
     );
     assert_eq!(r.status, 200, "{}", r.text());
     let seen = &s.mock_stats(&label, "ok")["last_request"];
     assert_eq!(seen["path"], format!("/{label}/ok/messages"));
     assert_eq!(seen["headers"]["x-api-key"], s.upstream_key);
-    assert!(seen["headers"]["authorization"].is_null(), "the key goes as x-api-key only");
+    assert!(
+        seen["headers"]["authorization"].is_null(),
+        "the key goes as x-api-key only"
+    );
     assert_eq!(seen["headers"]["anthropic-version"], "2023-06-01");
     assert_eq!(seen["headers"]["anthropic-beta"], "tools-2024-04-04");
     assert_eq!(seen["body"]["model"], "claude-up");
     let r = s.send(Api::Messages, &key, &body, &[]);
     assert_eq!(r.status, 200, "{}", r.text());
     let seen = &s.mock_stats(&label, "ok")["last_request"];
-    assert_eq!(seen["headers"]["anthropic-version"], "2023-06-01", "the default version");
-    assert!(seen["headers"]["anthropic-beta"].is_null(), "no beta unless the client sent one");
+    assert_eq!(
+        seen["headers"]["anthropic-version"], "2023-06-01",
+        "the default version"
+    );
+    assert!(
+        seen["headers"]["anthropic-beta"].is_null(),
+        "no beta unless the client sent one"
+    );
 }

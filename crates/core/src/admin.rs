@@ -4,7 +4,7 @@
 
 use serde::Deserialize;
 
-use crate::catalog::{from_json_with_path, CatalogError};
+use crate::catalog::{from_json_with_path, Catalog, CatalogError};
 use crate::money::usd_to_micros;
 
 /// `POST /admin/accounts`.
@@ -54,7 +54,8 @@ struct KeyBody {
     rpm: Option<u32>,
     #[serde(default)]
     max_concurrent: Option<u32>,
-    #[serde(default)]
+    /// The contract's name is `spend_limit` (USD); `spend_limit_usd` is accepted too.
+    #[serde(default, rename = "spend_limit", alias = "spend_limit_usd")]
     spend_limit_usd: Option<f64>,
     #[serde(default)]
     allow_fallbacks: Option<bool>,
@@ -105,7 +106,7 @@ pub fn parse_new_key(bytes: &[u8]) -> Result<NewKey, CatalogError> {
         None => None,
         Some(usd) => match usd_to_micros(usd) {
             Some(m) if m >= 0 => Some(m),
-            _ => return Err(invalid("spend_limit_usd", "must be a non-negative amount of USD")),
+            _ => return Err(invalid("spend_limit", "must be a non-negative amount of USD")),
         },
     };
     for (field, v) in [("rpm", body.rpm), ("max_concurrent", body.max_concurrent)] {
@@ -121,6 +122,26 @@ pub fn parse_new_key(bytes: &[u8]) -> Result<NewKey, CatalogError> {
         spend_limit_micros,
         allow_fallbacks: body.allow_fallbacks,
     })
+}
+
+/// A `PUT /admin/catalog` body: the catalog, and the `version` it was read at when the body came
+/// from `GET /admin/catalog` (then the write only succeeds if the stored catalog is still at it).
+pub fn parse_catalog_put(bytes: &[u8]) -> Result<(Catalog, Option<i64>), CatalogError> {
+    let mut value: serde_json::Value = from_json_with_path(bytes)?;
+    let version = match value.as_object_mut().and_then(|o| o.remove("version")) {
+        None | Some(serde_json::Value::Null) => None,
+        Some(v) => match v.as_i64() {
+            Some(n) if n >= 0 => Some(n),
+            _ => {
+                return Err(invalid(
+                    "version",
+                    "must be the non-negative integer GET /admin/catalog returned",
+                ))
+            }
+        },
+    };
+    let catalog = Catalog::parse(value.to_string().as_bytes())?;
+    Ok((catalog, version))
 }
 
 #[cfg(test)]
@@ -149,6 +170,27 @@ mod tests {
             "rpm"
         );
         assert_eq!(parse_new_key(br#"{}"#).unwrap_err().field, "body");
+    }
+
+    #[test]
+    fn a_catalog_read_with_its_version_can_be_put_back() {
+        let doc =
+            r#"{"providers":[{"id":"p","base_url":"http://127.0.0.1:1/v1","auth":"bearer"}],"models":[],"version":4}"#;
+        let (catalog, version) = parse_catalog_put(doc.as_bytes()).unwrap();
+        assert_eq!(version, Some(4));
+        assert_eq!(catalog.doc().providers.len(), 1);
+        let (_, version) = parse_catalog_put(br#"{"providers":[],"models":[]}"#).unwrap();
+        assert_eq!(version, None);
+        assert!(parse_catalog_put(br#"{"providers":[],"models":[],"version":"x"}"#).is_err());
+        assert!(parse_catalog_put(br#"{"providers":[],"models":[],"colour":1}"#).is_err());
+    }
+
+    #[test]
+    fn keys_take_the_contracts_spend_limit() {
+        let k = parse_new_key(br#"{"account_id":"a","spend_limit":2.5}"#).unwrap();
+        assert_eq!(k.spend_limit_micros, Some(2_500_000));
+        let k = parse_new_key(br#"{"account_id":"a","spend_limit_usd":2.5}"#).unwrap();
+        assert_eq!(k.spend_limit_micros, Some(2_500_000), "the old name still works");
     }
 }
 

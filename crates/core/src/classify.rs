@@ -287,7 +287,8 @@ fn status_class(status: u16, facts: &Facts) -> FailureClass {
     if client_error && contains_any(text, ACCOUNT_WORDS) {
         return FailureClass::Account;
     }
-    if matches!(status, 429 | 500 | 502 | 503 | 529) && contains_any(text, OVERLOAD_WORDS) {
+    // Only the statuses that carry load (SPEC §4): a 500 or 502 that mentions load is still a 5xx.
+    if matches!(status, 429 | 503 | 529) && contains_any(text, OVERLOAD_WORDS) {
         return FailureClass::Overloaded;
     }
     if status == 429 {
@@ -808,10 +809,10 @@ mod tests {
             RateLimited,
         ),
         (
-            "openrouter 502 whose raw provider error says overloaded",
+            "openrouter 502 whose raw provider error says overloaded: a 502 is a 5xx",
             502,
             r#"{"error":{"message":"Provider returned error","code":502,"metadata":{"raw":"{\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}","provider_name":"Anthropic"}}}"#,
-            Overloaded,
+            Upstream5xx,
         ),
         (
             "azure 400 content_filter",
@@ -932,7 +933,8 @@ mod tests {
             r#"{"error":{"object":"error","type":"invalid_request_error","message":"Invalid value for 'temperature': must be between 0 and 2."}}"#,
             InvalidRequest,
         ),
-        ("500 body saying overloaded", 500, "Server overloaded, try again", Overloaded),
+        ("500 body saying overloaded: a 500 is a 5xx", 500, "Server overloaded, try again", Upstream5xx),
+        ("503 body saying overloaded", 503, "Server overloaded, try again", Overloaded),
         ("405 method not allowed", 405, r#"{"detail":"Method Not Allowed"}"#, BadResponse),
         ("410 gone", 410, "Gone", BadResponse),
         ("415 unsupported media type", 415, "Unsupported Media Type", BadResponse),

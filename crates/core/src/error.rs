@@ -43,6 +43,8 @@ pub enum ApiError {
     NotFound { what: String },
     /// 405: the path exists, the method does not.
     MethodNotAllowed,
+    /// 409: an admin write raced another (the catalog moved on since it was read).
+    Conflict { message: String },
     /// 503: the model has no route serving this dialect.
     SupplyNotConfigured { model: String },
     /// 502: every route failed.
@@ -55,6 +57,8 @@ pub enum ApiError {
     },
     /// 400: the upstream refused the request itself (class `invalid_request`).
     UpstreamInvalidRequest { message: String },
+    /// 400: every route refused the request under its content policy.
+    ContentPolicy { message: String },
     /// 500: Switchyard's own storage or runtime failed; `label` is for logs, never user data.
     Internal { label: &'static str },
 }
@@ -69,11 +73,14 @@ impl ApiError {
 
     pub fn status(&self) -> u16 {
         match self {
-            ApiError::InvalidRequest { .. } | ApiError::UpstreamInvalidRequest { .. } => 400,
+            ApiError::InvalidRequest { .. }
+            | ApiError::UpstreamInvalidRequest { .. }
+            | ApiError::ContentPolicy { .. } => 400,
             ApiError::InvalidApiKey | ApiError::AdminUnauthorized => 401,
             ApiError::InsufficientBalance | ApiError::SpendLimitReached => 402,
             ApiError::ModelNotFound { .. } | ApiError::NotFound { .. } => 404,
             ApiError::MethodNotAllowed => 405,
+            ApiError::Conflict { .. } => 409,
             ApiError::Internal { .. } => 500,
             ApiError::ProviderError { .. } => 502,
             ApiError::SupplyNotConfigured { .. } | ApiError::CapacityExhausted { .. } => 503,
@@ -91,17 +98,22 @@ impl ApiError {
             ApiError::ModelNotFound { .. } => "model_not_found",
             ApiError::NotFound { .. } => "not_found",
             ApiError::MethodNotAllowed => "method_not_allowed",
+            ApiError::Conflict { .. } => "conflict",
             ApiError::SupplyNotConfigured { .. } => "supply_not_configured",
             ApiError::ProviderError { .. } => "provider_error",
             ApiError::CapacityExhausted { .. } => "upstream_capacity_exhausted",
             ApiError::UpstreamInvalidRequest { .. } => "upstream_invalid_request",
+            ApiError::ContentPolicy { .. } => "content_policy",
             ApiError::Internal { .. } => "internal_error",
         }
     }
 
     pub fn message(&self) -> String {
         match self {
-            ApiError::InvalidRequest { message, .. } | ApiError::UpstreamInvalidRequest { message } => message.clone(),
+            ApiError::InvalidRequest { message, .. }
+            | ApiError::UpstreamInvalidRequest { message }
+            | ApiError::ContentPolicy { message }
+            | ApiError::Conflict { message } => message.clone(),
             ApiError::InvalidApiKey => "Invalid or missing API key. Pass it as `Authorization: Bearer <key>` or `x-api-key: <key>`.".into(),
             ApiError::AdminUnauthorized => "Admin token required.".into(),
             ApiError::InsufficientBalance => "Insufficient balance. Top up at the dashboard.".into(),
@@ -124,7 +136,7 @@ impl ApiError {
 
     fn openai_type(&self) -> &'static str {
         match self.status() {
-            400 | 404 | 405 => "invalid_request_error",
+            400 | 404 | 405 | 409 => "invalid_request_error",
             401 => "authentication_error",
             402 => "insufficient_quota",
             429 => "rate_limit_exceeded",
@@ -135,7 +147,7 @@ impl ApiError {
 
     fn anthropic_type(&self) -> &'static str {
         match self.status() {
-            400 | 405 => "invalid_request_error",
+            400 | 405 | 409 => "invalid_request_error",
             401 => "authentication_error",
             402 => "billing_error",
             404 => "not_found_error",

@@ -27,6 +27,8 @@ pub enum Outcome {
     Broken,
     /// No route answered.
     Failed,
+    /// Refused before any route was tried (bad input, unknown model, no balance, no route).
+    Rejected,
 }
 
 impl Outcome {
@@ -35,6 +37,7 @@ impl Outcome {
             Outcome::Answered => "answered",
             Outcome::Broken => "broken",
             Outcome::Failed => "failed",
+            Outcome::Rejected => "rejected",
         }
     }
 }
@@ -62,6 +65,8 @@ pub struct AttemptRecord {
     pub delivered_output: u64,
     pub cost_micros: i64,
     pub extra_try: bool,
+    /// The route's account was in cooldown and no other route was left (SPEC §8, §9).
+    pub last_resort: bool,
     /// Malformed events dropped after commit.
     pub malformed_events: u32,
     /// The upstream's message for a failure, secrets redacted, at most 500 characters.
@@ -126,7 +131,8 @@ pub struct Opening {
     pub api: Api,
     pub stream: bool,
     pub started_ms: u64,
-    pub hold_path: &'static str,
+    /// How the hold was placed (`None`: rejected before any hold).
+    pub hold_path: Option<&'static str>,
     /// The output limit held for (the estimate never exceeds it).
     pub max_tokens: u64,
     /// Request body size, the input estimate's basis.
@@ -142,6 +148,7 @@ pub struct AttemptTarget {
     pub price: Price,
     pub extra_try: bool,
     pub probe: bool,
+    pub last_resort: bool,
     pub started_ms: u64,
 }
 
@@ -172,6 +179,8 @@ pub enum Ending<'a> {
     Delivered(Delivery),
     /// No answer reached the client. `cancelled`: the client left before one did.
     Failed { error: &'a ApiError, cancelled: bool },
+    /// Refused before any route was tried: recorded, never counted against the model.
+    Rejected(&'a ApiError),
 }
 
 /// The record of one request while it runs.
@@ -212,7 +221,7 @@ impl Journal {
                 total_cost_micros: 0,
                 created_at_ms: o.started_ms,
                 duration_ms: 0,
-                hold_path: Some(o.hold_path),
+                hold_path: o.hold_path,
                 attempts: Vec::new(),
             },
             observations: Vec::new(),
@@ -263,6 +272,7 @@ impl Journal {
             delivered_output: 0,
             cost_micros: 0,
             extra_try: target.extra_try,
+            last_resort: target.last_resort,
             malformed_events: 0,
             message: message.flatten(),
         });
@@ -326,11 +336,19 @@ impl Journal {
                 record.error_code = Some(ApiError::Internal { label: "uncommitted" }.code().to_string());
             }
             (Ending::Failed { error, cancelled }, _) => {
-                client_error = matches!(error, ApiError::UpstreamInvalidRequest { .. });
+                client_error = matches!(
+                    error,
+                    ApiError::UpstreamInvalidRequest { .. } | ApiError::ContentPolicy { .. }
+                );
                 record.error_code = Some(if cancelled { "cancelled" } else { error.code() }.to_string());
             }
+            (Ending::Rejected(error), _) => {
+                client_error = true;
+                record.outcome = Outcome::Rejected;
+                record.error_code = Some(error.code().to_string());
+            }
         }
-        let answered = record.outcome != Outcome::Failed;
+        let answered = matches!(record.outcome, Outcome::Answered | Outcome::Broken);
         let stream_ttfb_ms = if record.stream && answered {
             record.attempts.last().and_then(|a| a.ttfb_ms)
         } else {
@@ -435,7 +453,7 @@ mod tests {
             api: Api::Chat,
             stream,
             started_ms: 1_000,
-            hold_path: "fast",
+            hold_path: Some("fast"),
             max_tokens: 100,
             body_len: 300,
         }
@@ -452,6 +470,7 @@ mod tests {
             },
             extra_try: false,
             probe: false,
+            last_resort: false,
             started_ms,
         }
     }
@@ -584,5 +603,27 @@ mod tests {
         assert_eq!(f.record.error_code.as_deref(), Some("cancelled"));
         let f = ended(&ApiError::UpstreamInvalidRequest { message: "no".into() }, false);
         assert!(!f.request.counted, "the client's own error is not the model's");
+    }
+
+    #[test]
+    fn a_rejected_request_is_recorded_with_its_code_and_counted_nowhere() {
+        let error = ApiError::ModelNotFound {
+            model: "x".into(),
+            available: vec![],
+        };
+        let f = Journal::open(Opening {
+            hold_path: None,
+            ..opening(false)
+        })
+        .finish(Ending::Rejected(&error), 1_002);
+        assert_eq!(f.record.outcome, Outcome::Rejected);
+        assert_eq!(f.record.outcome.as_str(), "rejected");
+        assert_eq!(f.record.error_code.as_deref(), Some("model_not_found"));
+        assert_eq!(
+            (f.record.attempts.len(), f.record.total_cost_micros, f.record.hold_path),
+            (0, 0, None)
+        );
+        assert!(f.observations.is_empty());
+        assert!(!f.request.counted && !f.request.answered);
     }
 }

@@ -14,6 +14,7 @@ pub mod error;
 pub mod generation;
 pub mod health;
 pub mod health_rpc;
+pub mod ids;
 pub mod keys;
 pub mod money;
 pub mod plan;

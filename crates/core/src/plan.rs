@@ -41,6 +41,8 @@ pub struct Attempt {
     pub extra_try: bool,
     /// The route (or its account) is on probation and this request won its probe (SPEC §8).
     pub probe: bool,
+    /// The route's account is in cooldown and no other route was left (SPEC §8, §9).
+    pub last_resort: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -223,6 +225,11 @@ impl Plan {
                 Some("provider"),
             ));
         }
+        // SPEC §9: a route on an account in cooldown is skipped — unless nothing else is left (a
+        // route is never removed, SPEC §8): then such routes are tried, last ([`Attempt::last_resort`]).
+        if kept.iter().any(|(_, h)| !h.account_cooling) {
+            kept.retain(|(_, h)| !h.account_cooling);
+        }
         if prefs.sort == Some(Sort::Price) {
             // Stable: equal prices keep their usual order; demoted routes stay behind healthy ones.
             kept.sort_by(|(a, ha), (b, hb)| {
@@ -244,7 +251,8 @@ impl Plan {
                     .and_then(|r| order.iter().position(|p| p == &r.provider || p == &r.id))
                     .unwrap_or(usize::MAX)
             };
-            kept.sort_by_key(|(i, _)| rank(i));
+            // Health first (a demoted route stays behind healthy ones), then the listed order.
+            kept.sort_by_key(|(i, h)| (h.demoted, rank(i)));
         }
         let max_attempts = if allow_fallbacks {
             match policy.max_attempts {
@@ -319,12 +327,19 @@ impl Plan {
 
     fn first_content_limit(&self, route: usize, is_last: bool) -> u64 {
         let p = &self.policy;
+        let slow = self.slow.get(route).copied().unwrap_or(false);
+        let reasoning = self.reasoning && self.api == Api::Chat;
         let base = if !self.stream {
             self.nonstream_limit(p.nonstream_base_ms)
-        } else if self.slow.get(route).copied().unwrap_or(false) {
-            p.slow_route_stream_first_content_ms
-        } else if self.reasoning && self.api == Api::Chat {
-            p.reasoning_stream_first_content_ms
+        } else if slow || reasoning {
+            // When both apply, the longer limit wins.
+            let slow_ms = if slow { p.slow_route_stream_first_content_ms } else { 0 };
+            let reasoning_ms = if reasoning {
+                p.reasoning_stream_first_content_ms
+            } else {
+                0
+            };
+            slow_ms.max(reasoning_ms)
         } else {
             p.stream_first_content_ms
         };
@@ -399,6 +414,7 @@ impl Plan {
                 deadline_ms: limit.min(self.budget_ends_ms - now_ms),
                 extra_try: false,
                 probe: self.probes.contains(&route),
+                last_resort: c.health.account_cooling,
             });
         }
         None
@@ -463,6 +479,10 @@ impl Plan {
             })
             .min_by_key(|c| c.health.consecutive_failures)?
             .route;
+        let last_resort = self
+            .candidates
+            .iter()
+            .any(|c| c.route == route && c.health.account_cooling);
         self.extra_try_used = true;
         let base = self.policy.last_route_min_ms;
         let limit = if self.stream { base } else { self.nonstream_limit(base) };
@@ -471,6 +491,7 @@ impl Plan {
             deadline_ms: limit.min(self.budget_ends_ms - now_ms),
             extra_try: true,
             probe: self.probes.contains(&route),
+            last_resort,
         })
     }
 
@@ -491,6 +512,19 @@ impl Plan {
                 FailureClass::ContextLength | FailureClass::UnsupportedParam | FailureClass::ContentPolicy
             )
         });
+        if self
+            .failures
+            .iter()
+            .all(|f| f.verdict.class == FailureClass::ContentPolicy)
+        {
+            return ApiError::ContentPolicy {
+                message: last
+                    .verdict
+                    .message
+                    .clone()
+                    .unwrap_or_else(|| "Every provider refused the request under its content policy.".into()),
+            };
+        }
         if all_client {
             return ApiError::UpstreamInvalidRequest {
                 message: last
@@ -626,8 +660,15 @@ mod tests {
         let mut p = plan_with(&c, json!({"stream": true}), &[], true);
         assert_eq!(
             drain(&mut p, FailureClass::Timeout),
-            vec![(0, 30_000), (1, 45_000), (2, 60_000)]
+            vec![(0, 45_000), (1, 45_000), (2, 60_000)],
+            "a slow route of a reasoning model gets the longer of 30 s and 45 s"
         );
+        let c = catalog(
+            json!([route("r0", "a", json!({"slow": true})), route("r1", "b", json!({}))]),
+            false,
+        );
+        let mut p = plan_with(&c, json!({"stream": true}), &[], true);
+        assert_eq!(p.next_usual(0).unwrap().deadline_ms, 30_000, "slow alone: 30 s");
         // Non-stream: 15 s + 1 s per 20 tokens of max_tokens (model's 1000 when absent), capped at 300 s.
         let mut p = plan_with(&c, json!({"max_tokens": 100}), &[], true);
         assert_eq!(p.next_usual(0).unwrap().deadline_ms, 20_000);
@@ -643,6 +684,7 @@ mod tests {
         let demoted = RouteHealth {
             demoted: true,
             consecutive_failures: 3,
+            account_cooling: false,
         };
         // Usual order already has the demoted route last (the caller orders by health).
         let mut p = plan_with(
@@ -816,13 +858,13 @@ mod tests {
         let c = three();
         let health = [
             RouteHealth {
-                demoted: false,
                 consecutive_failures: 2,
+                ..RouteHealth::default()
             },
             RouteHealth::default(),
             RouteHealth {
-                demoted: false,
                 consecutive_failures: 1,
+                ..RouteHealth::default()
             },
         ];
         let mut p = plan_with(&c, json!({"stream": true}), &health, true);
@@ -837,7 +879,8 @@ mod tests {
                 route: 2,
                 deadline_ms: 60_000,
                 extra_try: true,
-                probe: false
+                probe: false,
+                last_resort: false
             })
         );
         assert_eq!(p.next(0, false), None, "once per request");
@@ -868,6 +911,7 @@ mod tests {
         let d = RouteHealth {
             demoted: true,
             consecutive_failures: 3,
+            account_cooling: false,
         };
         let ttfb = [Some(900.0), None, Some(100.0), Some(50.0)];
         let mut order = vec![(0, h), (1, h), (2, h), (3, d)];
@@ -1018,6 +1062,80 @@ mod tests {
             routes_of(&mut p).into_iter().map(|(i, _)| i).collect::<Vec<_>>(),
             vec![2, 0, 1],
             "measured fastest first, unmeasured last"
+        );
+    }
+
+    #[test]
+    fn routes_on_a_cooling_account_are_skipped_unless_nothing_else_is_left() {
+        let c = three();
+        let cooling = RouteHealth {
+            demoted: true,
+            account_cooling: true,
+            ..RouteHealth::default()
+        };
+        let healthy = RouteHealth::default();
+        let mut p = plan_with(&c, json!({}), &[cooling, healthy, healthy], true);
+        let mut tried = vec![];
+        while let Some(a) = p.next(0, false) {
+            tried.push((a.route, a.last_resort));
+            p.record_failure(a.route, verdict(FailureClass::Upstream5xx));
+        }
+        assert_eq!(tried, vec![(1, false), (2, false)], "SPEC §9: skipped");
+        let mut p = plan_with(&c, json!({}), &[cooling, cooling, cooling], true);
+        let a = p.next(0, false).unwrap();
+        assert_eq!(
+            (a.route, a.last_resort),
+            (0, true),
+            "SPEC §8: never removed, tried last"
+        );
+    }
+
+    #[test]
+    fn provider_order_does_not_lift_a_demoted_route_ahead_of_healthy_ones() {
+        let c = three();
+        let demoted = RouteHealth {
+            demoted: true,
+            ..RouteHealth::default()
+        };
+        let model = c.model("m").unwrap();
+        // Usual order by health: r1, r2, then demoted r0.
+        let order = vec![(1, RouteHealth::default()), (2, RouteHealth::default()), (0, demoted)];
+        let r = request(json!({"provider": {"order": ["r0", "r2"]}}));
+        let mut p = Plan::with_order(&c, model, &r, &c.policy_for(model), &order, true, 0).unwrap();
+        let tried: Vec<usize> = drain(&mut p, FailureClass::Upstream5xx)
+            .into_iter()
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(
+            tried,
+            vec![2, 1, 0],
+            "listed healthy first, then the rest; the demoted one last"
+        );
+    }
+
+    #[test]
+    fn every_route_refusing_on_policy_is_a_content_policy_error() {
+        let c = three();
+        let mut p = plan_with(&c, json!({}), &[], true);
+        assert_eq!(
+            drain(&mut p, FailureClass::ContentPolicy).len(),
+            3,
+            "content_policy falls back"
+        );
+        assert_eq!(
+            p.final_error(vec![]),
+            ApiError::ContentPolicy {
+                message: "ContentPolicy".into()
+            }
+        );
+        let mut p = plan_with(&c, json!({}), &[], true);
+        let a = p.next_usual(0).unwrap();
+        p.record_failure(a.route, verdict(FailureClass::ContentPolicy));
+        let a = p.next_usual(0).unwrap();
+        p.record_failure(a.route, verdict(FailureClass::ContextLength));
+        assert!(
+            matches!(p.final_error(vec![]), ApiError::UpstreamInvalidRequest { .. }),
+            "mixed client refusals stay upstream_invalid_request"
         );
     }
 }

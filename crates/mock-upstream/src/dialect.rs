@@ -648,6 +648,9 @@ pub fn stream_plan(api: Api, info: &ReqInfo, sc: &Scenario) -> Vec<Step> {
         return b.steps;
     }
     preamble(api, &mut b, info, sc);
+    for _ in 0..sc.held.unwrap_or(0) {
+        b.steps.push(Step::Event(KEEPALIVE.to_string()));
+    }
     if let Some(ms) = sc.first_content_after_ms {
         b.wait(ms, true);
     }
@@ -879,6 +882,22 @@ mod tests {
         let steps = stream_plan(Api::Chat, &i, &parse_scenario("malformed-event/1").unwrap());
         assert_eq!(steps[1], Step::Event(MALFORMED_EVENT.into()));
         assert_eq!(datas(&steps).len(), 8);
+    }
+
+    #[test]
+    fn held_comments_come_before_any_content() {
+        let i = info(r#"{"model":"m","stream":true}"#);
+        let steps = stream_plan(
+            Api::Chat,
+            &i,
+            &parse_scenario("held/3/first-content-after/100").unwrap(),
+        );
+        let first_wait = steps.iter().position(|s| matches!(s, Step::Wait { .. })).unwrap();
+        let held = steps[..first_wait]
+            .iter()
+            .filter(|s| **s == Step::Event(KEEPALIVE.into()))
+            .count();
+        assert_eq!(held, 3, "{steps:?}");
     }
 
     #[test]

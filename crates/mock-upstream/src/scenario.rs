@@ -15,6 +15,7 @@
 //!             | gate                            (at most one)
 //!             | "chunks" / N / GAP_MS
 //!             | "first-content-after" / MS
+//!             | "held" / N                      (N keep-alive comments at once, before content)
 //!             | "stall-after" / N / MS
 //!             | "malformed-event" / I
 //!             | "no-done" | "no-usage"
@@ -109,6 +110,8 @@ pub struct Scenario {
     pub chunks: usize,
     pub gap_ms: u64,
     pub first_content_after_ms: Option<u64>,
+    /// Keep-alive comments sent at once after the preamble, before any wait or content.
+    pub held: Option<usize>,
     /// (after n content events, pause ms)
     pub stall: Option<(usize, u64)>,
     /// 0-based index over all `data:` events written.
@@ -127,6 +130,7 @@ impl Default for Scenario {
             chunks: DEFAULT_CHUNKS,
             gap_ms: 0,
             first_content_after_ms: None,
+            held: None,
             stall: None,
             malformed_event: None,
             no_done: false,
@@ -154,6 +158,7 @@ pub const KEYWORDS: &[&str] = &[
     "no-usage",
     "flaky",
     "down-for",
+    "held",
     "chunks",
     "retry-after",
     "overloaded",
@@ -326,6 +331,10 @@ pub fn parse_scenario(key: &str) -> Result<Scenario, ScenarioError> {
             "first-content-after" => {
                 let ms: u64 = c.num("first-content-after", "milliseconds")?;
                 set_once(&mut sc.first_content_after_ms, ms, "first-content-after")?;
+            }
+            "held" => {
+                let n = c.count("held")?;
+                set_once(&mut sc.held, n, "held")?;
             }
             "stall-after" => {
                 let n = c.count("stall-after")?;

@@ -228,6 +228,10 @@ pub fn inspect_body(body: &[u8]) -> Result<BodyInfo, Verdict> {
                 + m.get("tool_calls").map_or(0, |t| t.to_string().len())
         })
         .sum();
+    if output_chars == 0 {
+        // No content, no tool call, no refusal: an empty success is no answer (SPEC §4).
+        return Err(Verdict::bad("response has no output"));
+    }
     Ok(BodyInfo {
         usage: v.get("usage").map(usage_from).unwrap_or_default(),
         output_chars,
@@ -332,6 +336,21 @@ mod stream_tests {
         assert_eq!(ok.output_chars, 5);
         assert_eq!(inspect_body(b"{trunc").unwrap_err().class, FailureClass::BadResponse);
         assert_eq!(inspect_body(b"{}").unwrap_err().class, FailureClass::BadResponse);
+        for empty in [
+            r#"{"choices":[]}"#,
+            r#"{"choices":[{"message":{"role":"assistant","content":""},"finish_reason":"stop"}]}"#,
+            r#"{"choices":[{"message":{"role":"assistant","content":null}}]}"#,
+        ] {
+            assert_eq!(
+                inspect_body(empty.as_bytes()).unwrap_err().class,
+                FailureClass::BadResponse,
+                "{empty}"
+            );
+        }
+        assert!(
+            inspect_body(br#"{"choices":[{"message":{"content":null,"tool_calls":[{"id":"t"}]}}]}"#).is_ok(),
+            "a tool call is an answer"
+        );
         assert_eq!(
             inspect_body(br#"{"error":{"message":"The server is overloaded"}}"#)
                 .unwrap_err()

@@ -78,6 +78,9 @@ pub struct RouteHealth {
     /// Demoted routes go last and never get the last-route deadline if a healthy one can.
     pub demoted: bool,
     pub consecutive_failures: u32,
+    /// The route's upstream account is in cooldown (SPEC §9): the route is skipped while the
+    /// request has any other.
+    pub account_cooling: bool,
 }
 
 /// How one attempt ended.
@@ -491,12 +494,14 @@ impl ModelHealth {
                 let health = RouteHealth {
                     demoted: true,
                     consecutive_failures,
+                    account_cooling: ab.parked(now_ms),
                 };
                 back.push((demoted_at, i, health));
             } else {
                 let health = RouteHealth {
                     demoted: false,
                     consecutive_failures,
+                    account_cooling: false,
                 };
                 front.push((i, health, rb.probe_due(now_ms) || ab.probe_due(now_ms)));
             }
@@ -835,7 +840,8 @@ mod tests {
                 0,
                 RouteHealth {
                     demoted: false,
-                    consecutive_failures: 1
+                    consecutive_failures: 1,
+                    account_cooling: false
                 },
                 true
             )
@@ -991,7 +997,8 @@ mod tests {
                 1,
                 RouteHealth {
                     demoted: false,
-                    consecutive_failures: 2
+                    consecutive_failures: 2,
+                    account_cooling: false
                 },
                 false
             )
