@@ -59,6 +59,8 @@ pub const FAST_HOLD_DEFER_MS: u64 = 50;
 pub struct Hold {
     pub keep: Vec<usize>,
     pub path: HoldPath,
+    /// The most the request may be charged.
+    pub amount: i64,
     fast: Option<FastHold>,
 }
 
@@ -116,12 +118,18 @@ pub async fn place_hold(env: &Env, ctx: &Context, request: &HoldRequest<'_>) -> 
     if key.spend_limit_reached() {
         return Err(ApiError::SpendLimitReached);
     }
+    // A key with a spend limit always takes the awaited path: the limit is checked in the same
+    // atomic statement as the balance, with the key's open holds (SPEC §11).
+    let may_go_fast = !key.has_spend_limit();
     let account = key.account_id.as_str();
     let now = now_ms();
     let expires_at = now.saturating_add(hold_ttl_ms(policy));
 
     // Fast path: a fresh snapshot with room within the optimistic fraction.
     let fast = BALANCES.with(|s| {
+        if !may_go_fast {
+            return None;
+        }
         let mut s = s.borrow_mut();
         let snap = s.get_mut(account)?;
         if !snap.fresh(now, policy) {
@@ -162,6 +170,7 @@ pub async fn place_hold(env: &Env, ctx: &Context, request: &HoldRequest<'_>) -> 
         return Ok(Hold {
             keep,
             path: HoldPath::Fast,
+            amount,
             fast: Some(FastHold { row, claimed, write }),
         });
     }
@@ -189,8 +198,12 @@ pub async fn place_hold(env: &Env, ctx: &Context, request: &HoldRequest<'_>) -> 
             return Ok(Hold {
                 keep,
                 path: HoldPath::Awaited,
+                amount,
                 fast: None,
             });
+        }
+        if key.has_spend_limit() && store.spend_limit_refuses(&key.id, amount).await? {
+            return Err(ApiError::SpendLimitReached);
         }
     }
     Err(ApiError::InsufficientBalance)

@@ -59,6 +59,15 @@ impl Record {
             model,
         } = self;
         let finished = journal.finish(ending, now_ms());
+        if finished.record.overrun_micros > 0 {
+            // The upstream delivered more than was held: charged the hold, the rest logged.
+            worker::console_log!(
+                "{{\"event\":\"charge_capped_at_hold\",\"generation_id\":{:?},\"route\":{:?},\"overrun_micros\":{}}}",
+                finished.record.id,
+                finished.record.route,
+                finished.record.overrun_micros
+            );
+        }
         async move {
             if !in_request() {
                 // Polled where the runtime allows no I/O (see `clock::in_request`): settlement

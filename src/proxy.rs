@@ -39,7 +39,8 @@ pub struct Answer {
 
 /// Serves one validated request end to end: plan, hold, attempts, delivery — and, whatever
 /// happens after the hold, settlement. A request refused before the hold is recorded too.
-pub async fn serve(call: &Call<'_>, catalog: &Catalog, request: &ClientRequest) -> Result<Answer, ApiError> {
+pub async fn serve(call: &Call<'_>, catalog: &Catalog, mut request: ClientRequest) -> Result<Answer, ApiError> {
+    let request = &mut request;
     let Admitted {
         model,
         policy,
@@ -81,14 +82,20 @@ struct Admitted<'c> {
 
 /// Everything before the first attempt that may refuse the request (SPEC §3, §11): the model,
 /// its plan, the hold.
-async fn admit<'c>(call: &Call<'_>, catalog: &'c Catalog, request: &ClientRequest) -> Result<Admitted<'c>, ApiError> {
+async fn admit<'c>(
+    call: &Call<'_>,
+    catalog: &'c Catalog,
+    request: &mut ClientRequest,
+) -> Result<Admitted<'c>, ApiError> {
     let model = catalog.model(&request.model).ok_or_else(|| ApiError::ModelNotFound {
         model: request.model.clone(),
         available: catalog.model_ids(),
     })?;
     let policy = catalog.policy_for(model);
     let (mut plan, started_ms) = plan(call, catalog, model, request, &policy).await?;
-    let max_tokens = request.max_tokens.unwrap_or(model.max_output_tokens);
+    // The upstream is told the output limit that is held, so it cannot produce more (SPEC §11).
+    request.limit_output(model.max_output_tokens);
+    let max_tokens = request.held_output_tokens(model.max_output_tokens);
     let prices: Vec<(usize, &Price)> = plan
         .candidates()
         .into_iter()
@@ -113,6 +120,7 @@ async fn admit<'c>(call: &Call<'_>, catalog: &'c Catalog, request: &ClientReques
             hold_path: Some(hold.path.as_str()),
             max_tokens,
             body_len: request.body_len,
+            held_micros: Some(hold.amount),
             ..opening(call, request.api, &model.id, request.stream, started_ms)
         }),
         env: call.env.clone(),
@@ -142,6 +150,7 @@ fn opening(call: &Call<'_>, api: Api, model: &str, stream: bool, started_ms: u64
         hold_path: None,
         max_tokens: 0,
         body_len: 0,
+        held_micros: None,
     }
 }
 

@@ -21,11 +21,16 @@ use crate::runtime::clock::now_ms;
 
 /// How long an isolate may serve a cached catalog or key lookup.
 const CACHE_TTL_MS: u64 = 5_000;
+/// How long an isolate remembers that a key hash is unknown.
+const MISS_TTL_MS: u64 = 60_000;
 
 thread_local! {
     /// The catalog, its stored version and when this isolate fetched it.
     static CATALOG: RefCell<Option<(Rc<Catalog>, i64, u64)>> = const { RefCell::new(None) };
     static KEYS: RefCell<HashMap<String, (Rc<KeyRecord>, u64)>> = RefCell::new(HashMap::new());
+    /// Hashes no active key has, with when that was read: an unknown key costs one query a
+    /// minute per isolate, not one per request.
+    static MISSES: RefCell<HashMap<String, u64>> = RefCell::new(HashMap::new());
 }
 
 /// An active API key: who it belongs to, the `allow_fallbacks` of the key and its account, and
@@ -48,6 +53,11 @@ impl KeyRecord {
     /// The key has spent its limit (SPEC §11: 402 `spend_limit_reached`).
     pub fn spend_limit_reached(&self) -> bool {
         self.spend_limit_micros.is_some_and(|limit| self.spent_micros >= limit)
+    }
+
+    /// The key has a spend limit at all (its holds then go through the atomic statement).
+    pub fn has_spend_limit(&self) -> bool {
+        self.spend_limit_micros.is_some()
     }
 
     pub fn allow_fallbacks(&self) -> Option<bool> {
@@ -308,10 +318,17 @@ impl Store {
         });
     }
 
-    /// The active key with this hash. Found keys are cached for 5 s; unknown ones are not, so a
-    /// new key works at once.
+    /// The active key with this hash. Found keys are cached for 5 s; unknown ones for a minute
+    /// (a new key's hash was never looked up before, so it still works at once).
     pub async fn key_by_hash(&self, hash: &str) -> Result<Option<Rc<KeyRecord>>, ApiError> {
         let now = now_ms();
+        if MISSES.with(|m| {
+            m.borrow()
+                .get(hash)
+                .is_some_and(|at| now.saturating_sub(*at) < MISS_TTL_MS)
+        }) {
+            return Ok(None);
+        }
         if let Some(rec) = KEYS.with(|k| {
             k.borrow()
                 .get(hash)
@@ -347,6 +364,15 @@ impl Store {
                 }
             }
         });
+        if rec.is_none() {
+            MISSES.with(|m| {
+                let mut m = m.borrow_mut();
+                if m.len() > 4096 {
+                    m.clear();
+                }
+                m.insert(hash.to_string(), now);
+            });
+        }
         Ok(rec.map(Rc::new))
     }
 
@@ -418,7 +444,8 @@ impl Store {
         statements.push(self.stmt(
             "INSERT OR IGNORE INTO generations (id, account_id, key_id, model, api, stream, outcome, route, provider, \
              input_tokens, output_tokens, estimated, delivered_output, error_code, total_cost_micros, created_at, duration_ms, \
-             hold_path, attempts_json) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
+             hold_path, attempts_json, overrun_micros) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
             &[
                 JsValue::from_str(&g.id),
                 JsValue::from_str(&g.account_id),
@@ -439,6 +466,7 @@ impl Store {
                 num(g.duration_ms as i64),
                 opt_str(g.hold_path),
                 JsValue::from_str(&attempts_json),
+                num(g.overrun_micros),
             ],
         )?);
         Ok(statements)
@@ -479,15 +507,18 @@ impl Store {
         )
     }
 
-    /// The atomic hold (SPEC §11): adds `amount` to held only if the available balance covers it,
-    /// and records the hold, in one transaction. Returns the available balance after the hold,
-    /// or `None` when it did not fit.
+    /// The atomic hold (SPEC §11): adds `amount` to held only if the available balance covers it
+    /// and the key's spend limit covers its spend, its open holds and `amount`, and records the
+    /// hold, in one transaction. Returns the available balance after the hold, or `None` when it
+    /// did not fit.
     pub async fn hold_atomic(&self, h: &NewHold<'_>) -> Result<Option<i64>, ApiError> {
         let statements = vec![
             self.stmt(
-                "UPDATE accounts SET held_micros = held_micros + ?2 WHERE id = ?1 AND balance_micros - held_micros >= ?2 \
-                 RETURNING balance_micros - held_micros AS available",
-                &[JsValue::from_str(h.account), num(h.amount)],
+                &format!(
+                    "UPDATE accounts SET held_micros = held_micros + ?2 WHERE id = ?1 AND balance_micros - held_micros >= ?2 \
+                     AND {KEY_HAS_ROOM} RETURNING balance_micros - held_micros AS available"
+                ),
+                &[JsValue::from_str(h.account), num(h.amount), JsValue::from_str(h.key_id)],
             )?,
             self.hold_row(h, "awaited", true)?,
         ];
@@ -503,6 +534,20 @@ impl Store {
             .map_err(internal("hold_decode"))?
             .and_then(|rows| rows.first().map(|a| a.available as i64));
         Ok(after)
+    }
+
+    /// Whether the key's spend limit (if any) refused a hold of `amount` — its spend and open holds
+    /// leave less room than that.
+    pub async fn spend_limit_refuses(&self, key_id: &str, amount: i64) -> Result<bool, ApiError> {
+        let room: Option<f64> = self
+            .stmt(
+                &format!("SELECT CASE WHEN {KEY_HAS_ROOM} THEN 1 ELSE 0 END AS room"),
+                &[JsValue::NULL, num(amount), JsValue::from_str(key_id)],
+            )?
+            .first(Some("room"))
+            .await
+            .map_err(internal("spend_limit_read"))?;
+        Ok(room == Some(0.0))
     }
 
     /// The fast-path hold: admitted already on the isolate's snapshot, so written without the
@@ -572,7 +617,8 @@ impl Store {
         let row: Option<GenerationRow> = self
             .stmt(
                 "SELECT id, model, api, outcome, route, provider, input_tokens, output_tokens, estimated, delivered_output, \
-                 error_code, total_cost_micros, stream, created_at, duration_ms, hold_path, attempts_json FROM generations \
+                 error_code, total_cost_micros, overrun_micros, stream, created_at, duration_ms, hold_path, attempts_json \
+                 FROM generations \
                  WHERE id = ?1 AND account_id = ?2",
                 &[JsValue::from_str(id), JsValue::from_str(account_id)],
             )?
@@ -586,6 +632,11 @@ impl Store {
         Ok(Some((row, attempts)))
     }
 }
+
+/// SQL: key `?3` has room under its spend limit for `?2` more — no limit, or spend plus open holds
+/// plus `?2` within it (SPEC §11), decided in the same statement as the balance.
+const KEY_HAS_ROOM: &str = "(SELECT k.spend_limit_micros IS NULL OR k.spent_micros + ?2 + COALESCE((SELECT SUM(h.amount_micros) \
+     FROM holds h WHERE h.key_id = k.id AND h.state = 'open'), 0) <= k.spend_limit_micros FROM api_keys k WHERE k.id = ?3)";
 
 /// A hold to write: who, how much, and until when.
 pub struct NewHold<'a> {
@@ -624,6 +675,7 @@ pub struct GenerationRow {
     pub delivered_output: f64,
     pub error_code: Option<String>,
     pub total_cost_micros: f64,
+    pub overrun_micros: f64,
     pub stream: f64,
     pub created_at: f64,
     pub duration_ms: f64,

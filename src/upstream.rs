@@ -272,7 +272,7 @@ async fn until_content(
     let mut body = body.ok_or_else(|| a.failure(FailureClass::BadResponse, "the response has no body"))?;
     let dialect = StreamDialect::of(request.api);
     let mut parser = SseParser::new();
-    let mut gate = Gate::new(dialect, request.include_usage);
+    let mut gate = Gate::new(dialect, request.include_usage, a.target.key.clone());
     let mut events = Vec::new();
     loop {
         let chunk = a

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use switchyard_core::catalog::Api;
 use switchyard_core::dialect::{self, MAX_BODY_BYTES};
 use switchyard_core::ids::{record_may_be_pending, RECORD_WAIT_MS};
-use switchyard_core::keys::{hash_key, presented_key};
+use switchyard_core::keys::{hash_key, presented_key, well_formed};
 use switchyard_core::money::micros_to_usd;
 use switchyard_core::ApiError;
 use worker::{Context, Env, Request};
@@ -25,7 +25,9 @@ async fn authenticate(req: &Request, store: &Store) -> Result<Rc<KeyRecord>, Api
     let headers = req.headers();
     let authorization = headers.get("authorization").ok().flatten();
     let x_api_key = headers.get("x-api-key").ok().flatten();
-    let key = presented_key(authorization.as_deref(), x_api_key.as_deref()).ok_or(ApiError::InvalidApiKey)?;
+    let key = presented_key(authorization.as_deref(), x_api_key.as_deref())
+        .filter(|k| well_formed(k))
+        .ok_or(ApiError::InvalidApiKey)?;
     store.key_by_hash(&hash_key(key)).await?.ok_or(ApiError::InvalidApiKey)
 }
 
@@ -129,6 +131,7 @@ pub async fn generation(req: &Request, env: &Env) -> HandlerResult {
             "usage": usage,
             "estimated": g.estimated != 0.0,
             "total_cost": micros_to_usd(g.total_cost_micros as i64),
+            "overrun": micros_to_usd(g.overrun_micros as i64),
             "error_code": g.error_code,
             "created_at_ms": g.created_at as u64,
             "duration_ms": g.duration_ms as u64,
@@ -199,7 +202,7 @@ pub async fn generate(req: &mut Request, env: &Env, ctx: &Context, rc: &mut Requ
     request.anthropic_beta = header("anthropic-beta");
     rc.model = Some(request.model.clone());
     let catalog = store.catalog().await?;
-    let answer = proxy::serve(&call, &catalog, &request).await?;
+    let answer = proxy::serve(&call, &catalog, request).await?;
     rc.route = Some(answer.route);
     Ok(answer.response)
 }

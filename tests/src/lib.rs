@@ -183,6 +183,117 @@ pub fn sse_events(text: &str) -> Vec<(Option<String>, String)> {
         .collect()
 }
 
+/// Deadlines small enough for tests: 400 ms first content, 1.5 s for the last route, 700 ms idle.
+pub fn fast_policy() -> Value {
+    json!({"stream_first_content_ms": 400, "reasoning_stream_first_content_ms": 400,
+           "slow_route_stream_first_content_ms": 400, "nonstream_base_ms": 400,
+           "nonstream_per_20_tokens_ms": 0, "last_route_min_ms": 1500, "idle_timeout_ms": 700})
+}
+
+/// `base` with `extra`'s fields set.
+pub fn with(mut base: Value, extra: Value) -> Value {
+    if let Some(extra) = extra.as_object() {
+        for (k, v) in extra {
+            base[k] = v.clone();
+        }
+    }
+    base
+}
+
+/// A model of one API whose routes are mock scenarios, each on its own label and provider (which
+/// sends the e2e upstream key), and a key with $10 — what most end-to-end tests start from.
+pub struct Fixture {
+    pub s: Stack,
+    pub api: Api,
+    pub model: String,
+    pub key: String,
+    /// Each route's mock (label, scenario), `r<i>` in order.
+    pub routes: Vec<(String, String)>,
+}
+
+impl Fixture {
+    /// A chat model with [`fast_policy`].
+    pub fn new(scenarios: &[&str]) -> Fixture {
+        Fixture::build(Api::Chat, scenarios, &[], fast_policy(), false)
+    }
+
+    /// A model of `api`: route `i` gets `extra[i]`'s fields; the model `policy` and `reasoning`.
+    pub fn build(api: Api, scenarios: &[&str], extra: &[Value], policy: Value, reasoning: bool) -> Fixture {
+        let s = Stack::from_env();
+        let mut routes = Vec::new();
+        let mut objects = Vec::new();
+        for (i, scenario) in scenarios.iter().enumerate() {
+            let label = unique("l");
+            let provider = s.mock_provider_with_auth(&label, scenario, true, api.provider_auth());
+            let fields = with(
+                json!({"apis": [api.name()]}),
+                extra.get(i).cloned().unwrap_or(json!({})),
+            );
+            objects.push(route(&format!("r{i}"), &provider, &format!("up{i}"), fields));
+            routes.push((label, scenario.to_string()));
+        }
+        let model = unique("m");
+        let doc = json!({"context_window": 8192, "max_output_tokens": 1024, "reasoning": reasoning,
+                         "routes": objects, "policy": policy});
+        let r = s.admin("PUT", &format!("/admin/models/{model}"), Some(doc));
+        assert_eq!(r.status, 200, "adding model: {}", r.text());
+        let key = s.new_key(10.0);
+        Fixture {
+            s,
+            api,
+            model,
+            key,
+            routes,
+        }
+    }
+
+    /// The API's minimal request.
+    pub fn send(&self, stream: bool) -> Reply {
+        self.send_with(json!({"stream": stream}))
+    }
+
+    /// The API's minimal non-stream request with `fields` set.
+    pub fn send_with(&self, fields: Value) -> Reply {
+        let body = with(self.api.body(&self.model, false), fields);
+        self.s.send(self.api, &self.key, &body, &[])
+    }
+
+    /// How many requests route `i`'s upstream saw.
+    pub fn seen(&self, i: usize) -> u64 {
+        let (label, scenario) = &self.routes[i];
+        self.s.mock_stats(label, scenario)["requests"].as_u64().unwrap()
+    }
+
+    /// The request's record (`GET /v1/generation`).
+    pub fn generation(&self, r: &Reply) -> Value {
+        self.s
+            .generation(&self.key, r.header("x-generation-id").expect("x-generation-id"))
+    }
+
+    /// The attempts log as (route, failure class or outcome).
+    pub fn attempts(&self, r: &Reply) -> Vec<(String, String)> {
+        attempts_of(&self.generation(r))
+    }
+}
+
+/// A record's attempts as (route, failure class or outcome).
+pub fn attempts_of(g: &Value) -> Vec<(String, String)> {
+    g["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            let class = a["failure_class"].as_str().or(a["outcome"].as_str()).unwrap();
+            (a["route"].as_str().unwrap().to_string(), class.to_string())
+        })
+        .collect()
+}
+
+/// Owned pairs, for comparing with an attempts log.
+pub fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+    list.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+}
+
 impl Stack {
     pub fn from_env() -> Stack {
         let config = ureq::Agent::config_builder()

@@ -182,13 +182,18 @@ fn a_key_at_its_spend_limit_is_a_402() {
         .admin(
             "POST",
             "/admin/keys",
-            Some(json!({"account_id": id, "spend_limit_usd": 0.000001})),
+            // A request of 5 output tokens holds ≈ 46 µ$ (≈ 36 input + 10 output) and is charged
+            // ≈ 38: the 60 µ$ limit covers one hold (spend + open holds + this hold ≤ limit, SPEC
+            // §11), not a second one after the first charge.
+            Some(json!({"account_id": id, "spend_limit_usd": 0.00006})),
         )
         .json();
     let key = key["key"].as_str().unwrap();
-    assert_eq!(s.chat(key, &chat_body(&model, false)).status, 200, "under the limit");
+    let mut body = chat_body(&model, false);
+    body["max_tokens"] = json!(5);
+    assert_eq!(s.chat(key, &body).status, 200, "under the limit");
     settled_credits(&s, key);
-    let r = s.chat(key, &chat_body(&model, false));
+    let r = s.chat(key, &body);
     assert_eq!(r.status, 402, "{}", r.text());
     assert_eq!(r.json()["error"]["code"], "spend_limit_reached");
     assert_eq!(

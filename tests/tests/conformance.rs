@@ -8,89 +8,11 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use switchyard_e2e::{chat_body, route, sse_events, unique, Reply, Stack};
+use switchyard_e2e::{chat_body, fast_policy, pairs, route, sse_events, unique, with, Api, Fixture, Reply, Stack};
 
-/// Deadlines small enough for tests.
-fn fast_policy() -> Value {
-    json!({"stream_first_content_ms": 400, "reasoning_stream_first_content_ms": 400,
-           "slow_route_stream_first_content_ms": 400, "nonstream_base_ms": 400,
-           "nonstream_per_20_tokens_ms": 0, "last_route_min_ms": 1500, "idle_timeout_ms": 700})
-}
-
-fn with(mut base: Value, extra: Value) -> Value {
-    for (k, v) in extra.as_object().unwrap() {
-        base[k] = v.clone();
-    }
-    base
-}
-
-/// A chat model whose routes are mock scenarios (each its own provider and label), and a key.
-struct Fixture {
-    s: Stack,
-    model: String,
-    key: String,
-    routes: Vec<(String, String)>,
-}
-
-impl Fixture {
-    fn new(scenarios: &[&str], policy: Value) -> Fixture {
-        Fixture::with_routes(scenarios, &[], policy, false)
-    }
-
-    fn with_routes(scenarios: &[&str], extra: &[Value], policy: Value, reasoning: bool) -> Fixture {
-        let s = Stack::from_env();
-        let mut routes = Vec::new();
-        let mut objects = Vec::new();
-        for (i, scenario) in scenarios.iter().enumerate() {
-            let label = unique("l");
-            let provider = s.mock_provider(&label, scenario, false);
-            objects.push(route(
-                &format!("r{i}"),
-                &provider,
-                &format!("up{i}"),
-                extra.get(i).cloned().unwrap_or(json!({})),
-            ));
-            routes.push((label, scenario.to_string()));
-        }
-        let model = unique("m");
-        let doc = json!({"context_window": 8192, "max_output_tokens": 1024, "reasoning": reasoning,
-                         "routes": objects, "policy": policy});
-        let r = s.admin("PUT", &format!("/admin/models/{model}"), Some(doc));
-        assert_eq!(r.status, 200, "adding model: {}", r.text());
-        let key = s.new_key(10.0);
-        Fixture { s, model, key, routes }
-    }
-
-    fn chat(&self, body: Value) -> Reply {
-        self.s.chat(&self.key, &with(chat_body(&self.model, false), body))
-    }
-
-    fn seen(&self, i: usize) -> u64 {
-        let (label, scenario) = &self.routes[i];
-        self.s.mock_stats(label, scenario)["requests"].as_u64().unwrap()
-    }
-
-    fn generation(&self, r: &Reply) -> Value {
-        self.s
-            .generation(&self.key, r.header("x-generation-id").expect("x-generation-id"))
-    }
-
-    /// The attempts log as (route, failure class or outcome).
-    fn attempts(&self, r: &Reply) -> Vec<(String, String)> {
-        self.generation(r)["attempts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|a| {
-                let class = a["failure_class"].as_str().or(a["outcome"].as_str()).unwrap();
-                (a["route"].as_str().unwrap().to_string(), class.to_string())
-            })
-            .collect()
-    }
-}
-
-fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
-    list.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+/// A chat model on mock scenarios with this policy.
+fn chat_fixture(scenarios: &[&str], policy: Value) -> Fixture {
+    Fixture::build(Api::Chat, scenarios, &[], policy, false)
 }
 
 // ---- 3, 4: every request is on the record, and the record is there when the answer is ----------
@@ -156,9 +78,9 @@ fn a_request_refused_before_any_route_is_on_the_record() {
 
 #[test]
 fn the_record_is_there_as_soon_as_the_stream_was_read() {
-    let f = Fixture::new(&["ok"], fast_policy());
+    let f = Fixture::build(Api::Chat, &["ok"], &[], fast_policy(), false);
     for _ in 0..3 {
-        let r = f.chat(json!({"stream": true}));
+        let r = f.send_with(json!({"stream": true}));
         assert_eq!(r.status, 200);
         let id = r.header("x-generation-id").unwrap();
         // One lookup at once, no retry: the gateway waits for a record it issued moments ago.
@@ -192,9 +114,15 @@ fn the_stream_cap_counts_from_the_request_start_not_from_commit() {
         fast_policy(),
         json!({"stream_first_content_ms": 3000, "last_route_min_ms": 3000, "stream_cap_ms": 1100}),
     );
-    let f = Fixture::new(&["first-content-after/700/chunks/10/100"], policy);
+    let f = Fixture::build(
+        Api::Chat,
+        &["first-content-after/700/chunks/10/100"],
+        &[],
+        policy,
+        false,
+    );
     let started = Instant::now();
-    let r = f.chat(json!({"stream": true}));
+    let r = f.send_with(json!({"stream": true}));
     assert!(
         started.elapsed() < Duration::from_millis(1500),
         "cut at the cap, not at the end"
@@ -211,11 +139,11 @@ fn the_stream_cap_counts_from_the_request_start_not_from_commit() {
 
 #[test]
 fn a_content_policy_refusal_counts_against_nothing_and_all_of_them_make_a_content_policy_400() {
-    let f = Fixture::new(
+    let f = chat_fixture(
         &["status/400/content_filter", "ok"],
         with(fast_policy(), json!({"demote_after": 1})),
     );
-    let r = f.chat(json!({}));
+    let r = f.send_with(json!({}));
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(f.attempts(&r), pairs(&[("r0", "content_policy"), ("r1", "answered")]));
     let health = f.s.admin("GET", &format!("/admin/health/{}", f.model), None).json();
@@ -230,14 +158,14 @@ fn a_content_policy_refusal_counts_against_nothing_and_all_of_them_make_a_conten
         "not the route's fault: {health}"
     );
     assert_eq!(r0["state"], "healthy");
-    let r = f.chat(json!({}));
+    let r = f.send_with(json!({}));
     assert_eq!(f.attempts(&r)[0].0, "r0", "still first: not demoted");
 
-    let all = Fixture::new(
+    let all = chat_fixture(
         &["status/400/content_filter", "status/400/content_filter"],
         fast_policy(),
     );
-    let r = all.chat(json!({}));
+    let r = all.send_with(json!({}));
     assert_eq!(r.status, 400, "{}", r.text());
     assert_eq!(r.json()["error"]["code"], "content_policy");
     assert!(r.json()["error"]["message"]
@@ -326,15 +254,21 @@ fn routes_on_a_cooling_account_are_skipped_by_other_models_and_tried_last_only_w
 
 #[test]
 fn provider_order_does_not_lift_a_demoted_route_ahead_of_healthy_ones() {
-    let f = Fixture::new(&["ok", "status/503"], with(fast_policy(), json!({"demote_after": 1})));
+    let f = Fixture::build(
+        Api::Chat,
+        &["ok", "status/503"],
+        &[],
+        with(fast_policy(), json!({"demote_after": 1})),
+        false,
+    );
     let order = json!({"provider": {"order": ["r1"]}});
-    let r = f.chat(order.clone());
+    let r = f.send_with(order.clone());
     assert_eq!(
         f.attempts(&r),
         pairs(&[("r1", "upstream_5xx"), ("r0", "answered")]),
         "order obeyed while healthy"
     );
-    let r = f.chat(order);
+    let r = f.send_with(order);
     assert_eq!(
         f.attempts(&r),
         pairs(&[("r0", "answered")]),
@@ -384,8 +318,14 @@ fn reasoning_and_slow_routes_get_their_first_content_deadlines_and_the_longer_wi
         (false, slow.clone(), 600, 890),
         (true, slow, 900, 1400),
     ] {
-        let f = Fixture::with_routes(&["hang", "ok"], &[extra.clone(), json!({})], policy.clone(), reasoning);
-        let r = f.chat(json!({"stream": true}));
+        let f = Fixture::build(
+            Api::Chat,
+            &["hang", "ok"],
+            &[extra.clone(), json!({})],
+            policy.clone(),
+            reasoning,
+        );
+        let r = f.send_with(json!({"stream": true}));
         assert_eq!(r.status, 200, "{}", r.text());
         let ms = first_attempt_ms(&f, &r);
         assert!(
@@ -403,8 +343,8 @@ fn the_non_stream_deadline_grows_with_max_tokens_up_to_its_cap() {
                "last_route_min_ms": 3000}),
     );
     for (max_tokens, at_least, below) in [(40, 500, 790), (1000, 900, 1190)] {
-        let f = Fixture::new(&["hang", "ok"], policy.clone());
-        let r = f.chat(json!({"max_tokens": max_tokens}));
+        let f = Fixture::build(Api::Chat, &["hang", "ok"], &[], policy.clone(), false);
+        let r = f.send_with(json!({"max_tokens": max_tokens}));
         assert_eq!(r.status, 200, "{}", r.text());
         let ms = first_attempt_ms(&f, &r);
         assert!(
@@ -420,9 +360,9 @@ fn the_pre_content_budget_ends_the_attempts() {
         fast_policy(),
         json!({"stream_first_content_ms": 500, "last_route_min_ms": 500, "pre_content_budget_ms": 1200}),
     );
-    let f = Fixture::new(&["hang", "hang", "hang", "hang", "ok"], policy);
+    let f = Fixture::build(Api::Chat, &["hang", "hang", "hang", "hang", "ok"], &[], policy, false);
     let started = Instant::now();
-    let r = f.chat(json!({"stream": true}));
+    let r = f.send_with(json!({"stream": true}));
     assert!(
         started.elapsed() < Duration::from_millis(2000),
         "{:?}",
@@ -435,11 +375,11 @@ fn the_pre_content_budget_ends_the_attempts() {
 
 #[test]
 fn max_attempts_limits_the_tries() {
-    let f = Fixture::new(
+    let f = chat_fixture(
         &["status/503", "status/503", "ok"],
         with(fast_policy(), json!({"max_attempts": 2})),
     );
-    let r = f.chat(json!({}));
+    let r = f.send_with(json!({}));
     assert_eq!(r.status, 502, "{}", r.text());
     assert_eq!((f.seen(0), f.seen(1), f.seen(2)), (1, 1, 0));
 }
@@ -447,14 +387,14 @@ fn max_attempts_limits_the_tries() {
 #[test]
 fn allow_fallbacks_of_the_account_and_of_the_platform_make_one_try() {
     // The platform (the model's policy) says no.
-    let f = Fixture::new(
+    let f = chat_fixture(
         &["status/503", "ok"],
         with(fast_policy(), json!({"allow_fallbacks": false})),
     );
-    assert_eq!(f.chat(json!({})).status, 502);
+    assert_eq!(f.send_with(json!({})).status, 502);
     assert_eq!(f.seen(1), 0);
     // The account says no (the key says nothing).
-    let f = Fixture::new(&["status/503", "ok"], fast_policy());
+    let f = Fixture::build(Api::Chat, &["status/503", "ok"], &[], fast_policy(), false);
     let account =
         f.s.admin("POST", "/admin/accounts", Some(json!({"allow_fallbacks": false})));
     let account_id = account.json()["id"].as_str().unwrap().to_string();
@@ -490,34 +430,36 @@ fn max_price_and_sort_choose_the_routes() {
         json!({"price": {"input_per_mtok": 1.0, "output_per_mtok": 2.0}}),
         json!({"price": {"input_per_mtok": 0.5, "output_per_mtok": 1.0}}),
     ];
-    let f = Fixture::with_routes(&["ok", "ok", "ok"], &prices, fast_policy(), false);
-    let r = f.chat(json!({"provider": {"max_price": {"completion": 1.5}}}));
+    let f = Fixture::build(Api::Chat, &["ok", "ok", "ok"], &prices, fast_policy(), false);
+    let r = f.send_with(json!({"provider": {"max_price": {"completion": 1.5}}}));
     assert_eq!(
         f.attempts(&r),
         pairs(&[("r2", "answered")]),
         "only the route within max_price"
     );
-    let r = f.chat(json!({"provider": {"sort": "price"}}));
+    let r = f.send_with(json!({"provider": {"sort": "price"}}));
     assert_eq!(f.attempts(&r), pairs(&[("r2", "answered")]), "cheapest first");
-    let r = f.chat(json!({"provider": {"max_price": {"prompt": 0.1}}}));
+    let r = f.send_with(json!({"provider": {"max_price": {"prompt": 0.1}}}));
     assert_eq!(r.status, 400, "no route within max_price: {}", r.text());
     assert_eq!(r.json()["error"]["param"], "provider");
 }
 
 #[test]
 fn sort_by_latency_puts_the_measured_fastest_first() {
-    let f = Fixture::new(
+    let f = chat_fixture(
         &["first-content-after/300", "ok"],
         with(fast_policy(), json!({"health_snapshot_ms": 200})),
     );
     for _ in 0..3 {
         // Measure both routes: the slow one by asking for it first.
         assert_eq!(
-            f.chat(json!({"stream": true, "provider": {"order": ["r0"]}})).status,
+            f.send_with(json!({"stream": true, "provider": {"order": ["r0"]}}))
+                .status,
             200
         );
         assert_eq!(
-            f.chat(json!({"stream": true, "provider": {"order": ["r1"]}})).status,
+            f.send_with(json!({"stream": true, "provider": {"order": ["r1"]}}))
+                .status,
             200
         );
     }
@@ -525,7 +467,7 @@ fn sort_by_latency_puts_the_measured_fastest_first() {
     // here): wait for them.
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let r = f.chat(json!({"stream": true, "provider": {"sort": "latency"}}));
+        let r = f.send_with(json!({"stream": true, "provider": {"sort": "latency"}}));
         if f.attempts(&r)[0].0 == "r1" {
             break;
         }
@@ -543,11 +485,11 @@ fn a_cooldown_doubles_but_never_beyond_its_cap() {
         fast_policy(),
         json!({"demote_after": 1, "cooldown_ms": 300, "cooldown_max_ms": 500}),
     );
-    let f = Fixture::new(&["status/503", "ok"], policy);
+    let f = Fixture::build(Api::Chat, &["status/503", "ok"], &[], policy, false);
     let mut lengths = Vec::new();
     let mut last_demotion = 0;
     for _ in 0..4 {
-        let r = f.chat(json!({}));
+        let r = f.send_with(json!({}));
         assert_eq!(r.status, 200);
         assert_eq!(
             f.attempts(&r)[0],
@@ -587,8 +529,14 @@ fn a_cooldown_doubles_but_never_beyond_its_cap() {
 
 #[test]
 fn sixty_four_held_back_events_commit_the_route() {
-    let f = Fixture::new(&["held/70/first-content-after/1200", "ok"], fast_policy());
-    let r = f.chat(json!({"stream": true}));
+    let f = Fixture::build(
+        Api::Chat,
+        &["held/70/first-content-after/1200", "ok"],
+        &[],
+        fast_policy(),
+        false,
+    );
+    let r = f.send_with(json!({"stream": true}));
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(
         f.attempts(&r),

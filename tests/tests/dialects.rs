@@ -6,88 +6,17 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::disallowed_methods)]
 
 use serde_json::{json, Value};
-use switchyard_e2e::{route, sse_events, unique, Api, Reply, Stack, APIS};
+use switchyard_e2e::{attempts_of, fast_policy, route, sse_events, unique, Api, Fixture, Reply, Stack, APIS};
 
-/// Deadlines small enough for tests (the chat suite's).
-fn fast_policy() -> Value {
-    json!({"stream_first_content_ms": 400, "reasoning_stream_first_content_ms": 400,
-           "slow_route_stream_first_content_ms": 400, "nonstream_base_ms": 400,
-           "nonstream_per_20_tokens_ms": 0, "last_route_min_ms": 1500, "idle_timeout_ms": 700})
-}
-
-/// A model of `api` whose routes are mock scenarios, each on its own label and provider.
-struct Fixture {
-    s: Stack,
-    api: Api,
-    model: String,
-    key: String,
-    routes: Vec<(String, String)>,
-}
-
-impl Fixture {
-    fn new(api: Api, scenarios: &[&str], policy: Value) -> Fixture {
-        let s = Stack::from_env();
-        let mut routes = Vec::new();
-        let mut objects = Vec::new();
-        for (i, scenario) in scenarios.iter().enumerate() {
-            let label = unique("l");
-            let provider = s.mock_provider_with_auth(&label, scenario, true, api.provider_auth());
-            objects.push(route(
-                &format!("r{i}"),
-                &provider,
-                &format!("up{i}"),
-                json!({"apis": [api.name()]}),
-            ));
-            routes.push((label, scenario.to_string()));
-        }
-        let model = s.model(objects, Some(policy));
-        let key = s.new_key(10.0);
-        Fixture {
-            s,
-            api,
-            model,
-            key,
-            routes,
-        }
-    }
-
-    fn send(&self, stream: bool) -> Reply {
-        self.s
-            .send(self.api, &self.key, &self.api.body(&self.model, stream), &[])
-    }
-
-    fn seen(&self, i: usize) -> u64 {
-        let (label, scenario) = &self.routes[i];
-        self.s.mock_stats(label, scenario)["requests"].as_u64().unwrap()
-    }
-
-    fn generation(&self, r: &Reply) -> Value {
-        self.s
-            .generation(&self.key, r.header("x-generation-id").expect("x-generation-id"))
-    }
-
-    /// The attempts log as (route, failure class or outcome).
-    fn attempts(&self, g: &Value) -> Vec<(String, String)> {
-        g["attempts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|a| {
-                let class = a["failure_class"].as_str().or(a["outcome"].as_str()).unwrap();
-                (a["route"].as_str().unwrap().to_string(), class.to_string())
-            })
-            .collect()
-    }
-
-    fn context(&self, stream: bool, r: &Reply) -> String {
-        format!(
-            "{:?} stream={stream} model={}: {} {}",
-            self.api,
-            self.model,
-            r.status,
-            r.text()
-        )
-    }
+/// What to say when an assertion fails.
+fn context(f: &Fixture, stream: bool, r: &Reply) -> String {
+    format!(
+        "{:?} stream={stream} model={}: {} {}",
+        f.api,
+        f.model,
+        r.status,
+        r.text()
+    )
 }
 
 /// The client got a whole, successful answer in its dialect (and nothing of a failed route).
@@ -222,16 +151,16 @@ fn run(case: &Case) {
         if let Some((k, v)) = case.policy {
             policy[k] = json!(v);
         }
-        let f = Fixture::new(api, case.scenarios, policy);
+        let f = Fixture::build(api, case.scenarios, &[], policy, false);
         let r = f.send(case.stream);
-        let ctx = f.context(case.stream, &r);
+        let ctx = context(&f, case.stream, &r);
         let g = f.generation(&r);
         assert_eq!(g["api"], api.name(), "the record names the API: {ctx}");
         match case.expect {
             Expect::FellBack(class) => {
                 assert_answer(api, case.stream, &r, &ctx);
                 assert_eq!(
-                    f.attempts(&g),
+                    attempts_of(&g),
                     vec![("r0".into(), class.into()), ("r1".into(), "answered".into())],
                     "{ctx}"
                 );
@@ -240,7 +169,7 @@ fn run(case: &Case) {
             }
             Expect::Refused(status, code, class) => {
                 assert_error(api, &r, status, code, &ctx);
-                assert_eq!(f.attempts(&g), vec![("r0".into(), class.into())], "{ctx}");
+                assert_eq!(attempts_of(&g), vec![("r0".into(), class.into())], "{ctx}");
                 assert_eq!(f.seen(1), 0, "{ctx}");
                 assert_eq!(g["total_cost"], 0.0, "{ctx}");
             }
@@ -307,9 +236,9 @@ matrix! {
 #[test]
 fn a_stream_that_ends_without_its_end_event_is_finalised_when_it_finished_else_broken() {
     for api in APIS {
-        let f = Fixture::new(api, &["no-done", "ok"], fast_policy());
+        let f = Fixture::build(api, &["no-done", "ok"], &[], fast_policy(), false);
         let r = f.send(true);
-        let ctx = f.context(true, &r);
+        let ctx = context(&f, true, &r);
         let g = f.generation(&r);
         match api {
             // The answer finished (`finish_reason`, `message_delta.stop_reason`): the end marker
@@ -332,9 +261,9 @@ fn a_stream_that_ends_without_its_end_event_is_finalised_when_it_finished_else_b
 fn usage_comes_from_the_upstream_in_every_dialect() {
     for api in APIS {
         for stream in [false, true] {
-            let f = Fixture::new(api, &["chunks/7/0"], fast_policy());
+            let f = Fixture::build(api, &["chunks/7/0"], &[], fast_policy(), false);
             let r = f.send(stream);
-            let ctx = f.context(stream, &r);
+            let ctx = context(&f, stream, &r);
             assert_answer(api, stream, &r, &ctx);
             let g = f.generation(&r);
             assert_eq!(g["estimated"], false, "{ctx}");
@@ -347,10 +276,10 @@ fn usage_comes_from_the_upstream_in_every_dialect() {
 
 #[test]
 fn a_cut_anthropic_stream_keeps_the_reported_input_and_estimates_the_output() {
-    let f = Fixture::new(Api::Messages, &["cut-after/2"], fast_policy());
+    let f = Fixture::build(Api::Messages, &["cut-after/2"], &[], fast_policy(), false);
     let r = f.send(true);
     let g = f.generation(&r);
-    let ctx = f.context(true, &r);
+    let ctx = context(&f, true, &r);
     assert_eq!(g["outcome"], "broken", "{ctx}");
     assert_eq!(g["estimated"], true, "{ctx}");
     let seen = f.s.mock_stats(&f.routes[0].0, &f.routes[0].1);
@@ -365,9 +294,9 @@ fn a_cut_anthropic_stream_keeps_the_reported_input_and_estimates_the_output() {
 #[test]
 fn every_route_failing_is_a_502_in_the_clients_dialect() {
     for api in APIS {
-        let f = Fixture::new(api, &["status/500", "status/502"], fast_policy());
+        let f = Fixture::build(api, &["status/500", "status/502"], &[], fast_policy(), false);
         let r = f.send(false);
-        let ctx = f.context(false, &r);
+        let ctx = context(&f, false, &r);
         assert_error(api, &r, 502, "provider_error", &ctx);
         assert_eq!(
             r.json()["error"]["message"],
@@ -383,13 +312,15 @@ fn every_route_failing_is_a_502_in_the_clients_dialect() {
 #[test]
 fn every_route_overloaded_is_a_503_with_retry_after_in_the_clients_dialect() {
     for api in APIS {
-        let f = Fixture::new(
+        let f = Fixture::build(
             api,
             &["status/529/overloaded", "status/429/rate_limit/retry-after/3"],
+            &[],
             fast_policy(),
+            false,
         );
         let r = f.send(true);
-        let ctx = f.context(true, &r);
+        let ctx = context(&f, true, &r);
         assert_error(api, &r, 503, "upstream_capacity_exhausted", &ctx);
         assert_eq!(r.header("retry-after"), Some("3"), "{ctx}");
         assert!(r.json()["error"]["available_models"].is_array(), "{ctx}");

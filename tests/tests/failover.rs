@@ -5,92 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::disallowed_methods)]
 
 use serde_json::{json, Value};
-use switchyard_e2e::{chat_body, route, unique, Reply, Stack};
-
-/// Deadlines small enough for tests: 400 ms first content, 1.5 s for the last route.
-fn fast_policy() -> Value {
-    json!({"stream_first_content_ms": 400, "reasoning_stream_first_content_ms": 400,
-           "slow_route_stream_first_content_ms": 400, "nonstream_base_ms": 400,
-           "nonstream_per_20_tokens_ms": 0, "last_route_min_ms": 1500, "idle_timeout_ms": 700})
-}
-
-/// A model whose routes are mock scenarios, each on its own label.
-struct Fixture {
-    s: Stack,
-    model: String,
-    key: String,
-    routes: Vec<(String, String)>,
-}
-
-impl Fixture {
-    fn new(scenarios: &[&str]) -> Fixture {
-        Fixture::with(scenarios, &[], Some(fast_policy()))
-    }
-
-    fn with(scenarios: &[&str], extra: &[Value], policy: Option<Value>) -> Fixture {
-        let s = Stack::from_env();
-        let mut routes = Vec::new();
-        let mut objects = Vec::new();
-        for (i, scenario) in scenarios.iter().enumerate() {
-            let label = unique("l");
-            let provider = s.mock_provider(&label, scenario, false);
-            objects.push(route(
-                &format!("r{i}"),
-                &provider,
-                &format!("up{i}"),
-                extra.get(i).cloned().unwrap_or(json!({})),
-            ));
-            routes.push((label, scenario.to_string()));
-        }
-        let model = s.model(objects, policy);
-        let key = s.new_key(10.0);
-        Fixture { s, model, key, routes }
-    }
-
-    /// How many requests route `i`'s upstream saw.
-    fn seen(&self, i: usize) -> u64 {
-        let (label, scenario) = &self.routes[i];
-        self.s.mock_stats(label, scenario)["requests"].as_u64().unwrap()
-    }
-
-    fn chat(&self, stream: bool) -> Reply {
-        self.s.chat(&self.key, &chat_body(&self.model, stream))
-    }
-
-    fn chat_with(&self, body: Value) -> Reply {
-        let mut b = chat_body(&self.model, false);
-        for (k, v) in body.as_object().unwrap() {
-            b[k] = v.clone();
-        }
-        self.s.chat(&self.key, &b)
-    }
-
-    fn generation(&self, r: &Reply) -> Value {
-        let id = r.header("x-generation-id").expect("x-generation-id");
-        self.s.generation(&self.key, id)
-    }
-
-    /// The attempts log as (route, failure_class or "answered").
-    fn attempts(&self, r: &Reply) -> Vec<(String, String)> {
-        let g = self.generation(r);
-        g["attempts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|a| {
-                let class = a["failure_class"]
-                    .as_str()
-                    .map(str::to_string)
-                    .unwrap_or_else(|| a["outcome"].as_str().unwrap().to_string());
-                (a["route"].as_str().unwrap().to_string(), class)
-            })
-            .collect()
-    }
-}
-
-fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
-    list.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
-}
+use switchyard_e2e::{chat_body, fast_policy, pairs, route, unique, Api, Fixture, Reply, Stack};
 
 /// The second route answered after the first failed with `class`; each upstream saw one request.
 fn assert_fell_back(f: &Fixture, r: &Reply, class: &str) {
@@ -138,7 +53,7 @@ fn falls_back_on_connect_failure() {
 #[test]
 fn falls_back_on_connection_reset() {
     let f = Fixture::new(&["reset", "ok"]);
-    let r = f.chat(true);
+    let r = f.send(true);
     assert_fell_back(&f, &r, "connect");
 }
 
@@ -147,7 +62,7 @@ macro_rules! status_falls_back {
         #[test]
         fn $name() {
             let f = Fixture::new(&[$scenario, "ok"]);
-            let r = f.chat(false);
+            let r = f.send(false);
             assert_fell_back(&f, &r, $class);
         }
     )*};
@@ -174,7 +89,7 @@ status_falls_back! {
 #[test]
 fn falls_back_when_the_first_event_is_an_error() {
     let f = Fixture::new(&["error-event-first", "ok"]);
-    let r = f.chat(true);
+    let r = f.send(true);
     assert_fell_back(&f, &r, "bad_response");
     assert!(
         !r.text().contains("error"),
@@ -186,7 +101,7 @@ fn falls_back_when_the_first_event_is_an_error() {
 #[test]
 fn falls_back_on_a_malformed_first_event() {
     let f = Fixture::new(&["malformed-event/0", "ok"]);
-    let r = f.chat(true);
+    let r = f.send(true);
     assert_fell_back(&f, &r, "bad_response");
     assert!(!r.text().contains("{not json"));
 }
@@ -194,7 +109,7 @@ fn falls_back_on_a_malformed_first_event() {
 #[test]
 fn falls_back_when_a_route_hangs_past_the_deadline() {
     let f = Fixture::new(&["hang", "ok"]);
-    let r = f.chat(true);
+    let r = f.send(true);
     assert_fell_back(&f, &r, "timeout");
     let g = f.generation(&r);
     let waited = g["attempts"][0]["duration_ms"].as_u64().unwrap();
@@ -207,7 +122,7 @@ fn falls_back_when_a_route_hangs_past_the_deadline() {
 #[test]
 fn falls_back_when_first_content_is_late_though_headers_came_at_once() {
     let f = Fixture::new(&["first-content-after/3000", "ok"]);
-    let r = f.chat(true);
+    let r = f.send(true);
     assert_fell_back(&f, &r, "timeout");
     assert!(
         !r.text().contains("keep-alive"),
@@ -218,7 +133,7 @@ fn falls_back_when_first_content_is_late_though_headers_came_at_once() {
 #[test]
 fn does_not_fall_back_on_a_plain_400() {
     let f = Fixture::new(&["status/400/invalid", "ok"]);
-    let r = f.chat(false);
+    let r = f.send(false);
     assert_eq!(r.status, 400, "{}", r.text());
     let v = r.json();
     assert_eq!(v["error"]["code"], "upstream_invalid_request");
@@ -231,16 +146,18 @@ fn does_not_fall_back_on_a_plain_400() {
 
 #[test]
 fn context_length_falls_back_only_to_a_larger_window() {
-    let f = Fixture::with(
+    let f = Fixture::build(
+        Api::Chat,
         &["status/400/context_length", "ok", "ok"],
         &[
             json!({"context_window": 8192}),
             json!({"context_window": 8192}),
             json!({"context_window": 32768}),
         ],
-        Some(fast_policy()),
+        fast_policy(),
+        false,
     );
-    let r = f.chat(false);
+    let r = f.send(false);
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(
         (f.seen(0), f.seen(1), f.seen(2)),
@@ -252,12 +169,14 @@ fn context_length_falls_back_only_to_a_larger_window() {
 
 #[test]
 fn context_length_with_nowhere_to_go_is_a_400_with_the_models_message() {
-    let f = Fixture::with(
+    let f = Fixture::build(
+        Api::Chat,
         &["status/400/context_length", "ok"],
         &[json!({"context_window": 8192}), json!({"context_window": 4096})],
-        Some(fast_policy()),
+        fast_policy(),
+        false,
     );
-    let r = f.chat(false);
+    let r = f.send(false);
     assert_eq!(r.status, 400, "{}", r.text());
     assert_eq!(r.json()["error"]["code"], "upstream_invalid_request");
     assert!(r.json()["error"]["message"]
@@ -269,12 +188,14 @@ fn context_length_with_nowhere_to_go_is_a_400_with_the_models_message() {
 
 #[test]
 fn unsupported_param_falls_back_only_to_routes_not_listing_it() {
-    let f = Fixture::with(
+    let f = Fixture::build(
+        Api::Chat,
         &["status/400/unsupported_param", "ok", "ok"],
         &[json!({}), json!({"unsupported_params": ["logprobs"]}), json!({})],
-        Some(fast_policy()),
+        fast_policy(),
+        false,
     );
-    let r = f.chat_with(json!({"logprobs": true}));
+    let r = f.send_with(json!({"logprobs": true}));
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!((f.seen(0), f.seen(1), f.seen(2)), (1, 0, 1));
     assert_eq!(
@@ -286,7 +207,7 @@ fn unsupported_param_falls_back_only_to_routes_not_listing_it() {
 #[test]
 fn allow_fallbacks_false_makes_one_try() {
     let f = Fixture::new(&["status/503", "ok"]);
-    let r = f.chat_with(json!({"provider": {"allow_fallbacks": false}}));
+    let r = f.send_with(json!({"provider": {"allow_fallbacks": false}}));
     assert_eq!(r.status, 502, "{}", r.text());
     assert_eq!((f.seen(0), f.seen(1)), (1, 0));
     // The key's setting applies when the request says nothing.
@@ -320,25 +241,25 @@ fn allow_fallbacks_false_makes_one_try() {
 #[test]
 fn provider_only_ignore_and_order_are_obeyed() {
     let f = Fixture::new(&["ok", "ok", "ok"]);
-    let r = f.chat_with(json!({"provider": {"only": ["r2"]}}));
+    let r = f.send_with(json!({"provider": {"only": ["r2"]}}));
     assert_eq!(r.status, 200);
     assert_eq!((f.seen(0), f.seen(1), f.seen(2)), (0, 0, 1));
-    let r = f.chat_with(json!({"provider": {"ignore": ["r0"]}}));
+    let r = f.send_with(json!({"provider": {"ignore": ["r0"]}}));
     assert_eq!(r.status, 200);
     assert_eq!((f.seen(0), f.seen(1), f.seen(2)), (0, 1, 1));
-    let r = f.chat_with(json!({"provider": {"order": ["r2", "r1"]}}));
+    let r = f.send_with(json!({"provider": {"order": ["r2", "r1"]}}));
     assert_eq!(r.status, 200);
     assert_eq!((f.seen(0), f.seen(1), f.seen(2)), (0, 1, 2));
-    let r = f.chat_with(json!({"provider": {"only": ["nobody"]}}));
+    let r = f.send_with(json!({"provider": {"only": ["nobody"]}}));
     assert_eq!(r.status, 400, "a filter that leaves no route is the client's error");
-    let r = f.chat_with(json!({"models": [f.model.clone(), "other/model"]}));
+    let r = f.send_with(json!({"models": [f.model.clone(), "other/model"]}));
     assert_eq!(r.status, 400, "models with more than one entry");
 }
 
 #[test]
 fn filters_apply_to_every_attempt() {
     let f = Fixture::new(&["status/503", "status/503", "ok"]);
-    let r = f.chat_with(json!({"provider": {"ignore": ["r2"]}}));
+    let r = f.send_with(json!({"provider": {"ignore": ["r2"]}}));
     assert_eq!(r.status, 502, "{}", r.text());
     assert_eq!(
         (f.seen(0), f.seen(1), f.seen(2)),
@@ -351,7 +272,7 @@ fn filters_apply_to_every_attempt() {
 fn a_slow_route_gets_one_more_try() {
     // r0 answers after 900 ms: past its 400 ms deadline, within the 1.5 s of the one more try.
     let f = Fixture::new(&["first-content-after/900", "status/500"]);
-    let r = f.chat(true);
+    let r = f.send(true);
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!((f.seen(0), f.seen(1)), (2, 1));
     assert_eq!(
@@ -365,7 +286,7 @@ fn a_slow_route_gets_one_more_try() {
 fn the_last_route_gets_the_longer_deadline() {
     // r1 answers after 900 ms: too late for the 400 ms deadline, in time for the last route's 1.5 s.
     let f = Fixture::new(&["hang", "first-content-after/900"]);
-    let r = f.chat(true);
+    let r = f.send(true);
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(f.attempts(&r), pairs(&[("r0", "timeout"), ("r1", "answered")]));
     assert_eq!(f.seen(1), 1, "answered on its first try, no extra try needed");
@@ -374,7 +295,7 @@ fn the_last_route_gets_the_longer_deadline() {
 #[test]
 fn every_route_failing_is_a_502_with_the_exact_message_and_a_fetchable_generation() {
     let f = Fixture::new(&["status/500", "status/502"]);
-    let r = f.chat(false);
+    let r = f.send(false);
     assert_eq!(r.status, 502);
     let v = r.json();
     assert_eq!(v["error"]["code"], "provider_error");
@@ -406,7 +327,7 @@ fn every_route_failing_is_a_502_with_the_exact_message_and_a_fetchable_generatio
 #[test]
 fn every_route_overloaded_is_a_503_with_available_models_and_retry_after() {
     let f = Fixture::new(&["status/503/overloaded/retry-after/7", "status/429/overloaded"]);
-    let r = f.chat(false);
+    let r = f.send(false);
     assert_eq!(r.status, 503, "{}", r.text());
     assert_eq!(r.header("retry-after"), Some("7"));
     let v = r.json();
@@ -418,7 +339,7 @@ fn every_route_overloaded_is_a_503_with_available_models_and_retry_after() {
 #[test]
 fn non_stream_fails_over() {
     let f = Fixture::new(&["status/503", "ok"]);
-    let r = f.chat(false);
+    let r = f.send(false);
     assert_fell_back(&f, &r, "upstream_5xx");
     assert_eq!(r.json()["object"], "chat.completion");
     assert_eq!(r.json()["model"], "up1", "the answer is the second route's");
@@ -427,7 +348,7 @@ fn non_stream_fails_over() {
 #[test]
 fn a_stream_cut_after_content_ends_with_an_error_frame_then_done_and_no_usage_chunk() {
     let f = Fixture::new(&["cut-after/2", "ok"]);
-    let r = f.chat_with(json!({"stream": true, "stream_options": {"include_usage": true}}));
+    let r = f.send_with(json!({"stream": true, "stream_options": {"include_usage": true}}));
     assert_eq!(r.status, 200, "committed before the cut");
     let data = data_lines(&r.text());
     assert_eq!(data.last().map(String::as_str), Some("[DONE]"), "{}", r.text());
@@ -447,7 +368,7 @@ fn a_stream_cut_after_content_ends_with_an_error_frame_then_done_and_no_usage_ch
 fn a_stalled_stream_ends_with_an_error_frame_after_the_idle_timeout() {
     let f = Fixture::new(&["stall-after/2/5000", "ok"]);
     let started = std::time::Instant::now();
-    let r = f.chat(true);
+    let r = f.send(true);
     assert!(
         started.elapsed() < std::time::Duration::from_millis(4500),
         "ended by the 700 ms idle timeout, not the upstream"
@@ -465,7 +386,7 @@ fn a_stalled_stream_ends_with_an_error_frame_after_the_idle_timeout() {
 #[test]
 fn a_finished_stream_without_done_is_finalised() {
     let f = Fixture::new(&["no-done", "ok"]);
-    let r = f.chat(true);
+    let r = f.send(true);
     assert_eq!(r.status, 200);
     let data = data_lines(&r.text());
     assert_eq!(
@@ -481,7 +402,7 @@ fn a_finished_stream_without_done_is_finalised() {
 #[test]
 fn a_malformed_event_after_commit_is_dropped_and_the_stream_goes_on() {
     let f = Fixture::new(&["malformed-event/3", "ok"]);
-    let r = f.chat(true);
+    let r = f.send(true);
     assert_eq!(r.status, 200);
     let text = r.text();
     assert!(!text.contains("{not json"), "{text}");
@@ -495,7 +416,7 @@ fn a_malformed_event_after_commit_is_dropped_and_the_stream_goes_on() {
 #[test]
 fn an_error_event_after_content_ends_with_an_error_frame_then_done() {
     let f = Fixture::new(&["error-event-after/2", "ok"]);
-    let r = f.chat(true);
+    let r = f.send(true);
     assert_eq!(r.status, 200);
     let data = data_lines(&r.text());
     assert_eq!(data.last().map(String::as_str), Some("[DONE]"), "{}", r.text());
@@ -516,8 +437,8 @@ fn an_error_event_after_content_ends_with_an_error_frame_then_done() {
 fn a_stream_longer_than_the_cap_ends_with_an_error_frame() {
     let mut policy = fast_policy();
     policy["stream_cap_ms"] = json!(800);
-    let f = Fixture::with(&["chunks/40/100"], &[], Some(policy));
-    let r = f.chat(true);
+    let f = Fixture::build(Api::Chat, &["chunks/40/100"], &[], policy, false);
+    let r = f.send(true);
     let data = data_lines(&r.text());
     assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
     assert!(data[data.len() - 2].contains("maximum duration"), "{}", r.text());
@@ -532,19 +453,19 @@ fn a_stream_longer_than_the_cap_ends_with_an_error_frame() {
 #[test]
 fn usage_is_taken_from_the_upstream_and_the_chunk_passed_only_when_asked() {
     let f = Fixture::new(&["ok"]);
-    let r = f.chat(true);
+    let r = f.send(true);
     assert!(!r.text().contains("\"usage\""), "not asked: no usage chunk");
     let g = f.generation(&r);
     assert_eq!(g["estimated"], false, "usage was requested from the upstream");
     assert_eq!(g["usage"]["output_tokens"], 5);
-    let r = f.chat_with(json!({"stream": true, "stream_options": {"include_usage": true}}));
+    let r = f.send_with(json!({"stream": true, "stream_options": {"include_usage": true}}));
     assert!(r.text().contains("\"usage\""), "asked: the usage chunk is passed");
 }
 
 #[test]
 fn the_attempts_log_lists_every_try_with_its_class() {
     let f = Fixture::new(&["status/500", "status/429/rate_limit", "error-body-200", "ok"]);
-    let r = f.chat(false);
+    let r = f.send(false);
     assert_eq!(r.status, 200);
     assert_eq!(
         f.attempts(&r),

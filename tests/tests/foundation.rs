@@ -161,8 +161,12 @@ fn non_stream_equals_the_mock_and_the_model_is_rewritten() {
         chat_body(&model, false)["messages"],
         "body otherwise untouched"
     );
-    let direct = s.direct_chat(&label, "ok", &chat_body(&upstream, false));
-    assert_eq!(through.json(), direct.json());
+    assert_eq!(
+        stats["last_request"]["body"]["max_completion_tokens"], 1024,
+        "the output limit that was held (the model's) is sent along (SPEC §11)"
+    );
+    let direct = s.direct_chat(&label, "ok", &stats["last_request"]["body"]);
+    assert_eq!(through.json(), direct.json(), "the mock's answer, as it gave it");
     assert_ids(&through);
 }
 

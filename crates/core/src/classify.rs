@@ -84,6 +84,18 @@ impl FailureClass {
         !matches!(self, FailureClass::InvalidRequest | FailureClass::Cancelled)
     }
 
+    /// The request's own fault as the provider saw it: its message is shown to the client (in
+    /// `/v1/generation`); for every other class only the class and status are (SPEC §14).
+    pub fn is_client_caused(self) -> bool {
+        matches!(
+            self,
+            FailureClass::InvalidRequest
+                | FailureClass::ContextLength
+                | FailureClass::UnsupportedParam
+                | FailureClass::ContentPolicy
+        )
+    }
+
     /// Capacity-type failures that make the final error a 503 upstream_capacity_exhausted instead of
     /// 502 (overloaded, rate_limited).
     pub fn is_capacity(self) -> bool {

@@ -89,6 +89,9 @@ pub struct GenerationRecord {
     pub delivered_output: u64,
     pub error_code: Option<String>,
     pub total_cost_micros: i64,
+    /// What the delivered usage cost beyond the hold (an upstream that ignored the limit, or
+    /// surcharges): recorded and logged, never charged (SPEC §11).
+    pub overrun_micros: i64,
     pub created_at_ms: u64,
     pub duration_ms: u64,
     /// How the hold was placed: `fast` (not awaited) or `awaited` (SPEC §11).
@@ -137,6 +140,8 @@ pub struct Opening {
     pub max_tokens: u64,
     /// Request body size, the input estimate's basis.
     pub body_len: usize,
+    /// The hold's amount: the charge never exceeds it.
+    pub held_micros: Option<i64>,
 }
 
 /// One attempt's route, as the driver picked it.
@@ -189,6 +194,7 @@ pub struct Journal {
     observations: Vec<Observation>,
     max_tokens: u64,
     body_len: usize,
+    held_micros: Option<i64>,
     /// The committed attempt's price and start.
     committed: Option<(Price, u64)>,
 }
@@ -219,6 +225,7 @@ impl Journal {
                 delivered_output: 0,
                 error_code: None,
                 total_cost_micros: 0,
+                overrun_micros: 0,
                 created_at_ms: o.started_ms,
                 duration_ms: 0,
                 hold_path: o.hold_path,
@@ -227,6 +234,7 @@ impl Journal {
             observations: Vec::new(),
             max_tokens: o.max_tokens,
             body_len: o.body_len,
+            held_micros: o.held_micros,
             committed: None,
         }
     }
@@ -255,7 +263,15 @@ impl Journal {
                 None,
                 http_status,
                 AttemptOutcome::Failure(verdict.class),
-                Some((verdict.class, verdict.message.as_deref().map(short_message))),
+                // Only a client-caused class keeps the provider's words (SPEC §14).
+                Some((
+                    verdict.class,
+                    verdict
+                        .message
+                        .as_deref()
+                        .filter(|_| verdict.class.is_client_caused())
+                        .map(short_message),
+                )),
                 verdict.retry_after_ms,
             ),
         };
@@ -302,6 +318,7 @@ impl Journal {
             mut observations,
             max_tokens,
             body_len,
+            held_micros,
             committed,
         } = self;
         record.duration_ms = now_ms.saturating_sub(record.created_at_ms);
@@ -309,7 +326,9 @@ impl Journal {
         match (ending, committed) {
             (Ending::Delivered(d), Some((price, attempt_started))) => {
                 let (usage, estimated) = settle_usage(d.usage, d.output_chars, max_tokens, body_len);
-                let cost = cost_micros(usage, &price);
+                let delivered = cost_micros(usage, &price);
+                let cost = held_micros.map_or(delivered, |held| delivered.min(held));
+                record.overrun_micros = delivered - cost;
                 record.outcome = if d.broken.is_some() {
                     Outcome::Broken
                 } else {
@@ -456,6 +475,7 @@ mod tests {
             hold_path: Some("fast"),
             max_tokens: 100,
             body_len: 300,
+            held_micros: Some(1_000),
         }
     }
 
@@ -530,7 +550,7 @@ mod tests {
             (a[0].ordinal, a[0].outcome, a[0].http_status),
             (1, AttemptStatus::Failed, Some(503))
         );
-        assert_eq!(a[0].message.as_deref(), Some("boom"));
+        assert_eq!(a[0].message, None, "an overload's text is not the client's business");
         assert_eq!(
             (a[1].ordinal, a[1].outcome, a[1].ttfb_ms),
             (2, AttemptStatus::Answered, Some(60))
@@ -625,5 +645,53 @@ mod tests {
         );
         assert!(f.observations.is_empty());
         assert!(!f.request.counted && !f.request.answered);
+    }
+
+    #[test]
+    fn the_charge_never_exceeds_the_hold_and_the_overrun_is_recorded() {
+        let mut j = Journal::open(opening(false));
+        j.attempt(
+            target("r0", 1_000),
+            AttemptResult::Committed { http_status: 200 },
+            1_010,
+        );
+        let f = j.finish(
+            Ending::Delivered(Delivery {
+                usage: Reported::both(Usage {
+                    input_tokens: 100,
+                    output_tokens: 500,
+                }),
+                ..Delivery::default()
+            }),
+            1_020,
+        );
+        // 100 × 1 + 500 × 10 = 5 100 µ$ delivered; 1 000 held.
+        assert_eq!((f.record.total_cost_micros, f.record.overrun_micros), (1_000, 4_100));
+        assert_eq!(f.record.attempts[0].cost_micros, 1_000);
+    }
+
+    #[test]
+    fn only_a_client_caused_failure_keeps_the_providers_message() {
+        let mut j = Journal::open(opening(false));
+        for class in [
+            FailureClass::ContextLength,
+            FailureClass::Account,
+            FailureClass::ContentPolicy,
+        ] {
+            j.attempt(target("r0", 1_000), failed(class), 1_010);
+        }
+        let f = j.finish(
+            Ending::Failed {
+                error: &ApiError::ProviderError { model: "m".into() },
+                cancelled: false,
+            },
+            1_020,
+        );
+        let messages: Vec<Option<&str>> = f.record.attempts.iter().map(|a| a.message.as_deref()).collect();
+        assert_eq!(messages, vec![Some("boom"), None, Some("boom")]);
+        assert!(
+            f.record.attempts.iter().all(|a| a.http_status == Some(503)),
+            "class and status stay"
+        );
     }
 }

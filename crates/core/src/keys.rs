@@ -21,6 +21,13 @@ pub fn presented_key<'a>(authorization: Option<&'a str>, x_api_key: Option<&'a s
         .or_else(|| x_api_key.map(str::trim).filter(|k| !k.is_empty()))
 }
 
+/// Whether `key` has the shape [`mint_key`] gives every key: anything else is refused without a
+/// lookup (a malformed key costs no D1 query).
+pub fn well_formed(key: &str) -> bool {
+    key.strip_prefix(KEY_PREFIX)
+        .is_some_and(|rest| rest.len() == 64 && rest.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
+}
+
 /// The stored form of a key: lower-case hex SHA-256 of its exact bytes.
 pub fn hash_key(key: &str) -> String {
     hex(&Sha256::digest(key.as_bytes()))
@@ -73,5 +80,19 @@ mod tests {
         assert_eq!(key.len(), KEY_PREFIX.len() + 64);
         assert!(secrets_equal("x", "x"));
         assert!(!secrets_equal("x", "y"));
+    }
+
+    #[test]
+    fn only_minted_shapes_are_looked_up() {
+        assert!(well_formed(&mint_key(&[7; 32])));
+        for bad in [
+            "",
+            "sk-sy-",
+            "sk-sy-not-a-real-key",
+            "sk-live-abc",
+            &format!("sk-sy-{}", "A".repeat(64)),
+        ] {
+            assert!(!well_formed(bad), "{bad}");
+        }
     }
 }

@@ -11,7 +11,7 @@
 
 use crate::catalog::Api;
 use crate::classify::{classify_error_payload, Verdict};
-use crate::dialect::{chat, messages, responses, EventInfo, Reported};
+use crate::dialect::{chat, messages, redact, responses, EventInfo, Reported};
 use crate::generation::Delivery;
 use crate::sse::SseEvent;
 
@@ -123,6 +123,8 @@ struct Seen {
     finished: bool,
     id: String,
     model: String,
+    /// The route's upstream key, never to reach the client.
+    secret: Option<String>,
 }
 
 impl Seen {
@@ -158,7 +160,8 @@ pub struct Gate {
 }
 
 impl Gate {
-    pub fn new(dialect: &'static StreamDialect, client_wants_usage: bool) -> Gate {
+    /// `secret`: the route's upstream key, redacted from any upstream text the client sees.
+    pub fn new(dialect: &'static StreamDialect, client_wants_usage: bool, secret: Option<String>) -> Gate {
         Gate {
             seen: Seen {
                 dialect,
@@ -168,6 +171,7 @@ impl Gate {
                 finished: false,
                 id: String::new(),
                 model: String::new(),
+                secret,
             },
             held: Vec::new(),
             held_events: 0,
@@ -222,11 +226,14 @@ impl Relay {
     pub fn on_event(&mut self, ev: SseEvent) -> After {
         let info = self.seen.see(&ev);
         if let Some(payload) = &info.error {
+            let secret = self.seen.secret.as_deref();
             let message = classify_error_payload(payload)
                 .message
+                .map(|m| redact(&m, secret))
                 .unwrap_or_else(|| "The provider reported an error mid-stream.".to_string());
             let bytes = if self.seen.dialect.pass_error_events {
-                ev.raw
+                // As sent, but without a key in it (SPEC §15).
+                redact(&String::from_utf8_lossy(&ev.raw), secret).into_bytes()
             } else {
                 self.error_frame(&message)
             };
@@ -307,7 +314,7 @@ mod tests {
 
     /// A relay committed on `events` (the last one must commit).
     fn committed(client_wants_usage: bool, events: &[&str]) -> Relay {
-        let mut g = Gate::new(&CHAT, client_wants_usage);
+        let mut g = Gate::new(&CHAT, client_wants_usage, None);
         let mut last = Before::Hold;
         for e in events {
             last = g.on_event(ev(e));
@@ -318,7 +325,7 @@ mod tests {
 
     #[test]
     fn holds_until_content_then_releases_everything() {
-        let mut g = Gate::new(&CHAT, false);
+        let mut g = Gate::new(&CHAT, false, None);
         let keepalive = SseEvent {
             raw: b": keep-alive\n\n".to_vec(),
             ..SseEvent::default()
@@ -366,14 +373,14 @@ mod tests {
             ev("{oops"),
             ev("[DONE]"),
         ] {
-            let mut g = Gate::new(&CHAT, false);
+            let mut g = Gate::new(&CHAT, false, None);
             g.on_event(ev(ROLE));
             assert!(matches!(g.on_event(bad_event), Before::Fail(_)));
         }
-        let mut g = Gate::new(&CHAT, false);
+        let mut g = Gate::new(&CHAT, false, None);
         g.on_event(ev(ROLE));
         assert_eq!(g.on_close().class, FailureClass::BadResponse);
-        let mut g = Gate::new(&CHAT, false);
+        let mut g = Gate::new(&CHAT, false, None);
         let overloaded = ev(r#"{"error":{"message":"The server is overloaded","type":"server_error"}}"#);
         assert!(matches!(g.on_event(overloaded), Before::Fail(v) if v.class == FailureClass::Overloaded));
     }
@@ -429,7 +436,7 @@ mod tests {
 
     #[test]
     fn commits_when_the_hold_cap_is_reached() {
-        let mut g = Gate::new(&CHAT, false);
+        let mut g = Gate::new(&CHAT, false, None);
         for _ in 0..MAX_HELD_EVENTS - 1 {
             assert_eq!(g.on_event(ev(ROLE)), Before::Hold);
         }
@@ -460,7 +467,7 @@ mod tests {
             "content_block_delta",
             r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}"#,
         );
-        let mut g = Gate::new(&MESSAGES, false);
+        let mut g = Gate::new(&MESSAGES, false, None);
         for held in [&start, &block, &ping] {
             assert_eq!(g.on_event(held.clone()), Before::Hold, "lifecycle is held back");
         }
@@ -488,7 +495,7 @@ mod tests {
 
     #[test]
     fn an_anthropic_stream_finished_without_message_stop_gets_it() {
-        let mut g = Gate::new(&MESSAGES, false);
+        let mut g = Gate::new(&MESSAGES, false, None);
         g.on_event(named(
             "content_block_delta",
             r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}"#,
@@ -505,7 +512,7 @@ mod tests {
                 broken: None
             }
         );
-        let mut cut = Gate::new(&RESPONSES, false);
+        let mut cut = Gate::new(&RESPONSES, false, None);
         cut.on_event(named(
             "response.output_text.delta",
             r#"{"type":"response.output_text.delta","delta":"Hi"}"#,
@@ -517,5 +524,37 @@ mod tests {
         assert!(String::from_utf8(bytes)
             .unwrap()
             .starts_with("event: response.failed\n"));
+    }
+
+    #[test]
+    fn an_error_after_commit_never_carries_a_key() {
+        let leaky = r#"{"error":{"message":"Incorrect API key provided: sk-live-123 (key UPSTREAM-KEY-1)"}}"#;
+        let mut g = Gate::new(&CHAT, false, Some("UPSTREAM-KEY-1".into()));
+        g.on_event(ev(HI));
+        let After::End { bytes, broken } = g.into_relay().on_event(ev(leaky)) else {
+            panic!("an error ends the stream")
+        };
+        let text = String::from_utf8(bytes).unwrap() + &broken.unwrap();
+        assert!(!text.contains("sk-live") && !text.contains("UPSTREAM-KEY-1"), "{text}");
+        let mut g = Gate::new(&MESSAGES, false, Some("UPSTREAM-KEY-1".into()));
+        g.on_event(named(
+            "content_block_delta",
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}"#,
+        ));
+        let error = named(
+            "error",
+            r#"{"type":"error","error":{"type":"api_error","message":"bad key=sk-x1"}}"#,
+        );
+        let After::End { bytes, .. } = g.into_relay().on_event(error) else {
+            panic!("an error ends the stream")
+        };
+        let text = String::from_utf8(bytes).unwrap();
+        assert!(text.contains("key=[redacted]") && !text.contains("sk-x1"), "{text}");
+        let data: serde_json::Value =
+            serde_json::from_str(text.lines().nth(1).unwrap().trim_start_matches("data: ")).unwrap();
+        assert_eq!(
+            data["error"]["type"], "api_error",
+            "still the upstream's event, still JSON"
+        );
     }
 }

@@ -9,6 +9,9 @@ use crate::classify::Verdict;
 use crate::error::ApiError;
 use crate::sse::SseEvent;
 
+/// The most completions one request may ask for (`n`).
+pub const MAX_COMPLETIONS: u64 = 128;
+
 /// Parses and validates a Chat Completions request body.
 pub fn parse_request(bytes: &[u8]) -> Result<ClientRequest, ApiError> {
     let (body, model, provider) = parse_common(bytes)?;
@@ -18,10 +21,28 @@ pub fn parse_request(bytes: &[u8]) -> Result<ClientRequest, ApiError> {
         None => return Err(ApiError::invalid("`messages` is required.", Some("messages"))),
         Some(_) => return Err(ApiError::invalid("`messages` must be an array.", Some("messages"))),
     }
+    let mut body = body;
     let stream = optional_bool(&body, "stream")?.unwrap_or(false);
-    let max_tokens = match optional_u64(&body, "max_completion_tokens")? {
-        Some(n) => Some(n),
-        None => optional_u64(&body, "max_tokens")?,
+    let max_tokens = match (
+        optional_u64(&body, "max_completion_tokens")?,
+        optional_u64(&body, "max_tokens")?,
+    ) {
+        // Both set: the larger is held, and only it goes upstream (SPEC §11).
+        (Some(a), Some(b)) => {
+            body.remove(if a >= b { "max_tokens" } else { "max_completion_tokens" });
+            Some(a.max(b))
+        }
+        (a, b) => a.or(b),
+    };
+    let completions = match optional_u64(&body, "n")? {
+        None => 1,
+        Some(n @ 1..=MAX_COMPLETIONS) => n,
+        Some(_) => {
+            return Err(ApiError::invalid(
+                format!("`n` must be between 1 and {MAX_COMPLETIONS}."),
+                Some("n"),
+            ))
+        }
     };
     let include_usage = match body.get("stream_options") {
         None | Some(Value::Null) => false,
@@ -47,6 +68,7 @@ pub fn parse_request(bytes: &[u8]) -> Result<ClientRequest, ApiError> {
         model,
         stream,
         max_tokens,
+        completions,
         include_usage,
         provider,
         body_len: bytes.len(),
@@ -85,6 +107,39 @@ mod tests {
         assert_eq!(r.max_tokens, Some(50));
         assert_eq!(r.provider.only, Some(vec!["a".to_string()]));
         assert_eq!(r.provider.allow_fallbacks, Some(false));
+    }
+
+    #[test]
+    fn the_hold_covers_every_completion_and_the_larger_limit() {
+        let r = parse(json!({"model": "m", "messages": [{}], "n": 3, "max_tokens": 10})).unwrap();
+        assert_eq!((r.completions, r.held_output_tokens(1000)), (3, 30));
+        let both =
+            parse(json!({"model": "m", "messages": [{}], "max_completion_tokens": 1, "max_tokens": 100000})).unwrap();
+        assert_eq!(both.max_tokens, Some(100_000), "the larger is held");
+        let sent: Value = serde_json::from_slice(&both.upstream_body("u")).unwrap();
+        assert_eq!(sent["max_tokens"], 100_000);
+        assert!(sent.get("max_completion_tokens").is_none(), "and only it is forwarded");
+        for n in [0, 129] {
+            assert_eq!(
+                param_of(parse(json!({"model": "m", "messages": [{}], "n": n})).unwrap_err()).as_deref(),
+                Some("n")
+            );
+        }
+    }
+
+    #[test]
+    fn the_held_limit_is_forwarded_when_the_client_set_none() {
+        let mut r = parse(json!({"model": "m", "messages": [{}]})).unwrap();
+        assert_eq!(r.limit_output(4096), 4096);
+        let sent: Value = serde_json::from_slice(&r.upstream_body("u")).unwrap();
+        assert_eq!(sent["max_completion_tokens"], 4096);
+        let mut own = parse(json!({"model": "m", "messages": [{}], "max_tokens": 50})).unwrap();
+        assert_eq!(own.limit_output(4096), 50);
+        let sent: Value = serde_json::from_slice(&own.upstream_body("u")).unwrap();
+        assert_eq!(
+            (sent["max_tokens"].as_u64(), sent.get("max_completion_tokens")),
+            (Some(50), None)
+        );
     }
 
     #[test]

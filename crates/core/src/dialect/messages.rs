@@ -9,7 +9,7 @@
 
 use serde_json::Value;
 
-use super::{optional_bool, optional_u64, parse_common, BodyInfo, ClientRequest, EventInfo, Reported};
+use super::{event_json, optional_bool, optional_u64, parse_common, BodyInfo, ClientRequest, EventInfo, Reported};
 use crate::catalog::Api;
 use crate::classify::{classify_error_payload, is_error_payload, Verdict};
 use crate::error::ApiError;
@@ -42,6 +42,7 @@ pub fn parse_request(bytes: &[u8]) -> Result<ClientRequest, ApiError> {
         model,
         stream: optional_bool(&body, "stream")?.unwrap_or(false),
         max_tokens: Some(max_tokens),
+        completions: 1,
         include_usage: false,
         provider,
         body_len: bytes.len(),
@@ -57,22 +58,12 @@ fn text_len(v: Option<&Value>) -> usize {
 
 /// What one Messages stream event means to the gateway.
 pub fn inspect_event(ev: &SseEvent) -> EventInfo {
-    if !ev.has_data {
-        return EventInfo::default(); // comment, keep-alive, bare `event:` line
-    }
-    let Ok(v) = serde_json::from_str::<Value>(ev.data.trim()) else {
-        return EventInfo {
-            malformed: true,
-            ..EventInfo::default()
-        };
+    let (v, kind) = match event_json(ev) {
+        Ok(parsed) => parsed,
+        Err(why) => return why.into(), // a comment or keep-alive, or malformed
     };
-    let kind = v
-        .get("type")
-        .and_then(Value::as_str)
-        .or(ev.event.as_deref())
-        .unwrap_or("");
     let mut info = EventInfo::default();
-    match kind {
+    match kind.as_str() {
         "error" => info.error = Some(v),
         "message_start" => {
             let message = v.get("message");

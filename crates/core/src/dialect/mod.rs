@@ -15,6 +15,7 @@ use serde_json::{Map, Value};
 use crate::catalog::{Api, AuthScheme};
 use crate::classify::Verdict;
 use crate::error::ApiError;
+use crate::sse::SseEvent;
 
 /// Largest request body accepted (SPEC §13).
 pub const MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
@@ -127,8 +128,10 @@ pub struct ClientRequest {
     pub api: Api,
     pub model: String,
     pub stream: bool,
-    /// Output token limit the client set, if any.
+    /// Output token limit the client set, if any (per completion).
     pub max_tokens: Option<u64>,
+    /// Completions asked for (chat `n`; 1 elsewhere): the hold covers every one (SPEC §11).
+    pub completions: u64,
     /// Chat streams: did the client ask for the usage chunk?
     pub include_usage: bool,
     pub provider: ProviderPrefs,
@@ -163,6 +166,30 @@ pub fn inspect_body(api: Api, body: &[u8]) -> Result<BodyInfo, Verdict> {
 impl ClientRequest {
     /// The body to send to a route: the client's, with `model` set to the route's upstream model.
     /// Chat streams also ask the upstream for usage (SPEC §7).
+    /// The output limit every route gets (per completion): the client's, else the model's
+    /// `max_output_tokens` — written into the body in the dialect's field when the client set none,
+    /// so the upstream cannot produce more than was held. Called once, before the hold.
+    pub fn limit_output(&mut self, model_max_output_tokens: u64) -> u64 {
+        if let Some(limit) = self.max_tokens {
+            return limit;
+        }
+        let field = match self.api {
+            Api::Chat => "max_completion_tokens",
+            Api::Messages => "max_tokens",
+            Api::Responses => "max_output_tokens",
+        };
+        self.body.insert(field.into(), Value::from(model_max_output_tokens));
+        self.max_tokens = Some(model_max_output_tokens);
+        model_max_output_tokens
+    }
+
+    /// The most output tokens the request can produce: the limit times the completions.
+    pub fn held_output_tokens(&self, model_max_output_tokens: u64) -> u64 {
+        self.max_tokens
+            .unwrap_or(model_max_output_tokens)
+            .saturating_mul(self.completions)
+    }
+
     pub fn upstream_body(&self, upstream_model: &str) -> Vec<u8> {
         let mut body = self.body.clone();
         body.insert("model".into(), Value::String(upstream_model.to_string()));
@@ -240,6 +267,39 @@ pub(crate) fn parse_common(bytes: &[u8]) -> Result<(Map<String, Value>, String, 
     Ok((body, model, provider))
 }
 
+/// Why an event has no JSON to read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NoJson {
+    /// A comment, a keep-alive: no data at all.
+    NoData,
+    /// Data that is not JSON.
+    Malformed,
+}
+
+impl From<NoJson> for EventInfo {
+    fn from(why: NoJson) -> EventInfo {
+        EventInfo {
+            malformed: why == NoJson::Malformed,
+            ..EventInfo::default()
+        }
+    }
+}
+
+/// An event's data as JSON and its type (the data's `type`, else the `event:` name).
+pub(crate) fn event_json(ev: &SseEvent) -> Result<(Value, String), NoJson> {
+    if !ev.has_data {
+        return Err(NoJson::NoData);
+    }
+    let v: Value = serde_json::from_str(ev.data.trim()).map_err(|_| NoJson::Malformed)?;
+    let kind = v
+        .get("type")
+        .and_then(Value::as_str)
+        .or(ev.event.as_deref())
+        .unwrap_or("")
+        .to_string();
+    Ok((v, kind))
+}
+
 /// Reads an optional non-negative integer field.
 pub(crate) fn optional_u64(body: &Map<String, Value>, field: &str) -> Result<Option<u64>, ApiError> {
     match body.get(field) {
@@ -277,26 +337,29 @@ pub fn upstream_error_message(body: &[u8]) -> Option<String> {
 }
 
 /// Removes secrets from text that came from an upstream before it reaches a client or a log:
-/// the upstream key itself, and anything shaped like an API key (`sk-…`, even masked).
+/// the upstream key itself, and every key-like token (`sk-` and the key characters after it,
+/// wherever it stands: after a space, a quote, `key=` …; masked keys included).
 pub fn redact(text: &str, secret: Option<&str>) -> String {
-    let mut out = match secret {
+    let text = match secret {
         Some(s) if !s.is_empty() => text.replace(s, "[redacted]"),
         _ => text.to_string(),
     };
-    if out.contains("sk-") {
-        out = out
-            .split(' ')
-            .map(|word| {
-                let bare = word.trim_start_matches(|c: char| !c.is_ascii_alphanumeric());
-                if bare.starts_with("sk-") {
-                    "[redacted]"
-                } else {
-                    word
-                }
-            })
-            .collect::<Vec<_>>()
-            .join(" ");
+    let key_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '*' | '.');
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find("sk-") {
+        let starts_token = !rest[..at].ends_with(|c: char| c.is_ascii_alphanumeric());
+        let after = &rest[at + 3..];
+        let len = after.find(|c: char| !key_char(c)).unwrap_or(after.len());
+        out.push_str(&rest[..at]);
+        if starts_token {
+            out.push_str("[redacted]");
+        } else {
+            out.push_str(&rest[at..at + 3 + len]);
+        }
+        rest = &after[len..];
     }
+    out.push_str(rest);
     out
 }
 
@@ -336,5 +399,12 @@ mod tests {
             "key [redacted] refused"
         );
         assert_eq!(redact("nothing here", Some("s3cr3t")), "nothing here");
+        assert_eq!(
+            redact(r#"{"message":"bad key=sk-live-AbC123 given"}"#, None),
+            r#"{"message":"bad key=[redacted] given"}"#,
+            "anywhere, and JSON stays JSON"
+        );
+        assert_eq!(redact(r#"{"k":"sk-abc"}"#, None), r#"{"k":"[redacted]"}"#);
+        assert_eq!(redact("task-sk-1 stays", None), "task-sk-1 stays", "not a token start");
     }
 }

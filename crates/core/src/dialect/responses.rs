@@ -10,7 +10,7 @@
 
 use serde_json::{json, Value};
 
-use super::{optional_bool, optional_u64, parse_common, BodyInfo, ClientRequest, EventInfo, Reported};
+use super::{event_json, optional_bool, optional_u64, parse_common, BodyInfo, ClientRequest, EventInfo, Reported};
 use crate::catalog::Api;
 use crate::classify::{classify_error_payload, is_error_payload, Verdict};
 use crate::error::ApiError;
@@ -38,6 +38,7 @@ pub fn parse_request(bytes: &[u8]) -> Result<ClientRequest, ApiError> {
         model,
         stream: optional_bool(&body, "stream")?.unwrap_or(false),
         max_tokens: optional_u64(&body, "max_output_tokens")?,
+        completions: 1,
         include_usage: false,
         provider,
         body_len: bytes.len(),
@@ -68,20 +69,10 @@ fn failed_payload(response: Option<&Value>) -> Value {
 
 /// What one Responses stream event means to the gateway.
 pub fn inspect_event(ev: &SseEvent) -> EventInfo {
-    if !ev.has_data {
-        return EventInfo::default(); // comment, keep-alive
-    }
-    let Ok(v) = serde_json::from_str::<Value>(ev.data.trim()) else {
-        return EventInfo {
-            malformed: true,
-            ..EventInfo::default()
-        };
+    let (v, kind) = match event_json(ev) {
+        Ok(parsed) => parsed,
+        Err(why) => return why.into(), // a comment or keep-alive, or malformed
     };
-    let kind = v
-        .get("type")
-        .and_then(Value::as_str)
-        .or(ev.event.as_deref())
-        .unwrap_or("");
     let response = v.get("response");
     let mut info = EventInfo {
         id: response
@@ -94,7 +85,7 @@ pub fn inspect_event(ev: &SseEvent) -> EventInfo {
             .map(str::to_string),
         ..EventInfo::default()
     };
-    match kind {
+    match kind.as_str() {
         "error" => info.error = Some(v),
         "response.failed" => info.error = Some(failed_payload(response)),
         "response.completed" | "response.incomplete" => {

@@ -1,0 +1,36 @@
+//! What a client sees of an upstream's failures (issue 12, SPEC §14, §15): the provider's own
+//! words only for the client-caused classes; for the rest the class and the status.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::disallowed_methods)]
+
+use serde_json::json;
+use switchyard_e2e::{fast_policy, Api, Fixture};
+
+#[test]
+fn the_record_shows_the_providers_text_only_for_client_caused_failures() {
+    let f = Fixture::build(
+        Api::Chat,
+        &["status/401/invalid_key", "status/400/context_length", "ok"],
+        &[json!({}), json!({}), json!({"context_window": 32768})],
+        fast_policy(),
+        false,
+    );
+    let r = f.send(false);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let g = f.generation(&r);
+    let first = &g["attempts"][0];
+    assert_eq!(
+        (first["failure_class"].as_str(), first["http_status"].as_u64()),
+        (Some("account"), Some(401))
+    );
+    assert!(
+        first["message"].is_null(),
+        "an account failure's text stays with the operator: {g}"
+    );
+    let second = &g["attempts"][1];
+    assert_eq!(second["failure_class"], "context_length");
+    assert!(
+        second["message"].as_str().unwrap().contains("maximum context length"),
+        "the client's own problem is explained: {g}"
+    );
+}
