@@ -288,19 +288,19 @@ fn deliver(
     match committed {
         Committed::Body {
             bytes,
-            status,
-            content_type,
             usage,
             output_chars,
+            ..
         } => {
             ctx.wait_until(record.close(Ending::Delivered(Delivery {
                 usage,
                 output_chars,
                 ..Delivery::default()
             })));
+            // A whole answer is JSON with 200, whatever 2xx status and type the upstream used (SPEC §15).
             Ok(ResponseBuilder::new()
-                .with_status(status)
-                .with_headers(response_headers(&content_type))
+                .with_status(200)
+                .with_headers(response_headers("application/json"))
                 .fixed(bytes))
         }
         Committed::Stream(live) => {

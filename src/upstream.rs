@@ -74,7 +74,6 @@ pub enum Committed {
     Body {
         bytes: Vec<u8>,
         status: u16,
-        content_type: String,
         usage: Reported,
         output_chars: usize,
     },
@@ -250,7 +249,6 @@ pub async fn attempt(target: &Target<'_>, request: &ClientRequest, deadline_ms: 
         Ok(info) => Ok(Committed::Body {
             bytes: body,
             status,
-            content_type,
             usage: info.usage,
             output_chars: info.output_chars,
         }),

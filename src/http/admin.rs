@@ -11,6 +11,7 @@ use switchyard_core::money::micros_to_usd;
 use switchyard_core::ApiError;
 use worker::{Env, Method, Request};
 
+use super::body::read_capped;
 use super::response::{json_response, HandlerResult};
 use crate::runtime::ids::{new_id, random_32};
 use crate::store::{AccountRow, Store};
@@ -45,10 +46,11 @@ fn authorized(req: &Request, env: &Env) -> bool {
     presented.is_some_and(|p| secrets_equal(p, &expected))
 }
 
+/// The largest admin body (a whole catalog).
+const MAX_ADMIN_BODY_BYTES: usize = 5 * 1024 * 1024;
+
 async fn read_body(req: &mut Request) -> Result<Vec<u8>, ApiError> {
-    req.bytes()
-        .await
-        .map_err(|_| ApiError::invalid("Could not read the request body.", None))
+    read_capped(req, MAX_ADMIN_BODY_BYTES).await
 }
 
 pub async fn route(req: &mut Request, env: &Env, method: &Method, rest: &str) -> HandlerResult {

@@ -14,6 +14,7 @@ use switchyard_core::money::micros_to_usd;
 use switchyard_core::ApiError;
 use worker::{Context, Env, Request};
 
+use super::body::read_capped;
 use super::context::RequestCtx;
 use super::response::{json_response, HandlerResult};
 use crate::proxy;
@@ -29,22 +30,6 @@ async fn authenticate(req: &Request, store: &Store) -> Result<Rc<KeyRecord>, Api
         .filter(|k| well_formed(k))
         .ok_or(ApiError::InvalidApiKey)?;
     store.key_by_hash(&hash_key(key)).await?.ok_or(ApiError::InvalidApiKey)
-}
-
-/// Reads the body, refusing more than 10 MiB before reading when the length is declared.
-async fn read_body(req: &mut Request) -> Result<Vec<u8>, ApiError> {
-    let declared = req
-        .headers()
-        .get("content-length")
-        .ok()
-        .flatten()
-        .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > MAX_BODY_BYTES) {
-        return Err(ApiError::invalid("Request body is larger than 10 MiB.", None));
-    }
-    req.bytes()
-        .await
-        .map_err(|_| ApiError::invalid("Could not read the request body.", None))
 }
 
 /// `GET /v1/models`: the catalog's models in the OpenAI list shape.
@@ -192,7 +177,7 @@ pub async fn generate(req: &mut Request, env: &Env, ctx: &Context, rc: &mut Requ
         generation_id: &generation_id,
         client: &client,
     };
-    let parsed = match read_body(req).await {
+    let parsed = match read_capped(req, MAX_BODY_BYTES).await {
         Ok(body) => dialect::parse_request(api, &body),
         Err(e) => Err(e),
     };

@@ -318,16 +318,18 @@ impl Catalog {
             if provider_index.insert(p.id.clone(), i).is_some() {
                 return Err(err(format!("{at}.id"), format!("duplicate provider id `{}`", p.id)));
             }
-            if !(p.base_url.starts_with("https://") || p.base_url.starts_with("http://"))
-                || p.base_url.len() <= "https://".len()
-            {
-                return Err(err(format!("{at}.base_url"), "must be an http:// or https:// URL"));
-            }
+            check_base_url(&p.base_url, &format!("{at}.base_url"))?;
             if let Some(name) = &p.key_secret {
                 if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
                     return Err(err(
                         format!("{at}.key_secret"),
                         "must name a secret: letters, digits and _",
+                    ));
+                }
+                if is_reserved_secret(name) {
+                    return Err(err(
+                        format!("{at}.key_secret"),
+                        "names one of Switchyard's own secrets (ADMIN_TOKEN, SWITCHYARD_*), not an upstream key",
                     ));
                 }
             }
@@ -542,7 +544,83 @@ fn check_id(id: &str, field: &str) -> Result<(), CatalogError> {
     }
 }
 
+/// The longest a timer may be set for (the runtime's `setTimeout` takes a signed 32-bit delay).
+pub const MAX_TIMER_MS: u64 = (1 << 31) - 1;
+/// The longest work may go on after a response (Cloudflare's `waitUntil` window).
+pub const MAX_AFTER_RESPONSE_MS: u64 = 30_000;
+
+/// `https://`, or `http://` to a loopback host (local development and tests only).
+fn check_base_url(url: &str, at: &str) -> Result<(), CatalogError> {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", ""));
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+    };
+    if host.is_empty() {
+        return Err(err(at, "must be an https:// URL with a host"));
+    }
+    let loopback = host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    match scheme {
+        "https" => Ok(()),
+        "http" if loopback => Ok(()),
+        "http" => Err(err(at, "must be https:// (http:// only for a loopback host)")),
+        _ => Err(err(at, "must be an https:// URL")),
+    }
+}
+
+/// Secrets that are Switchyard's own, never an upstream key: `ADMIN_TOKEN` and every
+/// `SWITCHYARD_*` name (reserved for the gateway's own configuration).
+pub fn is_reserved_secret(name: &str) -> bool {
+    name == "ADMIN_TOKEN" || name.starts_with("SWITCHYARD_")
+}
+
 fn check_policy(p: &PolicyOverrides, at: &str) -> Result<(), CatalogError> {
+    let positive_ms = [
+        ("stream_first_content_ms", p.stream_first_content_ms),
+        ("reasoning_stream_first_content_ms", p.reasoning_stream_first_content_ms),
+        (
+            "slow_route_stream_first_content_ms",
+            p.slow_route_stream_first_content_ms,
+        ),
+        ("nonstream_base_ms", p.nonstream_base_ms),
+        ("nonstream_cap_ms", p.nonstream_cap_ms),
+        ("last_route_min_ms", p.last_route_min_ms),
+        ("pre_content_budget_ms", p.pre_content_budget_ms),
+        ("idle_timeout_ms", p.idle_timeout_ms),
+        ("stream_cap_ms", p.stream_cap_ms),
+        ("cooldown_ms", p.cooldown_ms),
+        ("cooldown_max_ms", p.cooldown_max_ms),
+    ];
+    for (name, v) in positive_ms {
+        if v.is_some_and(|ms| ms == 0 || ms > MAX_TIMER_MS) {
+            return Err(err(
+                format!("{at}.{name}"),
+                format!("must be between 1 and {MAX_TIMER_MS} ms"),
+            ));
+        }
+    }
+    let any_ms = [
+        ("nonstream_per_20_tokens_ms", p.nonstream_per_20_tokens_ms),
+        ("key_wait_ms", p.key_wait_ms),
+        ("capacity_wait_ms", p.capacity_wait_ms),
+        ("health_snapshot_ms", p.health_snapshot_ms),
+        ("balance_snapshot_ms", p.balance_snapshot_ms),
+    ];
+    for (name, v) in any_ms {
+        if v.is_some_and(|ms| ms > MAX_TIMER_MS) {
+            return Err(err(
+                format!("{at}.{name}"),
+                format!("must be at most {MAX_TIMER_MS} ms"),
+            ));
+        }
+    }
+    if p.disconnect_grace_ms.is_some_and(|ms| ms > MAX_AFTER_RESPONSE_MS) {
+        return Err(err(
+            format!("{at}.disconnect_grace_ms"),
+            format!("must be at most {MAX_AFTER_RESPONSE_MS} ms (the runtime's window after a response)"),
+        ));
+    }
     if let Some(f) = p.optimistic_hold_fraction {
         if !(0.0..=1.0).contains(&f) {
             return Err(err(format!("{at}.optimistic_hold_fraction"), "must be between 0 and 1"));
@@ -675,5 +753,50 @@ mod tests {
         let c = parse(&sample()).unwrap();
         let again = Catalog::parse(&serde_json::to_vec(c.doc()).unwrap()).unwrap();
         assert_eq!(again.doc(), c.doc());
+    }
+
+    #[test]
+    fn upstreams_are_https_except_on_loopback() {
+        for ok in [
+            "https://api.example.com/v1",
+            "http://127.0.0.1:9100/x",
+            "http://localhost:8787",
+            "http://[::1]:9/v1",
+        ] {
+            assert!(check_base_url(ok, "u").is_ok(), "{ok}");
+        }
+        for bad in [
+            "http://api.example.com/v1",
+            "ftp://x",
+            "https://",
+            "api.example.com",
+            "http://127.0.0.1.evil.com",
+        ] {
+            assert!(check_base_url(bad, "u").is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn our_own_secrets_and_unusable_timers_are_refused() {
+        let mut doc = sample();
+        doc["providers"][0]["key_secret"] = json!("ADMIN_TOKEN");
+        assert_eq!(
+            Catalog::parse(doc.to_string().as_bytes()).unwrap_err().field,
+            "providers[0].key_secret"
+        );
+        for (knob, value) in [
+            ("stream_cap_ms", json!(1u64 << 40)),
+            ("stream_first_content_ms", json!(0)),
+            ("disconnect_grace_ms", json!(60_000)),
+            ("health_snapshot_ms", json!(1u64 << 32)),
+        ] {
+            let mut doc = sample();
+            doc["policy"] = json!({ knob: value });
+            assert_eq!(
+                Catalog::parse(doc.to_string().as_bytes()).unwrap_err().field,
+                format!("policy.{knob}"),
+                "{knob}"
+            );
+        }
     }
 }

@@ -563,9 +563,9 @@ mod tests {
         Catalog::parse(
             json!({
                 "providers": [
-                    {"id": "a", "base_url": "http://a/v1", "auth": "bearer", "account": "acct-a"},
-                    {"id": "b", "base_url": "http://b/v1", "auth": "bearer", "account": "acct-b"},
-                    {"id": "a2", "base_url": "http://a2/v1", "auth": "bearer", "account": "acct-a"}
+                    {"id": "a", "base_url": "https://a/v1", "auth": "bearer", "account": "acct-a"},
+                    {"id": "b", "base_url": "https://b/v1", "auth": "bearer", "account": "acct-b"},
+                    {"id": "a2", "base_url": "https://a2/v1", "auth": "bearer", "account": "acct-a"}
                 ],
                 "models": [{"id": "m", "reasoning": reasoning, "context_window": 8000, "max_output_tokens": 1000, "routes": routes}]
             })

@@ -129,6 +129,13 @@ struct Seen {
 
 impl Seen {
     fn see(&mut self, ev: &SseEvent) -> EventInfo {
+        if ev.oversize {
+            // Past the event cap: whatever it said, it is malformed (SPEC §15).
+            return EventInfo {
+                malformed: true,
+                ..EventInfo::default()
+            };
+        }
         let info = (self.dialect.inspect)(ev);
         if self.id.is_empty() {
             if let Some(id) = &info.id {
@@ -449,6 +456,7 @@ mod tests {
             event: Some(name.to_string()),
             data: data.to_string(),
             has_data: true,
+            oversize: false,
         }
     }
 

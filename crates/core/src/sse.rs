@@ -3,7 +3,13 @@
 //! The gateway relays SSE byte for byte, so every event keeps its exact raw bytes (`raw`, including
 //! its terminating blank line); the parsed `event` name and `data` are only for decisions. Lines end
 //! with `\n`, `\r\n` or `\r`; an event ends at a blank line. Invariant: the concatenation of every
-//! event's `raw` (plus [`SseParser::finish`]'s remainder) equals the input.
+//! event's `raw` (plus [`SseParser::finish`]'s remainder) equals the input — except an event longer
+//! than [`MAX_EVENT_BYTES`], which comes out once as an `oversize` event holding its first bytes,
+//! the rest of it dropped (SPEC §15: it counts as malformed). Each byte is scanned once, however
+//! the input is split.
+
+/// The largest event kept whole (SPEC §15).
+pub const MAX_EVENT_BYTES: usize = 1024 * 1024;
 
 /// One event as it arrived.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -16,6 +22,8 @@ pub struct SseEvent {
     pub data: String,
     /// Whether any `data:` line was present (comments and bare `event:` lines have none).
     pub has_data: bool,
+    /// The event passed [`MAX_EVENT_BYTES`]: `raw` holds its start only; it is malformed.
+    pub oversize: bool,
 }
 
 impl SseEvent {
@@ -26,6 +34,7 @@ impl SseEvent {
             event: None,
             data: data.into(),
             has_data: true,
+            oversize: false,
         }
     }
 }
@@ -35,6 +44,10 @@ pub struct SseParser {
     buf: Vec<u8>,
     /// Start of the line being scanned (bytes before it belong to complete lines).
     line_start: usize,
+    /// Where scanning resumes: bytes before it hold no line terminator to act on.
+    scanned: usize,
+    /// The event being received passed the cap: its bytes are dropped up to its blank line.
+    dropping: bool,
 }
 
 impl SseParser {
@@ -51,7 +64,7 @@ impl SseParser {
     pub fn push(&mut self, chunk: &[u8], out: &mut Vec<SseEvent>) {
         self.buf.extend_from_slice(chunk);
         let mut event_start = 0;
-        let mut i = self.line_start;
+        let mut i = self.scanned;
         while i < self.buf.len() {
             let b = self.buf[i];
             if b != b'\n' && b != b'\r' {
@@ -72,23 +85,45 @@ impl SseParser {
             i += term_len;
             self.line_start = i;
             if blank {
-                out.push(parse_event(&self.buf[event_start..i]));
+                if self.dropping {
+                    self.dropping = false; // the oversize event's end: drop its tail
+                } else {
+                    out.push(parse_event(&self.buf[event_start..i]));
+                }
                 event_start = i;
             }
+        }
+        self.scanned = i;
+        if !self.dropping && self.buf.len() - event_start > MAX_EVENT_BYTES {
+            let mut ev = parse_event(&self.buf[event_start..event_start + MAX_EVENT_BYTES]);
+            ev.oversize = true;
+            out.push(ev);
+            self.dropping = true;
+        }
+        if self.dropping {
+            // Nothing scanned is needed any more: remember only whether the current line has begun
+            // (then the next terminator ends it, and only a terminator right after ends the event).
+            let line_begun = self.line_start < self.scanned;
+            self.buf.drain(..self.scanned);
+            self.line_start = if line_begun { usize::MAX } else { 0 };
+            self.scanned = 0;
+            return;
         }
         if event_start > 0 {
             self.buf.drain(..event_start);
             self.line_start -= event_start;
+            self.scanned -= event_start;
         }
     }
 
     /// The stream ended: whatever is left (an event without its blank line) as one event.
     pub fn finish(&mut self) -> Option<SseEvent> {
-        if self.buf.is_empty() {
-            return None;
-        }
         let rest = std::mem::take(&mut self.buf);
         self.line_start = 0;
+        self.scanned = 0;
+        if std::mem::take(&mut self.dropping) || rest.is_empty() {
+            return None;
+        }
         Some(parse_event(&rest))
     }
 }
@@ -188,5 +223,41 @@ mod tests {
         assert_eq!(out.len(), 2);
         assert_eq!(out[0].raw, b"data: x\r\n\r\n");
         assert_eq!(p.buffered(), 0);
+    }
+
+    #[test]
+    fn an_event_past_the_cap_comes_out_once_as_oversize_and_the_stream_goes_on() {
+        let mut p = SseParser::new();
+        let mut out = Vec::new();
+        p.push(b"data: ok\n\ndata: ", &mut out);
+        let big = vec![b'x'; 64 * 1024];
+        for _ in 0..20 {
+            p.push(&big, &mut out); // 1.25 MiB of one line, in chunks
+        }
+        assert!(
+            p.buffered() < 128 * 1024,
+            "the dropped event is not kept: {}",
+            p.buffered()
+        );
+        p.push(b"\n\ndata: after\n\n", &mut out);
+        let kinds: Vec<(bool, usize)> = out.iter().map(|e| (e.oversize, e.raw.len())).collect();
+        assert_eq!(kinds, vec![(false, 10), (true, MAX_EVENT_BYTES), (false, 13)]);
+        assert_eq!(out[2].data, "after");
+    }
+
+    #[test]
+    fn a_long_line_in_small_chunks_is_scanned_once() {
+        // Scanning restarts where it stopped, so this is linear; before, every chunk rescanned the
+        // line from its start. (The count is of the parser's work, not a timing.)
+        let mut p = SseParser::new();
+        let mut out = Vec::new();
+        p.push(b"data: ", &mut out);
+        for _ in 0..100_000 {
+            p.push(b"y", &mut out);
+            assert_eq!(p.scanned, p.buf.len(), "nothing left to rescan");
+        }
+        p.push(b"\n\n", &mut out);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].data.len(), 100_000);
     }
 }

@@ -418,8 +418,8 @@ mod tests {
             .collect();
         let doc = json!({
             "providers": [
-                {"id": "a", "base_url": "http://a/v1", "auth": "bearer", "account": "acct-a"},
-                {"id": "b", "base_url": "http://b/v1", "auth": "bearer", "account": "acct-b"}
+                {"id": "a", "base_url": "https://a/v1", "auth": "bearer", "account": "acct-a"},
+                {"id": "b", "base_url": "https://b/v1", "auth": "bearer", "account": "acct-b"}
             ],
             "models": models
         });

@@ -16,6 +16,7 @@
 //!             | "chunks" / N / GAP_MS
 //!             | "first-content-after" / MS
 //!             | "held" / N                      (N keep-alive comments at once, before content)
+//!             | "answer-status" / CODE          (non-stream answer with this 2xx status, text/plain)
 //!             | "stall-after" / N / MS
 //!             | "malformed-event" / I
 //!             | "no-done" | "no-usage"
@@ -112,6 +113,8 @@ pub struct Scenario {
     pub first_content_after_ms: Option<u64>,
     /// Keep-alive comments sent at once after the preamble, before any wait or content.
     pub held: Option<usize>,
+    /// A non-stream answer sent with this (2xx) status and `text/plain`.
+    pub answer_status: Option<u16>,
     /// (after n content events, pause ms)
     pub stall: Option<(usize, u64)>,
     /// 0-based index over all `data:` events written.
@@ -131,6 +134,7 @@ impl Default for Scenario {
             gap_ms: 0,
             first_content_after_ms: None,
             held: None,
+            answer_status: None,
             stall: None,
             malformed_event: None,
             no_done: false,
@@ -158,6 +162,7 @@ pub const KEYWORDS: &[&str] = &[
     "no-usage",
     "flaky",
     "down-for",
+    "answer-status",
     "held",
     "chunks",
     "retry-after",
@@ -335,6 +340,13 @@ pub fn parse_scenario(key: &str) -> Result<Scenario, ScenarioError> {
             "held" => {
                 let n = c.count("held")?;
                 set_once(&mut sc.held, n, "held")?;
+            }
+            "answer-status" => {
+                let code: u16 = c.num("answer-status", "a 2xx status")?;
+                if !(200..300).contains(&code) {
+                    return Err(ScenarioError(format!("`answer-status/{code}`: must be 2xx")));
+                }
+                set_once(&mut sc.answer_status, code, "answer-status")?;
             }
             "stall-after" => {
                 let n = c.count("stall-after")?;

@@ -267,7 +267,15 @@ fn run_scenario(
             } else {
                 dialect::nonstream_body(api, &info, &sc)
             };
-            json(w, 200, &body, &[], close)
+            match sc.answer_status {
+                // An odd success: another 2xx status, and a content type that is not JSON's.
+                Some(status) => {
+                    // 204 and 205 carry no body by HTTP's rules (the connection stays usable).
+                    let body = if matches!(status, 204 | 205) { "" } else { body.as_str() };
+                    after_write(http::write_full(w, status, "text/plain", &[], body.as_bytes(), close))
+                }
+                None => json(w, 200, &body, &[], close),
+            }
         }
     }
 }

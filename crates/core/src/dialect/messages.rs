@@ -167,6 +167,7 @@ mod tests {
             event: Some(name.to_string()),
             data: data.to_string(),
             has_data: true,
+            oversize: false,
         }
     }
 
@@ -255,6 +256,7 @@ mod tests {
             event: Some("content_block_delta".into()),
             data: "{oops".into(),
             has_data: true,
+            oversize: false,
         };
         assert!(inspect_event(&bad).malformed);
     }

@@ -175,6 +175,7 @@ mod tests {
             event: Some(name),
             data: data.to_string(),
             has_data: true,
+            oversize: false,
         }
     }
 
