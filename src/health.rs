@@ -15,6 +15,7 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 
 use serde::de::DeserializeOwned;
+use std::pin::pin;
 use switchyard_core::batch::{Batches, Rules};
 use switchyard_core::catalog::{Catalog, Model, Policy};
 use switchyard_core::health::{
@@ -22,10 +23,12 @@ use switchyard_core::health::{
     Scope,
 };
 use switchyard_core::health_rpc::{answer, ClaimReply, HealthCall, SnapshotReply};
-use worker::{durable_object, DurableObject, Env, Method, Request, RequestInit, Response, State};
+
+use futures_util::future::{select, Either};
+use worker::{durable_object, DurableObject, Env, Headers, Method, Request, RequestInit, Response, State};
 
 use crate::batch;
-use crate::runtime::clock::{in_request, now_ms};
+use crate::runtime::clock::{in_request, now_ms, sleep};
 
 const STORAGE_KEY: &str = "health";
 const ACCOUNTS: &str = "accounts";
@@ -35,19 +38,29 @@ const ACCOUNTS: &str = "accounts";
 #[durable_object]
 pub struct HealthObject {
     state: State,
+    env: Env,
     /// The state in memory; loaded from storage on first use. Never borrowed across an await.
     health: RefCell<Option<ModelHealth>>,
 }
 
 impl DurableObject for HealthObject {
-    fn new(state: State, _env: Env) -> Self {
+    fn new(state: State, env: Env) -> Self {
         HealthObject {
             state,
+            env,
             health: RefCell::new(None),
         }
     }
 
     async fn fetch(&self, mut req: Request) -> worker::Result<Response> {
+        // The failure drill (tests only, see `TEST_FAULT`): this object hangs or throws.
+        if test_faults(&self.env) {
+            match req.headers().get(TEST_FAULT).ok().flatten().as_deref() {
+                Some("hang") => sleep(5_000).await,
+                Some("throw") => return Err(worker::Error::RustError("test fault: the object throws".into())),
+                _ => {}
+            }
+        }
         let call: HealthCall = req.json().await?;
         self.load().await?;
         // Mutate synchronously, serialise, then persist: the input gate keeps other calls out
@@ -91,21 +104,55 @@ fn object_name(model_id: &str) -> String {
     format!("model:{model_id}")
 }
 
-/// One call to the object `name`.
+/// How long a request waits for a health object before it goes on with the isolate's snapshot
+/// (SPEC §15): health is advisory, an answer is not.
+const CALL_TIMEOUT_MS: u64 = 300;
+
+/// The header that makes a health object misbehave, honoured only when the Worker's
+/// `SWITCHYARD_TEST_FAULTS` var is `1` (set by `scripts/test`, never in a deploy): a model whose id
+/// contains `fault-health-hang` or `fault-health-throw` gets an object that hangs or throws.
+const TEST_FAULT: &str = "x-switchyard-test-fault";
+
+fn test_faults(env: &Env) -> bool {
+    env.var("SWITCHYARD_TEST_FAULTS").is_ok_and(|v| v.to_string() == "1")
+}
+
+/// One call to the object `name`, at most [`CALL_TIMEOUT_MS`]; `None` (logged) when it errs or is
+/// late — the caller then keeps its snapshot.
 async fn call_object<T: DeserializeOwned>(env: &Env, name: &str, body: &HealthCall) -> Option<T> {
     if !in_request() {
         return None; // no I/O possible here (see `clock::in_request`); health is advisory
     }
-    let stub = env.durable_object("HEALTH").ok()?.get_by_name(name).ok()?;
-    let mut init = RequestInit::new();
-    init.with_method(Method::Post)
-        .with_body(Some(serde_json::to_string(body).ok()?.into()));
-    let req = Request::new_with_init("https://health/", &init).ok()?;
-    let mut resp = stub.fetch_with_request(req).await.ok()?;
-    if resp.status_code() != 200 {
-        return None;
-    }
-    resp.json().await.ok()
+    let call = async {
+        let stub = env.durable_object("HEALTH").ok()?.get_by_name(name).ok()?;
+        let headers = Headers::new();
+        if test_faults(env) {
+            for fault in ["hang", "throw"] {
+                if name.contains(&format!("fault-health-{fault}")) {
+                    headers.set(TEST_FAULT, fault).ok()?;
+                }
+            }
+        }
+        let mut init = RequestInit::new();
+        init.with_method(Method::Post)
+            .with_headers(headers)
+            .with_body(Some(serde_json::to_string(body).ok()?.into()));
+        let req = Request::new_with_init("https://health/", &init).ok()?;
+        let mut resp = stub.fetch_with_request(req).await.ok()?;
+        if resp.status_code() != 200 {
+            return None;
+        }
+        resp.json::<T>().await.ok()
+    };
+    let outcome = match select(pin!(call), pin!(sleep(CALL_TIMEOUT_MS))).await {
+        Either::Left((Some(v), _)) => return Some(v),
+        Either::Left((None, _)) => "error",
+        Either::Right(_) => "timeout",
+    };
+    worker::console_error!(
+        "{{\"event\":\"health_object_unavailable\",\"object\":{name:?},\"why\":\"{outcome}\",\"fallback\":\"snapshot\"}}"
+    );
+    None
 }
 
 // ---- the isolate's snapshots ---------------------------------------------------------------
