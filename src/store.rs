@@ -255,7 +255,8 @@ impl Store {
         let now = num(now_ms() as i64);
         let statements = vec![
             self.stmt(
-                "UPDATE accounts SET balance_micros = balance_micros + ?2 WHERE id = ?1",
+                "UPDATE accounts SET balance_micros = balance_micros + ?2, credits_total_micros = credits_total_micros + ?2 \
+                 WHERE id = ?1",
                 &[id.clone(), num(micros)],
             )?,
             self.stmt(
@@ -419,8 +420,8 @@ impl Store {
             statements.push(self.stmt(
                 &format!(
                     "UPDATE accounts SET held_micros = held_micros - COALESCE((SELECT amount_micros FROM holds \
-                     WHERE generation_id = ?1 AND state = 'open'), 0), balance_micros = balance_micros - ?2 \
-                     WHERE id = ?3 AND {UNSETTLED}"
+                     WHERE generation_id = ?1 AND state = 'open'), 0), balance_micros = balance_micros - ?2, \
+                     charges_total_micros = charges_total_micros + ?2 WHERE id = ?3 AND {UNSETTLED}"
                 ),
                 &[gen_id.clone(), charge.clone(), account.clone()],
             )?);
@@ -597,8 +598,7 @@ impl Store {
         self.stmt(
             "SELECT a.balance_micros AS balance_micros, a.held_micros AS held_micros, k.spent_micros AS spent_micros, \
              k.spend_limit_micros AS spend_limit_micros, k.rpm AS rpm, k.max_concurrent AS max_concurrent, \
-             (SELECT COALESCE(SUM(amount_micros), 0) FROM ledger WHERE account_id = a.id AND kind = 'credit') AS credits_micros, \
-             (SELECT COALESCE(SUM(amount_micros), 0) FROM ledger WHERE account_id = a.id AND kind = 'charge') AS charges_micros, \
+             a.credits_total_micros AS credits_micros, a.charges_total_micros AS charges_micros, \
              (SELECT COALESCE(SUM(amount_micros), 0) FROM holds WHERE account_id = a.id AND state = 'open') AS open_holds_micros \
              FROM accounts a JOIN api_keys k ON k.account_id = a.id WHERE a.id = ?1 AND k.id = ?2",
             &[JsValue::from_str(account_id), JsValue::from_str(key_id)],
