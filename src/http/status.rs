@@ -1,10 +1,13 @@
 //! The public health surfaces (SPEC §14): `GET /api/health/models` (JSON) and `GET /status`
 //! (HTML, no JavaScript), plus `GET /admin/health/{model}`. I/O only: read the catalog, fetch the
-//! health objects' full state, respond. The report, the page and the admin JSON are built in
+//! health objects' full state (the public report is cached per isolate for a few seconds),
+//! respond. The report, the page and the admin JSON are built in
 //! `switchyard_core::status` (both public surfaces render one `Report`, so they always say the
 //! same thing).
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::rc::Rc;
 
 use futures_util::future::{join, join_all};
 use switchyard_core::catalog::Catalog;
@@ -17,9 +20,38 @@ use crate::health;
 use crate::runtime::clock::now_ms;
 use crate::store::Store;
 
-/// Every model's full health (fetched concurrently) and the accounts', then the report.
-async fn report(env: &Env, catalog: &Catalog) -> Report {
+/// How long an isolate serves the same report: a busy status page costs 1 + N Durable Object
+/// calls every few seconds, not per hit (SPEC §15).
+const REPORT_CACHE_MS: u64 = 3_000;
+
+/// A report, the catalog it was built for, and when.
+type Cached = (Rc<Report>, Rc<Catalog>, u64);
+
+thread_local! {
+    /// This isolate's last report.
+    static LAST_REPORT: RefCell<Option<Cached>> = const { RefCell::new(None) };
+}
+
+/// The report: this isolate's last one while it is younger than [`REPORT_CACHE_MS`] and of the same
+/// catalog, else a new one.
+async fn report(env: &Env, catalog: &Rc<Catalog>) -> Rc<Report> {
     let now = now_ms();
+    let cached = LAST_REPORT.with(|c| {
+        c.borrow()
+            .as_ref()
+            .filter(|(_, of, at)| Rc::ptr_eq(of, catalog) && now.saturating_sub(*at) < REPORT_CACHE_MS)
+            .map(|(r, _, _)| r.clone())
+    });
+    if let Some(r) = cached {
+        return r;
+    }
+    let r = Rc::new(build(env, catalog, now).await);
+    LAST_REPORT.with(|c| *c.borrow_mut() = Some((r.clone(), catalog.clone(), now)));
+    r
+}
+
+/// Every model's full health (fetched concurrently) and the accounts', then the report.
+async fn build(env: &Env, catalog: &Catalog, now: u64) -> Report {
     let ids = catalog.model_ids();
     let (accounts, fulls) = join(
         health::accounts(env),
@@ -40,7 +72,7 @@ pub async fn api(env: &Env) -> HandlerResult {
     let r = report(env, &catalog).await;
     let mut resp = json_response(
         200,
-        &serde_json::to_value(&r).map_err(|_| switchyard_core::ApiError::Internal { label: "report" })?,
+        &serde_json::to_value(&*r).map_err(|_| switchyard_core::ApiError::Internal { label: "report" })?,
     );
     let _ = resp.headers_mut().set("cache-control", "no-store");
     Ok(resp)
@@ -49,7 +81,7 @@ pub async fn api(env: &Env) -> HandlerResult {
 /// `GET /status`.
 pub async fn page(env: &Env) -> HandlerResult {
     let catalog = Store::new(env)?.catalog().await?;
-    let html = status::render_html(&report(env, &catalog).await);
+    let html = status::render_html(&*report(env, &catalog).await);
     let headers = Headers::new();
     let _ = headers.set("content-type", "text/html; charset=utf-8");
     let _ = headers.set("cache-control", "no-store");
