@@ -8,7 +8,8 @@
 //! batch per request instead of two), and one settled later waits for the hold's write first.
 //! Settlement releases the hold, charges the delivered usage, adds the ledger row and writes the
 //! generation, guarded by the hold's state so settling twice charges once; an isolate's
-//! settlements within a few milliseconds share one D1 batch. Expired holds are swept by cron.
+//! settlements within a few milliseconds share one D1 batch. A settlement D1 keeps refusing goes
+//! to the outbox (`outbox.rs`), which replays it when D1 is back. Expired holds are swept by cron.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -23,8 +24,9 @@ use switchyard_core::ApiError;
 use worker::{Context, Env};
 
 use crate::batch;
+use crate::outbox;
 use crate::runtime::clock::{now_ms, sleep};
-use crate::store::{KeyRecord, NewHold, Store};
+use crate::store::{HoldRow, KeyRecord, Settlement, Store};
 
 thread_local! {
     /// Per account: this isolate's last balance read and what it admitted on it since.
@@ -68,29 +70,9 @@ pub struct Hold {
 struct FastHold {
     row: Rc<HoldRow>,
     claimed: Rc<Cell<bool>>,
-    write: Shared<LocalBoxFuture<'static, ()>>,
-}
-
-struct HoldRow {
-    account: String,
-    key_id: String,
-    generation: String,
-    amount: i64,
-    now: u64,
-    expires_at: u64,
-}
-
-impl HoldRow {
-    fn as_new(&self) -> NewHold<'_> {
-        NewHold {
-            account: &self.account,
-            key_id: &self.key_id,
-            generation_id: &self.generation,
-            amount: self.amount,
-            now: self.now,
-            expires_at: self.expires_at,
-        }
-    }
+    /// The deferred write; `false` when it claimed the row and could not write it (settlement then
+    /// writes it: the row's statements are idempotent).
+    write: Shared<LocalBoxFuture<'static, bool>>,
 }
 
 /// What a request's hold is for.
@@ -145,28 +127,30 @@ pub async fn place_hold(env: &Env, ctx: &Context, request: &HoldRequest<'_>) -> 
         let row = Rc::new(HoldRow {
             account: account.to_string(),
             key_id: key.id.clone(),
-            generation: generation_id.to_string(),
+            generation_id: generation_id.to_string(),
             amount,
             now,
             expires_at,
         });
         let claimed = Rc::new(Cell::new(false));
         let (deferred_row, deferred_claim) = (row.clone(), claimed.clone());
-        let write: LocalBoxFuture<'static, ()> = async move {
+        let write: LocalBoxFuture<'static, bool> = async move {
             sleep(FAST_HOLD_DEFER_MS).await;
             if deferred_claim.replace(true) {
-                return; // settlement wrote it in its own batch
+                return true; // settlement writes it in its own batch
             }
-            if store.hold_unchecked(&deferred_row.as_new()).await.is_err() {
+            let written = store.hold_unchecked(&deferred_row).await.is_ok();
+            if !written {
                 worker::console_error!(
                     "{{\"event\":\"fast_hold_write_failed\",\"generation_id\":{:?}}}",
-                    deferred_row.generation
+                    deferred_row.generation_id
                 );
             }
+            written
         }
         .boxed_local();
         let write = write.shared();
-        ctx.wait_until(write.clone());
+        ctx.wait_until(write.clone().map(drop));
         return Ok(Hold {
             keep,
             path: HoldPath::Fast,
@@ -178,22 +162,31 @@ pub async fn place_hold(env: &Env, ctx: &Context, request: &HoldRequest<'_>) -> 
     // Awaited path: read the balance, plan, hold atomically; once more if the balance moved.
     let store = Store::new(env)?;
     for _ in 0..3 {
-        let available = store.available(account).await?.ok_or(ApiError::Internal {
-            label: "key_account_missing",
-        })?;
+        // D1 out of reach: a clear 503 before anything is held or charged (SPEC §11).
+        let available = store
+            .available(account)
+            .await
+            .map_err(|_| ApiError::StorageUnavailable)?
+            .ok_or(ApiError::Internal {
+                label: "key_account_missing",
+            })?;
         remember(account, available, now_ms());
         let HoldPlan::Hold { amount, keep } = plan_hold(available, candidates, body_len, max_tokens) else {
             return Err(ApiError::InsufficientBalance);
         };
-        let hold = NewHold {
-            account,
-            key_id: &key.id,
-            generation_id,
+        let hold = HoldRow {
+            account: account.to_string(),
+            key_id: key.id.clone(),
+            generation_id: generation_id.to_string(),
             amount,
             now,
             expires_at,
         };
-        if let Some(after) = store.hold_atomic(&hold).await? {
+        if let Some(after) = store
+            .hold_atomic(&hold)
+            .await
+            .map_err(|_| ApiError::StorageUnavailable)?
+        {
             remember(account, after, now_ms());
             return Ok(Hold {
                 keep,
@@ -229,23 +222,6 @@ const SETTLE_BATCH: Rules = Rules {
     overdue_ms: 100,
 };
 
-/// A settlement waiting for its batch.
-struct Settlement {
-    record: GenerationRecord,
-    has_hold: bool,
-    unwritten: Option<Rc<HoldRow>>,
-}
-
-impl Settlement {
-    fn parts(&self) -> (&GenerationRecord, bool, Option<NewHold<'_>>) {
-        (
-            &self.record,
-            self.has_hold,
-            self.unwritten.as_deref().map(HoldRow::as_new),
-        )
-    }
-}
-
 thread_local! {
     static SETTLEMENTS: RefCell<Batches<Settlement>> = RefCell::new(Batches::default());
 }
@@ -259,10 +235,11 @@ thread_local! {
 pub async fn settle(env: Env, hold: Option<Hold>, record: GenerationRecord) {
     let mut unwritten = None;
     if let Some(fast) = hold.as_ref().and_then(|h| h.fast.as_ref()) {
-        if fast.claimed.replace(true) {
-            fast.write.clone().await;
-        } else {
-            unwritten = Some(fast.row.clone());
+        // Written first in this batch when the deferred write has not claimed it, or claimed it
+        // and failed: a hold row that is not in D1 would make the guarded charge a no-op.
+        let written = fast.claimed.replace(true) && fast.write.clone().await;
+        if !written {
+            unwritten = Some((*fast.row).clone());
         }
     }
     let item = Settlement {
@@ -308,9 +285,17 @@ async fn settle_alone(env: &Env, item: &Settlement) {
     }
     if result.is_ok() {
         Store::note_spend(&record.key_id, record.total_cost_micros);
+    } else if outbox::keep(env, item).await {
+        // D1 is out of reach: the outbox replays it when D1 is back (exactly once: every money
+        // statement is guarded by the hold being unsettled).
+        worker::console_error!(
+            "{{\"event\":\"settlement_deferred\",\"generation_id\":{:?},\"charge_micros\":{}}}",
+            record.id,
+            record.total_cost_micros
+        );
     } else {
-        // The hold stays open and the sweeper releases it at expiry; the charge is lost rather
-        // than taken twice. Logged for reconciliation.
+        // Not even the outbox took it: the hold stays open until the sweep; logged for
+        // reconciliation.
         worker::console_error!(
             "{{\"event\":\"settle_failed\",\"generation_id\":{:?},\"charge_micros\":{}}}",
             record.id,

@@ -8,6 +8,7 @@ mod billing;
 mod finish;
 mod health;
 mod http;
+mod outbox;
 mod proxy;
 mod relay;
 mod runtime;

@@ -9,7 +9,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use switchyard_core::admin::{NewAccount, NewKey};
 use switchyard_core::catalog::Catalog;
 use switchyard_core::generation::GenerationRecord;
@@ -127,6 +127,8 @@ fn remember_catalog(catalog: Rc<Catalog>, version: i64, now: u64) -> Rc<Catalog>
 
 pub struct Store {
     db: D1Database,
+    /// The D1 outage drill is on (tests only, see [`Store::unreachable_for`]).
+    drill: bool,
 }
 
 #[derive(Deserialize)]
@@ -137,7 +139,29 @@ struct CatalogRow {
 
 impl Store {
     pub fn new(env: &Env) -> Result<Store, ApiError> {
-        env.d1("DB").map(|db| Store { db }).map_err(internal("d1_binding"))
+        let drill = env.var("SWITCHYARD_TEST_FAULTS").is_ok_and(|v| v.to_string() == "1");
+        env.d1("DB")
+            .map(|db| Store { db, drill })
+            .map_err(internal("d1_binding"))
+    }
+
+    /// The D1 outage drill: when `SWITCHYARD_TEST_FAULTS` is `1` (`scripts/test` only, never a
+    /// deploy), the money statements of an account named `d1-outage-<from ms>-<until ms>` fail
+    /// between those times, as if D1 were down for it.
+    fn unreachable_for(&self, account: &str) -> Result<(), ApiError> {
+        if !self.drill {
+            return Ok(());
+        }
+        let window = account.strip_prefix("d1-outage-").and_then(|w| {
+            let (from, until) = w.split_once('-')?;
+            Some((from.parse::<u64>().ok()?, until.parse::<u64>().ok()?))
+        });
+        match window {
+            Some((from, until)) if (from..until).contains(&now_ms()) => Err(ApiError::Internal {
+                label: "d1_outage_drill",
+            }),
+            _ => Ok(()),
+        }
     }
 
     fn stmt(&self, sql: &str, args: &[JsValue]) -> Result<D1PreparedStatement, ApiError> {
@@ -385,10 +409,13 @@ impl Store {
     /// settled yet, so settling twice charges once; a hold the sweeper already expired is charged
     /// but not released again. `unwritten`: a fast-path hold not written yet, written first in
     /// the same batch.
-    pub async fn settle(&self, items: &[(&GenerationRecord, bool, Option<NewHold<'_>>)]) -> Result<(), ApiError> {
+    pub async fn settle(&self, items: &[(&GenerationRecord, bool, Option<&HoldRow>)]) -> Result<(), ApiError> {
+        for (g, _, _) in items {
+            self.unreachable_for(&g.account_id)?;
+        }
         let mut statements = Vec::new();
         for (g, has_hold, unwritten) in items {
-            statements.extend(self.settle_statements(g, *has_hold, unwritten.as_ref())?);
+            statements.extend(self.settle_statements(g, *has_hold, *unwritten)?);
         }
         self.db.batch(statements).await.map_err(internal("settle"))?;
         Ok(())
@@ -399,7 +426,7 @@ impl Store {
         &self,
         g: &GenerationRecord,
         has_hold: bool,
-        unwritten: Option<&NewHold<'_>>,
+        unwritten: Option<&HoldRow>,
     ) -> Result<Vec<D1PreparedStatement>, ApiError> {
         let opt_u = |v: Option<u64>| v.map_or(JsValue::NULL, |n| JsValue::from_f64(n as f64));
         let gen_id = JsValue::from_str(&g.id);
@@ -465,7 +492,7 @@ impl Store {
                 num(g.total_cost_micros),
                 num(g.created_at_ms as i64),
                 num(g.duration_ms as i64),
-                opt_str(g.hold_path),
+                opt_str(g.hold_path.as_deref()),
                 JsValue::from_str(&attempts_json),
                 num(g.overrun_micros),
             ],
@@ -477,6 +504,7 @@ impl Store {
 
     /// The account's available balance (balance − held), fresh from D1.
     pub async fn available(&self, account_id: &str) -> Result<Option<i64>, ApiError> {
+        self.unreachable_for(account_id)?;
         let v: Option<f64> = self
             .stmt(
                 "SELECT balance_micros - held_micros AS available FROM accounts WHERE id = ?1",
@@ -488,18 +516,26 @@ impl Store {
         Ok(v.map(|v| v as i64))
     }
 
-    /// The `holds` row; `guarded`: only if the statement before it changed a row.
-    fn hold_row(&self, h: &NewHold, path: &str, guarded: bool) -> Result<D1PreparedStatement, ApiError> {
+    /// The `holds` row; `guarded`: only if the statement before it changed a row; `or_ignore`: a
+    /// row already there is left as it is (no error).
+    fn hold_row(
+        &self,
+        h: &HoldRow,
+        path: &str,
+        guarded: bool,
+        or_ignore: bool,
+    ) -> Result<D1PreparedStatement, ApiError> {
         let guard = if guarded { " WHERE changes() = 1" } else { "" };
+        let or = if or_ignore { " OR IGNORE" } else { "" };
         self.stmt(
             &format!(
-                "INSERT INTO holds (generation_id, account_id, key_id, amount_micros, path, state, created_at, expires_at) \
+                "INSERT{or} INTO holds (generation_id, account_id, key_id, amount_micros, path, state, created_at, expires_at) \
                  SELECT ?1, ?2, ?3, ?4, ?5, 'open', ?6, ?7{guard}"
             ),
             &[
-                JsValue::from_str(h.generation_id),
-                JsValue::from_str(h.account),
-                JsValue::from_str(h.key_id),
+                JsValue::from_str(&h.generation_id),
+                JsValue::from_str(&h.account),
+                JsValue::from_str(&h.key_id),
                 num(h.amount),
                 JsValue::from_str(path),
                 num(h.now as i64),
@@ -512,16 +548,17 @@ impl Store {
     /// and the key's spend limit covers its spend, its open holds and `amount`, and records the
     /// hold, in one transaction. Returns the available balance after the hold, or `None` when it
     /// did not fit.
-    pub async fn hold_atomic(&self, h: &NewHold<'_>) -> Result<Option<i64>, ApiError> {
+    pub async fn hold_atomic(&self, h: &HoldRow) -> Result<Option<i64>, ApiError> {
+        self.unreachable_for(&h.account)?;
         let statements = vec![
             self.stmt(
                 &format!(
                     "UPDATE accounts SET held_micros = held_micros + ?2 WHERE id = ?1 AND balance_micros - held_micros >= ?2 \
                      AND {KEY_HAS_ROOM} RETURNING balance_micros - held_micros AS available"
                 ),
-                &[JsValue::from_str(h.account), num(h.amount), JsValue::from_str(h.key_id)],
+                &[JsValue::from_str(&h.account), num(h.amount), JsValue::from_str(&h.key_id)],
             )?,
-            self.hold_row(h, "awaited", true)?,
+            self.hold_row(h, "awaited", true, false)?,
         ];
         let results = self.db.batch(statements).await.map_err(internal("hold"))?;
         #[derive(Deserialize)]
@@ -553,21 +590,23 @@ impl Store {
 
     /// The fast-path hold: admitted already on the isolate's snapshot, so written without the
     /// balance condition (the snapshot rule bounds what this can overspend).
-    pub async fn hold_unchecked(&self, h: &NewHold<'_>) -> Result<(), ApiError> {
+    pub async fn hold_unchecked(&self, h: &HoldRow) -> Result<(), ApiError> {
+        self.unreachable_for(&h.account)?;
         let statements = self.hold_unchecked_statements(h)?;
         self.db.batch(statements).await.map_err(internal("hold_fast"))?;
         Ok(())
     }
 
-    /// The fast path's hold: the account's held amount and the open hold row, unchecked. Writing
-    /// the row twice fails on its primary key, and with it the whole batch.
-    fn hold_unchecked_statements(&self, h: &NewHold<'_>) -> Result<Vec<D1PreparedStatement>, ApiError> {
+    /// The fast path's hold: the open hold row and the account's held amount, unchecked, and
+    /// idempotent — written a second time (the deferred write and a settlement, or a replay) it
+    /// changes nothing: the held amount only moves when the row was new.
+    fn hold_unchecked_statements(&self, h: &HoldRow) -> Result<Vec<D1PreparedStatement>, ApiError> {
         Ok(vec![
+            self.hold_row(h, "fast", false, true)?,
             self.stmt(
-                "UPDATE accounts SET held_micros = held_micros + ?2 WHERE id = ?1",
-                &[JsValue::from_str(h.account), num(h.amount)],
+                "UPDATE accounts SET held_micros = held_micros + ?2 WHERE id = ?1 AND changes() = 1",
+                &[JsValue::from_str(&h.account), num(h.amount)],
             )?,
-            self.hold_row(h, "fast", false)?,
         ])
     }
 
@@ -639,13 +678,29 @@ const KEY_HAS_ROOM: &str = "(SELECT k.spend_limit_micros IS NULL OR k.spent_micr
      FROM holds h WHERE h.key_id = k.id AND h.state = 'open'), 0) <= k.spend_limit_micros FROM api_keys k WHERE k.id = ?3)";
 
 /// A hold to write: who, how much, and until when.
-pub struct NewHold<'a> {
-    pub account: &'a str,
-    pub key_id: &'a str,
-    pub generation_id: &'a str,
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HoldRow {
+    pub account: String,
+    pub key_id: String,
+    pub generation_id: String,
     pub amount: i64,
     pub now: u64,
     pub expires_at: u64,
+}
+
+/// A settlement: the generation, whether it releases a hold, and a fast-path hold row to write
+/// first (not written yet, or its write failed). Kept by the outbox when D1 refuses it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Settlement {
+    pub record: GenerationRecord,
+    pub has_hold: bool,
+    pub unwritten: Option<HoldRow>,
+}
+
+impl Settlement {
+    pub fn parts(&self) -> (&GenerationRecord, bool, Option<&HoldRow>) {
+        (&self.record, self.has_hold, self.unwritten.as_ref())
+    }
 }
 
 #[derive(Debug, Deserialize)]

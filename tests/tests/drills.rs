@@ -42,3 +42,98 @@ fn a_hanging_health_object_does_not_hold_up_requests() {
 fn a_throwing_health_object_does_not_fail_requests() {
     drill("throw");
 }
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// An account whose money statements fail in D1 between `from` and `until` (the store's drill).
+fn outage_account(s: &Stack, from: u64, until: u64, credit_usd: f64) -> String {
+    let id = format!("d1-outage-{from}-{until}");
+    let r = s.admin("POST", "/admin/accounts", Some(json!({"id": id})));
+    assert_eq!(r.status, 201, "{}", r.text());
+    let r = s.admin(
+        "POST",
+        &format!("/admin/accounts/{id}/credit"),
+        Some(json!({"amount_usd": credit_usd})),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = s.admin("POST", "/admin/keys", Some(json!({"account_id": id})));
+    assert_eq!(r.status, 201, "{}", r.text());
+    r.json()["key"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn a_d1_outage_loses_no_charge_and_leaks_no_hold() {
+    let s = Stack::from_env();
+    let label = unique("l");
+    let provider = s.mock_provider(&label, "ok", false);
+    let model = s.model(vec![route("r0", &provider, "u", json!({}))], Some(fast_policy()));
+    let now = unix_ms();
+    let (from, until) = (now + 2_500, now + 6_000);
+    let key = outage_account(&s, from, until, 100.0);
+    let late = outage_account(&s, from, until + 1, 100.0);
+
+    // Before the outage: an answer on the awaited path (the isolate learns the balance).
+    let mut ids = vec![];
+    let r = s.chat(&key, &chat_body(&model, false));
+    assert_eq!(r.status, 200, "{}", r.text());
+    ids.push(r.header("x-generation-id").unwrap().to_string());
+    std::thread::sleep(Duration::from_millis(from.saturating_sub(unix_ms()) + 200));
+
+    // During it: the fast path still answers (its hold and settlement cannot be written) …
+    for stream in [false, true, false] {
+        let r = s.chat(&key, &chat_body(&model, stream));
+        assert_eq!(r.status, 200, "during the outage: {}", r.text());
+        ids.push(r.header("x-generation-id").unwrap().to_string());
+    }
+    // … and a request that must wait for its hold gets a clear 503, charged nothing.
+    let r = s.chat(&late, &chat_body(&model, false));
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "storage_unavailable");
+    assert_eq!(r.header("retry-after"), Some("1"));
+    assert!(unix_ms() < until, "the drill ran inside the outage window");
+
+    // After it: the outbox replays every settlement exactly once; nothing stays held.
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let (charged, c) = loop {
+        let c = s.credits(&key);
+        let records: Vec<_> = ids
+            .iter()
+            .map(|id| {
+                s.request(
+                    "GET",
+                    &format!("{}/v1/generation?id={id}", s.gateway),
+                    &[("authorization", &format!("Bearer {key}"))],
+                    None,
+                )
+            })
+            .collect();
+        if c["held_micros"] == 0 && records.iter().all(|r| r.status == 200) {
+            let sum: f64 = records.iter().map(|r| r.json()["total_cost"].as_f64().unwrap()).sum();
+            break ((sum * 1e6).round() as i64, c);
+        }
+        assert!(Instant::now() < deadline, "not replayed: {c}");
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert!(charged > 0);
+    assert_eq!(
+        c["charges_total_micros"].as_i64(),
+        Some(charged),
+        "each answer charged once: {c}"
+    );
+    assert_eq!(
+        c["balance_micros"].as_i64().unwrap(),
+        c["credits_total_micros"].as_i64().unwrap() - charged,
+        "{c}"
+    );
+    assert_eq!(c["open_holds_micros"], 0);
+    let c_late = s.credits(&late);
+    assert_eq!(
+        (c_late["charges_total_micros"].as_i64(), c_late["held_micros"].as_i64()),
+        (Some(0), Some(0))
+    );
+}

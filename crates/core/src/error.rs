@@ -59,6 +59,8 @@ pub enum ApiError {
     UpstreamInvalidRequest { message: String },
     /// 400: every route refused the request under its content policy.
     ContentPolicy { message: String },
+    /// 503: the ledger (D1) cannot be reached to place a hold; nothing was charged.
+    StorageUnavailable,
     /// 500: Switchyard's own storage or runtime failed; `label` is for logs, never user data.
     Internal { label: &'static str },
 }
@@ -83,7 +85,9 @@ impl ApiError {
             ApiError::Conflict { .. } => 409,
             ApiError::Internal { .. } => 500,
             ApiError::ProviderError { .. } => 502,
-            ApiError::SupplyNotConfigured { .. } | ApiError::CapacityExhausted { .. } => 503,
+            ApiError::SupplyNotConfigured { .. }
+            | ApiError::CapacityExhausted { .. }
+            | ApiError::StorageUnavailable => 503,
         }
     }
 
@@ -104,6 +108,7 @@ impl ApiError {
             ApiError::CapacityExhausted { .. } => "upstream_capacity_exhausted",
             ApiError::UpstreamInvalidRequest { .. } => "upstream_invalid_request",
             ApiError::ContentPolicy { .. } => "content_policy",
+            ApiError::StorageUnavailable => "storage_unavailable",
             ApiError::Internal { .. } => "internal_error",
         }
     }
@@ -130,6 +135,9 @@ impl ApiError {
             ApiError::CapacityExhausted { model, retry_after_s, .. } => format!(
                 "Every provider of model {model} is over capacity right now. Nothing was charged. Retry in {retry_after_s} s or use one of available_models."
             ),
+            ApiError::StorageUnavailable => {
+                "Switchyard cannot reach its ledger right now. Nothing was charged. Retry in a moment.".into()
+            }
             ApiError::Internal { .. } => "Switchyard had an internal error. Nothing was charged. Retry in a moment.".into(),
         }
     }
@@ -178,6 +186,7 @@ impl ApiError {
     pub fn retry_after_s(&self) -> Option<u64> {
         match self {
             ApiError::CapacityExhausted { retry_after_s, .. } => Some(*retry_after_s),
+            ApiError::StorageUnavailable => Some(1),
             _ => None,
         }
     }

@@ -7,7 +7,7 @@
 //! or broke, or no route answering. The driver in `src/` calls these and never patches fields;
 //! `src/store.rs` stores the record and `GET /v1/generation` shows it.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::catalog::{Api, Price};
 use crate::classify::{FailureClass, Verdict};
@@ -18,7 +18,7 @@ use crate::health::{AttemptOutcome, Observation, RequestObservation};
 /// Characters per token when the upstream gave no count (SPEC §7).
 pub const CHARS_PER_TOKEN: usize = 4;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
     /// A route answered and the answer reached its end.
@@ -43,7 +43,7 @@ impl Outcome {
 }
 
 /// How one attempt ended, as the record shows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AttemptStatus {
     /// The route committed (its answer is the request's).
@@ -51,7 +51,7 @@ pub enum AttemptStatus {
     Failed,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AttemptRecord {
     pub ordinal: u32,
     pub route: String,
@@ -73,7 +73,7 @@ pub struct AttemptRecord {
     pub message: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GenerationRecord {
     pub id: String,
     pub account_id: String,
@@ -95,7 +95,7 @@ pub struct GenerationRecord {
     pub created_at_ms: u64,
     pub duration_ms: u64,
     /// How the hold was placed: `fast` (not awaited) or `awaited` (SPEC §11).
-    pub hold_path: Option<&'static str>,
+    pub hold_path: Option<String>,
     pub attempts: Vec<AttemptRecord>,
 }
 
@@ -228,7 +228,7 @@ impl Journal {
                 overrun_micros: 0,
                 created_at_ms: o.started_ms,
                 duration_ms: 0,
-                hold_path: o.hold_path,
+                hold_path: o.hold_path.map(str::to_string),
                 attempts: Vec::new(),
             },
             observations: Vec::new(),
@@ -640,7 +640,11 @@ mod tests {
         assert_eq!(f.record.outcome.as_str(), "rejected");
         assert_eq!(f.record.error_code.as_deref(), Some("model_not_found"));
         assert_eq!(
-            (f.record.attempts.len(), f.record.total_cost_micros, f.record.hold_path),
+            (
+                f.record.attempts.len(),
+                f.record.total_cost_micros,
+                f.record.hold_path.as_deref()
+            ),
             (0, 0, None)
         );
         assert!(f.observations.is_empty());

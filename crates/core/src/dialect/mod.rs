@@ -21,7 +21,7 @@ use crate::sse::SseEvent;
 pub const MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
 
 /// Token counts reported by an upstream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, Deserialize)]
 pub struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,

@@ -1,0 +1,113 @@
+//! The settlement outbox (SPEC §11: no charge lost): a Durable Object that keeps, in its own
+//! storage, every settlement D1 refused, and replays them from an alarm until D1 takes them. A
+//! replay is applied exactly once because every money statement of a settlement is guarded by its
+//! hold being unsettled, the generation row is `INSERT OR IGNORE`, and a fast-path hold row is
+//! written idempotently — so a settlement that D1 did apply although it reported an error
+//! changes nothing the second time.
+
+use wasm_bindgen::JsCast;
+use worker::{durable_object, DurableObject, Env, ListOptions, Method, Request, RequestInit, Response, State};
+
+use crate::runtime::clock::in_request;
+use crate::store::{Settlement, Store};
+
+/// The one outbox object.
+const NAME: &str = "outbox";
+/// Storage keys of kept settlements: `s:<generation id>`.
+const PREFIX: &str = "s:";
+/// The first retry after a refusal, then doubling up to [`MAX_RETRY_MS`].
+const FIRST_RETRY_MS: i64 = 1_000;
+const MAX_RETRY_MS: i64 = 30_000;
+/// Settlements replayed per alarm (each is its own D1 batch).
+const PER_ALARM: u32 = 64;
+
+#[durable_object]
+pub struct SettlementOutbox {
+    state: State,
+    env: Env,
+}
+
+impl DurableObject for SettlementOutbox {
+    fn new(state: State, env: Env) -> Self {
+        SettlementOutbox { state, env }
+    }
+
+    /// Keeps the posted settlements and makes sure an alarm will replay them.
+    async fn fetch(&self, mut req: Request) -> worker::Result<Response> {
+        let items: Vec<Settlement> = req.json().await?;
+        let storage = self.state.storage();
+        for item in &items {
+            let text = serde_json::to_string(item).map_err(|e| worker::Error::RustError(e.to_string()))?;
+            storage.put(&format!("{PREFIX}{}", item.record.id), text).await?;
+        }
+        if storage.get_alarm().await?.is_none() {
+            storage.set_alarm(FIRST_RETRY_MS).await?;
+        }
+        Response::ok("kept")
+    }
+
+    /// Replays what is kept; what D1 still refuses waits for the next alarm, later each time.
+    async fn alarm(&self) -> worker::Result<Response> {
+        let storage = self.state.storage();
+        let kept = storage
+            .list_with_options(ListOptions::new().prefix(PREFIX).limit(PER_ALARM as usize))
+            .await?;
+        let store = Store::new(&self.env).map_err(|_| worker::Error::RustError("d1 binding".into()))?;
+        let mut left = 0;
+        let mut replayed = 0;
+        for entry in kept.entries() {
+            let Ok(pair) = entry.and_then(|e| e.dyn_into::<js_sys::Array>()) else {
+                continue;
+            };
+            let (Some(key), Some(text)) = (pair.get(0).as_string(), pair.get(1).as_string()) else {
+                continue;
+            };
+            let Ok(item) = serde_json::from_str::<Settlement>(&text) else {
+                storage.delete(&key).await?; // unreadable: nothing can ever apply it
+                continue;
+            };
+            if store.settle(&[item.parts()]).await.is_ok() {
+                storage.delete(&key).await?;
+                replayed += 1;
+            } else {
+                left += 1;
+            }
+        }
+        let more = left > 0 || kept.size() >= PER_ALARM;
+        if replayed > 0 || left > 0 {
+            worker::console_log!("{{\"event\":\"outbox_replay\",\"settled\":{replayed},\"left\":{left}}}");
+        }
+        if more {
+            let streak: i64 = storage.get("streak").await.ok().flatten().unwrap_or(0);
+            let next = if left > 0 {
+                (FIRST_RETRY_MS << streak.min(5)).min(MAX_RETRY_MS)
+            } else {
+                0
+            };
+            storage.put("streak", if left > 0 { streak + 1 } else { 0 }).await?;
+            storage.set_alarm(next.max(1)).await?;
+        } else {
+            storage.put("streak", 0i64).await?;
+        }
+        Response::ok("replayed")
+    }
+}
+
+/// Hands a settlement D1 refused to the outbox; true when it is kept.
+pub async fn keep(env: &Env, item: &Settlement) -> bool {
+    if !in_request() {
+        return false;
+    }
+    let Ok(body) = serde_json::to_string(&[item]) else {
+        return false;
+    };
+    let call = async {
+        let stub = env.durable_object("OUTBOX").ok()?.get_by_name(NAME).ok()?;
+        let mut init = RequestInit::new();
+        init.with_method(Method::Post).with_body(Some(body.into()));
+        let req = Request::new_with_init("https://outbox/", &init).ok()?;
+        let resp = stub.fetch_with_request(req).await.ok()?;
+        Some(resp.status_code() == 200)
+    };
+    call.await.unwrap_or(false)
+}
