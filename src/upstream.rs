@@ -95,6 +95,22 @@ pub struct Failed {
     pub http_status: Option<u16>,
 }
 
+/// The largest whole answer read from an upstream (SPEC §15): past it, `bad_response`.
+const MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;
+/// How much of an error body is read to classify it.
+const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
+
+/// A response's body up to `cap` bytes, and whether that was all of it (no body: empty, whole).
+async fn read_up_to(response: &mut Response, cap: usize) -> Result<(Vec<u8>, bool), ()> {
+    match response.body() {
+        worker::ResponseBody::Stream(stream) => match Body::new(stream) {
+            Some(mut body) => body.read_up_to(cap).await,
+            None => Err(()),
+        },
+        _ => Ok((Vec::new(), true)),
+    }
+}
+
 /// One attempt in flight: its deadline, its abort handle, and the key to redact.
 struct Attempt<'t, 'd> {
     target: &'t Target<'t>,
@@ -219,9 +235,15 @@ pub async fn attempt(target: &Target<'_>, request: &ClientRequest, deadline_ms: 
 
     if !(200..300).contains(&status) {
         let retry_after = response.headers().get("retry-after").ok().flatten();
+        // Only the start of an error body is read: it is classified, never relayed.
         let body = a
-            .within(response.bytes(), "", (FailureClass::Connect, ""))
+            .within(
+                read_up_to(&mut response, MAX_ERROR_BODY_BYTES),
+                "",
+                (FailureClass::Connect, ""),
+            )
             .await
+            .map(|(bytes, _)| bytes)
             .unwrap_or_default();
         a.controller.abort();
         return Err(a.fail(classify_status(status, retry_after.as_deref(), &body)));
@@ -231,13 +253,17 @@ pub async fn attempt(target: &Target<'_>, request: &ClientRequest, deadline_ms: 
     }
 
     // Non-stream, or a stream request answered with a plain body (often an error object).
-    let body = a
+    let (body, whole) = a
         .within(
-            response.bytes(),
+            read_up_to(&mut response, MAX_ANSWER_BYTES),
             "the response body did not complete within the deadline",
             (FailureClass::Connect, "the connection broke while reading the response"),
         )
         .await?;
+    if !whole {
+        a.controller.abort();
+        return Err(a.failure(FailureClass::BadResponse, "the answer is larger than 16 MiB"));
+    }
     if request.stream {
         let verdict = match serde_json::from_slice::<serde_json::Value>(&body) {
             Ok(v) if is_error_payload(&v) => classify_error_payload(&v),

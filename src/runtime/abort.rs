@@ -74,6 +74,21 @@ impl Body {
         }
     }
 
+    /// The body up to `cap` bytes; `true` with it when that was all of it (`false`: there was
+    /// more, not read).
+    pub async fn read_up_to(&mut self, cap: usize) -> Result<(Vec<u8>, bool), ()> {
+        let mut out = Vec::new();
+        while let Some(chunk) = self.next().await? {
+            if out.len() + chunk.len() > cap {
+                let room = cap - out.len();
+                out.extend_from_slice(&chunk[..room]);
+                return Ok((out, false));
+            }
+            out.extend_from_slice(&chunk);
+        }
+        Ok((out, true))
+    }
+
     /// The reader, for the relay to go on with.
     pub fn reader(&self) -> &JsValue {
         &self.reader

@@ -214,3 +214,18 @@ fn the_catalog_refuses_settings_that_cannot_work() {
     );
     assert_eq!(r.status, 400, "admin bodies are capped too: {}", r.text());
 }
+
+#[test]
+fn an_upstream_answer_past_sixteen_mib_is_no_answer_and_a_huge_error_body_is_not_read_whole() {
+    let f = Fixture::build(Api::Chat, &["pad/17000000", "ok"], &[], fast_policy(), false);
+    let r = f.send(false);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let g = f.generation(&r);
+    assert_eq!(switchyard_e2e::attempts_of(&g)[0].1, "bad_response", "{g}");
+    assert_eq!(g["route"], "r1");
+    // A 503 with a 20 MB body is still classified (from its start) and fallen back from.
+    let f = Fixture::build(Api::Chat, &["status/503/pad/20000000", "ok"], &[], fast_policy(), false);
+    let r = f.send(false);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(switchyard_e2e::attempts_of(&f.generation(&r))[0].1, "upstream_5xx");
+}

@@ -17,6 +17,7 @@
 //!             | "first-content-after" / MS
 //!             | "held" / N                      (N keep-alive comments at once, before content)
 //!             | "answer-status" / CODE          (non-stream answer with this 2xx status, text/plain)
+//!             | "pad" / N                       (N bytes of padding in non-stream and error bodies)
 //!             | "stall-after" / N / MS
 //!             | "malformed-event" / I
 //!             | "no-done" | "no-usage"
@@ -115,6 +116,8 @@ pub struct Scenario {
     pub held: Option<usize>,
     /// A non-stream answer sent with this (2xx) status and `text/plain`.
     pub answer_status: Option<u16>,
+    /// Bytes of padding added to non-stream answers and error bodies.
+    pub pad: Option<usize>,
     /// (after n content events, pause ms)
     pub stall: Option<(usize, u64)>,
     /// 0-based index over all `data:` events written.
@@ -135,6 +138,7 @@ impl Default for Scenario {
             first_content_after_ms: None,
             held: None,
             answer_status: None,
+            pad: None,
             stall: None,
             malformed_event: None,
             no_done: false,
@@ -162,6 +166,7 @@ pub const KEYWORDS: &[&str] = &[
     "no-usage",
     "flaky",
     "down-for",
+    "pad",
     "answer-status",
     "held",
     "chunks",
@@ -340,6 +345,13 @@ pub fn parse_scenario(key: &str) -> Result<Scenario, ScenarioError> {
             "held" => {
                 let n = c.count("held")?;
                 set_once(&mut sc.held, n, "held")?;
+            }
+            "pad" => {
+                let n: usize = c.num("pad", "a number of bytes")?;
+                if n > 64 * 1024 * 1024 {
+                    return Err(ScenarioError(format!("`pad/{n}`: at most 64 MiB")));
+                }
+                set_once(&mut sc.pad, n, "pad")?;
             }
             "answer-status" => {
                 let code: u16 = c.num("answer-status", "a 2xx status")?;

@@ -202,7 +202,15 @@ fn error_status(w: &mut TcpStream, api: Api, status: u16, sc: &Scenario, info: &
     if let Some(s) = sc.retry_after {
         extra.push(("retry-after", s.to_string()));
     }
-    json(w, status, &dialect::error_body(api, &e), &extra, close)
+    json(w, status, &padded(dialect::error_body(api, &e), sc), &extra, close)
+}
+
+/// `body` (a JSON object) with `pad/N`'s N bytes of padding in an extra field.
+fn padded(body: String, sc: &Scenario) -> String {
+    match (sc.pad, body.strip_suffix('}')) {
+        (Some(n), Some(open)) => format!("{open},\"padding\":\"{}\"}}", "x".repeat(n)),
+        _ => body,
+    }
 }
 
 fn run_scenario(
@@ -267,6 +275,7 @@ fn run_scenario(
             } else {
                 dialect::nonstream_body(api, &info, &sc)
             };
+            let body = padded(body, &sc);
             match sc.answer_status {
                 // An odd success: another 2xx status, and a content type that is not JSON's.
                 Some(status) => {
