@@ -8,7 +8,7 @@
 use std::future::Future;
 
 use switchyard_core::classify::Blame;
-use switchyard_core::generation::{short_message, AttemptResult, AttemptTarget, Ending, Journal, Opening};
+use switchyard_core::generation::{log_line, short_message, AttemptResult, AttemptTarget, Ending, Journal, Opening};
 use switchyard_core::health::HealthConfig;
 use switchyard_core::ApiError;
 use worker::Env;
@@ -20,6 +20,8 @@ use crate::runtime::clock::{in_request, now_ms};
 /// An open request: what its settlement and health report need.
 pub struct Record {
     pub journal: Journal,
+    /// For the log line written when an answered request ends.
+    pub request_id: String,
     pub env: Env,
     pub hold: Option<Hold>,
     pub health: HealthConfig,
@@ -53,12 +55,19 @@ impl Record {
     pub fn close(self, ending: Ending) -> impl Future<Output = ()> + 'static {
         let Record {
             journal,
+            request_id,
             env,
             hold,
             health: config,
             model,
         } = self;
+        let answered = matches!(ending, Ending::Delivered(_));
         let finished = journal.finish(ending, now_ms());
+        if answered {
+            // The request's one log line, now that its outcome and cost are known (`http` logs
+            // the requests no route answered when it answers them).
+            worker::console_log!("{}", log_line(&finished.record, &request_id));
+        }
         if finished.record.overrun_micros > 0 {
             // The upstream delivered more than was held: charged the hold, the rest logged.
             worker::console_log!(

@@ -4,6 +4,8 @@
 //! is `upstream`, the stream after commit is `relay`, and every ending goes through
 //! `finish::Record::close` from `ctx.wait_until`.
 
+use std::cell::Cell;
+
 use switchyard_core::catalog::{Api, Catalog, Model, Policy, Price};
 use switchyard_core::dialect::ClientRequest;
 use switchyard_core::generation::{AttemptResult, AttemptTarget, Delivery, Ending, Journal, Opening};
@@ -29,6 +31,9 @@ pub struct Call<'a> {
     pub generation_id: &'a str,
     /// Aborted when the client disconnects (`enable_request_signal`).
     pub client: &'a worker::AbortSignal,
+    /// Counts the attempts made, for the `x-switchyard-attempts` header.
+    pub attempts: &'a Cell<u32>,
+    pub request_id: &'a str,
 }
 
 /// A committed answer and the route that gave it.
@@ -123,6 +128,7 @@ async fn admit<'c>(
             held_micros: Some(hold.amount),
             ..opening(call, request.api, &model.id, request.stream, started_ms)
         }),
+        request_id: call.request_id.to_string(),
         env: call.env.clone(),
         hold: Some(hold),
         health: HealthConfig::from_policy(&policy),
@@ -226,6 +232,7 @@ async fn attempts(
             label: "route_provider",
         })?;
         let target = Target::new(call.env, provider, route)?;
+        call.attempts.set(call.attempts.get() + 1);
         let attempt = AttemptTarget {
             route: route.id.clone(),
             provider: provider.id.clone(),

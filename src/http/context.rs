@@ -13,6 +13,8 @@ pub struct RequestCtx {
     /// Filled in by handlers for the log line: the public model and the route that answered.
     pub model: Option<String>,
     pub route: Option<String>,
+    /// Attempts made at routes (set by the handlers that try routes).
+    pub attempts: Option<u32>,
     /// Aborted when the client disconnects (`enable_request_signal`).
     pub client: worker::AbortSignal,
     /// The authenticated key and its account, once known.

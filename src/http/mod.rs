@@ -43,6 +43,7 @@ pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
         shape,
         model: None,
         route: None,
+        attempts: None,
         key_id: None,
         account_id: None,
         client: worker::AbortSignal::from(req.inner().signal()),
@@ -57,7 +58,15 @@ pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
     // Headers of responses built here are mutable; a failure to set one is not worth a 500.
     let _ = headers.set("x-request-id", &rc.request_id);
     let _ = headers.set("x-generation-id", &rc.generation_id);
-    log_line(&rc, method.as_ref(), &path, response.status_code(), error_code);
+    if let Some(n) = rc.attempts {
+        // What happened, without a second call: how many routes were tried, and which answered.
+        let _ = headers.set("x-switchyard-attempts", &n.to_string());
+        let _ = headers.set("x-switchyard-route", rc.route.as_deref().unwrap_or("none"));
+    }
+    // An answered generation is logged when it ends (`finish.rs`), a stream after its last byte.
+    if rc.route.is_none() {
+        log_line(&rc, method.as_ref(), &path, response.status_code(), error_code);
+    }
     response
 }
 
@@ -104,6 +113,7 @@ fn log_line(rc: &RequestCtx, method: &str, path: &str, status: u16, error: Optio
         "account_id": rc.account_id,
         "model": rc.model,
         "route": rc.route,
+        "attempts": rc.attempts,
         "error": error,
         "ms": now_ms().saturating_sub(rc.started_ms),
     });

@@ -3,6 +3,7 @@
 //! Order per SPEC §3: authenticate, then read and validate the body, then hand the request to
 //! the proxy.
 
+use std::cell::Cell;
 use std::rc::Rc;
 
 use serde_json::{json, Value};
@@ -169,13 +170,17 @@ pub async fn generate(req: &mut Request, env: &Env, ctx: &Context, rc: &mut Requ
     let key = authenticate(req, &store).await?;
     rc.key_id = Some(key.id.clone());
     rc.account_id = Some(key.account_id.clone());
-    let (generation_id, client) = (rc.generation_id.clone(), rc.client.clone());
+    let (generation_id, client, request_id) = (rc.generation_id.clone(), rc.client.clone(), rc.request_id.clone());
+    let attempts = Cell::new(0);
+    rc.attempts = Some(0);
     let call = proxy::Call {
         env,
         ctx,
         key: &key,
         generation_id: &generation_id,
         client: &client,
+        attempts: &attempts,
+        request_id: &request_id,
     };
     let parsed = match read_capped(req, MAX_BODY_BYTES).await {
         Ok(body) => dialect::parse_request(api, &body),
@@ -187,7 +192,9 @@ pub async fn generate(req: &mut Request, env: &Env, ctx: &Context, rc: &mut Requ
     request.anthropic_beta = header("anthropic-beta");
     rc.model = Some(request.model.clone());
     let catalog = store.catalog().await?;
-    let answer = proxy::serve(&call, &catalog, request).await?;
+    let served = proxy::serve(&call, &catalog, request).await;
+    rc.attempts = Some(attempts.get());
+    let answer = served?;
     rc.route = Some(answer.route);
     Ok(answer.response)
 }

@@ -34,3 +34,26 @@ fn the_record_shows_the_providers_text_only_for_client_caused_failures() {
         "the client's own problem is explained: {g}"
     );
 }
+
+#[test]
+fn every_answer_says_how_many_routes_were_tried_and_which_answered() {
+    for api in [Api::Chat, Api::Messages, Api::Responses] {
+        let f = Fixture::build(api, &["status/503", "ok"], &[], fast_policy(), false);
+        for stream in [false, true] {
+            let r = f.send(stream);
+            assert_eq!(r.status, 200, "{}", r.text());
+            assert_eq!(r.header("x-switchyard-attempts"), Some("2"), "{api:?}");
+            assert_eq!(r.header("x-switchyard-route"), Some("r1"), "{api:?}");
+        }
+        let all = Fixture::build(api, &["status/500", "status/502"], &[], fast_policy(), false);
+        let r = all.send(false);
+        assert_eq!(r.status, 502);
+        assert_eq!(
+            (r.header("x-switchyard-attempts"), r.header("x-switchyard-route")),
+            (Some("2"), Some("none"))
+        );
+        let r = f.send_with(json!({"model": "no/such-model"}));
+        assert_eq!(r.status, 404);
+        assert_eq!(r.header("x-switchyard-attempts"), Some("0"), "refused before any route");
+    }
+}

@@ -387,6 +387,41 @@ impl Journal {
     }
 }
 
+/// The log line of an answered request, written when it ends (a stream's after its last byte):
+/// ids, key, model, route, every attempt with its class, time to first content, total time,
+/// outcome and cost — never a key or a prompt.
+pub fn log_line(record: &GenerationRecord, request_id: &str) -> serde_json::Value {
+    let attempts: Vec<serde_json::Value> = record
+        .attempts
+        .iter()
+        .map(|a| {
+            serde_json::json!({
+                "route": a.route,
+                "class": a.failure_class.map_or("answered", FailureClass::as_str),
+                "ms": a.duration_ms,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "request_id": request_id,
+        "generation_id": record.id,
+        "key_id": record.key_id,
+        "account_id": record.account_id,
+        "model": record.model,
+        "api": record.api,
+        "stream": record.stream,
+        "route": record.route,
+        "status": 200,
+        "outcome": record.outcome,
+        "error": record.error_code,
+        "attempts": attempts,
+        "ttfb_ms": record.attempts.last().and_then(|a| a.ttfb_ms),
+        "ms": record.duration_ms,
+        "cost_micros": record.total_cost_micros,
+        "estimated": record.estimated,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -697,5 +732,36 @@ mod tests {
             f.record.attempts.iter().all(|a| a.http_status == Some(503)),
             "class and status stay"
         );
+    }
+
+    #[test]
+    fn the_log_line_of_an_answer_has_its_attempts_outcome_and_cost() {
+        let mut j = Journal::open(opening(true));
+        j.attempt(target("r0", 1_000), failed(FailureClass::Timeout), 1_400);
+        j.attempt(
+            target("r1", 1_400),
+            AttemptResult::Committed { http_status: 200 },
+            1_450,
+        );
+        let f = j.finish(
+            Ending::Delivered(Delivery {
+                usage: Reported::both(Usage {
+                    input_tokens: 10,
+                    output_tokens: 20,
+                }),
+                broken: Some("cut".into()),
+                ..Delivery::default()
+            }),
+            2_000,
+        );
+        let line = log_line(&f.record, "req-1");
+        assert_eq!(line["request_id"], "req-1");
+        assert_eq!(line["outcome"], "broken");
+        assert_eq!(line["route"], "r1");
+        assert_eq!(line["attempts"][0]["class"], "timeout");
+        assert_eq!(line["attempts"][1]["class"], "answered");
+        assert_eq!((line["ttfb_ms"].as_u64(), line["ms"].as_u64()), (Some(50), Some(1_000)));
+        assert_eq!(line["cost_micros"], 210);
+        assert!(!line.to_string().contains("sk-"), "no key in it");
     }
 }

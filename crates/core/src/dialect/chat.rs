@@ -63,6 +63,10 @@ pub fn parse_request(bytes: &[u8]) -> Result<ClientRequest, ApiError> {
             ))
         }
     };
+    if stream {
+        // The upstream always reports usage (SPEC §7); whether the client sees it was read above.
+        request_usage(&mut body);
+    }
     Ok(ClientRequest {
         api: Api::Chat,
         model,
@@ -125,6 +129,21 @@ mod tests {
                 Some("n")
             );
         }
+    }
+
+    #[test]
+    fn a_stream_asks_the_upstream_for_usage_whatever_the_client_asked() {
+        let r = parse(json!({"model": "m", "messages": [{}], "stream": true})).unwrap();
+        assert!(!r.include_usage, "the client did not ask");
+        let sent: Value = serde_json::from_slice(&r.upstream_body("u")).unwrap();
+        assert_eq!(
+            sent["stream_options"]["include_usage"], true,
+            "the upstream is asked all the same"
+        );
+        let asked =
+            parse(json!({"model": "m", "messages": [{}], "stream": true, "stream_options": {"include_usage": true}}))
+                .unwrap();
+        assert!(asked.include_usage);
     }
 
     #[test]

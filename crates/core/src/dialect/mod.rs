@@ -190,13 +190,32 @@ impl ClientRequest {
             .saturating_mul(self.completions)
     }
 
+    /// The body a route gets: the client's JSON, keys in its order, with `model` set to the
+    /// route's upstream model — written straight from the parsed body, no copy of it per attempt
+    /// (SPEC §15). Everything else Switchyard changes was changed once, at parse time
+    /// (`provider` and `models` removed, a chat stream's usage asked for) or by
+    /// [`ClientRequest::limit_output`].
     pub fn upstream_body(&self, upstream_model: &str) -> Vec<u8> {
-        let mut body = self.body.clone();
-        body.insert("model".into(), Value::String(upstream_model.to_string()));
-        if self.api == Api::Chat && self.stream {
-            chat::request_usage(&mut body);
+        let mut out = Vec::with_capacity(self.body_len + upstream_model.len());
+        out.push(b'{');
+        for (i, (key, value)) in self.body.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            let written = serde_json::to_writer(&mut out, key).and_then(|()| {
+                out.push(b':');
+                if key == "model" {
+                    serde_json::to_writer(&mut out, upstream_model)
+                } else {
+                    serde_json::to_writer(&mut out, value)
+                }
+            });
+            if written.is_err() {
+                return Vec::new(); // cannot happen for values that came from JSON
+            }
         }
-        serde_json::to_vec(&body).unwrap_or_default()
+        out.push(b'}');
+        out
     }
 
     /// Headers a route gets besides content type, accept and its key: an `x-api-key`
