@@ -217,14 +217,19 @@ fn the_catalog_refuses_settings_that_cannot_work() {
 
 #[test]
 fn an_upstream_answer_past_sixteen_mib_is_no_answer_and_a_huge_error_body_is_not_read_whole() {
-    let f = Fixture::build(Api::Chat, &["pad/17000000", "ok"], &[], fast_policy(), false);
+    // Reading 16 MiB takes a while on a busy machine: a deadline that is not what is tested here.
+    let roomy = switchyard_e2e::with(
+        fast_policy(),
+        json!({"nonstream_base_ms": 20_000, "last_route_min_ms": 20_000}),
+    );
+    let f = Fixture::build(Api::Chat, &["pad/17000000", "ok"], &[], roomy.clone(), false);
     let r = f.send(false);
     assert_eq!(r.status, 200, "{}", r.text());
     let g = f.generation(&r);
     assert_eq!(switchyard_e2e::attempts_of(&g)[0].1, "bad_response", "{g}");
     assert_eq!(g["route"], "r1");
     // A 503 with a 20 MB body is still classified (from its start) and fallen back from.
-    let f = Fixture::build(Api::Chat, &["status/503/pad/20000000", "ok"], &[], fast_policy(), false);
+    let f = Fixture::build(Api::Chat, &["status/503/pad/20000000", "ok"], &[], roomy, false);
     let r = f.send(false);
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(switchyard_e2e::attempts_of(&f.generation(&r))[0].1, "upstream_5xx");

@@ -161,7 +161,7 @@ pub struct PolicyOverrides {
 
 /// The effective policy for one model: SPEC §16 defaults, then the top-level overrides, then the
 /// model's.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Policy {
     pub stream_first_content_ms: u64,
     pub reasoning_stream_first_content_ms: u64,

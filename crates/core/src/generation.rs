@@ -530,6 +530,17 @@ mod tests {
         }
     }
 
+    /// A journal whose first attempt, at r0, committed at 1 010 ms.
+    fn committed(o: Opening) -> Journal {
+        let mut j = Journal::open(o);
+        j.attempt(
+            target("r0", 1_000),
+            AttemptResult::Committed { http_status: 200 },
+            1_010,
+        );
+        j
+    }
+
     fn failed(class: FailureClass) -> AttemptResult {
         AttemptResult::Failed {
             verdict: Verdict {
@@ -610,12 +621,7 @@ mod tests {
 
     #[test]
     fn a_broken_stream_is_charged_what_was_delivered_and_says_why() {
-        let mut j = Journal::open(opening(true));
-        j.attempt(
-            target("r0", 1_000),
-            AttemptResult::Committed { http_status: 200 },
-            1_010,
-        );
+        let j = committed(opening(true));
         let f = j.finish(
             Ending::Delivered(Delivery {
                 usage: Reported::default(),
@@ -688,12 +694,7 @@ mod tests {
 
     #[test]
     fn the_charge_never_exceeds_the_hold_and_the_overrun_is_recorded() {
-        let mut j = Journal::open(opening(false));
-        j.attempt(
-            target("r0", 1_000),
-            AttemptResult::Committed { http_status: 200 },
-            1_010,
-        );
+        let j = committed(opening(false));
         let f = j.finish(
             Ending::Delivered(Delivery {
                 usage: Reported::both(Usage {

@@ -558,8 +558,7 @@ mod tests {
         };
         let text = String::from_utf8(bytes).unwrap();
         assert!(text.contains("key=[redacted]") && !text.contains("sk-x1"), "{text}");
-        let data: serde_json::Value =
-            serde_json::from_str(text.lines().nth(1).unwrap().trim_start_matches("data: ")).unwrap();
+        let data: serde_json::Value = crate::dialect::frame_data(text.as_bytes());
         assert_eq!(
             data["error"]["type"], "api_error",
             "still the upstream's event, still JSON"

@@ -438,7 +438,7 @@ mod stream_tests {
         let f = String::from_utf8(error_frame("c1", "m", "cut")).unwrap();
         assert!(f.starts_with("data: {"));
         assert!(f.ends_with("data: [DONE]\n\n"));
-        let first: Value = serde_json::from_str(f.lines().next().unwrap().trim_start_matches("data: ")).unwrap();
+        let first = crate::dialect::frame_data(f.as_bytes());
         assert_eq!(first["choices"][0]["finish_reason"], "error");
         assert_eq!(first["error"]["metadata"]["error_type"], "provider_unavailable");
     }

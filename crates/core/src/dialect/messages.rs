@@ -290,7 +290,7 @@ mod tests {
     fn the_error_frame_is_an_anthropic_error_event() {
         let text = String::from_utf8(error_frame("msg_1", "m", "cut")).unwrap();
         assert!(text.starts_with("event: error\ndata: "));
-        let data: Value = serde_json::from_str(text.lines().nth(1).unwrap().trim_start_matches("data: ")).unwrap();
+        let data = crate::dialect::frame_data(text.as_bytes());
         assert_eq!(
             data,
             json!({"type": "error", "error": {"type": "api_error", "message": "cut"}})

@@ -319,6 +319,14 @@ pub(crate) fn event_json(ev: &SseEvent) -> Result<(Value, String), NoJson> {
     Ok((v, kind))
 }
 
+/// The JSON of a frame's first `data:` line (tests of the error frames).
+#[cfg(test)]
+pub(crate) fn frame_data(frame: &[u8]) -> Value {
+    let text = String::from_utf8_lossy(frame);
+    let line = text.lines().find_map(|l| l.strip_prefix("data: ")).unwrap_or("null");
+    serde_json::from_str(line).unwrap_or(Value::Null)
+}
+
 /// Reads an optional non-negative integer field.
 pub(crate) fn optional_u64(body: &Map<String, Value>, field: &str) -> Result<Option<u64>, ApiError> {
     match body.get(field) {

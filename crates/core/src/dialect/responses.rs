@@ -274,7 +274,7 @@ mod tests {
     fn the_error_frame_is_a_failed_response() {
         let text = String::from_utf8(error_frame("resp_1", "gpt", "cut")).unwrap();
         assert!(text.starts_with("event: response.failed\ndata: "));
-        let data: Value = serde_json::from_str(text.lines().nth(1).unwrap().trim_start_matches("data: ")).unwrap();
+        let data = crate::dialect::frame_data(text.as_bytes());
         assert_eq!(data["response"]["status"], "failed");
         assert_eq!(data["response"]["error"]["message"], "cut");
         assert_eq!(data["response"]["id"], "resp_1");
