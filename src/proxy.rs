@@ -61,7 +61,7 @@ pub async fn serve(call: &Call<'_>, catalog: &Catalog, mut request: ClientReques
     };
     match attempts(call, catalog, model, request, &mut plan, &mut record).await {
         Ok((route, committed)) => {
-            let response = deliver(call.ctx, committed, record, &policy, started_ms)?;
+            let response = deliver(call, committed, record, &policy, started_ms)?;
             Ok(Answer { response, route })
         }
         Err(error) => {
@@ -286,7 +286,7 @@ fn response_headers(content_type: &str) -> Headers {
 /// Sends a committed answer: a whole body at once (settled right after), or a stream relayed
 /// until it ends (settled then; its cap counts from `started_ms`, the request's start).
 fn deliver(
-    ctx: &Context,
+    call: &Call<'_>,
     committed: Committed,
     record: Record,
     policy: &Policy,
@@ -299,7 +299,7 @@ fn deliver(
             output_chars,
             ..
         } => {
-            ctx.wait_until(record.close(Ending::Delivered(Delivery {
+            call.ctx.wait_until(record.close(Ending::Delivered(Delivery {
                 usage,
                 output_chars,
                 ..Delivery::default()
@@ -316,9 +316,9 @@ fn deliver(
                 .stream_cap_ms
                 .saturating_sub(now_ms().saturating_sub(started_ms))
                 .max(1);
-            match relay::start(live, policy, cap_ms) {
+            match relay::start(live, policy, cap_ms, call.client) {
                 Ok((body, delivered)) => {
-                    ctx.wait_until(async move {
+                    call.ctx.wait_until(async move {
                         let delivery = delivered.await;
                         record.close(Ending::Delivered(delivery)).await;
                     });
@@ -332,7 +332,7 @@ fn deliver(
                     let error = ApiError::Internal {
                         label: "response_stream",
                     };
-                    ctx.wait_until(record.close(Ending::Failed {
+                    call.ctx.wait_until(record.close(Ending::Failed {
                         error: &error,
                         cancelled: false,
                     }));

@@ -6,14 +6,16 @@
 // never polled outside its request. Nothing here throws: every runtime call that can fail is caught.
 
 const END_WAIT_MS = 1000; // after the stream is over, how long the upstream may take to close
+const QUEUED_CHUNKS = 16; // chunks queued for a client that is not reading before the upstream waits
 const TIMEOUT = Symbol("timeout");
+const ROOM = Symbol("room");
 const GONE = Symbol("gone");
 
 /// Starts relaying `core.reader` to a new client stream, `core.head()` first. Returns
 /// [client ReadableStream, Promise]; the promise settles when nothing more will be read, after
 /// `core.finished(upstreamEnded)`.
 export function relay(core) {
-  const { reader, abortController, idleMs, capMs, graceMs } = core;
+  const { reader, abortController, idleMs, capMs, graceMs, clientSignal } = core;
   let client = null;
   let goneAt = 0;
   let signalGone = () => {};
@@ -26,14 +28,37 @@ export function relay(core) {
       signalGone(GONE);
     }
   };
-  const body = new ReadableStream({
-    start(controller) {
-      client = controller;
+  // The client's request signal aborts when it disconnects — also while nothing is being written
+  // to it (a body stream is only cancelled when a write fails).
+  try {
+    if (clientSignal) {
+      if (clientSignal.aborted) leave();
+      else clientSignal.addEventListener("abort", leave);
+    }
+  } catch {
+    // no signal to watch: a departure is noticed when a write fails
+  }
+  // Backpressure (SPEC §15): the upstream is read on only while the client's queue has room; a
+  // client that does not read stops the reading (until the stream cap), not fills the memory.
+  let roomWaiter = null;
+  const body = new ReadableStream(
+    {
+      start(controller) {
+        client = controller;
+      },
+      pull() {
+        if (roomWaiter) {
+          const resolve = roomWaiter;
+          roomWaiter = null;
+          resolve(ROOM);
+        }
+      },
+      cancel() {
+        leave();
+      },
     },
-    cancel() {
-      leave();
-    },
-  });
+    new CountQueuingStrategy({ highWaterMark: QUEUED_CHUNKS }),
+  );
   let closed = false; // the upstream body ended on its own
   let clientDone = false; // the client's stream is closed: nothing more is sent
   const closeClient = () => {
@@ -77,8 +102,19 @@ export function relay(core) {
     timerAt = at;
     timer = setTimeout(onTimer, Math.max(at - Date.now(), 1));
   };
-  // The next chunk ({value} | {done} | {error}), TIMEOUT once `at` (ms since the epoch) has
-  // passed, or GONE when the client leaves first.
+  // What `p` resolves to, TIMEOUT once `at` (ms since the epoch) has passed, or GONE when the
+  // client leaves first.
+  const raceBefore = (p, at) => {
+    deadlineAt = at;
+    armFor(at);
+    const racers = [p, new Promise((resolve) => (expire = resolve))];
+    if (!goneAt) racers.push(gone);
+    return Promise.race(racers).then((r) => {
+      expire = null;
+      return r;
+    });
+  };
+  // The next chunk ({value} | {done} | {error}), or TIMEOUT / GONE as above.
   const readBefore = (at) => {
     if (!pendingRead) {
       pendingRead = reader.read().then(
@@ -86,16 +122,13 @@ export function relay(core) {
         (error) => ({ error }),
       );
     }
-    deadlineAt = at;
-    armFor(at);
-    const racers = [pendingRead, new Promise((resolve) => (expire = resolve))];
-    if (!goneAt) racers.push(gone);
-    return Promise.race(racers).then((r) => {
-      expire = null;
+    return raceBefore(pendingRead, at).then((r) => {
       if (r !== TIMEOUT && r !== GONE) pendingRead = null;
       return r;
     });
   };
+  // Whether the client's queue is full (then the upstream waits).
+  const clientFull = () => !goneAt && !clientDone && client.desiredSize !== null && client.desiredSize <= 0;
 
   // Relays until the stream is over; true when the upstream finished (nothing left to abort).
   const pump = async () => {
@@ -103,6 +136,16 @@ export function relay(core) {
     let lastData = Date.now();
     for (;;) {
       if (goneAt && graceMs === 0) return false;
+      if (clientFull()) {
+        const r = await raceBefore(new Promise((resolve) => (roomWaiter = resolve)), capAt);
+        roomWaiter = null;
+        if (r === TIMEOUT) {
+          send(core.overCap()); // queued behind what the client has not read
+          return false;
+        }
+        lastData = Date.now(); // the upstream was not being read: its silence did not count
+        continue;
+      }
       let at = Math.min(lastData + idleMs, capAt);
       if (goneAt) at = Math.min(at, goneAt + graceMs);
       const r = await readBefore(at);

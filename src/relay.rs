@@ -88,6 +88,7 @@ pub struct RelayCore {
     idle_ms: f64,
     cap_ms: f64,
     grace_ms: f64,
+    client_signal: JsValue,
 }
 
 #[wasm_bindgen]
@@ -102,6 +103,12 @@ impl RelayCore {
     #[wasm_bindgen(getter, js_name = abortController)]
     pub fn abort_controller(&self) -> JsValue {
         self.abort_controller.clone()
+    }
+
+    /// The client's request signal: it aborts when the client disconnects.
+    #[wasm_bindgen(getter, js_name = clientSignal)]
+    pub fn client_signal(&self) -> JsValue {
+        self.client_signal.clone()
     }
 
     /// No data for this long ends the stream ([`Break::Idle`]).
@@ -207,7 +214,12 @@ impl RelayCore {
 /// Starts relaying `live` for at most `cap_ms` more: returns the client's body (a
 /// `ReadableStream`) and what was delivered once nothing more will be read. `Err`: the relay could
 /// not start; the upstream is aborted and nothing reached the client.
-pub fn start(live: Live, policy: &Policy, cap_ms: u64) -> Result<(JsValue, impl Future<Output = Delivery>), ()> {
+pub fn start(
+    live: Live,
+    policy: &Policy,
+    cap_ms: u64,
+    client: &worker::AbortSignal,
+) -> Result<(JsValue, impl Future<Output = Delivery>), ()> {
     let Live {
         body,
         parser,
@@ -236,6 +248,7 @@ pub fn start(live: Live, policy: &Policy, cap_ms: u64) -> Result<(JsValue, impl 
         idle_ms: policy.idle_timeout_ms.max(1) as f64,
         cap_ms: cap_ms as f64,
         grace_ms: policy.disconnect_grace_ms as f64,
+        client_signal: JsValue::from((**client).clone()),
     };
     let started = relay_js(core).ok().and_then(|pair| {
         let done = pair.get(1).dyn_into::<Promise>().ok()?;
