@@ -159,12 +159,17 @@ fn a_chunked_body_past_ten_mib_is_refused_as_it_arrives() {
 
 #[test]
 fn a_whole_answer_goes_out_as_200_json_whatever_2xx_the_upstream_used() {
-    let f = Fixture::build(Api::Chat, &["answer-status/201"], &[], fast_policy(), false);
+    // The deadline is not what is tested here (a busy machine reads slowly).
+    let roomy = switchyard_e2e::with(
+        fast_policy(),
+        json!({"nonstream_base_ms": 20_000, "last_route_min_ms": 20_000}),
+    );
+    let f = Fixture::build(Api::Chat, &["answer-status/201"], &[], roomy.clone(), false);
     let r: Reply = f.send(false);
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("content-type"), Some("application/json"));
     assert_eq!(r.json()["object"], "chat.completion");
-    let empty = Fixture::build(Api::Chat, &["answer-status/204", "ok"], &[], fast_policy(), false);
+    let empty = Fixture::build(Api::Chat, &["answer-status/204", "ok"], &[], roomy, false);
     let r = empty.send(false);
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(empty.attempts(&r)[0].1, "bad_response", "a 204 carries no answer");
