@@ -29,6 +29,7 @@ use worker::{durable_object, DurableObject, Env, Headers, Method, Request, Reque
 
 use crate::batch;
 use crate::runtime::clock::{in_request, now_ms, sleep};
+use crate::runtime::test_faults;
 
 const STORAGE_KEY: &str = "health";
 const ACCOUNTS: &str = "accounts";
@@ -112,10 +113,6 @@ const CALL_TIMEOUT_MS: u64 = 300;
 /// `SWITCHYARD_TEST_FAULTS` var is `1` (set by `scripts/test`, never in a deploy): a model whose id
 /// contains `fault-health-hang` or `fault-health-throw` gets an object that hangs or throws.
 const TEST_FAULT: &str = "x-switchyard-test-fault";
-
-fn test_faults(env: &Env) -> bool {
-    env.var("SWITCHYARD_TEST_FAULTS").is_ok_and(|v| v.to_string() == "1")
-}
 
 /// One call to the object `name`, at most [`CALL_TIMEOUT_MS`]; `None` (logged) when it errs or is
 /// late — the caller then keeps its snapshot.

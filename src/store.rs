@@ -139,7 +139,7 @@ struct CatalogRow {
 
 impl Store {
     pub fn new(env: &Env) -> Result<Store, ApiError> {
-        let drill = env.var("SWITCHYARD_TEST_FAULTS").is_ok_and(|v| v.to_string() == "1");
+        let drill = crate::runtime::test_faults(env);
         env.d1("DB")
             .map(|db| Store { db, drill })
             .map_err(internal("d1_binding"))

@@ -2,9 +2,10 @@
 //! and a body without one (chunked) is refused as soon as it passes the cap — never read whole
 //! first (SPEC §15).
 
-use futures_util::StreamExt;
 use switchyard_core::ApiError;
 use worker::Request;
+
+use crate::runtime::abort::Body;
 
 /// The body, or a 400 naming the limit once it has more than `limit` bytes.
 pub async fn read_capped(req: &mut Request, limit: usize) -> Result<Vec<u8>, ApiError> {
@@ -18,16 +19,17 @@ pub async fn read_capped(req: &mut Request, limit: usize) -> Result<Vec<u8>, Api
     if declared.is_some_and(|n| n > limit) {
         return Err(too_large());
     }
-    let Ok(mut stream) = req.stream() else {
+    let Some(stream) = req.inner().body() else {
         return Ok(Vec::new()); // no body at all
     };
-    let mut body = Vec::with_capacity(declared.unwrap_or(0));
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|_| ApiError::invalid("Could not read the request body.", None))?;
-        if body.len() + chunk.len() > limit {
-            return Err(too_large());
-        }
-        body.extend_from_slice(&chunk);
+    let mut body = Body::new(&stream).ok_or_else(unreadable)?;
+    match body.read_up_to(limit).await {
+        Ok((bytes, true)) => Ok(bytes),
+        Ok((_, false)) => Err(too_large()),
+        Err(()) => Err(unreadable()),
     }
-    Ok(body)
+}
+
+fn unreadable() -> ApiError {
+    ApiError::invalid("Could not read the request body.", None)
 }
