@@ -29,7 +29,7 @@ use worker::{durable_object, DurableObject, Env, Headers, Method, Request, Reque
 
 use crate::batch;
 use crate::runtime::clock::{in_request, now_ms, sleep};
-use crate::runtime::test_faults;
+use crate::runtime::{test_faults, TEST_FAULT};
 
 const STORAGE_KEY: &str = "health";
 const ACCOUNTS: &str = "accounts";
@@ -109,10 +109,8 @@ fn object_name(model_id: &str) -> String {
 /// (SPEC §15): health is advisory, an answer is not.
 const CALL_TIMEOUT_MS: u64 = 300;
 
-/// The header that makes a health object misbehave, honoured only when the Worker's
-/// `SWITCHYARD_TEST_FAULTS` var is `1` (set by `scripts/test`, never in a deploy): a model whose id
-/// contains `fault-health-hang` or `fault-health-throw` gets an object that hangs or throws.
-const TEST_FAULT: &str = "x-switchyard-test-fault";
+// The health object's drill (`TEST_FAULT`, tests only): a model whose id contains
+// `fault-health-hang` or `fault-health-throw` gets an object that hangs or throws.
 
 /// One call to the object `name`, at most [`CALL_TIMEOUT_MS`]; `None` (logged) when it errs or is
 /// late — the caller then keeps its snapshot.

@@ -2,9 +2,15 @@
 //! routes one after another until one commits, then deliver its answer. The plan, the
 //! classification and the record are the core's (`Plan`, `classify`, `Journal`); one attempt's I/O
 //! is `upstream`, the stream after commit is `relay`, and every ending goes through
-//! `finish::Record::close` from `ctx.wait_until`.
+//! `finish::Record::close` from `ctx.wait_until`. The whole pass runs under `ctx.wait_until`
+//! ([`spawn`]), so nothing it owes — attempts in flight, settlement or release, the record, the
+//! health report — depends on the client still being there.
 
 use std::cell::Cell;
+use std::future::Future;
+use std::rc::Rc;
+
+use futures_channel::oneshot;
 
 use switchyard_core::catalog::{Api, Catalog, Model, Policy, Price};
 use switchyard_core::dialect::ClientRequest;
@@ -23,17 +29,49 @@ use crate::runtime::clock::{in_request, now_ms};
 use crate::store::KeyRecord;
 use crate::upstream::{self, Committed, Target};
 
-/// Who is asking, and where the request runs.
-pub struct Call<'a> {
-    pub env: &'a Env,
-    pub ctx: &'a Context,
-    pub key: &'a KeyRecord,
-    pub generation_id: &'a str,
+/// Who is asking, and where the request runs. Owned, so the pass can outlive the handler.
+pub struct Call {
+    pub env: Env,
+    pub ctx: Rc<Context>,
+    pub key: Rc<KeyRecord>,
+    pub generation_id: String,
     /// Aborted when the client disconnects (`enable_request_signal`).
-    pub client: &'a worker::AbortSignal,
+    pub client: worker::AbortSignal,
     /// Counts the attempts made, for the `x-switchyard-attempts` header.
-    pub attempts: &'a Cell<u32>,
-    pub request_id: &'a str,
+    pub attempts: Cell<u32>,
+    pub request_id: String,
+}
+
+/// What the handler learns of a pass: its outcome and how many routes it tried.
+pub struct Served {
+    pub result: Result<Answer, ApiError>,
+    pub attempts: u32,
+}
+
+/// Starts [`serve`] as a `ctx.wait_until` task and returns the handler's wait for its answer.
+///
+/// The runtime cancels a departed client's handler, never its `wait_until` tasks (within their
+/// window): running the pass there means a client that leaves before the response starts cannot
+/// strand a hold, an attempt's outcome or the record (issue 12, SPEC §7 "client disconnect").
+/// A departure is still seen — through `call.client` — and ends the attempts.
+pub fn spawn(call: Call, catalog: Rc<Catalog>, request: ClientRequest) -> impl Future<Output = Served> {
+    let (answer, answered) = oneshot::channel();
+    let ctx = call.ctx.clone();
+    ctx.wait_until(async move {
+        let result = serve(&call, &catalog, request).await;
+        // The handler may be gone (client departed): the answer is then dropped, and a stream's
+        // relay sees the departure through the request's signal.
+        let _ = answer.send(Served {
+            result,
+            attempts: call.attempts.get(),
+        });
+    });
+    async move {
+        answered.await.unwrap_or(Served {
+            result: Err(ApiError::Internal { label: "pass_lost" }),
+            attempts: 0,
+        })
+    }
 }
 
 /// A committed answer and the route that gave it.
@@ -44,7 +82,7 @@ pub struct Answer {
 
 /// Serves one validated request end to end: plan, hold, attempts, delivery — and, whatever
 /// happens after the hold, settlement. A request refused before the hold is recorded too.
-pub async fn serve(call: &Call<'_>, catalog: &Catalog, mut request: ClientRequest) -> Result<Answer, ApiError> {
+pub async fn serve(call: &Call, catalog: &Catalog, mut request: ClientRequest) -> Result<Answer, ApiError> {
     let request = &mut request;
     let Admitted {
         model,
@@ -87,11 +125,7 @@ struct Admitted<'c> {
 
 /// Everything before the first attempt that may refuse the request (SPEC §3, §11): the model,
 /// its plan, the hold.
-async fn admit<'c>(
-    call: &Call<'_>,
-    catalog: &'c Catalog,
-    request: &mut ClientRequest,
-) -> Result<Admitted<'c>, ApiError> {
+async fn admit<'c>(call: &Call, catalog: &'c Catalog, request: &mut ClientRequest) -> Result<Admitted<'c>, ApiError> {
     let model = catalog.model(&request.model).ok_or_else(|| ApiError::ModelNotFound {
         model: request.model.clone(),
         available: catalog.model_ids(),
@@ -107,11 +141,11 @@ async fn admit<'c>(
         .filter_map(|i| model.routes.get(i).map(|r| (i, &r.price)))
         .collect();
     let hold = billing::place_hold(
-        call.env,
-        call.ctx,
+        &call.env,
+        &call.ctx,
         &HoldRequest {
-            key: call.key,
-            generation_id: call.generation_id,
+            key: &call.key,
+            generation_id: &call.generation_id,
             candidates: &prices,
             body_len: request.body_len,
             max_tokens,
@@ -128,7 +162,7 @@ async fn admit<'c>(
             held_micros: Some(hold.amount),
             ..opening(call, request.api, &model.id, request.stream, started_ms)
         }),
-        request_id: call.request_id.to_string(),
+        request_id: call.request_id.clone(),
         env: call.env.clone(),
         hold: Some(hold),
         health: HealthConfig::from_policy(&policy),
@@ -144,9 +178,9 @@ async fn admit<'c>(
 }
 
 /// What every record of this call starts with.
-fn opening(call: &Call<'_>, api: Api, model: &str, stream: bool, started_ms: u64) -> Opening {
+fn opening(call: &Call, api: Api, model: &str, stream: bool, started_ms: u64) -> Opening {
     Opening {
-        id: call.generation_id.to_string(),
+        id: call.generation_id.clone(),
         account_id: call.key.account_id.clone(),
         key_id: call.key.id.clone(),
         model: model.to_string(),
@@ -162,7 +196,7 @@ fn opening(call: &Call<'_>, api: Api, model: &str, stream: bool, started_ms: u64
 
 /// Records a request refused before any route was tried (SPEC §14: every request is on the
 /// record), off the critical path: outcome `rejected`, its error code, no hold, no attempt.
-pub fn reject(call: &Call<'_>, api: Api, model: &str, stream: bool, error: &ApiError) {
+pub fn reject(call: &Call, api: Api, model: &str, stream: bool, error: &ApiError) {
     let opening = opening(call, api, model, stream, now_ms());
     call.ctx.wait_until(finish::reject(call.env.clone(), opening, error));
 }
@@ -170,19 +204,19 @@ pub fn reject(call: &Call<'_>, api: Api, model: &str, stream: bool, error: &ApiE
 /// The request's plan (SPEC §3, §5, §8) and when it was made: the health snapshot, the probes it
 /// must win, then one core call.
 async fn plan(
-    call: &Call<'_>,
+    call: &Call,
     catalog: &Catalog,
     model: &Model,
     request: &ClientRequest,
     policy: &Policy,
 ) -> Result<(Plan, u64), ApiError> {
-    let view = health::view(call.env, model, policy).await;
+    let view = health::view(&call.env, model, policy).await;
     let now = now_ms();
     let claims = view.health.probe_claims(&catalog.route_accounts(model), now);
     let probes_won = if claims.is_empty() {
         Vec::new()
     } else {
-        health::claim_probes(call.env, model, claims, policy.pre_content_budget_ms).await
+        health::claim_probes(&call.env, model, claims, policy.pre_content_budget_ms).await
     };
     Plan::for_request(PlanInput {
         catalog,
@@ -202,7 +236,7 @@ async fn plan(
 /// Tries routes until one commits; every attempt goes into the record. The error is the
 /// request's final one (SPEC §13).
 async fn attempts(
-    call: &Call<'_>,
+    call: &Call,
     catalog: &Catalog,
     model: &Model,
     request: &ClientRequest,
@@ -231,7 +265,7 @@ async fn attempts(
         let provider = catalog.provider(&route.provider).ok_or(ApiError::Internal {
             label: "route_provider",
         })?;
-        let target = Target::new(call.env, provider, route)?;
+        let target = Target::new(&call.env, provider, route)?;
         call.attempts.set(call.attempts.get() + 1);
         let attempt = AttemptTarget {
             route: route.id.clone(),
@@ -286,7 +320,7 @@ fn response_headers(content_type: &str) -> Headers {
 /// Sends a committed answer: a whole body at once (settled right after), or a stream relayed
 /// until it ends (settled then; its cap counts from `started_ms`, the request's start).
 fn deliver(
-    call: &Call<'_>,
+    call: &Call,
     committed: Committed,
     record: Record,
     policy: &Policy,
@@ -316,7 +350,7 @@ fn deliver(
                 .stream_cap_ms
                 .saturating_sub(now_ms().saturating_sub(started_ms))
                 .max(1);
-            match relay::start(live, policy, cap_ms, call.client) {
+            match relay::start(live, policy, cap_ms, &call.client) {
                 Ok((body, delivered)) => {
                     call.ctx.wait_until(async move {
                         let delivery = delivered.await;

@@ -9,6 +9,8 @@ mod response;
 mod status;
 mod v1;
 
+use std::rc::Rc;
+
 use serde_json::json;
 use switchyard_core::catalog::Api;
 use switchyard_core::error::ErrorShape;
@@ -49,6 +51,7 @@ pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
         client: worker::AbortSignal::from(req.inner().signal()),
     };
     let method = req.method();
+    let ctx = Rc::new(ctx);
     let result = route(&mut req, &env, &ctx, &mut rc, &method, &path).await;
     let (mut response, error_code) = match result {
         Ok(r) => (r, None),
@@ -73,7 +76,7 @@ pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
 async fn route(
     req: &mut Request,
     env: &Env,
-    ctx: &Context,
+    ctx: &Rc<Context>,
     rc: &mut RequestCtx,
     method: &Method,
     path: &str,

@@ -4,7 +4,10 @@
 //! the proxy.
 
 use std::cell::Cell;
+use std::pin::pin;
 use std::rc::Rc;
+
+use futures_util::future::{select, Either};
 
 use serde_json::{json, Value};
 use switchyard_core::catalog::Api;
@@ -20,6 +23,7 @@ use super::context::RequestCtx;
 use super::response::{json_response, HandlerResult};
 use crate::proxy;
 use crate::runtime::clock::{now_ms, sleep};
+use crate::runtime::{test_faults, TEST_FAULT};
 use crate::store::{KeyRecord, Store};
 
 /// The caller's active key, or 401.
@@ -165,22 +169,20 @@ pub async fn credits(req: &Request, env: &Env) -> HandlerResult {
 
 /// `POST /v1/chat/completions`, `POST /v1/messages` and `POST /v1/responses`: one request in
 /// `api`'s dialect, answered in it.
-pub async fn generate(req: &mut Request, env: &Env, ctx: &Context, rc: &mut RequestCtx, api: Api) -> HandlerResult {
+pub async fn generate(req: &mut Request, env: &Env, ctx: &Rc<Context>, rc: &mut RequestCtx, api: Api) -> HandlerResult {
     let store = Store::new(env)?;
     let key = authenticate(req, &store).await?;
     rc.key_id = Some(key.id.clone());
     rc.account_id = Some(key.account_id.clone());
-    let (generation_id, client, request_id) = (rc.generation_id.clone(), rc.client.clone(), rc.request_id.clone());
-    let attempts = Cell::new(0);
     rc.attempts = Some(0);
     let call = proxy::Call {
-        env,
-        ctx,
-        key: &key,
-        generation_id: &generation_id,
-        client: &client,
-        attempts: &attempts,
-        request_id: &request_id,
+        env: env.clone(),
+        ctx: ctx.clone(),
+        key,
+        generation_id: rc.generation_id.clone(),
+        client: rc.client.clone(),
+        attempts: Cell::new(0),
+        request_id: rc.request_id.clone(),
     };
     let parsed = match read_capped(req, MAX_BODY_BYTES).await {
         Ok(body) => dialect::parse_request(api, &body),
@@ -191,10 +193,34 @@ pub async fn generate(req: &mut Request, env: &Env, ctx: &Context, rc: &mut Requ
     request.anthropic_version = header("anthropic-version");
     request.anthropic_beta = header("anthropic-beta");
     rc.model = Some(request.model.clone());
+    let abandon_ms = abandon_drill(req, env);
     let catalog = store.catalog().await?;
-    let served = proxy::serve(&call, &catalog, request).await;
-    rc.attempts = Some(attempts.get());
-    let answer = served?;
+    let pass = proxy::spawn(call, catalog, request);
+    let served = match abandon_ms {
+        None => pass.await,
+        Some(ms) => match select(pin!(pass), pin!(sleep(ms))).await {
+            Either::Left((served, _)) => served,
+            Either::Right(_) => {
+                return Err(ApiError::Internal {
+                    label: "drill_abandoned",
+                })
+            }
+        },
+    };
+    rc.attempts = Some(served.attempts);
+    let answer = served.result?;
     rc.route = Some(answer.route);
     Ok(answer.response)
+}
+
+/// The abandonment drill (tests only, `SWITCHYARD_TEST_FAULTS`): `x-switchyard-test-fault:
+/// abandon-<ms>` makes the handler stop waiting for its request after `<ms>` — what the runtime
+/// does to a departed client's handler — so a test can check the request still finishes (its
+/// hold settled or released, its record written) without the handler.
+fn abandon_drill(req: &Request, env: &Env) -> Option<u64> {
+    if !test_faults(env) {
+        return None;
+    }
+    let fault = req.headers().get(TEST_FAULT).ok().flatten()?;
+    fault.strip_prefix("abandon-")?.parse().ok()
 }

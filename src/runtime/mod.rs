@@ -10,6 +10,10 @@ pub mod js;
 
 use std::cell::Cell;
 
+/// The request header that triggers a failure drill, honoured only when [`test_faults`] is on
+/// (the health object's faults, the handler's abandonment).
+pub const TEST_FAULT: &str = "x-switchyard-test-fault";
+
 thread_local! {
     static TEST_FAULTS: Cell<Option<bool>> = const { Cell::new(None) };
 }

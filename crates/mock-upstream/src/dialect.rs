@@ -667,7 +667,11 @@ pub fn stream_plan(api: Api, info: &ReqInfo, sc: &Scenario) -> Vec<Step> {
         if i > 0 {
             b.wait(sc.gap_ms, false);
         }
-        content(api, &mut b, info, piece);
+        match sc.pad {
+            // `pad/N` on a stream: each content event carries N more bytes of text.
+            Some(n) => content(api, &mut b, info, &format!("{piece}{}", "x".repeat(n))),
+            None => content(api, &mut b, info, piece),
+        }
         if let Some((n, ms)) = stall {
             if n == i + 1 {
                 b.wait(ms, false);

@@ -17,7 +17,7 @@
 //!             | "first-content-after" / MS
 //!             | "held" / N                      (N keep-alive comments at once, before content)
 //!             | "answer-status" / CODE          (non-stream answer with this 2xx status, text/plain)
-//!             | "pad" / N                       (N bytes of padding in non-stream and error bodies)
+//!             | "pad" / N                       (N bytes of padding in non-stream and error bodies, and in each stream content event)
 //!             | "stall-after" / N / MS
 //!             | "malformed-event" / I
 //!             | "no-done" | "no-usage"
@@ -116,7 +116,8 @@ pub struct Scenario {
     pub held: Option<usize>,
     /// A non-stream answer sent with this (2xx) status and `text/plain`.
     pub answer_status: Option<u16>,
-    /// Bytes of padding added to non-stream answers and error bodies.
+    /// Bytes of padding added to non-stream answers and error bodies, and to each stream
+    /// content event's text.
     pub pad: Option<usize>,
     /// (after n content events, pause ms)
     pub stall: Option<(usize, u64)>,

@@ -260,7 +260,9 @@ fn run_scenario(
             let e = dialect::event_error(sc.error_kind, &info.model_name);
             json(w, 200, &dialect::error_body(api, &e), &[], close)
         }
-        _ if info.stream => run_stream(w, &dialect::stream_plan(api, &info, &sc), close),
+        _ if info.stream => run_stream(w, &dialect::stream_plan(api, &info, &sc), close, &|| {
+            state.wrote_event(key)
+        }),
         Behavior::CutAfter(_) => {
             sleep_ms(dialect::nonstream_delay_ms(&sc));
             let body = dialect::nonstream_body(api, &info, &sc);
@@ -303,8 +305,9 @@ fn write_truncated(w: &mut TcpStream, body: &[u8]) -> io::Result<()> {
     w.flush()
 }
 
-/// Writes a stream plan as a chunked `text/event-stream` body.
-fn run_stream(w: &mut TcpStream, steps: &[Step], close: bool) -> Action {
+/// Writes a stream plan as a chunked `text/event-stream` body; `wrote` is called after each event
+/// is written (the key's `stream_events` count, which shows how far a reader has let it get).
+fn run_stream(w: &mut TcpStream, steps: &[Step], close: bool, wrote: &dyn Fn()) -> Action {
     let headers = [
         ("Content-Type", "text/event-stream".to_string()),
         ("Cache-Control", "no-cache".to_string()),
@@ -319,7 +322,7 @@ fn run_stream(w: &mut TcpStream, steps: &[Step], close: bool) -> Action {
     }
     for step in steps {
         let r = match step {
-            Step::Event(text) => http::write_chunk(w, text.as_bytes()),
+            Step::Event(text) => http::write_chunk(w, text.as_bytes()).map(|()| wrote()),
             Step::Wait { ms, keepalive: false } => {
                 sleep_ms(*ms);
                 Ok(())

@@ -47,6 +47,8 @@ pub struct KeyState {
     pub requests: u64,
     pub first_seen: Instant,
     pub last_request: Option<RecordedRequest>,
+    /// Stream events written to the key's readers so far (all its streams).
+    pub stream_events: u64,
 }
 
 /// The `/_stats/<key>` answer.
@@ -54,6 +56,7 @@ pub struct KeyState {
 pub struct Stats<'a> {
     pub requests: u64,
     pub last_request: Option<&'a RecordedRequest>,
+    pub stream_events: u64,
 }
 
 /// The server's shared state.
@@ -80,10 +83,18 @@ impl Shared {
             requests: 0,
             first_seen: Instant::now(),
             last_request: None,
+            stream_events: 0,
         });
         st.requests += 1;
         st.last_request = Some(recorded);
         (st.requests, st.first_seen)
+    }
+
+    /// Counts one stream event written for `key`.
+    pub fn wrote_event(&self, key: &str) {
+        if let Some(st) = self.lock().get_mut(key) {
+            st.stream_events += 1;
+        }
     }
 
     /// The stats JSON for a key.
@@ -93,6 +104,7 @@ impl Shared {
         let stats = Stats {
             requests: st.map(|s| s.requests).unwrap_or(0),
             last_request: st.and_then(|s| s.last_request.as_ref()),
+            stream_events: st.map(|s| s.stream_events).unwrap_or(0),
         };
         serde_json::to_string(&stats).unwrap_or_else(|_| String::from("{}"))
     }
@@ -120,14 +132,24 @@ mod tests {
     #[test]
     fn record_and_reset() {
         let s = Shared::new();
-        assert_eq!(s.stats_json("k"), r#"{"requests":0,"last_request":null}"#);
+        assert_eq!(
+            s.stats_json("k"),
+            r#"{"requests":0,"last_request":null,"stream_events":0}"#
+        );
         assert_eq!(s.record("k", &req()).0, 1);
         assert_eq!(s.record("k", &req()).0, 2);
         let v: Value = serde_json::from_str(&s.stats_json("k")).unwrap();
         assert_eq!(v["requests"], 2);
+        s.wrote_event("k");
+        s.wrote_event("k");
+        let v: Value = serde_json::from_str(&s.stats_json("k")).unwrap();
+        assert_eq!(v["stream_events"], 2);
         assert_eq!(v["last_request"]["headers"]["x-a"], "1, 2");
         assert_eq!(v["last_request"]["body"]["model"], "m");
         s.reset();
-        assert_eq!(s.stats_json("k"), r#"{"requests":0,"last_request":null}"#);
+        assert_eq!(
+            s.stats_json("k"),
+            r#"{"requests":0,"last_request":null,"stream_events":0}"#
+        );
     }
 }

@@ -187,7 +187,10 @@ fn flaky_alternates_and_stats_count() {
     assert_eq!(s["last_request"]["headers"]["authorization"], "Bearer sk-test");
     assert_eq!(s["last_request"]["body"]["model"], "gpt-mock");
     let s = call(addr, "GET", "/_stats/never", "").json();
-    assert_eq!(s, serde_json::json!({"requests":0,"last_request":null}));
+    assert_eq!(
+        s,
+        serde_json::json!({"requests":0,"last_request":null,"stream_events":0})
+    );
     assert_eq!(call(addr, "POST", "/_reset", "").json(), serde_json::json!({"ok":true}));
     assert_eq!(call(addr, "GET", "/_stats/t3/flaky/2", "").json()["requests"], 0);
     // After reset the count starts again.

@@ -1,0 +1,73 @@
+//! A client that stops reading a stream (SPEC §7, issue 12): the relay keeps at most a few chunks
+//! queued for it and stops reading the upstream meanwhile, instead of buffering the whole answer
+//! in the isolate — and, once the client reads again, it gets every byte.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::disallowed_methods)]
+
+use std::io::Read;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use switchyard_e2e::{chat_body, route, sse_events, unique, Stack};
+
+/// 1000 events of 64 KiB each: about 64 MiB, far more than the relay's queue and the buffers
+/// between the mock and the client (sockets, `wrangler dev`'s proxy: about 14 MiB here) hold.
+const EVENTS: u64 = 1000;
+const SCENARIO: &str = "chunks/1000/0/pad/65536";
+
+#[test]
+fn a_client_that_stops_reading_stops_the_upstream_and_then_gets_everything() {
+    let s = Stack::from_env();
+    let label = unique("bp");
+    let provider = s.mock_provider(&label, SCENARIO, false);
+    let model = s.model(
+        vec![route("r0", &provider, "u", json!({}))],
+        Some(json!({"stream_cap_ms": 120000, "idle_timeout_ms": 60000})),
+    );
+    let key = s.new_key(5.0);
+    let agent = ureq::Agent::new_with_config(ureq::Agent::config_builder().http_status_as_error(false).build());
+    let response = agent
+        .post(format!("{}/v1/chat/completions", s.gateway))
+        .header("authorization", format!("Bearer {key}"))
+        .header("content-type", "application/json")
+        .send(chat_body(&model, true).to_string())
+        .expect("stream request");
+    assert_eq!(response.status().as_u16(), 200);
+    let mut reader = response.into_body().into_reader();
+    let mut seen = vec![0u8; 4096];
+    let n = reader.read(&mut seen).unwrap();
+    assert!(n > 0);
+
+    // The client reads nothing for 4 s: the upstream must be held back once the buffers are
+    // full, not drained into the isolate.
+    std::thread::sleep(Duration::from_secs(3));
+    let written = s.mock_stats(&label, SCENARIO)["stream_events"].as_u64().unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    let later = s.mock_stats(&label, SCENARIO)["stream_events"].as_u64().unwrap();
+    eprintln!("events written while the client did not read: {written} at 3 s, {later} at 4 s");
+    assert!(
+        later < EVENTS / 2 && later == written,
+        "the upstream was read on while the client read nothing: {written} then {later} of {EVENTS} events"
+    );
+
+    // Reading again, the client gets the whole answer.
+    let mut rest = Vec::new();
+    reader.read_to_end(&mut rest).unwrap();
+    let text = String::from_utf8_lossy(&seen[..n]).into_owned() + &String::from_utf8_lossy(&rest);
+    let padding = "x".repeat(65536);
+    let content = sse_events(&text)
+        .iter()
+        .filter_map(|(_, data)| serde_json::from_str::<Value>(data).ok())
+        .filter(|e| {
+            e["choices"][0]["delta"]["content"]
+                .as_str()
+                .is_some_and(|c| c.ends_with(&padding))
+        })
+        .count() as u64;
+    assert_eq!(content, EVENTS, "every content event arrived");
+    assert!(
+        text.trim_end().ends_with("data: [DONE]"),
+        "{}",
+        &text[text.len().saturating_sub(300)..]
+    );
+}
