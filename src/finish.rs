@@ -15,7 +15,9 @@ use worker::Env;
 
 use crate::billing::{self, Hold};
 use crate::health;
+use crate::limits::Slot;
 use crate::runtime::clock::{in_request, now_ms};
+use crate::runtime::test_faults;
 
 /// An open request: what its settlement and health report need.
 pub struct Record {
@@ -26,6 +28,9 @@ pub struct Record {
     pub hold: Option<Hold>,
     pub health: HealthConfig,
     pub model: String,
+    /// The key's and the serving route's slots (SPEC §10), given back when the record is closed
+    /// (or dropped).
+    pub slots: Vec<Slot>,
 }
 
 impl Record {
@@ -60,7 +65,15 @@ impl Record {
             hold,
             health: config,
             model,
+            slots,
         } = self;
+        if test_faults(&env) && model.contains("fault-leak-slots") {
+            // The drill for a Worker that dies holding slots (tests only): they are never given
+            // back, so only their leases' expiry frees them.
+            std::mem::forget(slots);
+        } else {
+            drop(slots); // the request is over: its slots go back now, beside settlement
+        }
         let answered = matches!(ending, Ending::Delivered(_));
         let finished = journal.finish(ending, now_ms());
         if answered {

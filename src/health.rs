@@ -15,20 +15,20 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 
 use serde::de::DeserializeOwned;
-use std::pin::pin;
 use switchyard_core::batch::{Batches, Rules};
 use switchyard_core::catalog::{Catalog, Model, Policy};
 use switchyard_core::health::{
     for_accounts, AttemptOutcome, HealthConfig, ModelHealth, Observation, ProbeClaim, RequestObservation, RouteStats,
     Scope,
 };
-use switchyard_core::health_rpc::{answer, ClaimReply, HealthCall, SnapshotReply};
+use switchyard_core::health_rpc::{answer, model_object, ClaimReply, HealthCall, SnapshotReply};
 
-use futures_util::future::{select, Either};
-use worker::{durable_object, DurableObject, Env, Headers, Method, Request, RequestInit, Response, State};
+use worker::{durable_object, DurableObject, Env, Request, Response, State};
 
 use crate::batch;
-use crate::runtime::clock::{in_request, now_ms, sleep};
+use crate::limits::CapacityDesk;
+use crate::object;
+use crate::runtime::clock::{now_ms, sleep};
 use crate::runtime::{test_faults, TEST_FAULT};
 
 const STORAGE_KEY: &str = "health";
@@ -42,6 +42,8 @@ pub struct HealthObject {
     env: Env,
     /// The state in memory; loaded from storage on first use. Never borrowed across an await.
     health: RefCell<Option<ModelHealth>>,
+    /// Route capacity (SPEC §10), on the `/capacity` path.
+    capacity: CapacityDesk,
 }
 
 impl DurableObject for HealthObject {
@@ -50,6 +52,7 @@ impl DurableObject for HealthObject {
             state,
             env,
             health: RefCell::new(None),
+            capacity: CapacityDesk::new(),
         }
     }
 
@@ -61,6 +64,9 @@ impl DurableObject for HealthObject {
                 Some("throw") => return Err(worker::Error::RustError("test fault: the object throws".into())),
                 _ => {}
             }
+        }
+        if req.path() == "/capacity" {
+            return self.capacity.serve(&self.state.storage(), req.json().await?).await;
         }
         let call: HealthCall = req.json().await?;
         self.load().await?;
@@ -102,7 +108,7 @@ impl HealthObject {
 // ---- calling it ------------------------------------------------------------------------------
 
 fn object_name(model_id: &str) -> String {
-    format!("model:{model_id}")
+    model_object(model_id)
 }
 
 /// How long a request waits for a health object before it goes on with the isolate's snapshot
@@ -115,39 +121,23 @@ const CALL_TIMEOUT_MS: u64 = 300;
 /// One call to the object `name`, at most [`CALL_TIMEOUT_MS`]; `None` (logged) when it errs or is
 /// late — the caller then keeps its snapshot.
 async fn call_object<T: DeserializeOwned>(env: &Env, name: &str, body: &HealthCall) -> Option<T> {
-    if !in_request() {
-        return None; // no I/O possible here (see `clock::in_request`); health is advisory
+    let fault = test_faults(env)
+        .then(|| {
+            ["hang", "throw"]
+                .into_iter()
+                .find(|f| name.contains(&format!("fault-health-{f}")))
+        })
+        .flatten();
+    match object::call(env, "HEALTH", name, "/", body, CALL_TIMEOUT_MS, fault).await {
+        Ok(v) => Some(v),
+        Err("no_context") => None, // health is advisory; nothing to log
+        Err(why) => {
+            worker::console_error!(
+                "{{\"event\":\"health_object_unavailable\",\"object\":{name:?},\"why\":\"{why}\",\"fallback\":\"snapshot\"}}"
+            );
+            None
+        }
     }
-    let call = async {
-        let stub = env.durable_object("HEALTH").ok()?.get_by_name(name).ok()?;
-        let headers = Headers::new();
-        if test_faults(env) {
-            for fault in ["hang", "throw"] {
-                if name.contains(&format!("fault-health-{fault}")) {
-                    headers.set(TEST_FAULT, fault).ok()?;
-                }
-            }
-        }
-        let mut init = RequestInit::new();
-        init.with_method(Method::Post)
-            .with_headers(headers)
-            .with_body(Some(serde_json::to_string(body).ok()?.into()));
-        let req = Request::new_with_init("https://health/", &init).ok()?;
-        let mut resp = stub.fetch_with_request(req).await.ok()?;
-        if resp.status_code() != 200 {
-            return None;
-        }
-        resp.json::<T>().await.ok()
-    };
-    let outcome = match select(pin!(call), pin!(sleep(CALL_TIMEOUT_MS))).await {
-        Either::Left((Some(v), _)) => return Some(v),
-        Either::Left((None, _)) => "error",
-        Either::Right(_) => "timeout",
-    };
-    worker::console_error!(
-        "{{\"event\":\"health_object_unavailable\",\"object\":{name:?},\"why\":\"{outcome}\",\"fallback\":\"snapshot\"}}"
-    );
-    None
 }
 
 // ---- the isolate's snapshots ---------------------------------------------------------------

@@ -8,6 +8,8 @@ mod billing;
 mod finish;
 mod health;
 mod http;
+mod limits;
+mod object;
 mod outbox;
 mod proxy;
 mod relay;

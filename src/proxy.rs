@@ -16,6 +16,7 @@ use switchyard_core::catalog::{Api, Catalog, Model, Policy, Price};
 use switchyard_core::dialect::ClientRequest;
 use switchyard_core::generation::{AttemptResult, AttemptTarget, Delivery, Ending, Journal, Opening};
 use switchyard_core::health::HealthConfig;
+use switchyard_core::limits::{rate_headers, RateWindow};
 use switchyard_core::plan::{Attempt, Plan, PlanInput};
 use switchyard_core::ApiError;
 use wasm_bindgen::JsCast;
@@ -24,6 +25,7 @@ use worker::{Context, Env, Headers, Response, ResponseBuilder};
 use crate::billing::{self, HoldRequest};
 use crate::finish::{self, Record};
 use crate::health;
+use crate::limits::{self, Slot};
 use crate::relay;
 use crate::runtime::clock::{in_request, now_ms};
 use crate::store::KeyRecord;
@@ -80,6 +82,27 @@ pub struct Answer {
     pub route: String,
 }
 
+/// Headers a committed answer carries beside the body's: the key's rate-limit window and the
+/// time queued for route capacity (SPEC §10).
+#[derive(Default)]
+struct Extra {
+    window: Option<RateWindow>,
+    queued_ms: u64,
+}
+
+impl Extra {
+    fn apply(&self, headers: &Headers) {
+        if let Some(w) = &self.window {
+            for (name, value) in rate_headers(w) {
+                let _ = headers.set(name, &value);
+            }
+        }
+        if self.queued_ms > 0 {
+            let _ = headers.set("x-queued-ms", &self.queued_ms.to_string());
+        }
+    }
+}
+
 /// Serves one validated request end to end: plan, hold, attempts, delivery — and, whatever
 /// happens after the hold, settlement. A request refused before the hold is recorded too.
 pub async fn serve(call: &Call, catalog: &Catalog, mut request: ClientRequest) -> Result<Answer, ApiError> {
@@ -90,6 +113,7 @@ pub async fn serve(call: &Call, catalog: &Catalog, mut request: ClientRequest) -
         mut plan,
         started_ms,
         mut record,
+        window,
     } = match admit(call, catalog, request).await {
         Ok(admitted) => admitted,
         Err(error) => {
@@ -97,9 +121,21 @@ pub async fn serve(call: &Call, catalog: &Catalog, mut request: ClientRequest) -
             return Err(error);
         }
     };
-    match attempts(call, catalog, model, request, &mut plan, &mut record).await {
+    let mut extra = Extra { window, queued_ms: 0 };
+    match attempts(
+        call,
+        catalog,
+        model,
+        request,
+        &policy,
+        &mut plan,
+        &mut record,
+        &mut extra.queued_ms,
+    )
+    .await
+    {
         Ok((route, committed)) => {
-            let response = deliver(call, committed, record, &policy, started_ms)?;
+            let response = deliver(call, committed, record, &policy, started_ms, &extra)?;
             Ok(Answer { response, route })
         }
         Err(error) => {
@@ -114,23 +150,27 @@ pub async fn serve(call: &Call, catalog: &Catalog, mut request: ClientRequest) -
     }
 }
 
-/// A request that may be tried: its model, plan and open record (the hold placed).
+/// A request that may be tried: its model, plan and open record (the key's slot taken, the hold
+/// placed).
 struct Admitted<'c> {
     model: &'c Model,
     policy: Policy,
     plan: Plan,
     started_ms: u64,
     record: Record,
+    /// The key's `rpm` window, for the rate-limit headers.
+    window: Option<RateWindow>,
 }
 
-/// Everything before the first attempt that may refuse the request (SPEC §3, §11): the model,
-/// its plan, the hold.
+/// Everything before the first attempt that may refuse the request (SPEC §3, §10, §11): the
+/// model, the key's limits, its plan, the hold.
 async fn admit<'c>(call: &Call, catalog: &'c Catalog, request: &mut ClientRequest) -> Result<Admitted<'c>, ApiError> {
     let model = catalog.model(&request.model).ok_or_else(|| ApiError::ModelNotFound {
         model: request.model.clone(),
         available: catalog.model_ids(),
     })?;
     let policy = catalog.policy_for(model);
+    let key = limits::admit_key(&call.env, &call.ctx, &call.key, &call.generation_id, &policy).await?;
     let (mut plan, started_ms) = plan(call, catalog, model, request, &policy).await?;
     // The upstream is told the output limit that is held, so it cannot produce more (SPEC §11).
     request.limit_output(model.max_output_tokens);
@@ -167,6 +207,7 @@ async fn admit<'c>(call: &Call, catalog: &'c Catalog, request: &mut ClientReques
         hold: Some(hold),
         health: HealthConfig::from_policy(&policy),
         model: model.id.clone(),
+        slots: vec![key.slot],
     };
     Ok(Admitted {
         model,
@@ -174,6 +215,7 @@ async fn admit<'c>(call: &Call, catalog: &'c Catalog, request: &mut ClientReques
         plan,
         started_ms,
         record,
+        window: key.window,
     })
 }
 
@@ -234,24 +276,38 @@ async fn plan(
 }
 
 /// Tries routes until one commits; every attempt goes into the record. The error is the
-/// request's final one (SPEC §13).
+/// request's final one (SPEC §13). On a model with capped routes, each attempt first takes a slot
+/// on the first upcoming route with room (SPEC §10), queueing when all are full; `queued_ms` adds
+/// up the time queued.
+#[allow(clippy::too_many_arguments)]
 async fn attempts(
     call: &Call,
     catalog: &Catalog,
     model: &Model,
     request: &ClientRequest,
+    policy: &Policy,
     plan: &mut Plan,
     record: &mut Record,
+    queued_ms: &mut u64,
 ) -> Result<(String, Committed), ApiError> {
-    // A client that left (request.signal, `enable_request_signal`) gets no further attempt.
-    while let Some(Attempt {
-        route: route_idx,
-        deadline_ms,
-        extra_try,
-        probe,
-        last_resort,
-    }) = plan.next(now_ms(), call.client.aborted())
-    {
+    let capped = limits::capped(model);
+    loop {
+        let slot = if capped {
+            capacity(call, model, policy, plan, queued_ms).await?
+        } else {
+            Slot::default()
+        };
+        // A client that left (request.signal, `enable_request_signal`) gets no further attempt.
+        let Some(Attempt {
+            route: route_idx,
+            deadline_ms,
+            extra_try,
+            probe,
+            last_resort,
+        }) = plan.next(now_ms(), call.client.aborted())
+        else {
+            break;
+        };
         if !in_request() {
             // Polled outside this request (see `clock::in_request`): starting a fetch here would
             // throw into Wasm. End without blaming any route.
@@ -281,6 +337,7 @@ async fn attempts(
             Ok(committed) => {
                 let http_status = committed.http_status();
                 record.attempt(attempt, AttemptResult::Committed { http_status });
+                record.slots.push(slot); // held until the answer ends
                 return Ok((route.id.clone(), committed));
             }
             Err(failed) => {
@@ -301,6 +358,33 @@ async fn attempts(
         .filter(|m| m != &model.id)
         .collect();
     Err(plan.final_error(available))
+}
+
+/// Before an attempt on a model with capped routes: a slot on the first upcoming route with room,
+/// brought to the front of the plan (a full route is passed over, and stays a fallback). Time
+/// queued is free: it extends the plan's budget. Nothing to take when the next route is uncapped.
+async fn capacity(
+    call: &Call,
+    model: &Model,
+    policy: &Policy,
+    plan: &mut Plan,
+    queued_ms: &mut u64,
+) -> Result<Slot, ApiError> {
+    let upcoming = plan.upcoming();
+    let next_capped = upcoming
+        .first()
+        .and_then(|&i| model.routes.get(i))
+        .is_some_and(|r| r.max_concurrency.is_some());
+    if !next_capped {
+        return Ok(Slot::default());
+    }
+    let id = format!("{}#{}", call.generation_id, call.attempts.get() + 1);
+    let wait_ms = policy.capacity_wait_ms.saturating_sub(*queued_ms);
+    let granted = limits::admit_route(&call.env, &call.ctx, model, &upcoming, &id, policy, wait_ms).await?;
+    *queued_ms += granted.waited_ms;
+    plan.extend_budget(granted.waited_ms);
+    plan.bring_forward(granted.route);
+    Ok(granted.slot)
 }
 
 fn response_headers(content_type: &str) -> Headers {
@@ -325,6 +409,7 @@ fn deliver(
     record: Record,
     policy: &Policy,
     started_ms: u64,
+    extra: &Extra,
 ) -> Result<Response, ApiError> {
     match committed {
         Committed::Body {
@@ -339,13 +424,16 @@ fn deliver(
                 ..Delivery::default()
             })));
             // A whole answer is JSON with 200, whatever 2xx status and type the upstream used (SPEC §15).
+            let headers = response_headers("application/json");
+            extra.apply(&headers);
             Ok(ResponseBuilder::new()
                 .with_status(200)
-                .with_headers(response_headers("application/json"))
+                .with_headers(headers)
                 .fixed(bytes))
         }
         Committed::Stream(live) => {
             let headers = response_headers(&live.content_type);
+            extra.apply(&headers);
             let cap_ms = policy
                 .stream_cap_ms
                 .saturating_sub(now_ms().saturating_sub(started_ms))

@@ -47,6 +47,17 @@ pub struct KeyRecord {
     spend_limit_micros: Option<f64>,
     #[serde(default)]
     spent_micros: f64,
+    /// SPEC §10 limits (D1 integers arrive as numbers).
+    #[serde(default, deserialize_with = "positive_u32")]
+    pub rpm: Option<u32>,
+    #[serde(default, deserialize_with = "positive_u32")]
+    pub max_concurrent: Option<u32>,
+}
+
+/// A D1 number as a positive `u32`; null, zero, negative or huge values are no limit.
+fn positive_u32<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    let v: Option<f64> = serde::Deserialize::deserialize(d)?;
+    Ok(v.filter(|v| *v >= 1.0 && *v <= f64::from(u32::MAX)).map(|v| v as u32))
 }
 
 impl KeyRecord {
@@ -366,7 +377,7 @@ impl Store {
             .stmt(
                 "SELECT k.id AS id, k.account_id AS account_id, k.allow_fallbacks AS key_fallbacks, \
                  a.allow_fallbacks AS account_fallbacks, k.spend_limit_micros AS spend_limit_micros, \
-                 k.spent_micros AS spent_micros \
+                 k.spent_micros AS spent_micros, k.rpm AS rpm, k.max_concurrent AS max_concurrent \
                  FROM api_keys k JOIN accounts a ON a.id = k.account_id \
                  WHERE k.key_hash = ?1 AND k.revoked_at IS NULL",
                 &[JsValue::from_str(hash)],

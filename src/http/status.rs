@@ -17,6 +17,7 @@ use worker::{Env, Headers, ResponseBuilder};
 
 use super::response::{json_response, HandlerResult};
 use crate::health;
+use crate::limits;
 use crate::runtime::clock::now_ms;
 use crate::store::Store;
 
@@ -100,12 +101,17 @@ pub async fn admin(env: &Env, model_id: &str) -> HandlerResult {
             what: format!("Model `{model_id}`"),
         })?;
     let now = now_ms();
-    let (full, accounts) = join(health::full(env, model_id), health::accounts(env)).await;
+    let ((full, accounts), loads) = join(
+        join(health::full(env, model_id), health::accounts(env)),
+        limits::route_loads(env, model),
+    )
+    .await;
     let body = status::admin_report(
         &catalog,
         model,
         &full.unwrap_or_default(),
         &accounts.unwrap_or_default(),
+        &loads.unwrap_or_default(),
         now,
     );
     Ok(json_response(200, &body))

@@ -21,6 +21,7 @@ use worker::{Context, Env, Request};
 use super::body::read_capped;
 use super::context::RequestCtx;
 use super::response::{json_response, HandlerResult};
+use crate::limits;
 use crate::proxy;
 use crate::runtime::clock::{now_ms, sleep};
 use crate::runtime::{test_faults, TEST_FAULT};
@@ -143,6 +144,8 @@ pub async fn credits(req: &Request, env: &Env) -> HandlerResult {
             label: "credits_missing",
         })?;
     let (balance, held) = (c.balance_micros as i64, c.held_micros as i64);
+    // The key's current use of its limits, from its limit object (keys without limits have none).
+    let usage = limits::key_usage(env, &key).await;
     Ok(json_response(
         200,
         &json!({
@@ -162,6 +165,8 @@ pub async fn credits(req: &Request, env: &Env) -> HandlerResult {
                 "spend_limit": c.spend_limit_micros.map(|l| micros_to_usd(l as i64)),
                 "rpm": c.rpm.map(|v| v as u64),
                 "max_concurrent": c.max_concurrent.map(|v| v as u64),
+                "requests_in_window": usage.map(|u| u.requests_in_window),
+                "in_flight": usage.map(|u| u.in_flight),
             },
         }),
     ))

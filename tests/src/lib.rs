@@ -15,6 +15,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 /// Addresses and secrets of the running stack.
+#[derive(Clone)]
 pub struct Stack {
     pub gateway: String,
     pub mock: String,
@@ -558,24 +559,35 @@ impl Stack {
     /// `GET /v1/generation?id=` with `key`, waiting up to 5 s for the record (it is written after
     /// the response, off the critical path).
     pub fn generation(&self, key: &str, id: &str) -> Value {
+        self.generation_if_any(key, id)
+            .unwrap_or_else(|| panic!("generation {id} never appeared"))
+    }
+
+    /// [`Stack::generation`], or `None` if it did not appear within 5 s.
+    pub fn generation_if_any(&self, key: &str, id: &str) -> Option<Value> {
         let auth = format!("Bearer {key}");
         let url = format!("{}/v1/generation?id={id}", self.gateway);
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         loop {
             let r = self.request("GET", &url, &[("authorization", &auth)], None);
             if r.status == 200 {
-                let v = r.json();
-                // A stream's record is final once its outcome is known.
-                return v;
+                return Some(r.json());
             }
             assert_eq!(r.status, 404, "{}", r.text());
-            assert!(std::time::Instant::now() < deadline, "generation {id} never appeared");
+            if std::time::Instant::now() >= deadline {
+                return None;
+            }
             std::thread::sleep(Duration::from_millis(50));
         }
     }
 
     /// A fresh account with `credit_usd` and one key for it; returns the plaintext key.
     pub fn new_key(&self, credit_usd: f64) -> String {
+        self.new_key_with(credit_usd, json!({}))
+    }
+
+    /// [`Stack::new_key`] with more fields for the key (`rpm`, `max_concurrent`, …).
+    pub fn new_key_with(&self, credit_usd: f64, fields: Value) -> String {
         let account = self.admin("POST", "/admin/accounts", Some(json!({})));
         assert_eq!(account.status, 201, "creating account: {}", account.text());
         let account_id = account.json()["id"].as_str().expect("account id").to_string();
@@ -585,7 +597,11 @@ impl Stack {
             Some(json!({"amount_usd": credit_usd})),
         );
         assert_eq!(credit.status, 200, "crediting: {}", credit.text());
-        let key = self.admin("POST", "/admin/keys", Some(json!({"account_id": account_id})));
+        let key = self.admin(
+            "POST",
+            "/admin/keys",
+            Some(with(json!({"account_id": account_id}), fields)),
+        );
         assert_eq!(key.status, 201, "creating key: {}", key.text());
         key.json()["key"].as_str().expect("key").to_string()
     }

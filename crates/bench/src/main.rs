@@ -492,6 +492,7 @@ fn gateway_mode(o: &Opts) -> Result<Value, String> {
     let m_ok = format!("{label}-ok");
     let m_200 = format!("{label}-200");
     let m_out = format!("{label}-outage");
+    let m_capped = format!("{label}-capped");
     let model = |routes: Vec<Value>, policy: Option<Value>| {
         let mut m = json!({"context_window": 8192, "max_output_tokens": 1024, "routes": routes});
         if let Some(p) = policy {
@@ -520,6 +521,15 @@ fn gateway_mode(o: &Opts) -> Result<Value, String> {
         ),
         200,
     )?;
+    // SPEC §10: a capped route whose cap never binds, for the capacity cost.
+    let mut capped_route = route("r0", &p_ok);
+    capped_route["max_concurrency"] = json!(100_000);
+    admin.call(
+        "PUT",
+        &format!("/admin/models/{m_capped}"),
+        model(vec![capped_route], None),
+        200,
+    )?;
     let account = admin.call("POST", "/admin/accounts", json!({}), 201)?;
     let account_id = account["id"].as_str().ok_or("POST /admin/accounts: no id")?.to_string();
     admin.call(
@@ -530,6 +540,14 @@ fn gateway_mode(o: &Opts) -> Result<Value, String> {
     )?;
     let key = admin.call("POST", "/admin/keys", json!({"account_id": account_id}), 201)?;
     let key = key["key"].as_str().ok_or("POST /admin/keys: no key")?.to_string();
+    // SPEC §10: a key whose limits never bind, for the per-key limit cost.
+    let limited = admin.call(
+        "POST",
+        "/admin/keys",
+        json!({"account_id": account_id, "rpm": 10_000_000, "max_concurrent": 100_000}),
+        201,
+    )?;
+    let limited = limited["key"].as_str().ok_or("POST /admin/keys: no key")?.to_string();
 
     let through_url = gw.join("/v1/chat/completions");
     let through = |model: &str, stream: bool| {
@@ -549,6 +567,13 @@ fn gateway_mode(o: &Opts) -> Result<Value, String> {
         ))
     };
     let a_ok = through(&m_ok, false);
+    let a_limited = Call::post_json(
+        through_url.clone(),
+        json_headers(Some(&limited)),
+        &chat_body(&m_ok, false),
+        false,
+    );
+    let a_capped = through(&m_capped, false);
     let b_ok = direct(&p_ok, "ok", false)?;
     let a_ok_s = through(&m_ok, true);
     let b_ok_s = direct(&p_ok, "ok", true)?;
@@ -559,6 +584,8 @@ fn gateway_mode(o: &Opts) -> Result<Value, String> {
     let mut probe = Client::new(Duration::from_secs(60));
     for (call, metric) in [
         (&a_ok, Metric::Total),
+        (&a_limited, Metric::Total),
+        (&a_capped, Metric::Total),
         (&a_ok_s, Metric::FirstContent),
         (&a_200, Metric::FirstContent),
     ] {
@@ -572,6 +599,28 @@ fn gateway_mode(o: &Opts) -> Result<Value, String> {
             &PairSpec {
                 name: "nonstream_c1",
                 through: &a_ok,
+                direct: Some(&b_ok),
+                metric: Metric::Total,
+                concurrency: 1,
+                gap_ms: 0,
+            },
+        )?,
+        measure(
+            o,
+            &PairSpec {
+                name: "nonstream_c1_limited_key",
+                through: &a_limited,
+                direct: Some(&b_ok),
+                metric: Metric::Total,
+                concurrency: 1,
+                gap_ms: 0,
+            },
+        )?,
+        measure(
+            o,
+            &PairSpec {
+                name: "nonstream_c1_capped_route",
+                through: &a_capped,
                 direct: Some(&b_ok),
                 metric: Metric::Total,
                 concurrency: 1,

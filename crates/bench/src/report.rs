@@ -173,6 +173,14 @@ pub fn render(runs: &[Value], primary: usize) -> String {
     let lines: Vec<(&str, Vec<String>)> = vec![
         ("non-stream, concurrency 1: added", added("nonstream_c1")),
         (
+            "the same, a key with `rpm` and `max_concurrent` that never bind (SPEC §10): added",
+            added("nonstream_c1_limited_key"),
+        ),
+        (
+            "the same, a model whose route has `max_concurrency` that never binds: added",
+            added("nonstream_c1_capped_route"),
+        ),
+        (
             "non-stream, concurrency 1, 25 ms idle after each pair (background work drained): added",
             added("nonstream_c1_idle"),
         ),

@@ -43,6 +43,11 @@ pub enum ApiError {
     NotFound { what: String },
     /// 405: the path exists, the method does not.
     MethodNotAllowed,
+    /// 429: the API key is at its `rpm` or `max_concurrent` limit and no room came within
+    /// `key_wait_ms` (SPEC §10).
+    KeyRateLimited { retry_after_s: u64 },
+    /// 429: every capped route of the model is full and none freed within `capacity_wait_ms`.
+    CapacityBusy { retry_after_s: u64 },
     /// 409: an admin write raced another (the catalog moved on since it was read).
     Conflict { message: String },
     /// 503: the model has no route serving this dialect.
@@ -83,6 +88,7 @@ impl ApiError {
             ApiError::ModelNotFound { .. } | ApiError::NotFound { .. } => 404,
             ApiError::MethodNotAllowed => 405,
             ApiError::Conflict { .. } => 409,
+            ApiError::KeyRateLimited { .. } | ApiError::CapacityBusy { .. } => 429,
             ApiError::Internal { .. } => 500,
             ApiError::ProviderError { .. } => 502,
             ApiError::SupplyNotConfigured { .. }
@@ -103,6 +109,8 @@ impl ApiError {
             ApiError::NotFound { .. } => "not_found",
             ApiError::MethodNotAllowed => "method_not_allowed",
             ApiError::Conflict { .. } => "conflict",
+            ApiError::KeyRateLimited { .. } => "key_rate_limited",
+            ApiError::CapacityBusy { .. } => "capacity_busy",
             ApiError::SupplyNotConfigured { .. } => "supply_not_configured",
             ApiError::ProviderError { .. } => "provider_error",
             ApiError::CapacityExhausted { .. } => "upstream_capacity_exhausted",
@@ -126,6 +134,8 @@ impl ApiError {
             ApiError::ModelNotFound { model, .. } => format!("Model `{model}` does not exist. See available_models."),
             ApiError::NotFound { what } => format!("{what} not found."),
             ApiError::MethodNotAllowed => "Method not allowed on this path.".into(),
+            ApiError::KeyRateLimited { .. } => "This API key has reached its rate or concurrency limit.".into(),
+            ApiError::CapacityBusy { .. } => "All upstream capacity for this model is busy. Retry shortly.".into(),
             ApiError::SupplyNotConfigured { model } => {
                 format!("Model {model} has no route serving this API. Nothing was charged.")
             }
@@ -185,7 +195,9 @@ impl ApiError {
     /// Seconds for a `retry-after` header, where the error has one.
     pub fn retry_after_s(&self) -> Option<u64> {
         match self {
-            ApiError::CapacityExhausted { retry_after_s, .. } => Some(*retry_after_s),
+            ApiError::CapacityExhausted { retry_after_s, .. }
+            | ApiError::KeyRateLimited { retry_after_s }
+            | ApiError::CapacityBusy { retry_after_s } => Some(*retry_after_s),
             ApiError::StorageUnavailable => Some(1),
             _ => None,
         }
@@ -252,6 +264,30 @@ mod tests {
         assert_eq!(
             ApiError::SpendLimitReached.message(),
             "This API key has reached its spend limit."
+        );
+    }
+
+    #[test]
+    fn limits_are_429_in_each_dialect_with_retry_after() {
+        let key = ApiError::KeyRateLimited { retry_after_s: 7 };
+        assert_eq!(
+            (key.status(), key.code(), key.retry_after_s()),
+            (429, "key_rate_limited", Some(7))
+        );
+        assert_eq!(key.message(), "This API key has reached its rate or concurrency limit.");
+        assert_eq!(
+            key.body(ErrorShape::OpenAi, "g")["error"]["type"],
+            "rate_limit_exceeded"
+        );
+        assert_eq!(
+            key.body(ErrorShape::Anthropic, "g")["error"]["type"],
+            "rate_limit_error"
+        );
+        let busy = ApiError::CapacityBusy { retry_after_s: 1 };
+        assert_eq!((busy.status(), busy.code()), (429, "capacity_busy"));
+        assert_eq!(
+            busy.message(),
+            "All upstream capacity for this model is busy. Retry shortly."
         );
     }
 

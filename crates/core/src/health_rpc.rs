@@ -13,6 +13,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::health::{HealthConfig, ModelHealth, Observation, RequestObservation, RouteStats, Scope};
 
+/// The name of model `model_id`'s health object (its breakers, buckets and route capacity).
+pub fn model_object(model_id: &str) -> String {
+    format!("model:{model_id}")
+}
+
 /// A call to a health object.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "call", rename_all = "snake_case")]

@@ -16,6 +16,7 @@ pub mod health;
 pub mod health_rpc;
 pub mod ids;
 pub mod keys;
+pub mod limits;
 pub mod money;
 pub mod plan;
 pub mod relay;

@@ -371,6 +371,34 @@ impl Plan {
         self.candidates.retain(|c| routes.contains(&c.route));
     }
 
+    /// The routes the next usual attempts would go to, in order (an empty list once only the
+    /// one more try is left): what route capacity is asked for (SPEC §10).
+    pub fn upcoming(&self) -> Vec<usize> {
+        if self.stopped.is_some() || self.attempts >= self.max_attempts {
+            return Vec::new();
+        }
+        self.candidates[self.next.min(self.candidates.len())..]
+            .iter()
+            .filter(|c| self.eligible(c))
+            .map(|c| c.route)
+            .collect()
+    }
+
+    /// Makes `route` (one of [`Plan::upcoming`]) the next attempt; the routes it passes stay
+    /// after it, in their order — a route that was full is still a fallback (SPEC §10).
+    pub fn bring_forward(&mut self, route: usize) {
+        let start = self.next.min(self.candidates.len());
+        if let Some(offset) = self.candidates[start..].iter().position(|c| c.route == route) {
+            self.candidates[start..=start + offset].rotate_right(1);
+        }
+    }
+
+    /// Time spent queued for capacity does not count against the pre-content budget (SPEC §10:
+    /// waiting is free).
+    pub fn extend_budget(&mut self, waited_ms: u64) {
+        self.budget_ends_ms = self.budget_ends_ms.saturating_add(waited_ms);
+    }
+
     /// Whether the plan stopped because the client went away.
     pub fn cancelled(&self) -> bool {
         self.cancelled
@@ -719,6 +747,29 @@ mod tests {
         .unwrap();
         let mut p = plan_with(&c, json!({"stream": true}), &[], true);
         assert_eq!(drain(&mut p, FailureClass::Upstream5xx), vec![(0, 15_000), (1, 60_000)]);
+    }
+
+    #[test]
+    fn a_full_route_is_passed_over_but_stays_a_fallback() {
+        let c = three();
+        let mut p = plan_with(&c, json!({}), &[], true);
+        assert_eq!(p.upcoming(), vec![0, 1, 2]);
+        p.bring_forward(1);
+        assert_eq!(p.upcoming(), vec![1, 0, 2]);
+        let first = p.next(0, false).unwrap();
+        assert_eq!(first.route, 1);
+        p.record_failure(1, verdict(FailureClass::Upstream5xx));
+        assert_eq!(p.upcoming(), vec![0, 2]);
+        p.bring_forward(7); // not upcoming: nothing moves
+        assert_eq!(p.upcoming(), vec![0, 2]);
+        assert_eq!(
+            drain(&mut p, FailureClass::Upstream5xx)
+                .iter()
+                .map(|a| a.0)
+                .collect::<Vec<_>>(),
+            vec![0, 2]
+        );
+        assert!(p.upcoming().is_empty());
     }
 
     #[test]

@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::catalog::{Catalog, Model};
 use crate::health::{median_ms, recent, BreakerState, Bucket, ModelHealth};
+use crate::limits::RouteLoad;
 
 /// Below this share answered: Degraded.
 const OPERATIONAL_MIN_ANSWERED: f64 = 0.95;
@@ -267,14 +268,20 @@ pub fn admin_report(
     model: &Model,
     full: &ModelHealth,
     accounts: &ModelHealth,
+    loads: &BTreeMap<String, RouteLoad>,
     now_ms: u64,
 ) -> serde_json::Value {
     let routes: Vec<serde_json::Value> = catalog
         .route_accounts(model)
         .into_iter()
-        .map(|(route, account)| {
+        .zip(&model.routes)
+        .map(|((route, account), r)| {
             let breaker = full.routes.get(&route).map(|r| r.breaker.clone()).unwrap_or_default();
+            let load = loads.get(&route).copied().unwrap_or_default();
             serde_json::json!({
+                "max_concurrency": r.max_concurrency,
+                "in_flight": load.in_flight,
+                "queued": load.queued,
                 "route": route,
                 "account": account,
                 "state": state_word(&breaker.state(now_ms)).0,
@@ -663,7 +670,14 @@ mod tests {
             &HealthConfig::default(),
         );
         let model = c.model("m").unwrap();
-        let v = admin_report(&c, model, &full, &accounts, T0 + MIN);
+        let loads = BTreeMap::from([(
+            "r1".to_string(),
+            RouteLoad {
+                in_flight: 2,
+                queued: 3,
+            },
+        )]);
+        let v = admin_report(&c, model, &full, &accounts, &loads, T0 + MIN);
         assert_eq!(v["model"], "m");
         assert_eq!(v["status"], "operational");
         let routes = v["routes"].as_array().unwrap();
@@ -691,5 +705,7 @@ mod tests {
         assert_eq!(routes[0]["stats"]["failed"], 1);
         assert_eq!(routes[1]["breaker"]["consecutive_failures"], 0);
         assert_eq!(v["accounts"]["acct-b"]["demoted_until_ms"], T0 + 5 * MIN);
+        assert_eq!((&routes[1]["in_flight"], &routes[1]["queued"]), (&json!(2), &json!(3)));
+        assert_eq!((&routes[0]["in_flight"], &routes[0]["queued"]), (&json!(0), &json!(0)));
     }
 }

@@ -1,0 +1,674 @@
+//! Per-key rate and concurrency limits and per-route capacity (SPEC §10): the state machines the
+//! limit Durable Objects run, pure — time comes in as `now_ms`, waiting is the caller's.
+//!
+//! Every concurrency slot is a [`Lease`] that expires [`lease_ms`] after it was granted, longer
+//! than any request can live and by a small margin only: a Worker that dies without giving its
+//! slot back blocks it for that long, never for good. Waiters are served first come, first served.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+use crate::catalog::Policy;
+
+/// The `rpm` sliding window.
+pub const WINDOW_MS: u64 = 60_000;
+/// How much longer than the longest possible request a lease lives.
+pub const LEASE_MARGIN_MS: u64 = 5_000;
+/// At most this many requests wait in one queue; more are refused at once.
+pub const MAX_QUEUE: usize = 1_000;
+
+/// How long a slot taken under `policy` is kept if its holder never gives it back: the key and
+/// capacity waits, the pre-content budget, the stream cap and the disconnect grace, plus
+/// [`LEASE_MARGIN_MS`].
+pub fn lease_ms(policy: &Policy) -> u64 {
+    policy
+        .key_wait_ms
+        .saturating_add(policy.capacity_wait_ms)
+        .saturating_add(policy.pre_content_budget_ms)
+        .saturating_add(policy.stream_cap_ms)
+        .saturating_add(policy.disconnect_grace_ms)
+        .saturating_add(LEASE_MARGIN_MS)
+}
+
+/// Whole seconds for a `retry-after` header, at least 1.
+pub fn retry_after_s(wait_ms: u64) -> u64 {
+    wait_ms.div_ceil(1_000).max(1)
+}
+
+/// One taken slot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    pub id: String,
+    pub expires_ms: u64,
+}
+
+/// When the requests of second `sec` leave the `rpm` window: once the whole second is older than
+/// [`WINDOW_MS`].
+fn leaves_window_ms(sec: u64) -> u64 {
+    sec.saturating_add(1).saturating_mul(1_000).saturating_add(WINDOW_MS)
+}
+
+fn expire(leases: &mut Vec<Lease>, now_ms: u64) {
+    leases.retain(|l| l.expires_ms > now_ms);
+}
+
+/// A call to a key's limit object (`key:<id>`), typed for both sides.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "call", rename_all = "snake_case")]
+pub enum KeyCall {
+    /// Admit request `id`, waiting up to `wait_ms` for room. Replies [`KeyReply`].
+    Acquire {
+        id: String,
+        limit: KeyLimit,
+        lease_ms: u64,
+        wait_ms: u64,
+    },
+    /// Give back request `id`'s slot.
+    Release { id: String },
+    /// What the key uses now. Replies [`KeyUsage`].
+    Usage,
+}
+
+/// The answer to [`KeyCall::Acquire`]: `Granted` or `Refused`, and how long the request waited.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyReply {
+    pub admit: KeyAdmit,
+    pub waited_ms: u64,
+}
+
+/// A call about route capacity to a model's health object (its `/capacity` path), typed for both
+/// sides.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "call", rename_all = "snake_case")]
+pub enum CapacityCall {
+    /// Take a slot on the first of `wants` with room, queueing up to `wait_ms` when all are full.
+    /// Replies [`CapacityReply`].
+    Acquire {
+        id: String,
+        wants: Vec<Want>,
+        lease_ms: u64,
+        wait_ms: u64,
+    },
+    /// Give back request `id`'s slot on `route`.
+    Release { route: String, id: String },
+    /// Each capped route's load. Replies a map of route id → [`RouteLoad`].
+    Report,
+}
+
+/// The answer to [`CapacityCall::Acquire`]: `Granted` or `Refused`, and how long it queued.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CapacityReply {
+    pub admit: CapacityAdmit,
+    pub waited_ms: u64,
+}
+
+/// One route's capacity now (admin health).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct RouteLoad {
+    pub in_flight: u32,
+    pub queued: u32,
+}
+
+/// The OpenAI-style rate-limit headers of a response to a key with an `rpm` limit.
+pub fn rate_headers(w: &RateWindow) -> [(&'static str, String); 3] {
+    [
+        ("x-ratelimit-limit-requests", w.limit.to_string()),
+        ("x-ratelimit-remaining-requests", w.remaining.to_string()),
+        ("x-ratelimit-reset-requests", format!("{}s", retry_after_s(w.reset_ms))),
+    ]
+}
+
+// ---- per key -----------------------------------------------------------------------------------
+
+/// A key's limits (none by default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct KeyLimit {
+    pub rpm: Option<u32>,
+    pub max_concurrent: Option<u32>,
+}
+
+impl KeyLimit {
+    /// Whether the key has any limit (a key without one never calls a limit object).
+    pub fn any(&self) -> bool {
+        self.rpm.is_some() || self.max_concurrent.is_some()
+    }
+}
+
+/// The `rpm` window as the rate-limit headers report it after a grant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RateWindow {
+    pub limit: u32,
+    pub remaining: u32,
+    /// Until the oldest request in the window leaves it.
+    pub reset_ms: u64,
+}
+
+/// A key's answer to one request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "admit", rename_all = "snake_case")]
+pub enum KeyAdmit {
+    /// Go ahead; the slot (if the key limits concurrency) is the request's id.
+    Granted { window: Option<RateWindow> },
+    /// No room now; room may come at `retry_at_ms` (or sooner, when a slot is given back).
+    Wait { retry_at_ms: u64 },
+    /// No room within the wait: 429 with `retry-after`.
+    Refused { retry_after_s: u64 },
+}
+
+/// What a key is using now (for `/v1/credits`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct KeyUsage {
+    pub requests_in_window: u32,
+    pub in_flight: u32,
+    pub queued: u32,
+}
+
+/// One key's limit state: its requests in the last minute (counted per second, so the state stays
+/// small at any rate), its leases, its queue.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct KeyState {
+    /// (second, requests started in it), oldest first; a second leaves the window once all of it
+    /// is more than [`WINDOW_MS`] old (so the window errs on the strict side, by under 1 s).
+    window: VecDeque<(u64, u32)>,
+    leases: Vec<Lease>,
+    /// Waiters live in the object's own calls, so they are not kept across a restart.
+    #[serde(skip)]
+    queue: VecDeque<String>,
+}
+
+impl KeyState {
+    fn expire(&mut self, now_ms: u64) {
+        while self
+            .window
+            .front()
+            .is_some_and(|&(sec, _)| leaves_window_ms(sec) <= now_ms)
+        {
+            self.window.pop_front();
+        }
+        expire(&mut self.leases, now_ms);
+    }
+
+    fn in_window(&self) -> u32 {
+        self.window.iter().map(|&(_, n)| n).sum()
+    }
+
+    fn rate_full(&self, limit: KeyLimit) -> bool {
+        limit.rpm.is_some_and(|r| self.in_window() >= r)
+    }
+
+    /// When the oldest second in the window leaves it.
+    fn window_reset_ms(&self) -> Option<u64> {
+        self.window.front().map(|&(sec, _)| leaves_window_ms(sec))
+    }
+
+    /// Tries to admit request `id` under `limit`. Only the first waiter may take room that
+    /// frees; a request that cannot go now is queued (answer `Wait`) until it is admitted or
+    /// [`KeyState::give_up`] is called for it. A full queue refuses at once.
+    pub fn admit(&mut self, id: &str, limit: KeyLimit, lease_ms: u64, now_ms: u64) -> KeyAdmit {
+        self.expire(now_ms);
+        let first = self.queue.front().is_none_or(|head| head == id);
+        let rate_full = self.rate_full(limit);
+        let slots_full = limit.max_concurrent.is_some_and(|m| self.leases.len() >= m as usize);
+        if first && !rate_full && !slots_full {
+            self.queue.retain(|w| w != id);
+            if limit.rpm.is_some() {
+                let sec = now_ms / 1_000;
+                match self.window.back_mut() {
+                    Some((last, n)) if *last == sec => *n += 1,
+                    _ => self.window.push_back((sec, 1)),
+                }
+            }
+            if limit.max_concurrent.is_some() {
+                self.leases.push(Lease {
+                    id: id.to_string(),
+                    expires_ms: now_ms.saturating_add(lease_ms),
+                });
+            }
+            let window = limit.rpm.map(|limit| RateWindow {
+                limit,
+                remaining: limit.saturating_sub(self.in_window()),
+                reset_ms: self.window_reset_ms().map_or(0, |t| t.saturating_sub(now_ms)),
+            });
+            return KeyAdmit::Granted { window };
+        }
+        if !self.queue.iter().any(|w| w == id) {
+            if self.queue.len() >= MAX_QUEUE {
+                return KeyAdmit::Refused {
+                    retry_after_s: retry_after_s(self.next_room_ms(limit, now_ms).saturating_sub(now_ms)),
+                };
+            }
+            self.queue.push_back(id.to_string());
+        }
+        KeyAdmit::Wait {
+            retry_at_ms: self.next_room_ms(limit, now_ms),
+        }
+    }
+
+    /// When room may next appear without anyone giving a slot back: the oldest request leaving
+    /// the window, or the earliest lease expiring.
+    fn next_room_ms(&self, limit: KeyLimit, now_ms: u64) -> u64 {
+        let rate = self.window_reset_ms().filter(|_| self.rate_full(limit));
+        let slots = limit
+            .max_concurrent
+            .filter(|m| self.leases.len() >= *m as usize)
+            .and_then(|_| self.leases.iter().map(|l| l.expires_ms).min());
+        match (rate, slots) {
+            (Some(a), Some(b)) => a.max(b),
+            (Some(t), None) | (None, Some(t)) => t,
+            // Only waiting behind others: whenever they are served.
+            (None, None) => now_ms,
+        }
+    }
+
+    /// Request `id` stops waiting (its wait ran out): the refusal's `retry-after` — until the
+    /// oldest request leaves a full window, else 1 s (a slot frees when a request ends, which
+    /// nobody can predict).
+    pub fn give_up(&mut self, id: &str, limit: KeyLimit, now_ms: u64) -> u64 {
+        self.queue.retain(|w| w != id);
+        self.expire(now_ms);
+        match self.window_reset_ms().filter(|_| self.rate_full(limit)) {
+            Some(reset) => retry_after_s(reset.saturating_sub(now_ms)),
+            None => 1,
+        }
+    }
+
+    /// Gives back request `id`'s slot; true if it held one.
+    pub fn release(&mut self, id: &str) -> bool {
+        let before = self.leases.len();
+        self.leases.retain(|l| l.id != id);
+        self.leases.len() != before
+    }
+
+    pub fn usage(&mut self, now_ms: u64) -> KeyUsage {
+        self.expire(now_ms);
+        KeyUsage {
+            requests_in_window: self.in_window(),
+            in_flight: self.leases.len() as u32,
+            queued: self.queue.len() as u32,
+        }
+    }
+}
+
+// ---- per route ---------------------------------------------------------------------------------
+
+/// A route a request could use next, in plan order, with its `max_concurrency` (`None`: no cap).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Want {
+    pub route: String,
+    pub max: Option<u32>,
+}
+
+/// The capacity answer to one request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "admit", rename_all = "snake_case")]
+pub enum CapacityAdmit {
+    /// Use `route` (the first in plan order with room); a capped route's slot is the lease id
+    /// the request asked with.
+    Granted { route: String, capped: bool },
+    /// Every route is full: queued until one frees (or the lease that blocks it expires).
+    Wait { retry_at_ms: u64 },
+    /// No room within the wait: 429 `capacity_busy`.
+    Refused { retry_after_s: u64 },
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+struct Waiter {
+    id: String,
+    /// The capped routes it waits for.
+    routes: Vec<String>,
+}
+
+/// One model's route capacity: the leases taken on each capped route, and the requests waiting
+/// for any of them.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Capacity {
+    in_flight: BTreeMap<String, Vec<Lease>>,
+    /// Waiters live in the object's own calls, so they are not kept across a restart.
+    #[serde(skip)]
+    queue: VecDeque<Waiter>,
+}
+
+impl Capacity {
+    fn expire(&mut self, now_ms: u64) {
+        for leases in self.in_flight.values_mut() {
+            expire(leases, now_ms);
+        }
+        self.in_flight.retain(|_, l| !l.is_empty());
+    }
+
+    fn taken(&self, route: &str) -> usize {
+        self.in_flight.get(route).map_or(0, Vec::len)
+    }
+
+    /// Tries to give request `id` the first route of `wants` with room, skipping full ones. Room
+    /// on a route goes to the earliest waiter that wants it: a route an earlier waiter waits for
+    /// is not taken from it. A request that finds nothing is queued (answer `Wait`).
+    pub fn admit(&mut self, id: &str, wants: &[Want], lease_ms: u64, now_ms: u64) -> CapacityAdmit {
+        self.expire(now_ms);
+        let position = self.queue.iter().position(|w| w.id == id).unwrap_or(self.queue.len());
+        let claimed_ahead = |route: &str| {
+            self.queue
+                .iter()
+                .take(position)
+                .any(|w| w.routes.iter().any(|r| r == route))
+        };
+        let pick = wants.iter().find(|w| match w.max {
+            None => true,
+            Some(max) => self.taken(&w.route) < max as usize && !claimed_ahead(&w.route),
+        });
+        if let Some(want) = pick {
+            let (route, capped) = (want.route.clone(), want.max.is_some());
+            self.queue.retain(|w| w.id != id);
+            if capped {
+                self.in_flight.entry(route.clone()).or_default().push(Lease {
+                    id: id.to_string(),
+                    expires_ms: now_ms.saturating_add(lease_ms),
+                });
+            }
+            return CapacityAdmit::Granted { route, capped };
+        }
+        if position == self.queue.len() {
+            if self.queue.len() >= MAX_QUEUE {
+                return CapacityAdmit::Refused { retry_after_s: 1 };
+            }
+            self.queue.push_back(Waiter {
+                id: id.to_string(),
+                routes: wants.iter().map(|w| w.route.clone()).collect(),
+            });
+        }
+        // Without a release, room appears when the earliest lease on a wanted route expires.
+        let retry_at_ms = wants
+            .iter()
+            .filter_map(|w| self.in_flight.get(&w.route))
+            .flatten()
+            .map(|l| l.expires_ms)
+            .min()
+            .unwrap_or(now_ms);
+        CapacityAdmit::Wait { retry_at_ms }
+    }
+
+    /// Request `id` stops waiting.
+    pub fn give_up(&mut self, id: &str) {
+        self.queue.retain(|w| w.id != id);
+    }
+
+    /// Gives back the slot `id` holds on `route`; true if it held one.
+    pub fn release(&mut self, route: &str, id: &str) -> bool {
+        let Some(leases) = self.in_flight.get_mut(route) else {
+            return false;
+        };
+        let before = leases.len();
+        leases.retain(|l| l.id != id);
+        let released = leases.len() != before;
+        if leases.is_empty() {
+            self.in_flight.remove(route);
+        }
+        released
+    }
+
+    /// Each capped route's load now.
+    pub fn report(&mut self, now_ms: u64) -> BTreeMap<String, RouteLoad> {
+        self.expire(now_ms);
+        let mut out: BTreeMap<String, RouteLoad> = BTreeMap::new();
+        for (route, leases) in &self.in_flight {
+            out.entry(route.clone()).or_default().in_flight = leases.len() as u32;
+        }
+        for w in &self.queue {
+            for r in &w.routes {
+                out.entry(r.clone()).or_default().queued += 1;
+            }
+        }
+        out
+    }
+
+    /// Slots taken on `route` now.
+    pub fn in_flight(&mut self, route: &str, now_ms: u64) -> u32 {
+        self.expire(now_ms);
+        self.taken(route) as u32
+    }
+
+    /// Requests waiting for `route` now.
+    pub fn queued(&self, route: &str) -> u32 {
+        self.queue
+            .iter()
+            .filter(|w| w.routes.iter().any(|r| r == route))
+            .count() as u32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LEASE: u64 = 10_000;
+
+    fn granted(a: &KeyAdmit) -> bool {
+        matches!(a, KeyAdmit::Granted { .. })
+    }
+
+    #[test]
+    fn rpm_admits_n_in_a_minute_then_waits_for_the_oldest_to_leave() {
+        let limit = KeyLimit {
+            rpm: Some(3),
+            max_concurrent: None,
+        };
+        let mut k = KeyState::default();
+        for (i, t) in [0, 500, 20_000].into_iter().enumerate() {
+            match k.admit(&format!("r{i}"), limit, LEASE, t) {
+                KeyAdmit::Granted { window: Some(w) } => {
+                    assert_eq!((w.limit, w.remaining), (3, 2 - i as u32));
+                    assert_eq!(w.reset_ms, 1_000 + WINDOW_MS - t, "the first second leaves at 61 s");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        let reset = 1_000 + WINDOW_MS;
+        assert_eq!(
+            k.admit("r3", limit, LEASE, 30_000),
+            KeyAdmit::Wait { retry_at_ms: reset }
+        );
+        assert_eq!(
+            k.give_up("r3", limit, 30_000),
+            31,
+            "retry when the first second leaves the window"
+        );
+        assert!(matches!(k.admit("r4", limit, LEASE, reset - 1), KeyAdmit::Wait { .. }));
+        k.give_up("r4", limit, reset - 1);
+        assert!(
+            granted(&k.admit("r4", limit, LEASE, reset)),
+            "the window slid by two requests"
+        );
+        assert!(granted(&k.admit("r5", limit, LEASE, reset)));
+        assert!(matches!(k.admit("r6", limit, LEASE, reset), KeyAdmit::Wait { .. }));
+        assert_eq!(k.usage(reset).requests_in_window, 3);
+        assert_eq!(k.window.len(), 2, "one entry per second, whatever the rate");
+    }
+
+    #[test]
+    fn concurrency_is_given_back_and_goes_to_the_first_waiter() {
+        let limit = KeyLimit {
+            rpm: None,
+            max_concurrent: Some(2),
+        };
+        let mut k = KeyState::default();
+        assert!(granted(&k.admit("a", limit, LEASE, 0)));
+        assert!(granted(&k.admit("b", limit, LEASE, 0)));
+        assert!(matches!(
+            k.admit("c", limit, LEASE, 1),
+            KeyAdmit::Wait { retry_at_ms: LEASE }
+        ));
+        assert!(matches!(k.admit("d", limit, LEASE, 2), KeyAdmit::Wait { .. }));
+        assert!(k.release("a"));
+        assert!(!k.release("a"), "a slot is given back once");
+        // The room is c's, not d's, though d asks first after the release.
+        assert!(matches!(k.admit("d", limit, LEASE, 3), KeyAdmit::Wait { .. }));
+        assert!(granted(&k.admit("c", limit, LEASE, 4)));
+        assert_eq!(
+            k.usage(5),
+            KeyUsage {
+                requests_in_window: 0,
+                in_flight: 2,
+                queued: 1
+            }
+        );
+        assert_eq!(k.give_up("d", limit, 6), 1);
+        assert_eq!(k.usage(6).queued, 0);
+    }
+
+    #[test]
+    fn a_lease_nobody_gives_back_expires() {
+        let limit = KeyLimit {
+            rpm: None,
+            max_concurrent: Some(1),
+        };
+        let mut k = KeyState::default();
+        assert!(granted(&k.admit("dead", limit, LEASE, 0)));
+        assert!(matches!(
+            k.admit("next", limit, LEASE, LEASE - 1),
+            KeyAdmit::Wait { .. }
+        ));
+        assert!(granted(&k.admit("next", limit, LEASE, LEASE)));
+    }
+
+    #[test]
+    fn waiters_are_not_kept_across_a_restart_but_leases_are() {
+        let limit = KeyLimit {
+            rpm: Some(10),
+            max_concurrent: Some(1),
+        };
+        let mut k = KeyState::default();
+        assert!(granted(&k.admit("a", limit, LEASE, 0)));
+        assert!(matches!(k.admit("b", limit, LEASE, 0), KeyAdmit::Wait { .. }));
+        let mut restored: KeyState = serde_json::from_str(&serde_json::to_string(&k).unwrap()).unwrap();
+        assert_eq!(
+            restored.usage(1),
+            KeyUsage {
+                requests_in_window: 1,
+                in_flight: 1,
+                queued: 0
+            }
+        );
+    }
+
+    #[test]
+    fn the_queue_is_bounded() {
+        let limit = KeyLimit {
+            rpm: Some(1),
+            max_concurrent: None,
+        };
+        let mut k = KeyState::default();
+        assert!(granted(&k.admit("a", limit, LEASE, 0)));
+        for i in 0..MAX_QUEUE {
+            assert!(matches!(
+                k.admit(&i.to_string(), limit, LEASE, 1),
+                KeyAdmit::Wait { .. }
+            ));
+        }
+        assert_eq!(
+            k.admit("late", limit, LEASE, 1),
+            KeyAdmit::Refused { retry_after_s: 61 }
+        );
+    }
+
+    fn want(route: &str, max: Option<u32>) -> Want {
+        Want {
+            route: route.into(),
+            max,
+        }
+    }
+
+    #[test]
+    fn a_full_route_is_skipped_for_one_with_room() {
+        let mut c = Capacity::default();
+        let wants = [want("a", Some(1)), want("b", None)];
+        assert_eq!(
+            c.admit("1", &wants, LEASE, 0),
+            CapacityAdmit::Granted {
+                route: "a".into(),
+                capped: true
+            }
+        );
+        assert_eq!(
+            c.admit("2", &wants, LEASE, 0),
+            CapacityAdmit::Granted {
+                route: "b".into(),
+                capped: false
+            }
+        );
+        assert_eq!(c.in_flight("a", 0), 1);
+        assert_eq!(c.in_flight("b", 0), 0, "an uncapped route takes no slot");
+    }
+
+    #[test]
+    fn when_all_are_full_waiters_get_the_first_freed_route_in_arrival_order() {
+        let mut c = Capacity::default();
+        let wants = [want("a", Some(1)), want("b", Some(1))];
+        assert!(matches!(c.admit("1", &wants, LEASE, 0), CapacityAdmit::Granted { .. }));
+        assert!(matches!(c.admit("2", &wants, LEASE, 0), CapacityAdmit::Granted { .. }));
+        assert_eq!(
+            c.admit("3", &wants, LEASE, 1),
+            CapacityAdmit::Wait { retry_at_ms: LEASE }
+        );
+        assert!(matches!(c.admit("4", &wants, LEASE, 2), CapacityAdmit::Wait { .. }));
+        assert_eq!((c.queued("a"), c.queued("b")), (2, 2));
+        assert!(c.release("b", "2"));
+        assert!(
+            matches!(c.admit("4", &wants, LEASE, 3), CapacityAdmit::Wait { .. }),
+            "3 came first"
+        );
+        assert_eq!(
+            c.admit("3", &wants, LEASE, 4),
+            CapacityAdmit::Granted {
+                route: "b".into(),
+                capped: true
+            }
+        );
+        // Expiry frees a slot nobody gave back.
+        assert_eq!(
+            c.admit("4", &wants, LEASE, LEASE),
+            CapacityAdmit::Granted {
+                route: "a".into(),
+                capped: true
+            }
+        );
+        c.give_up("4");
+        assert_eq!(c.queued("a"), 0);
+    }
+
+    #[test]
+    fn a_waiter_does_not_block_routes_it_does_not_want() {
+        let mut c = Capacity::default();
+        assert!(matches!(
+            c.admit("1", &[want("a", Some(1))], LEASE, 0),
+            CapacityAdmit::Granted { .. }
+        ));
+        assert!(matches!(
+            c.admit("2", &[want("a", Some(1))], LEASE, 0),
+            CapacityAdmit::Wait { .. }
+        ));
+        assert_eq!(
+            c.admit("3", &[want("a", Some(1)), want("b", Some(1))], LEASE, 0),
+            CapacityAdmit::Granted {
+                route: "b".into(),
+                capped: true
+            }
+        );
+    }
+
+    #[test]
+    fn a_lease_outlives_the_longest_request_by_the_margin() {
+        let p = Policy::default();
+        assert_eq!(
+            lease_ms(&p),
+            p.key_wait_ms
+                + p.capacity_wait_ms
+                + p.pre_content_budget_ms
+                + p.stream_cap_ms
+                + p.disconnect_grace_ms
+                + LEASE_MARGIN_MS
+        );
+        assert_eq!(retry_after_s(0), 1);
+        assert_eq!(retry_after_s(1_001), 2);
+    }
+}

@@ -1,0 +1,489 @@
+//! Limits (SPEC §10) at the edge: the objects that keep them and the slots a request holds.
+//!
+//! - Per key: one `LimitObject` per limited key (`key:<id>`) runs the core `KeyState`. A key
+//!   without `rpm` or `max_concurrent` never calls it.
+//! - Per route: the model's health object keeps the core `Capacity` beside its breakers (path
+//!   `/capacity`), called only for models with a capped route.
+//!
+//! A request that finds no room waits inside the object (first come, first served) until room
+//! frees, up to its wait; the object's state (window, leases — not waiters) is persisted, so a
+//! restarted object forgets nobody's slot. A [`Slot`] gives its lease back when dropped, from
+//! `ctx.wait_until`; a slot never given back expires (`limits::lease_ms`). An object that errs or
+//! is late admits the request (logged): a limit must not take the service down.
+
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::pin::{pin, Pin};
+use std::rc::Rc;
+use std::task::{Context as TaskContext, Poll, Waker};
+
+use futures_util::future::select;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use switchyard_core::catalog::{Model, Policy};
+use switchyard_core::health_rpc::model_object;
+use switchyard_core::limits::{
+    lease_ms, Capacity, CapacityAdmit, CapacityCall, CapacityReply, KeyAdmit, KeyCall, KeyLimit, KeyReply, KeyState,
+    KeyUsage, RateWindow, Want,
+};
+use switchyard_core::ApiError;
+use worker::{durable_object, Context, DurableObject, Env, Request, Response, State, Storage};
+
+use crate::object;
+use crate::runtime::clock::{in_request, now_ms, sleep};
+use crate::store::KeyRecord;
+
+/// Beyond its own wait, how long a request gives a limit object to answer.
+const CALL_MARGIN_MS: u64 = 500;
+/// How long giving a slot back may take (from `ctx.wait_until`).
+const RELEASE_TIMEOUT_MS: u64 = 2_000;
+
+// ---- waiting inside an object --------------------------------------------------------------------
+
+/// Wakes an object's waiters when its state changed (a slot given back, a waiter gone).
+#[derive(Default)]
+struct Room {
+    version: Cell<u64>,
+    wakers: RefCell<Vec<Waker>>,
+}
+
+impl Room {
+    fn wake(&self) {
+        self.version.set(self.version.get() + 1);
+        for w in self.wakers.borrow_mut().drain(..) {
+            w.wake();
+        }
+    }
+
+    /// Ready once [`Room::wake`] is called after this.
+    fn changed(&self) -> Changed<'_> {
+        Changed {
+            room: self,
+            seen: self.version.get(),
+        }
+    }
+}
+
+struct Changed<'a> {
+    room: &'a Room,
+    seen: u64,
+}
+
+impl Future for Changed<'_> {
+    type Output = ();
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<()> {
+        if self.room.version.get() != self.seen {
+            return Poll::Ready(());
+        }
+        self.room.wakers.borrow_mut().push(cx.waker().clone());
+        Poll::Pending
+    }
+}
+
+/// One try of a waiting request.
+enum Step<T> {
+    Done(T),
+    /// No room: try again at this time, or when the room changes.
+    Wait(u64),
+}
+
+/// Runs `step(now, give_up)` until it is done: between tries, waits for the room to change or the
+/// time it names, and at `deadline_ms` calls it with `give_up` (it must then be done). Returns the
+/// answer and the milliseconds waited.
+async fn wait_for_room<T>(room: &Room, wait_ms: u64, mut step: impl FnMut(u64, bool) -> Step<T>) -> (T, u64) {
+    let start = now_ms();
+    let deadline = start.saturating_add(wait_ms);
+    loop {
+        let now = now_ms();
+        match step(now, now >= deadline) {
+            Step::Done(v) => {
+                room.wake(); // a waiter left the queue: the next may now go
+                return (v, now.saturating_sub(start));
+            }
+            Step::Wait(at) => {
+                let until = at.clamp(now + 1, deadline);
+                let changed = room.changed();
+                select(pin!(changed), pin!(sleep(until - now))).await;
+            }
+        }
+    }
+}
+
+/// An object's limit state: in memory, loaded from storage on first use, persisted after each
+/// change that must survive a restart.
+struct Desk<S> {
+    key: &'static str,
+    state: RefCell<Option<S>>,
+    room: Room,
+}
+
+impl<S: Default + Serialize + DeserializeOwned> Desk<S> {
+    fn new(key: &'static str) -> Self {
+        Desk {
+            key,
+            state: RefCell::new(None),
+            room: Room::default(),
+        }
+    }
+
+    async fn load(&self, storage: &Storage) -> worker::Result<()> {
+        if self.state.borrow().is_some() {
+            return Ok(());
+        }
+        let stored: Option<String> = storage.get(self.key).await?;
+        let loaded = stored.and_then(|t| serde_json::from_str(&t).ok()).unwrap_or_default();
+        self.state.borrow_mut().get_or_insert(loaded);
+        Ok(())
+    }
+
+    /// Runs `f` on the state (never across an await).
+    fn with<R>(&self, f: impl FnOnce(&mut S) -> R) -> R {
+        f(self.state.borrow_mut().get_or_insert_with(S::default))
+    }
+
+    async fn persist(&self, storage: &Storage) -> worker::Result<()> {
+        let text = self
+            .with(|s| serde_json::to_string(s))
+            .map_err(|e| worker::Error::RustError(e.to_string()))?;
+        storage.put(self.key, text).await
+    }
+}
+
+// ---- per key: the object -------------------------------------------------------------------------
+
+#[durable_object]
+pub struct LimitObject {
+    state: State,
+    desk: Desk<KeyState>,
+}
+
+impl DurableObject for LimitObject {
+    fn new(state: State, _env: Env) -> Self {
+        LimitObject {
+            state,
+            desk: Desk::new("key"),
+        }
+    }
+
+    async fn fetch(&self, mut req: Request) -> worker::Result<Response> {
+        let call: KeyCall = req.json().await?;
+        let storage = self.state.storage();
+        self.desk.load(&storage).await?;
+        match call {
+            KeyCall::Acquire {
+                id,
+                limit,
+                lease_ms,
+                wait_ms,
+            } => {
+                let (admit, waited_ms) = wait_for_room(&self.desk.room, wait_ms, |now, give_up| {
+                    self.desk.with(|k| {
+                        if give_up {
+                            return Step::Done(KeyAdmit::Refused {
+                                retry_after_s: k.give_up(&id, limit, now),
+                            });
+                        }
+                        match k.admit(&id, limit, lease_ms, now) {
+                            KeyAdmit::Wait { retry_at_ms } => Step::Wait(retry_at_ms),
+                            done => Step::Done(done),
+                        }
+                    })
+                })
+                .await;
+                if matches!(admit, KeyAdmit::Granted { .. }) {
+                    self.desk.persist(&storage).await?;
+                }
+                Response::from_json(&KeyReply { admit, waited_ms })
+            }
+            KeyCall::Release { id } => {
+                if self.desk.with(|k| k.release(&id)) {
+                    self.desk.persist(&storage).await?;
+                    self.desk.room.wake();
+                }
+                Response::from_json(&serde_json::Value::Null)
+            }
+            KeyCall::Usage => Response::from_json(&self.desk.with(|k| k.usage(now_ms()))),
+        }
+    }
+}
+
+// ---- per route: the health object's half -----------------------------------------------------------
+
+/// The capacity half of a model's health object.
+pub struct CapacityDesk(Desk<Capacity>);
+
+impl CapacityDesk {
+    pub fn new() -> Self {
+        CapacityDesk(Desk::new("capacity"))
+    }
+
+    /// Answers one [`CapacityCall`].
+    pub async fn serve(&self, storage: &Storage, call: CapacityCall) -> worker::Result<Response> {
+        let desk = &self.0;
+        desk.load(storage).await?;
+        match call {
+            CapacityCall::Acquire {
+                id,
+                wants,
+                lease_ms,
+                wait_ms,
+            } => {
+                let (admit, waited_ms) = wait_for_room(&desk.room, wait_ms, |now, give_up| {
+                    desk.with(|c| match c.admit(&id, &wants, lease_ms, now) {
+                        CapacityAdmit::Wait { .. } if give_up => {
+                            c.give_up(&id);
+                            Step::Done(CapacityAdmit::Refused { retry_after_s: 1 })
+                        }
+                        CapacityAdmit::Wait { retry_at_ms } => Step::Wait(retry_at_ms),
+                        done => Step::Done(done),
+                    })
+                })
+                .await;
+                if matches!(admit, CapacityAdmit::Granted { capped: true, .. }) {
+                    desk.persist(storage).await?;
+                }
+                Response::from_json(&CapacityReply { admit, waited_ms })
+            }
+            CapacityCall::Release { route, id } => {
+                if desk.with(|c| c.release(&route, &id)) {
+                    desk.persist(storage).await?;
+                    desk.room.wake();
+                }
+                Response::from_json(&serde_json::Value::Null)
+            }
+            CapacityCall::Report => Response::from_json(&desk.with(|c| c.report(now_ms()))),
+        }
+    }
+}
+
+// ---- a request's slots -----------------------------------------------------------------------------
+
+/// A slot a request holds: given back when dropped, from `ctx.wait_until` (a slot of no object —
+/// unlimited, or admitted while the object was unreachable — gives nothing back).
+#[derive(Default)]
+pub struct Slot {
+    release: Option<Release>,
+}
+
+struct Release {
+    env: Env,
+    ctx: Rc<Context>,
+    binding: &'static str,
+    object: String,
+    path: &'static str,
+    body: serde_json::Value,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let Some(r) = self.release.take() else { return };
+        if !in_request() {
+            return; // no I/O possible here: the lease expires instead
+        }
+        let ctx = r.ctx.clone();
+        ctx.wait_until(async move {
+            let done: Result<serde_json::Value, _> =
+                object::call(&r.env, r.binding, &r.object, r.path, &r.body, RELEASE_TIMEOUT_MS, None).await;
+            if let Err(why) = done {
+                worker::console_error!(
+                    "{{\"event\":\"slot_release_failed\",\"object\":{:?},\"why\":\"{why}\",\"fallback\":\"lease_expiry\"}}",
+                    r.object
+                );
+            }
+        });
+    }
+}
+
+fn key_object(key: &KeyRecord) -> String {
+    format!("key:{}", key.id)
+}
+
+/// The key's limits from its record.
+pub fn key_limit(key: &KeyRecord) -> KeyLimit {
+    KeyLimit {
+        rpm: key.rpm,
+        max_concurrent: key.max_concurrent,
+    }
+}
+
+/// A key's admission: its slot and, for an `rpm` key, the window for the rate-limit headers.
+#[derive(Default)]
+pub struct KeyAdmission {
+    pub slot: Slot,
+    pub window: Option<RateWindow>,
+}
+
+/// Admits request `id` under its key's limits (SPEC §10), waiting up to `key_wait_ms`; a key
+/// without limits returns at once, without a call.
+pub async fn admit_key(
+    env: &Env,
+    ctx: &Rc<Context>,
+    key: &KeyRecord,
+    id: &str,
+    policy: &Policy,
+) -> Result<KeyAdmission, ApiError> {
+    let limit = key_limit(key);
+    if !limit.any() {
+        return Ok(KeyAdmission::default());
+    }
+    let name = key_object(key);
+    let call = KeyCall::Acquire {
+        id: id.to_string(),
+        limit,
+        lease_ms: lease_ms(policy),
+        wait_ms: policy.key_wait_ms,
+    };
+    let timeout = policy.key_wait_ms.saturating_add(CALL_MARGIN_MS);
+    match object::call::<_, KeyReply>(env, "LIMITS", &name, "/", &call, timeout, None).await {
+        Ok(KeyReply {
+            admit: KeyAdmit::Granted { window },
+            ..
+        }) => Ok(KeyAdmission {
+            slot: Slot {
+                release: limit.max_concurrent.map(|_| Release {
+                    env: env.clone(),
+                    ctx: ctx.clone(),
+                    binding: "LIMITS",
+                    object: name,
+                    path: "/",
+                    body: serde_json::to_value(KeyCall::Release { id: id.to_string() }).unwrap_or_default(),
+                }),
+            },
+            window,
+        }),
+        Ok(KeyReply {
+            admit: KeyAdmit::Refused { retry_after_s },
+            ..
+        }) => Err(ApiError::KeyRateLimited { retry_after_s }),
+        Ok(KeyReply {
+            admit: KeyAdmit::Wait { .. },
+            ..
+        }) => Err(ApiError::Internal { label: "limit_wait" }),
+        Err(why) => {
+            worker::console_error!(
+                "{{\"event\":\"limit_object_unavailable\",\"object\":{name:?},\"why\":\"{why}\",\"fallback\":\"admit\"}}"
+            );
+            Ok(KeyAdmission::default())
+        }
+    }
+}
+
+/// What a key uses now (`/v1/credits`); `None` for a key without limits or when the object is
+/// unreachable.
+pub async fn key_usage(env: &Env, key: &KeyRecord) -> Option<KeyUsage> {
+    if !key_limit(key).any() {
+        return None;
+    }
+    object::call(env, "LIMITS", &key_object(key), "/", &KeyCall::Usage, 1_000, None)
+        .await
+        .ok()
+}
+
+/// Whether any route of `model` is capped (only then is capacity asked for).
+pub fn capped(model: &Model) -> bool {
+    model.routes.iter().any(|r| r.max_concurrency.is_some())
+}
+
+/// A granted route: its index, its slot, and how long the request queued for it.
+pub struct RouteAdmission {
+    pub route: usize,
+    pub slot: Slot,
+    pub waited_ms: u64,
+}
+
+/// Takes a slot on the first of `routes` (indexes, in plan order) with room, queueing up to
+/// `wait_ms` when all are full (SPEC §10). Lease `id` names the attempt.
+pub async fn admit_route(
+    env: &Env,
+    ctx: &Rc<Context>,
+    model: &Model,
+    routes: &[usize],
+    id: &str,
+    policy: &Policy,
+    wait_ms: u64,
+) -> Result<RouteAdmission, ApiError> {
+    let wants: Vec<Want> = routes
+        .iter()
+        .filter_map(|&i| model.routes.get(i))
+        .map(|r| Want {
+            route: r.id.clone(),
+            max: r.max_concurrency,
+        })
+        .collect();
+    let name = model_object(&model.id);
+    let call = CapacityCall::Acquire {
+        id: id.to_string(),
+        wants,
+        lease_ms: lease_ms(policy),
+        wait_ms,
+    };
+    let timeout = wait_ms.saturating_add(CALL_MARGIN_MS);
+    let first = RouteAdmission {
+        route: routes.first().copied().unwrap_or(0),
+        slot: Slot::default(),
+        waited_ms: 0,
+    };
+    match object::call::<_, CapacityReply>(env, "HEALTH", &name, "/capacity", &call, timeout, None).await {
+        Ok(CapacityReply {
+            admit: CapacityAdmit::Granted { route, capped },
+            waited_ms,
+        }) => {
+            let Some(index) = model.routes.iter().position(|r| r.id == route) else {
+                return Ok(first);
+            };
+            let release = capped.then(|| Release {
+                env: env.clone(),
+                ctx: ctx.clone(),
+                binding: "HEALTH",
+                object: name,
+                path: "/capacity",
+                body: serde_json::to_value(CapacityCall::Release {
+                    route,
+                    id: id.to_string(),
+                })
+                .unwrap_or_default(),
+            });
+            Ok(RouteAdmission {
+                route: index,
+                slot: Slot { release },
+                waited_ms,
+            })
+        }
+        Ok(CapacityReply {
+            admit: CapacityAdmit::Refused { retry_after_s },
+            ..
+        }) => Err(ApiError::CapacityBusy { retry_after_s }),
+        Ok(CapacityReply {
+            admit: CapacityAdmit::Wait { .. },
+            ..
+        }) => Err(ApiError::Internal { label: "capacity_wait" }),
+        Err(why) => {
+            worker::console_error!(
+                "{{\"event\":\"capacity_object_unavailable\",\"object\":{name:?},\"why\":\"{why}\",\"fallback\":\"plan_order\"}}"
+            );
+            Ok(first)
+        }
+    }
+}
+
+/// Each capped route's load for admin health (`None` when the model has no capped route or the
+/// object is unreachable).
+pub async fn route_loads(
+    env: &Env,
+    model: &Model,
+) -> Option<std::collections::BTreeMap<String, switchyard_core::limits::RouteLoad>> {
+    if !capped(model) {
+        return None;
+    }
+    object::call(
+        env,
+        "HEALTH",
+        &model_object(&model.id),
+        "/capacity",
+        &CapacityCall::Report,
+        1_000,
+        None,
+    )
+    .await
+    .ok()
+}

@@ -1,0 +1,52 @@
+//! Calling a Durable Object from a request: one typed JSON call, raced against a deadline. Every
+//! caller treats the objects as advisory on the request path — health, limits — so a failure is a
+//! short reason the caller logs with its fallback, never an error the client sees.
+
+use std::pin::pin;
+
+use futures_util::future::{select, Either};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use worker::{Env, Headers, Method, Request, RequestInit};
+
+use crate::runtime::clock::{in_request, sleep};
+use crate::runtime::TEST_FAULT;
+
+/// One call to object `name` of `binding` at `path`, with `body`, at most `timeout_ms`.
+/// `fault` sets the test-fault header (callers only pass one when drills are on). The error is a
+/// word for the log: `no_context`, `error` or `timeout`.
+pub async fn call<B: Serialize, T: DeserializeOwned>(
+    env: &Env,
+    binding: &str,
+    name: &str,
+    path: &str,
+    body: &B,
+    timeout_ms: u64,
+    fault: Option<&str>,
+) -> Result<T, &'static str> {
+    if !in_request() {
+        return Err("no_context"); // no I/O possible here (see `clock::in_request`)
+    }
+    let call = async {
+        let stub = env.durable_object(binding).ok()?.get_by_name(name).ok()?;
+        let headers = Headers::new();
+        if let Some(fault) = fault {
+            headers.set(TEST_FAULT, fault).ok()?;
+        }
+        let mut init = RequestInit::new();
+        init.with_method(Method::Post)
+            .with_headers(headers)
+            .with_body(Some(serde_json::to_string(body).ok()?.into()));
+        let req = Request::new_with_init(&format!("https://object{path}"), &init).ok()?;
+        let mut resp = stub.fetch_with_request(req).await.ok()?;
+        if resp.status_code() != 200 {
+            return None;
+        }
+        resp.json::<T>().await.ok()
+    };
+    match select(pin!(call), pin!(sleep(timeout_ms))).await {
+        Either::Left((Some(v), _)) => Ok(v),
+        Either::Left((None, _)) => Err("error"),
+        Either::Right(_) => Err("timeout"),
+    }
+}
