@@ -22,6 +22,7 @@ use response::{error_response, HandlerResult};
 
 use crate::runtime::clock::now_ms;
 use crate::runtime::ids::{new_generation_id, new_id};
+use crate::runtime::test_faults;
 
 /// Entry point for every request.
 pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
@@ -61,6 +62,10 @@ pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
     // Headers of responses built here are mutable; a failure to set one is not worth a 500.
     let _ = headers.set("x-request-id", &rc.request_id);
     let _ = headers.set("x-generation-id", &rc.generation_id);
+    if test_faults(&env) {
+        // Which isolate answered (tests only): what must hold across isolates is tested on two.
+        let _ = headers.set("x-switchyard-isolate", &isolate_id());
+    }
     if let Some(n) = rc.attempts {
         // What happened, without a second call: how many routes were tried, and which answered.
         let _ = headers.set("x-switchyard-attempts", &n.to_string());
@@ -101,6 +106,14 @@ async fn route(
             what: format!("Path {path}"),
         }),
     }
+}
+
+thread_local! {
+    static ISOLATE_ID: String = new_id("iso");
+}
+
+fn isolate_id() -> String {
+    ISOLATE_ID.with(String::clone)
 }
 
 /// One JSON line per request: ids, model, route, status, error code, milliseconds. Never keys or

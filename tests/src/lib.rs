@@ -22,6 +22,8 @@ pub struct Stack {
     pub admin_token: String,
     pub upstream_key_name: String,
     pub upstream_key: String,
+    /// A `Host` header for every request (which replica of [`Stack::replicas`] answers).
+    pub host: Option<String>,
     agent: ureq::Agent,
 }
 
@@ -308,7 +310,22 @@ impl Stack {
             upstream_key_name: env("E2E_UPSTREAM_KEY_NAME"),
             upstream_key: env("E2E_UPSTREAM_KEY"),
             agent: ureq::Agent::new_with_config(config),
+            host: None,
         }
+    }
+
+    /// The two replicas of the Worker that `tests/replicas.mjs` runs (`REPLICAS_URL`): two isolates
+    /// sharing their Durable Objects and D1. The second is reached with `Host: replica-1.test`.
+    pub fn replicas() -> [Stack; 2] {
+        let first = Stack {
+            gateway: env("REPLICAS_URL"),
+            ..Stack::from_env()
+        };
+        let second = Stack {
+            host: Some("replica-1.test".to_string()),
+            ..first.clone()
+        };
+        [first, second]
     }
 
     /// Any request: `headers` as (name, value), `body` sent as is when present. A request that
@@ -327,6 +344,9 @@ impl Stack {
 
     fn request_once(&self, method: &str, url: &str, headers: &[(&str, &str)], body: Option<&[u8]>) -> Reply {
         let mut builder = ureq::http::Request::builder().method(method).uri(url);
+        if let Some(host) = &self.host {
+            builder = builder.header("host", host.as_str());
+        }
         for (k, v) in headers {
             builder = builder.header(*k, *v);
         }

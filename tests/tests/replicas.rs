@@ -1,0 +1,125 @@
+//! What must hold across isolates, on two replicas of the Worker (`tests/replicas.mjs`: two isolates
+//! of the same script sharing their Durable Objects and D1): a key's limits and a route's capacity
+//! are one limit, not one per isolate (SPEC §10).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::disallowed_methods)]
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use switchyard_e2e::{chat_body, route, unique, Reply, Stack};
+
+/// A one-route model over `scenario` with the route's extra fields, once both replicas serve it
+/// to `key`.
+fn model(replicas: &[Stack; 2], key: &str, scenario: &str, extra: Value, policy: Value) -> String {
+    let s = &replicas[0];
+    let provider = s.mock_provider(&unique("rep"), scenario, false);
+    let model = s.model(vec![route("r0", &provider, "u", extra)], Some(policy));
+    // Each isolate caches the catalog for a few seconds: wait until both list the model.
+    let auth = format!("Bearer {key}");
+    for r in replicas {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        let models = || {
+            r.request(
+                "GET",
+                &format!("{}/v1/models", r.gateway),
+                &[("authorization", &auth)],
+                None,
+            )
+        };
+        while !models().text().contains(&model) {
+            assert!(Instant::now() < deadline, "a replica never saw {model}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    model
+}
+
+/// Sends one streamed request per entry of `to` (a replica index each), all at once, `gap` apart.
+fn at_once(replicas: &[Stack; 2], key: &str, model: &str, to: &[usize], gap: Duration) -> Vec<Reply> {
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = to
+            .iter()
+            .map(|&i| {
+                let s = replicas[i].clone();
+                let (key, model) = (key.to_string(), model.to_string());
+                std::thread::sleep(gap);
+                scope.spawn(move || s.chat(&key, &chat_body(&model, true)))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+fn isolates(replies: &[Reply]) -> BTreeSet<String> {
+    replies
+        .iter()
+        .map(|r| {
+            r.header("x-switchyard-isolate")
+                .expect("isolate header (test faults on)")
+                .to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn the_two_replicas_are_two_isolates() {
+    let replicas = Stack::replicas();
+    let seen: BTreeSet<String> = replicas
+        .iter()
+        .map(|s| s.request("GET", &format!("{}/v1/models", s.gateway), &[], None))
+        .map(|r| r.header("x-switchyard-isolate").unwrap().to_string())
+        .collect();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+}
+
+#[test]
+fn a_keys_concurrency_is_one_limit_across_isolates() {
+    let replicas = Stack::replicas();
+    // Streams of about 3 s; two slots for the key, whichever isolate serves it.
+    let key = replicas[0].new_key_with(1.0, json!({"max_concurrent": 2}));
+    let model = model(&replicas, &key, "chunks/10/300", json!({}), json!({}));
+    let replies = at_once(&replicas, &key, &model, &[0, 1, 0, 1], Duration::from_millis(100));
+    let statuses: Vec<u16> = replies.iter().map(|r| r.status).collect();
+    assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 2, "{statuses:?}");
+    assert_eq!(statuses.iter().filter(|s| **s == 429).count(), 2, "{statuses:?}");
+    assert_eq!(isolates(&replies).len(), 2, "both isolates answered");
+    let ok: BTreeSet<String> = isolates(&replies.into_iter().filter(|r| r.status == 200).collect::<Vec<_>>());
+    assert_eq!(ok.len(), 2, "one slot taken on each isolate, and no third anywhere");
+}
+
+#[test]
+fn a_keys_rpm_is_one_window_across_isolates() {
+    let replicas = Stack::replicas();
+    let key = replicas[0].new_key_with(1.0, json!({"rpm": 2}));
+    let model = model(&replicas, &key, "ok", json!({}), json!({"key_wait_ms": 200}));
+    for (i, want) in [(0, 200), (1, 200), (0, 429), (1, 429)] {
+        let r = replicas[i].chat(&key, &chat_body(&model, false));
+        assert_eq!(r.status, want, "request on replica {i}: {}", r.text());
+    }
+}
+
+#[test]
+fn a_routes_capacity_is_one_queue_across_isolates() {
+    let replicas = Stack::replicas();
+    let key = replicas[0].new_key(1.0);
+    let model = model(
+        &replicas,
+        &key,
+        "chunks/6/250",
+        json!({"max_concurrency": 1}),
+        json!({"capacity_wait_ms": 5000}),
+    );
+    let replies = at_once(&replicas, &key, &model, &[0, 1], Duration::from_millis(100));
+    assert!(replies.iter().all(|r| r.status == 200), "{replies:?}");
+    let queued: Vec<u64> = replies
+        .iter()
+        .map(|r| r.header("x-queued-ms").map_or(0, |v| v.parse().unwrap()))
+        .collect();
+    assert_eq!(queued[0], 0, "{queued:?}");
+    assert!(
+        queued[1] > 500,
+        "the other isolate's request waited for the one slot: {queued:?}"
+    );
+}
