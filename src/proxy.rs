@@ -13,10 +13,11 @@ use std::rc::Rc;
 use futures_channel::oneshot;
 
 use switchyard_core::catalog::{Api, Catalog, Model, Policy, Price};
-use switchyard_core::dialect::ClientRequest;
+use switchyard_core::dialect::{with_cost, ClientRequest};
 use switchyard_core::generation::{AttemptResult, AttemptTarget, Delivery, Ending, Journal, Opening};
 use switchyard_core::health::HealthConfig;
 use switchyard_core::limits::{rate_headers, RateWindow};
+use switchyard_core::money::micros_to_usd;
 use switchyard_core::plan::{Attempt, Plan, PlanInput};
 use switchyard_core::ApiError;
 use wasm_bindgen::JsCast;
@@ -114,6 +115,7 @@ pub async fn serve(call: &Call, catalog: &Catalog, mut request: ClientRequest) -
         started_ms,
         mut record,
         window,
+        mut queue,
     } = match admit(call, catalog, request).await {
         Ok(admitted) => admitted,
         Err(error) => {
@@ -121,7 +123,6 @@ pub async fn serve(call: &Call, catalog: &Catalog, mut request: ClientRequest) -
             return Err(error);
         }
     };
-    let mut extra = Extra { window, queued_ms: 0 };
     match attempts(
         call,
         catalog,
@@ -130,11 +131,15 @@ pub async fn serve(call: &Call, catalog: &Catalog, mut request: ClientRequest) -
         &policy,
         &mut plan,
         &mut record,
-        &mut extra.queued_ms,
+        &mut queue,
     )
     .await
     {
         Ok((route, committed)) => {
+            let extra = Extra {
+                window,
+                queued_ms: queue.queued_ms,
+            };
             let response = deliver(call, committed, record, &policy, started_ms, &extra)?;
             Ok(Answer { response, route })
         }
@@ -160,10 +165,21 @@ struct Admitted<'c> {
     record: Record,
     /// The key's `rpm` window, for the rate-limit headers.
     window: Option<RateWindow>,
+    /// The slot taken for the first attempt, and the time queued for it.
+    queue: Queue,
+}
+
+/// A request's dealings with route capacity (SPEC §10): the time queued so far, and a slot taken
+/// before the hold for the route the plan tries next.
+#[derive(Default)]
+struct Queue {
+    queued_ms: u64,
+    reserved: Option<(usize, Slot)>,
 }
 
 /// Everything before the first attempt that may refuse the request (SPEC §3, §10, §11): the
-/// model, the key's limits, its plan, the hold.
+/// model, the key's limits, its plan, a slot on a capped route, the hold. Waiting for the key or
+/// for capacity comes before the hold: nothing is held while a request waits.
 async fn admit<'c>(call: &Call, catalog: &'c Catalog, request: &mut ClientRequest) -> Result<Admitted<'c>, ApiError> {
     let model = catalog.model(&request.model).ok_or_else(|| ApiError::ModelNotFound {
         model: request.model.clone(),
@@ -172,6 +188,9 @@ async fn admit<'c>(call: &Call, catalog: &'c Catalog, request: &mut ClientReques
     let policy = catalog.policy_for(model);
     let key = limits::admit_key(&call.env, &call.ctx, &call.key, &call.generation_id, &policy).await?;
     let (mut plan, started_ms) = plan(call, catalog, model, request, &policy).await?;
+    let mut queue = Queue::default();
+    let slot = take_slot(call, model, &policy, &mut plan, &mut queue).await?;
+    queue.reserved = plan.upcoming().first().map(|&route| (route, slot));
     // The upstream is told the output limit that is held, so it cannot produce more (SPEC §11).
     request.limit_output(model.max_output_tokens);
     let max_tokens = request.held_output_tokens(model.max_output_tokens);
@@ -216,6 +235,7 @@ async fn admit<'c>(call: &Call, catalog: &'c Catalog, request: &mut ClientReques
         started_ms,
         record,
         window: key.window,
+        queue,
     })
 }
 
@@ -277,8 +297,7 @@ async fn plan(
 
 /// Tries routes until one commits; every attempt goes into the record. The error is the
 /// request's final one (SPEC §13). On a model with capped routes, each attempt first takes a slot
-/// on the first upcoming route with room (SPEC §10), queueing when all are full; `queued_ms` adds
-/// up the time queued.
+/// on the first upcoming route with room (SPEC §10), queueing when all are full.
 #[allow(clippy::too_many_arguments)]
 async fn attempts(
     call: &Call,
@@ -288,15 +307,10 @@ async fn attempts(
     policy: &Policy,
     plan: &mut Plan,
     record: &mut Record,
-    queued_ms: &mut u64,
+    queue: &mut Queue,
 ) -> Result<(String, Committed), ApiError> {
-    let capped = limits::capped(model);
     loop {
-        let slot = if capped {
-            capacity(call, model, policy, plan, queued_ms).await?
-        } else {
-            Slot::default()
-        };
+        let slot = take_slot(call, model, policy, plan, queue).await?;
         // A client that left (request.signal, `enable_request_signal`) gets no further attempt.
         let Some(Attempt {
             route: route_idx,
@@ -361,16 +375,23 @@ async fn attempts(
 }
 
 /// Before an attempt on a model with capped routes: a slot on the first upcoming route with room,
-/// brought to the front of the plan (a full route is passed over, and stays a fallback). Time
-/// queued is free: it extends the plan's budget. Nothing to take when the next route is uncapped.
-async fn capacity(
+/// brought to the front of the plan (a full route is passed over, and stays a fallback) — the one
+/// reserved before the hold if the plan still goes there first. Time queued is free: it extends
+/// the plan's budget. Nothing to take when the next route is uncapped.
+async fn take_slot(
     call: &Call,
     model: &Model,
     policy: &Policy,
     plan: &mut Plan,
-    queued_ms: &mut u64,
+    queue: &mut Queue,
 ) -> Result<Slot, ApiError> {
     let upcoming = plan.upcoming();
+    if let Some((route, slot)) = queue.reserved.take() {
+        if upcoming.first() == Some(&route) {
+            return Ok(slot);
+        }
+        // The hold left this route out: its slot goes back (dropped) and the next is taken.
+    }
     let next_capped = upcoming
         .first()
         .and_then(|&i| model.routes.get(i))
@@ -379,9 +400,9 @@ async fn capacity(
         return Ok(Slot::default());
     }
     let id = format!("{}#{}", call.generation_id, call.attempts.get() + 1);
-    let wait_ms = policy.capacity_wait_ms.saturating_sub(*queued_ms);
+    let wait_ms = policy.capacity_wait_ms.saturating_sub(queue.queued_ms);
     let granted = limits::admit_route(&call.env, &call.ctx, model, &upcoming, &id, policy, wait_ms).await?;
-    *queued_ms += granted.waited_ms;
+    queue.queued_ms += granted.waited_ms;
     plan.extend_budget(granted.waited_ms);
     plan.bring_forward(granted.route);
     Ok(granted.slot)
@@ -418,6 +439,14 @@ fn deliver(
             output_chars,
             ..
         } => {
+            // The answer's `usage` carries its charge, the same the ledger takes (SPEC §11).
+            let bytes = match record.journal.tariff() {
+                Some(t) => {
+                    let cost = micros_to_usd(t.settle(usage, output_chars).cost_micros);
+                    with_cost(&bytes, cost).unwrap_or(bytes)
+                }
+                None => bytes,
+            };
             call.ctx.wait_until(record.close(Ending::Delivered(Delivery {
                 usage,
                 output_chars,
@@ -438,7 +467,7 @@ fn deliver(
                 .stream_cap_ms
                 .saturating_sub(now_ms().saturating_sub(started_ms))
                 .max(1);
-            match relay::start(live, policy, cap_ms, &call.client) {
+            match relay::start(live, record.journal.tariff(), policy, cap_ms, &call.client) {
                 Ok((body, delivered)) => {
                     call.ctx.wait_until(async move {
                         let delivery = delivered.await;

@@ -39,7 +39,8 @@ export function relay(core) {
     // no signal to watch: a departure is noticed when a write fails
   }
   // Backpressure (SPEC §15): the upstream is read on only while the client's queue has room; a
-  // client that does not read stops the reading (until the stream cap), not fills the memory.
+  // client that does not read stops the reading, not fills the memory — and one that reads nothing
+  // for the idle timeout counts as gone.
   let roomWaiter = null;
   const body = new ReadableStream(
     {
@@ -137,12 +138,16 @@ export function relay(core) {
     for (;;) {
       if (goneAt && graceMs === 0) return false;
       if (clientFull()) {
-        const r = await raceBefore(new Promise((resolve) => (roomWaiter = resolve)), capAt);
+        // A client that takes nothing for `idleMs` is gone, whether or not the runtime said so
+        // (a departure is not always signalled): the disconnect grace applies from then.
+        const stalledAt = Date.now() + idleMs;
+        const r = await raceBefore(new Promise((resolve) => (roomWaiter = resolve)), Math.min(capAt, stalledAt));
         roomWaiter = null;
-        if (r === TIMEOUT) {
+        if (r === TIMEOUT && Date.now() >= capAt) {
           send(core.overCap()); // queued behind what the client has not read
           return false;
         }
+        if (r === TIMEOUT) leave();
         lastData = Date.now(); // the upstream was not being read: its silence did not count
         continue;
       }

@@ -16,7 +16,7 @@ use std::rc::Rc;
 
 use js_sys::{Array, Promise};
 use switchyard_core::catalog::Policy;
-use switchyard_core::generation::Delivery;
+use switchyard_core::generation::{Delivery, Tariff};
 use switchyard_core::relay::{After, Break, Relay};
 use switchyard_core::sse::{SseEvent, SseParser};
 use wasm_bindgen::prelude::*;
@@ -211,11 +211,13 @@ impl RelayCore {
     }
 }
 
-/// Starts relaying `live` for at most `cap_ms` more: returns the client's body (a
+/// Starts relaying `live` (priced with `tariff`: its final usage event carries the charge) for at
+/// most `cap_ms` more: returns the client's body (a
 /// `ReadableStream`) and what was delivered once nothing more will be read. `Err`: the relay could
 /// not start; the upstream is aborted and nothing reached the client.
 pub fn start(
     live: Live,
+    tariff: Option<Tariff>,
     policy: &Policy,
     cap_ms: u64,
     client: &worker::AbortSignal,
@@ -229,6 +231,10 @@ pub fn start(
         controller,
         ..
     } = live;
+    let mut relay = relay;
+    if let Some(t) = tariff {
+        relay.price_with(t); // the final usage event carries the charge
+    }
     let mut state = State {
         parser,
         relay,

@@ -35,7 +35,7 @@ thread_local! {
 
 /// The report: this isolate's last one while it is younger than [`REPORT_CACHE_MS`] and of the same
 /// catalog, else a new one.
-async fn report(env: &Env, catalog: &Rc<Catalog>) -> Rc<Report> {
+pub(super) async fn report(env: &Env, catalog: &Rc<Catalog>) -> Rc<Report> {
     let now = now_ms();
     let cached = LAST_REPORT.with(|c| {
         c.borrow()

@@ -15,6 +15,7 @@ use switchyard_core::dialect::{self, MAX_BODY_BYTES};
 use switchyard_core::ids::{record_may_be_pending, RECORD_WAIT_MS};
 use switchyard_core::keys::{hash_key, presented_key, well_formed};
 use switchyard_core::money::micros_to_usd;
+use switchyard_core::status;
 use switchyard_core::ApiError;
 use worker::{Context, Env, Request};
 
@@ -38,27 +39,14 @@ async fn authenticate(req: &Request, store: &Store) -> Result<Rc<KeyRecord>, Api
     store.key_by_hash(&hash_key(key)).await?.ok_or(ApiError::InvalidApiKey)
 }
 
-/// `GET /v1/models`: the catalog's models in the OpenAI list shape.
+/// `GET /v1/models`: the catalog's models in the OpenAI list shape, with their APIs, prices and
+/// status word (core `status::model_list`; the status report is the status page's, cached).
 pub async fn models(req: &Request, env: &Env) -> HandlerResult {
     let store = Store::new(env)?;
     authenticate(req, &store).await?;
     let catalog = store.catalog().await?;
-    let data: Vec<_> = catalog
-        .doc()
-        .models
-        .iter()
-        .map(|m| {
-            json!({
-                "id": m.id,
-                "object": "model",
-                "created": 0,
-                "owned_by": "switchyard",
-                "context_window": m.context_window,
-                "max_output_tokens": m.max_output_tokens,
-            })
-        })
-        .collect();
-    Ok(json_response(200, &json!({"object": "list", "data": data})))
+    let report = super::status::report(env, &catalog).await;
+    Ok(json_response(200, &status::model_list(&catalog, &report)))
 }
 
 /// `GET /v1/generation?id=`: one request and every attempt, for the owning account only (another

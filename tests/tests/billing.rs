@@ -388,3 +388,45 @@ fn load_with_faults_keeps_the_ledger_exact() {
         );
     }
 }
+
+/// The usage a client receives carries the request's `cost` in USD — exactly what the ledger
+/// charges, read back from the generation record (issue 16): the non-stream `usage`, and the
+/// stream's final usage event (chat's usage chunk, Anthropic's `message_delta`, Responses'
+/// `response.completed`), in every dialect.
+#[test]
+fn the_usage_a_client_sees_carries_the_ledgers_charge() {
+    for api in switchyard_e2e::APIS {
+        let f = switchyard_e2e::Fixture::build(api, &["chunks/7/0"], &[], switchyard_e2e::fast_policy(), false);
+        let r = f.send(false);
+        assert_eq!(r.status, 200, "{api:?}: {}", r.text());
+        let shown = r.json()["usage"]["cost"].as_f64();
+        let g = f.generation(&r);
+        assert!(g["total_cost"].as_f64().unwrap() > 0.0, "{g}");
+        assert_eq!(shown, g["total_cost"].as_f64(), "{api:?} non-stream: {}", r.text());
+
+        let mut fields = json!({"stream": true});
+        if api == switchyard_e2e::Api::Chat {
+            fields["stream_options"] = json!({"include_usage": true});
+        }
+        let r = f.send_with(fields);
+        assert_eq!(r.status, 200, "{api:?}: {}", r.text());
+        let costs: Vec<f64> = switchyard_e2e::sse_events(&r.text())
+            .iter()
+            .filter_map(|(_, data)| serde_json::from_str::<Value>(data).ok())
+            .filter_map(|e| {
+                let usage = if e["usage"].is_object() {
+                    &e["usage"]
+                } else {
+                    &e["response"]["usage"]
+                };
+                usage["cost"].as_f64()
+            })
+            .collect();
+        let g = f.generation(&r);
+        assert_eq!(
+            costs,
+            [g["total_cost"].as_f64().unwrap()],
+            "{api:?} stream: one final usage event with the charge"
+        );
+    }
+}

@@ -166,7 +166,11 @@ fn non_stream_equals_the_mock_and_the_model_is_rewritten() {
         "the output limit that was held (the model's) is sent along (SPEC §11)"
     );
     let direct = s.direct_chat(&label, "ok", &stats["last_request"]["body"]);
-    assert_eq!(through.json(), direct.json(), "the mock's answer, as it gave it");
+    // As the mock gave it, plus the charge in its usage (SPEC §11).
+    let mut answer = through.json();
+    let cost = answer["usage"].as_object_mut().unwrap().remove("cost");
+    assert!(cost.and_then(|c| c.as_f64()).is_some_and(|c| c > 0.0));
+    assert_eq!(answer, direct.json(), "the mock's answer, as it gave it");
     assert_ids(&through);
 }
 
@@ -282,11 +286,25 @@ fn models_lists_the_catalog() {
     assert_eq!(r.status, 200);
     let v = r.json();
     assert_eq!(v["object"], "list");
-    assert!(v["data"]
+    let m = v["data"]
         .as_array()
         .unwrap()
         .iter()
-        .any(|m| m["id"] == model.as_str() && m["object"] == "model"));
+        .find(|m| m["id"] == model.as_str() && m["object"] == "model")
+        .expect("the model is listed");
+    // OpenRouter-style extras: window, APIs, USD per token, the status word.
+    assert_eq!(
+        (&m["context_window"], &m["max_output_tokens"]),
+        (&json!(8192), &json!(1024))
+    );
+    assert_eq!(m["supported_apis"], json!(["chat"]));
+    assert_eq!(m["pricing"], json!({"prompt": "0.000001", "completion": "0.000002"}));
+    assert_eq!(m["pricing_max"], m["pricing"]);
+    let word = m["status"].as_str().unwrap_or_default();
+    assert!(
+        ["operational", "degraded", "down", "no_recent_requests"].contains(&word),
+        "{m}"
+    );
     assert_ids(&r);
 }
 

@@ -151,8 +151,10 @@ fn concurrency_admits_its_slots_and_a_slot_freed_within_the_wait_admits_a_waiter
 #[test]
 fn no_ending_leaks_a_slot() {
     let s = Stack::from_env();
+    // A short idle timeout: a departure `wrangler dev` does not report is noticed within 1 s of
+    // the client's queue filling (SPEC §7).
     let policy = json!({"nonstream_base_ms": 300, "nonstream_per_20_tokens_ms": 0, "stream_first_content_ms": 300,
-                        "last_route_min_ms": 300, "disconnect_grace_ms": 0});
+                        "last_route_min_ms": 300, "disconnect_grace_ms": 0, "idle_timeout_ms": 1000});
     let ok = model(&s, &[("ok", json!({}))], policy.clone());
     let failing = model(&s, &[("status/500", json!({}))], policy.clone());
     let hanging = model(&s, &[("hang", json!({}))], policy.clone());
@@ -286,12 +288,11 @@ fn a_full_route_is_skipped_then_requests_queue_in_order_then_are_refused() {
     );
     assert_eq!(late.header("retry-after"), Some("1"));
     assert!(*waited >= Duration::from_millis(280), "{waited:?}");
-    // Nothing held or charged for waiting or for the 429: its record has no cost, nothing is
-    // left held.
+    // Nothing held while queued, nothing charged for the 429: it was refused before any hold.
     let g = s.generation(&key, late.header("x-generation-id").unwrap());
     assert_eq!(
-        (&g["outcome"], &g["total_cost"]),
-        (&json!("failed"), &json!(0.0)),
+        (&g["outcome"], &g["total_cost"], &g["hold_path"]),
+        (&json!("rejected"), &json!(0.0), &json!(null)),
         "{g}"
     );
     assert_eq!(g["error_code"], "capacity_busy");
@@ -308,15 +309,16 @@ fn model_with_wait(s: &Stack, wait_ms: u64) -> String {
 }
 
 #[test]
-fn admin_health_shows_each_routes_load() {
+fn admin_health_shows_each_routes_load_and_a_queued_request_holds_nothing() {
     let s = Stack::from_env();
     let model = model_with_wait(&s, 4000);
-    let key = s.new_key(1.0);
+    // The running request's key and the queued one's.
+    let keys = [s.new_key(1.0), s.new_key(1.0)];
     std::thread::scope(|scope| {
-        for i in 0..2 {
+        for (i, key) in keys.iter().enumerate() {
             let (s, key, model) = (s.clone(), key.clone(), model.clone());
             scope.spawn(move || {
-                std::thread::sleep(Duration::from_millis(100 * i));
+                std::thread::sleep(Duration::from_millis(100 * i as u64));
                 assert_eq!(send(&s, &key, &model, true).0.status, 200);
             });
         }
@@ -327,6 +329,12 @@ fn admin_health_shows_each_routes_load() {
             (&r0["max_concurrency"], &r0["in_flight"], &r0["queued"]),
             (&json!(1), &json!(1), &json!(1)),
             "{h}"
+        );
+        let (running, queued) = (s.credits(&keys[0]), s.credits(&keys[1]));
+        assert!(running["held_micros"].as_i64().unwrap() > 0, "{running}");
+        assert_eq!(
+            queued["held_micros"], 0,
+            "nothing is held while a request queues: {queued}"
         );
     });
     let h = s.admin("GET", &format!("/admin/health/{model}"), None).json();

@@ -120,6 +120,44 @@ pub fn cost_micros(usage: Usage, price: &Price) -> i64 {
     cost.round() as i64
 }
 
+/// What a committed answer is charged from (SPEC §11): the serving route's price, the hold that
+/// caps the charge, and what an estimate needs (the held output limit, the request's size). The
+/// ledger's charge and the `cost` a client sees in its usage both come from [`Tariff::settle`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tariff {
+    pub price: Price,
+    pub held_micros: Option<i64>,
+    pub max_tokens: u64,
+    pub body_len: usize,
+}
+
+/// A committed answer's charge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Charge {
+    pub usage: Usage,
+    pub estimated: bool,
+    /// What is charged: the delivered cost, cut to the hold.
+    pub cost_micros: i64,
+    /// What the upstream delivered beyond the hold (recorded, not charged).
+    pub overrun_micros: i64,
+}
+
+impl Tariff {
+    /// The charge for what was delivered: the upstream's usage (else an estimate) at the route's
+    /// price, never above the hold.
+    pub fn settle(&self, reported: Reported, output_chars: usize) -> Charge {
+        let (usage, estimated) = settle_usage(reported, output_chars, self.max_tokens, self.body_len);
+        let delivered = cost_micros(usage, &self.price);
+        let cost = self.held_micros.map_or(delivered, |held| delivered.min(held));
+        Charge {
+            usage,
+            estimated,
+            cost_micros: cost,
+            overrun_micros: delivered - cost,
+        }
+    }
+}
+
 /// Truncates an upstream message for the log.
 pub fn short_message(message: &str) -> String {
     message.chars().take(500).collect()
@@ -312,6 +350,16 @@ impl Journal {
     /// Closes the record at `now_ms`, whatever the ending: what was delivered and charged (the
     /// upstream's usage, else an estimate never above the held output limit), the outcome, and
     /// the health observations — the answering attempt's covering its whole delivery.
+    /// The tariff of the committed answer (`None` before a route commits).
+    pub fn tariff(&self) -> Option<Tariff> {
+        self.committed.as_ref().map(|(price, _)| Tariff {
+            price: price.clone(),
+            held_micros: self.held_micros,
+            max_tokens: self.max_tokens,
+            body_len: self.body_len,
+        })
+    }
+
     pub fn finish(self, ending: Ending, now_ms: u64) -> Finished {
         let Journal {
             mut record,
@@ -325,10 +373,19 @@ impl Journal {
         let mut client_error = false;
         match (ending, committed) {
             (Ending::Delivered(d), Some((price, attempt_started))) => {
-                let (usage, estimated) = settle_usage(d.usage, d.output_chars, max_tokens, body_len);
-                let delivered = cost_micros(usage, &price);
-                let cost = held_micros.map_or(delivered, |held| delivered.min(held));
-                record.overrun_micros = delivered - cost;
+                let tariff = Tariff {
+                    price,
+                    held_micros,
+                    max_tokens,
+                    body_len,
+                };
+                let Charge {
+                    usage,
+                    estimated,
+                    cost_micros: cost,
+                    overrun_micros,
+                } = tariff.settle(d.usage, d.output_chars);
+                record.overrun_micros = overrun_micros;
                 record.outcome = if d.broken.is_some() {
                     Outcome::Broken
                 } else {

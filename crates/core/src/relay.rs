@@ -11,8 +11,9 @@
 
 use crate::catalog::Api;
 use crate::classify::{classify_error_payload, Verdict};
-use crate::dialect::{chat, messages, redact, responses, EventInfo, Reported};
-use crate::generation::Delivery;
+use crate::dialect::{chat, messages, redact, responses, with_cost, EventInfo, Reported};
+use crate::generation::{Delivery, Tariff};
+use crate::money::micros_to_usd;
 use crate::sse::SseEvent;
 
 /// Held-back events past which the route commits anyway (SPEC §6).
@@ -218,6 +219,7 @@ impl Gate {
         Relay {
             seen: self.seen,
             malformed_dropped: 0,
+            tariff: None,
         }
     }
 }
@@ -227,9 +229,42 @@ impl Gate {
 pub struct Relay {
     seen: Seen,
     malformed_dropped: u32,
+    /// What the answer is charged from: the final usage event carries the charge as `cost`.
+    tariff: Option<Tariff>,
 }
 
 impl Relay {
+    /// The final usage event (usage complete, the answer finished) will carry the request's
+    /// charge — the ledger's, from the same [`Tariff::settle`] — as `usage.cost` in USD.
+    pub fn price_with(&mut self, tariff: Tariff) {
+        self.tariff = Some(tariff);
+    }
+
+    /// `ev` as sent: with `cost` in its usage when it is the final usage event.
+    fn priced(&self, ev: SseEvent, info: &EventInfo) -> Vec<u8> {
+        let usage = self.seen.usage;
+        let complete = usage.input_tokens.is_some() && usage.output_tokens.is_some();
+        let Some(tariff) = self
+            .tariff
+            .as_ref()
+            .filter(|_| !info.usage.is_empty() && complete && self.seen.finished)
+        else {
+            return ev.raw;
+        };
+        let cost = micros_to_usd(tariff.settle(usage, self.seen.output_chars).cost_micros);
+        let Some(data) = with_cost(ev.data.as_bytes(), cost) else {
+            return ev.raw;
+        };
+        let mut out = Vec::with_capacity(data.len() + 64);
+        if let Some(name) = &ev.event {
+            out.extend_from_slice(format!("event: {name}\n").as_bytes());
+        }
+        out.extend_from_slice(b"data: ");
+        out.extend_from_slice(&data);
+        out.extend_from_slice(b"\n\n");
+        out
+    }
+
     pub fn on_event(&mut self, ev: SseEvent) -> After {
         let info = self.seen.see(&ev);
         if let Some(payload) = &info.error {
@@ -256,14 +291,14 @@ impl Relay {
         self.seen.output_chars += info.output_chars;
         if info.done {
             return After::End {
-                bytes: ev.raw,
+                bytes: self.priced(ev, &info),
                 broken: None,
             };
         }
         if self.seen.dropped_usage(&info) {
             return After::Skip;
         }
-        After::Send(ev.raw)
+        After::Send(self.priced(ev, &info))
     }
 
     /// The upstream closed its body normally: finalised at once when the answer finished without
@@ -371,6 +406,99 @@ mod tests {
     fn usage_chunk_passes_when_asked() {
         let mut r = committed(true, &[HI]);
         assert_eq!(r.on_event(ev(USAGE)), After::Send(ev(USAGE).raw));
+    }
+
+    fn tariff() -> Tariff {
+        Tariff {
+            price: crate::catalog::Price {
+                input_per_mtok: 1.5,
+                output_per_mtok: 10.0,
+            },
+            held_micros: Some(1_000_000),
+            max_tokens: 100,
+            body_len: 30,
+        }
+    }
+
+    fn data_of(bytes: &[u8]) -> serde_json::Value {
+        let text = String::from_utf8_lossy(bytes);
+        let data = text.lines().find_map(|l| l.strip_prefix("data: ")).unwrap();
+        serde_json::from_str(data).unwrap()
+    }
+
+    #[test]
+    fn the_final_usage_chunk_carries_the_charge() {
+        let mut r = committed(true, &[ROLE, HI]);
+        r.price_with(tariff());
+        assert_eq!(r.on_event(ev(FIN)), After::Send(ev(FIN).raw), "no usage: unchanged");
+        let After::Send(bytes) = r.on_event(ev(USAGE)) else {
+            panic!("sent")
+        };
+        let charged = tariff()
+            .settle(r.delivery().usage, r.delivery().output_chars)
+            .cost_micros;
+        assert_eq!(charged, 16, "4 × 1.5 + 1 × 10 µ$");
+        let v = data_of(&bytes);
+        assert_eq!(v["usage"]["cost"], serde_json::json!(0.000016));
+        assert_eq!(v["usage"]["prompt_tokens"], 4, "the rest as sent");
+        assert!(bytes.ends_with(b"\n\n"));
+        // Without a tariff (or before the answer finished) the event passes byte for byte.
+        let mut plain = committed(true, &[ROLE, HI]);
+        plain.on_event(ev(FIN));
+        assert_eq!(plain.on_event(ev(USAGE)), After::Send(ev(USAGE).raw));
+        let mut early = committed(true, &[ROLE, HI]);
+        early.price_with(tariff());
+        assert_eq!(
+            early.on_event(ev(USAGE)),
+            After::Send(ev(USAGE).raw),
+            "not finished yet"
+        );
+    }
+
+    #[test]
+    fn anthropic_and_responses_final_events_carry_the_charge() {
+        let mut g = Gate::new(&MESSAGES, false, None);
+        g.on_event(named(
+            "message_start",
+            r#"{"type":"message_start","message":{"id":"msg_1","model":"c","usage":{"input_tokens":7,"output_tokens":1}}}"#,
+        ));
+        g.on_event(named(
+            "content_block_delta",
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}"#,
+        ));
+        let mut r = g.into_relay();
+        r.price_with(tariff());
+        let After::Send(bytes) = r.on_event(named(
+            "message_delta",
+            r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":3}}"#,
+        )) else {
+            panic!("sent")
+        };
+        assert!(bytes.starts_with(b"event: message_delta\ndata: "));
+        assert_eq!(
+            data_of(&bytes)["usage"]["cost"],
+            serde_json::json!(micros_to_usd(41)),
+            "7 × 1.5 + 3 × 10, rounded"
+        );
+
+        let mut g = Gate::new(&RESPONSES, false, None);
+        g.on_event(named(
+            "response.output_text.delta",
+            r#"{"type":"response.output_text.delta","delta":"Hi"}"#,
+        ));
+        let mut r = g.into_relay();
+        r.price_with(tariff());
+        let completed = named(
+            "response.completed",
+            r#"{"type":"response.completed","response":{"id":"r1","status":"completed","usage":{"input_tokens":2,"output_tokens":2}}}"#,
+        );
+        let After::End { bytes, broken: None } = r.on_event(completed) else {
+            panic!("the end")
+        };
+        assert_eq!(
+            data_of(&bytes)["response"]["usage"]["cost"],
+            serde_json::json!(micros_to_usd(23))
+        );
     }
 
     #[test]

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::catalog::{Catalog, Model};
+use crate::catalog::{Api, Catalog, Model, Price};
 use crate::health::{median_ms, recent, BreakerState, Bucket, ModelHealth};
 use crate::limits::RouteLoad;
 
@@ -258,6 +258,54 @@ pub fn render_html(report: &Report) -> String {
     }
     html.push_str("</body></html>");
     html
+}
+
+/// USD per token, as the decimal string OpenAI-compatible model lists use (never an exponent).
+fn per_token(per_mtok: f64) -> String {
+    let v = per_mtok / 1_000_000.0;
+    let s = format!("{v:.12}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    if s.is_empty() {
+        "0".to_string()
+    } else {
+        s.to_string()
+    }
+}
+
+/// The body of `GET /v1/models`: the OpenAI list shape, each model with its context window and
+/// output limit, the APIs its routes serve, `pricing` (USD per token) of its usual first route and
+/// `pricing_max` (the highest of any route: what a request can be charged at most), and its status
+/// word from `report`.
+pub fn model_list(catalog: &Catalog, report: &Report) -> serde_json::Value {
+    let data: Vec<serde_json::Value> = catalog
+        .doc()
+        .models
+        .iter()
+        .map(|m| {
+            let mut apis: Vec<Api> = m.routes.iter().flat_map(|r| r.apis.iter().copied()).collect();
+            apis.sort_by_key(|a| a.as_str());
+            apis.dedup();
+            let max = |f: fn(&Price) -> f64| m.routes.iter().map(|r| f(&r.price)).fold(0.0, f64::max);
+            let pricing = m.routes.first().map(|r| {
+                serde_json::json!({"prompt": per_token(r.price.input_per_mtok), "completion": per_token(r.price.output_per_mtok)})
+            });
+            let status = report.models.iter().find(|r| r.id == m.id);
+            serde_json::json!({
+                "id": m.id,
+                "object": "model",
+                "created": 0,
+                "owned_by": "switchyard",
+                "context_window": m.context_window,
+                "max_output_tokens": m.max_output_tokens,
+                "supported_apis": apis.iter().map(|a| a.as_str()).collect::<Vec<_>>(),
+                "pricing": pricing,
+                "pricing_max": {"prompt": per_token(max(|p| p.input_per_mtok)), "completion": per_token(max(|p| p.output_per_mtok))},
+                "status": status.map(|s| s.status),
+                "status_label": status.map(|s| s.label),
+            })
+        })
+        .collect();
+    serde_json::json!({"object": "list", "data": data})
 }
 
 /// The body of `GET /admin/health/{model}` at `now_ms`: every route's breaker (catalog order) with
@@ -653,6 +701,35 @@ mod tests {
             )),
             "{html}"
         );
+    }
+
+    #[test]
+    fn the_model_list_carries_apis_prices_and_the_status_word() {
+        let doc = json!({
+            "providers": [{"id": "a", "base_url": "https://a/v1", "auth": "bearer"}],
+            "models": [{"id": "m", "context_window": 8000, "max_output_tokens": 1000, "routes": [
+                {"id": "r0", "provider": "a", "upstream_model": "u", "apis": ["chat", "responses"],
+                 "price": {"input_per_mtok": 0.15, "output_per_mtok": 0.6}},
+                {"id": "r1", "provider": "a", "upstream_model": "u", "apis": ["messages", "chat"],
+                 "price": {"input_per_mtok": 3.0, "output_per_mtok": 15.0}}]}]
+        });
+        let c = Catalog::parse(doc.to_string().as_bytes()).unwrap();
+        let mut full = ModelHealth::default();
+        request(&mut full, T0, true);
+        let models = BTreeMap::from([("m".to_string(), full)]);
+        let r = report(&c, &models, &ModelHealth::default(), T0 + MIN);
+        let list = model_list(&c, &r);
+        let m = &list["data"][0];
+        assert_eq!(list["object"], "list");
+        assert_eq!((&m["id"], &m["context_window"]), (&json!("m"), &json!(8000)));
+        assert_eq!(m["supported_apis"], json!(["chat", "messages", "responses"]));
+        assert_eq!(m["pricing"], json!({"prompt": "0.00000015", "completion": "0.0000006"}));
+        assert_eq!(
+            m["pricing_max"],
+            json!({"prompt": "0.000003", "completion": "0.000015"})
+        );
+        assert_eq!(m["status"], json!(r.models[0].status));
+        assert_eq!(m["status"], "operational");
     }
 
     #[test]

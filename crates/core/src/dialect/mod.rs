@@ -55,6 +55,21 @@ impl Reported {
     }
 }
 
+/// `json` (a whole answer or one stream event's data, in any dialect) with `cost` (USD) added to
+/// its usage object — top-level `usage` (chat, messages, a whole responses answer) or
+/// `response.usage` (the responses stream's `response.completed`). `None` if it has neither.
+pub fn with_cost(json: &[u8], cost_usd: f64) -> Option<Vec<u8>> {
+    let mut v: Value = serde_json::from_slice(json).ok()?;
+    let usage = match v.get("usage").is_some_and(Value::is_object) {
+        true => v.get_mut("usage"),
+        false => v.get_mut("response").and_then(|r| r.get_mut("usage")),
+    }?;
+    usage
+        .as_object_mut()?
+        .insert("cost".into(), serde_json::json!(cost_usd));
+    serde_json::to_vec(&v).ok()
+}
+
 /// What one stream event means to the gateway, whatever the dialect.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct EventInfo {
