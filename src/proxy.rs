@@ -12,7 +12,7 @@ use std::rc::Rc;
 
 use futures_channel::oneshot;
 
-use switchyard_core::catalog::{Api, Catalog, Model, Policy, Price};
+use switchyard_core::catalog::{Api, Balance, Catalog, Model, Policy, Price};
 use switchyard_core::dialect::{with_cost, ClientRequest};
 use switchyard_core::generation::{AttemptResult, AttemptTarget, Delivery, Ending, Journal, Opening};
 use switchyard_core::health::HealthConfig;
@@ -280,6 +280,8 @@ async fn plan(
     } else {
         health::claim_probes(&call.env, model, claims, policy.pre_content_budget_ms).await
     };
+    // A spread model's conversation name (SPEC §8a); nothing to compute for the others.
+    let conversation = (model.balance == Balance::Spread).then(|| request.conversation(request.session.as_deref()));
     Plan::for_request(PlanInput {
         catalog,
         model,
@@ -290,6 +292,7 @@ async fn plan(
         probes_won: &probes_won,
         key_allow_fallbacks: call.key.allow_fallbacks(),
         account_allow_fallbacks: call.key.account_allow_fallbacks(),
+        conversation: conversation.as_deref(),
         now_ms: now,
     })
     .map(|plan| (plan, now))

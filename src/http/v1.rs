@@ -185,6 +185,7 @@ pub async fn generate(req: &mut Request, env: &Env, ctx: &Rc<Context>, rc: &mut 
     let header = |name: &str| req.headers().get(name).ok().flatten();
     request.anthropic_version = header("anthropic-version");
     request.anthropic_beta = header("anthropic-beta");
+    request.session = header("x-switchyard-session").filter(|s| !s.is_empty() && s.len() <= 512);
     rc.model = Some(request.model.clone());
     let abandon_ms = abandon_drill(req, env);
     let catalog = store.catalog().await?;

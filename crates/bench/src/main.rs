@@ -493,6 +493,7 @@ fn gateway_mode(o: &Opts) -> Result<Value, String> {
     let m_200 = format!("{label}-200");
     let m_out = format!("{label}-outage");
     let m_capped = format!("{label}-capped");
+    let m_spread = format!("{label}-spread");
     let model = |routes: Vec<Value>, policy: Option<Value>| {
         let mut m = json!({"context_window": 8192, "max_output_tokens": 1024, "routes": routes});
         if let Some(p) = policy {
@@ -530,6 +531,10 @@ fn gateway_mode(o: &Opts) -> Result<Value, String> {
         model(vec![capped_route], None),
         200,
     )?;
+    // SPEC §8a: three routes spread by conversation (all over the same mock provider).
+    let mut spread = model(vec![route("r0", &p_ok), route("r1", &p_ok), route("r2", &p_ok)], None);
+    spread["balance"] = json!("spread");
+    admin.call("PUT", &format!("/admin/models/{m_spread}"), spread, 200)?;
     let account = admin.call("POST", "/admin/accounts", json!({}), 201)?;
     let account_id = account["id"].as_str().ok_or("POST /admin/accounts: no id")?.to_string();
     admin.call(
@@ -574,6 +579,9 @@ fn gateway_mode(o: &Opts) -> Result<Value, String> {
         false,
     );
     let a_capped = through(&m_capped, false);
+    let mut spread_headers = json_headers(Some(&key));
+    spread_headers.push(("x-switchyard-session".to_string(), "bench-conversation".to_string()));
+    let a_spread = Call::post_json(through_url.clone(), spread_headers, &chat_body(&m_spread, false), false);
     let b_ok = direct(&p_ok, "ok", false)?;
     let a_ok_s = through(&m_ok, true);
     let b_ok_s = direct(&p_ok, "ok", true)?;
@@ -586,6 +594,7 @@ fn gateway_mode(o: &Opts) -> Result<Value, String> {
         (&a_ok, Metric::Total),
         (&a_limited, Metric::Total),
         (&a_capped, Metric::Total),
+        (&a_spread, Metric::Total),
         (&a_ok_s, Metric::FirstContent),
         (&a_200, Metric::FirstContent),
     ] {
@@ -621,6 +630,17 @@ fn gateway_mode(o: &Opts) -> Result<Value, String> {
             &PairSpec {
                 name: "nonstream_c1_capped_route",
                 through: &a_capped,
+                direct: Some(&b_ok),
+                metric: Metric::Total,
+                concurrency: 1,
+                gap_ms: 0,
+            },
+        )?,
+        measure(
+            o,
+            &PairSpec {
+                name: "nonstream_c1_spread",
+                through: &a_spread,
                 direct: Some(&b_ok),
                 metric: Metric::Total,
                 concurrency: 1,

@@ -181,6 +181,10 @@ pub fn render(runs: &[Value], primary: usize) -> String {
             added("nonstream_c1_capped_route"),
         ),
         (
+            "the same, a `balance: \"spread\"` model of three routes, one conversation (SPEC §8a): added",
+            added("nonstream_c1_spread"),
+        ),
+        (
             "non-stream, concurrency 1, 25 ms idle after each pair (background work drained): added",
             added("nonstream_c1_idle"),
         ),

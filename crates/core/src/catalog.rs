@@ -94,6 +94,28 @@ pub struct Route {
     pub max_concurrency: Option<u32>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unsupported_params: Vec<String>,
+    /// Its share of new conversations under `balance: "spread"` (SPEC §8a), relative to the
+    /// model's other routes; 1 when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<f64>,
+}
+
+impl Route {
+    pub fn weight(&self) -> f64 {
+        self.weight.unwrap_or(1.0)
+    }
+}
+
+/// How a model's first attempts are shared among its routes (SPEC §8a).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Balance {
+    /// The usual order (catalog order, by health): the first healthy route takes everything.
+    #[default]
+    Priority,
+    /// New conversations spread over the healthy routes by weight × health; each conversation
+    /// stays on its route while that route is healthy.
+    Spread,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -107,6 +129,12 @@ pub struct Model {
     pub routes: Vec<Route>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<PolicyOverrides>,
+    #[serde(default, skip_serializing_if = "is_priority")]
+    pub balance: Balance,
+}
+
+fn is_priority(b: &Balance) -> bool {
+    *b == Balance::Priority
 }
 
 /// Optional overrides of the defaults in SPEC §16, at the top level or on one model.
@@ -391,6 +419,11 @@ impl Catalog {
                 }
                 if r.context_window == Some(0) {
                     return Err(err(format!("{at}.context_window"), "must be positive"));
+                }
+                if r.weight
+                    .is_some_and(|w| !(w.is_finite() && w > 0.0 && w <= 1_000_000.0))
+                {
+                    return Err(err(format!("{at}.weight"), "must be a positive number up to 1000000"));
                 }
                 if r.max_concurrency == Some(0) {
                     return Err(err(format!("{at}.max_concurrency"), "must be positive"));

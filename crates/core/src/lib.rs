@@ -20,6 +20,7 @@ pub mod limits;
 pub mod money;
 pub mod plan;
 pub mod relay;
+pub mod spread;
 pub mod sse;
 pub mod status;
 

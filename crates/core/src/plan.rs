@@ -10,11 +10,12 @@
 
 use std::collections::BTreeMap;
 
-use crate::catalog::{Api, Catalog, Model, Policy, Route};
+use crate::catalog::{Api, Balance, Catalog, Model, Policy, Route};
 use crate::classify::{FailureClass, Verdict};
 use crate::dialect::{ClientRequest, Sort};
 use crate::error::ApiError;
 use crate::health::{ModelHealth, RouteHealth, RouteStats};
+use crate::spread::{health_factor, pick};
 
 /// Reorders the healthy routes of a usual order by a measurement (`sort: latency` — median TTFB,
 /// lower first; `sort: throughput` — tokens/s, higher first). Routes without a measurement
@@ -105,6 +106,8 @@ pub struct PlanInput<'a> {
     /// first, the platform's `policy.allow_fallbacks` last).
     pub key_allow_fallbacks: Option<bool>,
     pub account_allow_fallbacks: Option<bool>,
+    /// The request's conversation ([`ClientRequest::conversation`]), for `balance: "spread"`.
+    pub conversation: Option<&'a str>,
     pub now_ms: u64,
 }
 
@@ -127,6 +130,7 @@ impl Plan {
             probes_won,
             key_allow_fallbacks,
             account_allow_fallbacks,
+            conversation,
             now_ms,
         } = input;
         let mut order = Vec::with_capacity(model.routes.len());
@@ -169,7 +173,34 @@ impl Plan {
             .unwrap_or(policy.allow_fallbacks);
         let mut plan = Plan::with_order(catalog, model, request, policy, &order, allow_fallbacks, now_ms)?;
         plan.probes = probes;
+        // SPEC §8a: never over the client's own order or sort.
+        let client_ordered = request.provider.order.is_some() || request.provider.sort.is_some();
+        if let (Balance::Spread, false, Some(conversation)) = (model.balance, client_ordered, conversation) {
+            plan.spread(model, stats, conversation);
+        }
         Ok(plan)
+    }
+
+    /// `balance: "spread"` (SPEC §8a): the conversation's route among the healthy candidates —
+    /// weighted rendezvous hashing over weight × health factor ([`crate::spread`]) — goes first;
+    /// the others follow in their usual order.
+    fn spread(&mut self, model: &Model, stats: &BTreeMap<String, RouteStats>, conversation: &str) {
+        let healthy: Vec<(usize, &str, f64)> = self
+            .candidates
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| !c.health.demoted && !c.health.account_cooling)
+            .filter_map(|(pos, c)| {
+                let r = model.routes.get(c.route)?;
+                let factor = stats.get(&r.id).map_or(1.0, health_factor);
+                Some((pos, r.id.as_str(), r.weight() * factor))
+            })
+            .collect();
+        let weights: Vec<(&str, f64)> = healthy.iter().map(|(_, id, w)| (*id, *w)).collect();
+        if let Some(chosen) = pick(conversation, &weights) {
+            let pos = healthy[chosen].0;
+            self.candidates[..=pos].rotate_right(1);
+        }
     }
 
     /// Plans a request from a usual order already decided: route indexes with their health
@@ -1015,8 +1046,84 @@ mod tests {
             probes_won,
             key_allow_fallbacks: None,
             account_allow_fallbacks: None,
+            conversation: None,
             now_ms,
         }
+    }
+
+    /// The three-route model with `balance: "spread"` and these weights.
+    fn spread_catalog(weights: [f64; 3]) -> Catalog {
+        let mut c = serde_json::to_value(three().doc()).unwrap();
+        c["models"][0]["balance"] = json!("spread");
+        for (i, w) in weights.iter().enumerate() {
+            c["models"][0]["routes"][i]["weight"] = json!(w);
+        }
+        Catalog::parse(c.to_string().as_bytes()).unwrap()
+    }
+
+    fn first_route(c: &Catalog, health: &ModelHealth, body: serde_json::Value, conversation: &str) -> usize {
+        let r = request(body);
+        let policy = c.policy_for(c.model("m").unwrap());
+        let stats = BTreeMap::new();
+        let mut p = Plan::for_request(PlanInput {
+            conversation: Some(conversation),
+            ..input(c, &r, &policy, health, &stats, &[], 0)
+        })
+        .unwrap();
+        p.next_usual(0).unwrap().route
+    }
+
+    #[test]
+    fn spread_shares_conversations_by_weight_and_keeps_each_on_its_route() {
+        let c = spread_catalog([1.0, 1.0, 2.0]);
+        let h = ModelHealth::default();
+        let mut count = [0usize; 3];
+        for i in 0..4_000 {
+            let conv = format!("c{i}");
+            let first = first_route(&c, &h, json!({}), &conv);
+            assert_eq!(
+                first,
+                first_route(&c, &h, json!({}), &conv),
+                "the same conversation, the same route"
+            );
+            count[first] += 1;
+        }
+        assert!(count[2] > 1_800 && count[0] > 850 && count[1] > 850, "{count:?}");
+        // The client's own order wins over spreading.
+        assert!((0..200).all(|i| first_route(&c, &h, json!({"provider": {"order": ["r1"]}}), &format!("c{i}")) == 1));
+    }
+
+    #[test]
+    fn a_demoted_route_loses_its_conversations_to_the_healthy_ones_only() {
+        let c = spread_catalog([1.0, 1.0, 1.0]);
+        let healthy = ModelHealth::default();
+        let mut demoted = ModelHealth::default();
+        for _ in 0..3 {
+            demoted.observe(
+                &crate::health::Observation::at(
+                    "r1",
+                    "acct-b",
+                    crate::health::AttemptOutcome::Failure(FailureClass::Upstream5xx),
+                    0,
+                ),
+                &crate::health::HealthConfig::default(),
+            );
+        }
+        let mut moved = 0;
+        for i in 0..600 {
+            let conv = format!("c{i}");
+            let (before, after) = (
+                first_route(&c, &healthy, json!({}), &conv),
+                first_route(&c, &demoted, json!({}), &conv),
+            );
+            if before == 1 {
+                assert_ne!(after, 1);
+                moved += 1;
+            } else {
+                assert_eq!(before, after, "{conv} was not on the demoted route and stays");
+            }
+        }
+        assert!(moved > 100, "{moved}");
     }
 
     fn routes_of(p: &mut Plan) -> Vec<(usize, bool)> {

@@ -78,6 +78,7 @@ pub fn parse_request(bytes: &[u8]) -> Result<ClientRequest, ApiError> {
         body_len: bytes.len(),
         anthropic_version: None,
         anthropic_beta: None,
+        session: None,
         body,
     })
 }

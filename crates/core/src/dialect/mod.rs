@@ -156,6 +156,8 @@ pub struct ClientRequest {
     /// providers.
     pub anthropic_version: Option<String>,
     pub anthropic_beta: Option<String>,
+    /// The client's `x-switchyard-session` header: the conversation's name (SPEC §8a).
+    pub session: Option<String>,
     /// The body without Switchyard's own fields (`provider`, `models`), keys in the client's order.
     body: Map<String, Value>,
 }
@@ -179,6 +181,48 @@ pub fn inspect_body(api: Api, body: &[u8]) -> Result<BodyInfo, Verdict> {
 }
 
 impl ClientRequest {
+    /// The conversation this request belongs to (SPEC §8a): the client's `x-switchyard-session`
+    /// header (`session`), else the body's `user`, `prompt_cache_key` or Anthropic
+    /// `metadata.user_id`, else a hash of its system prompt and first user message — the same
+    /// for every turn of one conversation.
+    pub fn conversation(&self, session: Option<&str>) -> String {
+        let named = session.map(str::to_string).or_else(|| {
+            let b = &self.body;
+            [
+                b.get("user"),
+                b.get("prompt_cache_key"),
+                b.get("metadata").and_then(|m| m.get("user_id")),
+            ]
+            .into_iter()
+            .flatten()
+            .find_map(|v| v.as_str().filter(|s| !s.is_empty()).map(str::to_string))
+        });
+        if let Some(name) = named {
+            return format!("id:{name}");
+        }
+        let b = &self.body;
+        let messages = b.get("messages").or_else(|| b.get("input")).and_then(Value::as_array);
+        let is_system = |m: &&Value| matches!(m.get("role").and_then(Value::as_str), Some("system" | "developer"));
+        let system = b
+            .get("system")
+            .or_else(|| b.get("instructions"))
+            .cloned()
+            .or_else(|| messages.and_then(|ms| ms.iter().find(is_system)).cloned())
+            .unwrap_or(Value::Null);
+        let first_user = messages
+            .and_then(|ms| {
+                ms.iter()
+                    .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))
+                    .cloned()
+            })
+            .or_else(|| b.get("input").filter(|i| i.is_string()).cloned())
+            .unwrap_or(Value::Null);
+        format!(
+            "h:{:016x}",
+            crate::spread::hash64(&[&system.to_string(), &first_user.to_string()])
+        )
+    }
+
     /// The body to send to a route: the client's, with `model` set to the route's upstream model.
     /// Chat streams also ask the upstream for usage (SPEC §7).
     /// The output limit every route gets (per completion): the client's, else the model's

@@ -357,6 +357,33 @@ pub struct RouteStats {
     pub median_ttfb_ms: Option<u64>,
     /// Output tokens per second of generation time.
     pub tokens_per_s: Option<f64>,
+    /// The same judged attempts split into the last [`RECENT_MINUTES`] and the rest of the hour
+    /// (the route's own norm), for the spread's health factor (SPEC §8a).
+    #[serde(default)]
+    pub recent: Window,
+    #[serde(default)]
+    pub earlier: Window,
+}
+
+/// Minutes of a route's stats that count as its current behaviour; the rest of the hour is its norm.
+pub const RECENT_MINUTES: u64 = 5;
+
+/// Judged attempts and TTFB within part of the hour.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Default)]
+pub struct Window {
+    pub answered: u32,
+    pub failed: u32,
+    pub median_ttfb_ms: Option<u64>,
+}
+
+impl Window {
+    fn of(buckets: &[&Bucket]) -> Window {
+        Window {
+            answered: buckets.iter().map(|b| b.answered).sum(),
+            failed: buckets.iter().map(|b| b.failed).sum(),
+            median_ttfb_ms: median_ms(buckets.iter().flat_map(|b| b.ttfb_samples_ms.iter().copied())),
+        }
+    }
 }
 
 /// One model's health: its routes' breakers and buckets, the breakers of the upstream accounts its
@@ -595,6 +622,11 @@ impl ModelHealth {
         if ms > 0 {
             stats.tokens_per_s = Some(tokens as f64 * 1000.0 / ms as f64);
         }
+        let first_recent = (now_ms / MINUTE_MS).saturating_sub(RECENT_MINUTES - 1);
+        let (late, early): (Vec<&Bucket>, Vec<&Bucket>) =
+            recent(&state.buckets, now_ms).partition(|b| b.minute >= first_recent);
+        stats.recent = Window::of(&late);
+        stats.earlier = Window::of(&early);
         stats
     }
 }
