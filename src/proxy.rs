@@ -274,7 +274,8 @@ async fn plan(
 ) -> Result<(Plan, u64), ApiError> {
     let view = health::view(&call.env, model, policy).await;
     let now = now_ms();
-    let claims = view.health.probe_claims(&catalog.route_accounts(model), now);
+    let route_accounts = catalog.route_accounts(model);
+    let claims = view.health.probe_claims(&route_accounts, now);
     let probes_won = if claims.is_empty() {
         Vec::new()
     } else {
@@ -287,6 +288,7 @@ async fn plan(
         model,
         request,
         policy,
+        route_accounts: &route_accounts,
         health: &view.health,
         stats: &view.stats,
         probes_won: &probes_won,

@@ -95,6 +95,8 @@ pub struct PlanInput<'a> {
     pub model: &'a Model,
     pub request: &'a ClientRequest,
     pub policy: &'a Policy,
+    /// The model's routes with their upstream accounts ([`Catalog::route_accounts`]).
+    pub route_accounts: &'a [(String, String)],
     /// The model's route breakers merged with the accounts' ([`ModelHealth::with_accounts`]).
     pub health: &'a ModelHealth,
     /// Per-route measurements, for `provider.sort` = `latency` / `throughput`.
@@ -125,6 +127,7 @@ impl Plan {
             model,
             request,
             policy,
+            route_accounts,
             health,
             stats,
             probes_won,
@@ -136,7 +139,7 @@ impl Plan {
         let mut order = Vec::with_capacity(model.routes.len());
         let mut lost = Vec::new();
         let mut probes = Vec::new();
-        for (i, route_health, probe_due) in health.plan_order(&catalog.route_accounts(model), now_ms) {
+        for (i, route_health, probe_due) in health.plan_order(route_accounts, now_ms) {
             if !probe_due {
                 order.push((i, route_health));
             } else if probes_won.contains(&i) {
@@ -1036,11 +1039,14 @@ mod tests {
         probes_won: &'a [usize],
         now_ms: u64,
     ) -> PlanInput<'a> {
+        let model = c.model("m").unwrap();
         PlanInput {
             catalog: c,
-            model: c.model("m").unwrap(),
+            model,
             request,
             policy,
+            // Leaked: a test's plan borrows it for the test's length.
+            route_accounts: Box::leak(c.route_accounts(model).into_boxed_slice()),
             health,
             stats,
             probes_won,
