@@ -7,7 +7,8 @@
 //!
 //! Modes (see `USAGE`): `gateway` sets up providers, models, an account and a key on a running
 //! Switchyard through its admin API and measures everything; `echo` measures the same pairs through
-//! the trivial worker-rs proxy in `bench/echo-worker` (the floor); `target` measures non-stream
+//! the trivial worker-rs proxy in `bench/echo-worker` (the floor), `js-echo` through the plain JS
+//! Worker in `bench/js-echo` (the JS floor); `target` measures non-stream
 //! latency through any OpenAI-compatible gateway.
 
 // A native benchmark: real clocks are the point.
@@ -33,6 +34,8 @@ usage:
       (concurrency 1 and 8), stream time to first content, a 200-chunk stream and the outage case.
   switchyard-bench echo --echo URL --mock URL [common]
       The same pairs through bench/echo-worker (a trivial worker-rs proxy to the mock): the floor.
+  switchyard-bench js-echo --echo URL --mock URL [common]
+      The pass-through pairs through bench/js-echo (a plain JS Worker): the JS floor.
   switchyard-bench target --target URL --key KEY --model MODEL [--direct URL] [common]
       Non-stream, concurrency 1 and 8, through any OpenAI-compatible gateway. URL is the API base
       (the OpenAI SDK's base_url, e.g. http://127.0.0.1:4000/v1); requests go to URL/chat/completions.
@@ -114,7 +117,7 @@ fn parse_args(args: &[String]) -> Result<Opts, String> {
             "--outage-deadline-ms" => o.outage_deadline_ms = num(value(a)?, a)? as u64,
             "--primary" => o.primary = num(value(a)?, a)?,
             "--cpu-pid" => o.cpu_pids.push(num(value(a)?, a)? as u32),
-            "gateway" | "echo" | "target" | "report" if o.mode.is_empty() => o.mode = a.clone(),
+            "gateway" | "echo" | "js-echo" | "target" | "report" if o.mode.is_empty() => o.mode = a.clone(),
             s if o.mode == "report" && !s.starts_with("--") => o.files.push(s.to_string()),
             s => return Err(format!("unknown argument {s:?}")),
         }
@@ -172,7 +175,8 @@ fn run(o: &Opts) -> Result<(), String> {
     let started = Instant::now();
     let mut result = match o.mode.as_str() {
         "gateway" => gateway_mode(o)?,
-        "echo" => echo_mode(o)?,
+        "echo" => echo_mode(o, true)?,
+        "js-echo" => echo_mode(o, false)?,
         "target" => target_mode(o)?,
         m => return Err(format!("unknown mode {m}")),
     };
@@ -488,9 +492,12 @@ fn gateway_mode(o: &Opts) -> Result<Value, String> {
     let p_hang = format!("{label}-phang");
     provider(&mut admin, &p_ok, "ok")?;
     provider(&mut admin, &p_200, "chunks/200/0")?;
+    let p_2000 = format!("{label}-p2000");
+    provider(&mut admin, &p_2000, "chunks/2000/0")?;
     provider(&mut admin, &p_hang, "hang")?;
     let m_ok = format!("{label}-ok");
     let m_200 = format!("{label}-200");
+    let m_2000 = format!("{label}-2000");
     let m_out = format!("{label}-outage");
     let m_capped = format!("{label}-capped");
     let m_spread = format!("{label}-spread");
@@ -511,6 +518,12 @@ fn gateway_mode(o: &Opts) -> Result<Value, String> {
         "PUT",
         &format!("/admin/models/{m_200}"),
         model(vec![route("r0", &p_200)], None),
+        200,
+    )?;
+    admin.call(
+        "PUT",
+        &format!("/admin/models/{m_2000}"),
+        model(vec![route("r0", &p_2000)], None),
         200,
     )?;
     admin.call(
@@ -587,6 +600,8 @@ fn gateway_mode(o: &Opts) -> Result<Value, String> {
     let b_ok_s = direct(&p_ok, "ok", true)?;
     let a_200 = through(&m_200, true);
     let b_200 = direct(&p_200, "chunks/200/0", true)?;
+    let a_2000 = through(&m_2000, true);
+    let b_2000 = direct(&p_2000, "chunks/2000/0", true)?;
 
     // One of each first: a broken setup fails here, loudly, not as 1000 errors.
     let mut probe = Client::new(Duration::from_secs(60));
@@ -686,6 +701,17 @@ fn gateway_mode(o: &Opts) -> Result<Value, String> {
                 name: "stream_200_total",
                 through: &a_200,
                 direct: Some(&b_200),
+                metric: Metric::Total,
+                concurrency: 1,
+                gap_ms: 0,
+            },
+        )?,
+        measure(
+            o,
+            &PairSpec {
+                name: "stream_2000_total",
+                through: &a_2000,
+                direct: Some(&b_2000),
                 metric: Metric::Total,
                 concurrency: 1,
                 gap_ms: 0,
@@ -811,7 +837,9 @@ fn tried_route(client: &mut Client, gw: &Url, key: &str, id: &str, route: &str) 
     None
 }
 
-fn echo_mode(o: &Opts) -> Result<Value, String> {
+/// A floor: the worker-rs echo proxy (`full`: with its relay and D1 variants) or the plain JS
+/// pass-through (`bench/js-echo`: `/_echo` and the pass-through only).
+fn echo_mode(o: &Opts, full: bool) -> Result<Value, String> {
     let echo = need(&o.echo, "--echo")?.trim_end_matches('/').to_string();
     let mock = need(&o.mock, "--mock")?.trim_end_matches('/').to_string();
     let label = unique("sybench-echo");
@@ -837,6 +865,7 @@ fn echo_mode(o: &Opts) -> Result<Value, String> {
     );
     let (a_200, b_200) = pair(&format!("/{label}-200/chunks/200/0/chat/completions"), true, false)?;
     let (a_200r, _) = pair(&format!("/{label}-200/chunks/200/0/chat/completions"), true, true)?;
+    let (a_2000, b_2000) = pair(&format!("/{label}-2000/chunks/2000/0/chat/completions"), true, false)?;
     let get = |url: String| -> Result<Call, String> {
         Ok(Call {
             method: "GET",
@@ -849,13 +878,11 @@ fn echo_mode(o: &Opts) -> Result<Value, String> {
     let a_bare = get(format!("{echo}/_echo"))?;
     let b_bare = get(format!("{mock}/_health"))?;
     let mut probe = Client::new(Duration::from_secs(60));
-    for (call, metric) in [
-        (&a_ok, Metric::Total),
-        (&a_ok_s, Metric::FirstContent),
-        (&a_200r, Metric::FirstContent),
-        (&a_bare, Metric::Total),
-        (&a_fg, Metric::Total),
-    ] {
+    let mut probes = vec![(&a_ok, Metric::Total), (&a_ok_s, Metric::FirstContent), (&a_bare, Metric::Total)];
+    if full {
+        probes.extend([(&a_200r, Metric::FirstContent), (&a_fg, Metric::Total)]);
+    }
+    for (call, metric) in probes {
         checked(&mut probe, call, metric)?;
     }
     eprintln!("switchyard-bench: measuring the echo worker");
@@ -867,19 +894,28 @@ fn echo_mode(o: &Opts) -> Result<Value, String> {
         concurrency,
         gap_ms: 0,
     };
-    let rows = vec![
+    let mut rows = vec![
         measure(o, &spec("no_subrequest", &a_bare, &b_bare, Metric::Total, 1))?,
         measure(o, &spec("nonstream_c1", &a_ok, &b_ok, Metric::Total, 1))?,
         measure(o, &spec("nonstream_c8", &a_ok, &b_ok, Metric::Total, 8))?,
-        measure(o, &spec("nonstream_c1_bgwrites", &a_bg, &b_ok, Metric::Total, 1))?,
-        measure(o, &spec("nonstream_c8_bgwrites", &a_bg, &b_ok, Metric::Total, 8))?,
-        measure(o, &spec("nonstream_c1_fgwrites", &a_fg, &b_ok, Metric::Total, 1))?,
+    ];
+    if full {
+        rows.extend([
+            measure(o, &spec("nonstream_c1_bgwrites", &a_bg, &b_ok, Metric::Total, 1))?,
+            measure(o, &spec("nonstream_c8_bgwrites", &a_bg, &b_ok, Metric::Total, 8))?,
+            measure(o, &spec("nonstream_c1_fgwrites", &a_fg, &b_ok, Metric::Total, 1))?,
+        ]);
+    }
+    rows.extend([
         measure(o, &spec("stream_ttfc", &a_ok_s, &b_ok_s, Metric::FirstContent, 1))?,
         measure(o, &spec("stream_200_total", &a_200, &b_200, Metric::Total, 1))?,
-        measure(o, &spec("stream_200_total_relay", &a_200r, &b_200, Metric::Total, 1))?,
-    ];
+        measure(o, &spec("stream_2000_total", &a_2000, &b_2000, Metric::Total, 1))?,
+    ]);
+    if full {
+        rows.push(measure(o, &spec("stream_200_total_relay", &a_200r, &b_200, Metric::Total, 1))?);
+    }
     Ok(json!({
-        "mode": "echo",
+        "mode": if full { "echo" } else { "js-echo" },
         "label": o.label.clone().unwrap_or_else(|| "echo".into()),
         "gateway": echo,
         "machine": machine,

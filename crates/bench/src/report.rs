@@ -195,6 +195,10 @@ pub fn render(runs: &[Value], primary: usize) -> String {
             rel("stream_200_total"),
         ),
         (
+            "stream of 2,000 chunks: total time through vs direct (p50)",
+            rel("stream_2000_total"),
+        ),
+        (
             "stream of 200 chunks relayed chunk by chunk in Rust: total vs direct (p50)",
             rel("stream_200_total_relay"),
         ),
