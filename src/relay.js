@@ -18,14 +18,13 @@ export function relay(core) {
   const { reader, abortController, idleMs, capMs, graceMs, clientSignal } = core;
   let client = null;
   let goneAt = 0;
-  let signalGone = () => {};
-  const gone = new Promise((resolve) => {
-    signalGone = resolve;
-  });
+  // The current wait's resolver (see `raceBefore`): a departure ends the wait at once. No promise
+  // outlives one wait — a long-lived one raced on every read would keep a reaction per chunk.
+  let expire = null;
   const leave = () => {
     if (!goneAt) {
       goneAt = Date.now();
-      signalGone(GONE);
+      if (expire) expire(GONE);
     }
   };
   // The client's request signal aborts when it disconnects — also while nothing is being written
@@ -87,7 +86,6 @@ export function relay(core) {
   let timer = null;
   let timerAt = Infinity;
   let deadlineAt = Infinity;
-  let expire = null;
   const onTimer = () => {
     timer = null;
     timerAt = Infinity;
@@ -108,9 +106,7 @@ export function relay(core) {
   const raceBefore = (p, at) => {
     deadlineAt = at;
     armFor(at);
-    const racers = [p, new Promise((resolve) => (expire = resolve))];
-    if (!goneAt) racers.push(gone);
-    return Promise.race(racers).then((r) => {
+    return Promise.race([p, new Promise((resolve) => (expire = resolve))]).then((r) => {
       expire = null;
       return r;
     });
@@ -212,6 +208,12 @@ export function relay(core) {
     }
     closeClient();
     if (timer !== null) clearTimeout(timer);
+    try {
+      // The request's signal may outlive the relay: it must not keep the relay's state alive.
+      if (clientSignal) clientSignal.removeEventListener("abort", leave);
+    } catch {
+      // nothing to remove
+    }
     if (!upstreamEnded) {
       try {
         abortController.abort();
