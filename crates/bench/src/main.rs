@@ -464,6 +464,24 @@ fn machine_info() -> Value {
     json!({"cpu": cpu, "cores": cores, "loadavg_at_start": load})
 }
 
+/// A pair measured back to back, without a pause.
+fn spec<'a>(
+    name: &'static str,
+    through: &'a Call,
+    direct: &'a Call,
+    metric: Metric,
+    concurrency: usize,
+) -> PairSpec<'a> {
+    PairSpec {
+        name,
+        through,
+        direct: Some(direct),
+        metric,
+        concurrency,
+        gap_ms: 0,
+    }
+}
+
 fn gateway_mode(o: &Opts) -> Result<Value, String> {
     let gw = Url::parse(need(&o.gateway, "--gateway")?)?;
     let mock = need(&o.mock, "--mock")?.trim_end_matches('/').to_string();
@@ -618,50 +636,16 @@ fn gateway_mode(o: &Opts) -> Result<Value, String> {
 
     eprintln!("switchyard-bench: measuring");
     let rows = vec![
+        measure(o, &spec("nonstream_c1", &a_ok, &b_ok, Metric::Total, 1))?,
         measure(
             o,
-            &PairSpec {
-                name: "nonstream_c1",
-                through: &a_ok,
-                direct: Some(&b_ok),
-                metric: Metric::Total,
-                concurrency: 1,
-                gap_ms: 0,
-            },
+            &spec("nonstream_c1_limited_key", &a_limited, &b_ok, Metric::Total, 1),
         )?,
         measure(
             o,
-            &PairSpec {
-                name: "nonstream_c1_limited_key",
-                through: &a_limited,
-                direct: Some(&b_ok),
-                metric: Metric::Total,
-                concurrency: 1,
-                gap_ms: 0,
-            },
+            &spec("nonstream_c1_capped_route", &a_capped, &b_ok, Metric::Total, 1),
         )?,
-        measure(
-            o,
-            &PairSpec {
-                name: "nonstream_c1_capped_route",
-                through: &a_capped,
-                direct: Some(&b_ok),
-                metric: Metric::Total,
-                concurrency: 1,
-                gap_ms: 0,
-            },
-        )?,
-        measure(
-            o,
-            &PairSpec {
-                name: "nonstream_c1_spread",
-                through: &a_spread,
-                direct: Some(&b_ok),
-                metric: Metric::Total,
-                concurrency: 1,
-                gap_ms: 0,
-            },
-        )?,
+        measure(o, &spec("nonstream_c1_spread", &a_spread, &b_ok, Metric::Total, 1))?,
         measure(
             o,
             &PairSpec {
@@ -673,50 +657,10 @@ fn gateway_mode(o: &Opts) -> Result<Value, String> {
                 gap_ms: IDLE_GAP_MS,
             },
         )?,
-        measure(
-            o,
-            &PairSpec {
-                name: "nonstream_c8",
-                through: &a_ok,
-                direct: Some(&b_ok),
-                metric: Metric::Total,
-                concurrency: 8,
-                gap_ms: 0,
-            },
-        )?,
-        measure(
-            o,
-            &PairSpec {
-                name: "stream_ttfc",
-                through: &a_ok_s,
-                direct: Some(&b_ok_s),
-                metric: Metric::FirstContent,
-                concurrency: 1,
-                gap_ms: 0,
-            },
-        )?,
-        measure(
-            o,
-            &PairSpec {
-                name: "stream_200_total",
-                through: &a_200,
-                direct: Some(&b_200),
-                metric: Metric::Total,
-                concurrency: 1,
-                gap_ms: 0,
-            },
-        )?,
-        measure(
-            o,
-            &PairSpec {
-                name: "stream_2000_total",
-                through: &a_2000,
-                direct: Some(&b_2000),
-                metric: Metric::Total,
-                concurrency: 1,
-                gap_ms: 0,
-            },
-        )?,
+        measure(o, &spec("nonstream_c8", &a_ok, &b_ok, Metric::Total, 8))?,
+        measure(o, &spec("stream_ttfc", &a_ok_s, &b_ok_s, Metric::FirstContent, 1))?,
+        measure(o, &spec("stream_200_total", &a_200, &b_200, Metric::Total, 1))?,
+        measure(o, &spec("stream_2000_total", &a_2000, &b_2000, Metric::Total, 1))?,
     ];
     let outage = outage(o, &through(&m_out, true), &a_ok_s, &gw, &key)?;
     Ok(json!({
@@ -878,7 +822,11 @@ fn echo_mode(o: &Opts, full: bool) -> Result<Value, String> {
     let a_bare = get(format!("{echo}/_echo"))?;
     let b_bare = get(format!("{mock}/_health"))?;
     let mut probe = Client::new(Duration::from_secs(60));
-    let mut probes = vec![(&a_ok, Metric::Total), (&a_ok_s, Metric::FirstContent), (&a_bare, Metric::Total)];
+    let mut probes = vec![
+        (&a_ok, Metric::Total),
+        (&a_ok_s, Metric::FirstContent),
+        (&a_bare, Metric::Total),
+    ];
     if full {
         probes.extend([(&a_200r, Metric::FirstContent), (&a_fg, Metric::Total)]);
     }
@@ -886,14 +834,6 @@ fn echo_mode(o: &Opts, full: bool) -> Result<Value, String> {
         checked(&mut probe, call, metric)?;
     }
     eprintln!("switchyard-bench: measuring the echo worker");
-    let spec = |name, through, direct, metric, concurrency| PairSpec {
-        name,
-        through,
-        direct: Some(direct),
-        metric,
-        concurrency,
-        gap_ms: 0,
-    };
     let mut rows = vec![
         measure(o, &spec("no_subrequest", &a_bare, &b_bare, Metric::Total, 1))?,
         measure(o, &spec("nonstream_c1", &a_ok, &b_ok, Metric::Total, 1))?,
@@ -912,7 +852,10 @@ fn echo_mode(o: &Opts, full: bool) -> Result<Value, String> {
         measure(o, &spec("stream_2000_total", &a_2000, &b_2000, Metric::Total, 1))?,
     ]);
     if full {
-        rows.push(measure(o, &spec("stream_200_total_relay", &a_200r, &b_200, Metric::Total, 1))?);
+        rows.push(measure(
+            o,
+            &spec("stream_200_total_relay", &a_200r, &b_200, Metric::Total, 1),
+        )?);
     }
     Ok(json!({
         "mode": if full { "echo" } else { "js-echo" },
