@@ -361,24 +361,18 @@ impl Journal {
     }
 
     pub fn finish(self, ending: Ending, now_ms: u64) -> Finished {
+        let tariff = self.tariff();
         let Journal {
             mut record,
             mut observations,
-            max_tokens,
-            body_len,
-            held_micros,
             committed,
+            ..
         } = self;
         record.duration_ms = now_ms.saturating_sub(record.created_at_ms);
         let mut client_error = false;
-        match (ending, committed) {
-            (Ending::Delivered(d), Some((price, attempt_started))) => {
-                let tariff = Tariff {
-                    price,
-                    held_micros,
-                    max_tokens,
-                    body_len,
-                };
+        let attempt_started = committed.map(|(_, started)| started);
+        match (ending, attempt_started, tariff) {
+            (Ending::Delivered(d), Some(attempt_started), Some(tariff)) => {
                 let Charge {
                     usage,
                     estimated,
@@ -407,18 +401,18 @@ impl Journal {
                     o.duration_ms = now_ms.saturating_sub(attempt_started);
                 }
             }
-            (Ending::Delivered(_), None) => {
+            (Ending::Delivered(_), ..) => {
                 // Nothing committed, so nothing was delivered: recorded as the internal error it is.
                 record.error_code = Some(ApiError::Internal { label: "uncommitted" }.code().to_string());
             }
-            (Ending::Failed { error, cancelled }, _) => {
+            (Ending::Failed { error, cancelled }, ..) => {
                 client_error = matches!(
                     error,
                     ApiError::UpstreamInvalidRequest { .. } | ApiError::ContentPolicy { .. }
                 );
                 record.error_code = Some(if cancelled { "cancelled" } else { error.code() }.to_string());
             }
-            (Ending::Rejected(error), _) => {
+            (Ending::Rejected(error), ..) => {
                 client_error = true;
                 record.outcome = Outcome::Rejected;
                 record.error_code = Some(error.code().to_string());
