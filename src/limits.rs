@@ -274,6 +274,29 @@ struct Release {
     body: serde_json::Value,
 }
 
+impl Slot {
+    /// The slot given back by sending `release` to object `object` of `binding` at `path`.
+    fn held(
+        env: &Env,
+        ctx: &Rc<Context>,
+        binding: &'static str,
+        object: String,
+        path: &'static str,
+        release: &impl Serialize,
+    ) -> Slot {
+        Slot {
+            release: Some(Release {
+                env: env.clone(),
+                ctx: ctx.clone(),
+                binding,
+                object,
+                path,
+                body: serde_json::to_value(release).unwrap_or_default(),
+            }),
+        }
+    }
+}
+
 impl Drop for Slot {
     fn drop(&mut self) {
         let Some(r) = self.release.take() else { return };
@@ -339,15 +362,9 @@ pub async fn admit_key(
             admit: KeyAdmit::Granted { window },
             ..
         }) => Ok(KeyAdmission {
-            slot: Slot {
-                release: limit.max_concurrent.map(|_| Release {
-                    env: env.clone(),
-                    ctx: ctx.clone(),
-                    binding: "LIMITS",
-                    object: name,
-                    path: "/",
-                    body: serde_json::to_value(KeyCall::Release { id: id.to_string() }).unwrap_or_default(),
-                }),
+            slot: match limit.max_concurrent {
+                Some(_) => Slot::held(env, ctx, "LIMITS", name, "/", &KeyCall::Release { id: id.to_string() }),
+                None => Slot::default(),
             },
             window,
         }),
@@ -431,21 +448,16 @@ pub async fn admit_route(
             let Some(index) = model.routes.iter().position(|r| r.id == route) else {
                 return Ok(first);
             };
-            let release = capped.then(|| Release {
-                env: env.clone(),
-                ctx: ctx.clone(),
-                binding: "HEALTH",
-                object: name,
-                path: "/capacity",
-                body: serde_json::to_value(CapacityCall::Release {
-                    route,
-                    id: id.to_string(),
-                })
-                .unwrap_or_default(),
-            });
+            let release = CapacityCall::Release {
+                route,
+                id: id.to_string(),
+            };
             Ok(RouteAdmission {
                 route: index,
-                slot: Slot { release },
+                slot: match capped {
+                    true => Slot::held(env, ctx, "HEALTH", name, "/capacity", &release),
+                    false => Slot::default(),
+                },
                 waited_ms,
             })
         }
