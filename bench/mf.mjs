@@ -260,6 +260,26 @@ export function miniflareOptions(args) {
   return { options, d1 };
 }
 
+// Serves `mf` until SIGTERM/SIGINT (then disposes of it): waits until it is ready, applies the D1
+// migrations when `args.migrate`, and prints `ready <url>` plus `suffix()`.
+export async function serveUntilStopped(mf, args, d1, suffix = () => "") {
+  let stopping = false;
+  const stop = async () => {
+    if (stopping) return;
+    stopping = true;
+    try {
+      await mf.dispose();
+    } finally {
+      process.exit(0);
+    }
+  };
+  process.on("SIGTERM", stop);
+  process.on("SIGINT", stop);
+  const url = await mf.ready;
+  if (args.migrate) await applyMigrations(mf, d1);
+  console.log(`ready ${url.origin}${suffix()}`);
+}
+
 // Applies every *.sql file of each database's migrations dir, in name order, statement by
 // statement (comments stripped, split on `;` at the end of a line).
 export async function applyMigrations(mf, d1) {

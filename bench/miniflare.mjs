@@ -14,24 +14,8 @@
 // Prints one line when ready: `ready <url> workerd=<pid>[,<pid>…]`, then serves until SIGTERM/SIGINT.
 
 import { Miniflare } from "miniflare";
-import { parseArgs, miniflareOptions, applyMigrations, workerdPids } from "./mf.mjs";
+import { parseArgs, miniflareOptions, serveUntilStopped, workerdPids } from "./mf.mjs";
 
 const args = parseArgs(process.argv.slice(2));
 const { options, d1 } = miniflareOptions(args);
-const mf = new Miniflare(options);
-let stopping = false;
-const stop = async () => {
-  if (stopping) return;
-  stopping = true;
-  try {
-    await mf.dispose();
-  } finally {
-    process.exit(0);
-  }
-};
-process.on("SIGTERM", stop);
-process.on("SIGINT", stop);
-
-const url = await mf.ready;
-if (args.migrate) await applyMigrations(mf, d1);
-console.log(`ready ${url.origin} workerd=${workerdPids().join(",")}`);
+await serveUntilStopped(new Miniflare(options), args, d1, () => ` workerd=${workerdPids().join(",")}`);

@@ -9,7 +9,7 @@
 // when ready: `ready <url>`, then serves until SIGTERM/SIGINT.
 
 import { Miniflare } from "miniflare";
-import { parseArgs, miniflareOptions, applyMigrations } from "../bench/mf.mjs";
+import { parseArgs, miniflareOptions, serveUntilStopped } from "../bench/mf.mjs";
 
 const args = parseArgs(process.argv.slice(2));
 const { options, d1 } = miniflareOptions(args);
@@ -29,19 +29,4 @@ const mf = new Miniflare({
     { ...worker, name: `${name}-1`, routes: ["replica-1.test/*"], durableObjects: sharedObjects },
   ],
 });
-let stopping = false;
-const stop = async () => {
-  if (stopping) return;
-  stopping = true;
-  try {
-    await mf.dispose();
-  } finally {
-    process.exit(0);
-  }
-};
-process.on("SIGTERM", stop);
-process.on("SIGINT", stop);
-
-const url = await mf.ready;
-if (args.migrate) await applyMigrations(mf, d1);
-console.log(`ready ${url.origin}`);
+await serveUntilStopped(mf, args, d1);
