@@ -564,6 +564,24 @@ impl Stack {
         id
     }
 
+    /// Route objects `r0`, `r1`, … over mock scenarios, each on its own label and provider (which
+    /// sends no upstream key), with each route's extra fields (see [`route`]); and each route's
+    /// mock (label, scenario).
+    pub fn mock_routes(&self, routes: &[(&str, Value)]) -> (Vec<Value>, Vec<(String, String)>) {
+        routes
+            .iter()
+            .enumerate()
+            .map(|(i, (scenario, extra))| {
+                let label = unique("l");
+                let provider = self.mock_provider(&label, scenario, false);
+                (
+                    route(&format!("r{i}"), &provider, "u", extra.clone()),
+                    (label, scenario.to_string()),
+                )
+            })
+            .unzip()
+    }
+
     /// Adds a model with the given route objects (see [`route`]) and optional policy; returns its id.
     pub fn model(&self, routes: Vec<Value>, policy: Option<Value>) -> String {
         let id = unique("m");

@@ -17,24 +17,17 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use switchyard_e2e::{chat_body, route, unique, Api, Stack};
+use switchyard_e2e::{chat_body, Api, Stack};
 
-fn model(s: &Stack, scenarios: &[&str], policy: Value) -> (String, Vec<String>) {
-    let mut labels = Vec::new();
-    let mut routes = Vec::new();
-    for (i, scenario) in scenarios.iter().enumerate() {
-        let label = unique("l");
-        let provider = s.mock_provider(&label, scenario, false);
-        routes.push(route(&format!("r{i}"), &provider, "u", json!({})));
-        labels.push(label);
-    }
-    (s.model(routes, Some(policy)), labels)
+fn model(s: &Stack, scenarios: &[&str], policy: Value) -> String {
+    let (routes, _) = s.mock_routes(&scenarios.iter().map(|sc| (*sc, json!({}))).collect::<Vec<_>>());
+    s.model(routes, Some(policy))
 }
 
 #[test]
 fn after_a_disconnect_the_upstream_is_read_to_its_end_within_the_grace_window() {
     let s = Stack::from_env();
-    let (model, _) = model(&s, &["chunks/20/100"], json!({"disconnect_grace_ms": 10000}));
+    let model = model(&s, &["chunks/20/100"], json!({"disconnect_grace_ms": 10000}));
     let key = s.new_key(1.0);
     let (gen, read) = s.chat_stream_then_leave(&key, &chat_body(&model, true), "Hello");
     assert!(read.contains("data: "));
@@ -52,7 +45,7 @@ fn after_a_disconnect_the_upstream_is_read_to_its_end_within_the_grace_window() 
 #[test]
 fn with_no_grace_the_upstream_is_aborted_when_the_client_leaves() {
     let s = Stack::from_env();
-    let (model, _) = model(&s, &["chunks/30/100"], json!({"disconnect_grace_ms": 0}));
+    let model = model(&s, &["chunks/30/100"], json!({"disconnect_grace_ms": 0}));
     let key = s.new_key(1.0);
     let (gen, _) = s.chat_stream_then_leave(&key, &chat_body(&model, true), "Hello");
     let g = wait_final(&s, &key, &gen, |g| g["outcome"] != "failed");
@@ -67,7 +60,7 @@ fn with_no_grace_the_upstream_is_aborted_when_the_client_leaves() {
 #[test]
 fn an_answer_that_arrives_after_the_handler_is_gone_is_still_settled_and_recorded() {
     let s = Stack::from_env();
-    let (model, _) = model(&s, &["first-content-after/700"], json!({"nonstream_base_ms": 5000}));
+    let model = model(&s, &["first-content-after/700"], json!({"nonstream_base_ms": 5000}));
     let key = s.new_key(1.0);
     let r = s.send(
         Api::Chat,
@@ -91,7 +84,7 @@ fn an_answer_that_arrives_after_the_handler_is_gone_is_still_settled_and_recorde
 #[test]
 fn a_request_whose_handler_is_gone_still_fails_over_and_releases_its_hold() {
     let s = Stack::from_env();
-    let (model, _) = model(
+    let model = model(
         &s,
         &["hang", "status/400/invalid"],
         json!({"nonstream_base_ms": 600, "nonstream_per_20_tokens_ms": 0}),

@@ -25,14 +25,7 @@ impl Model {
     /// Routes over mock scenarios; each provider on its own account unless `accounts` names one.
     fn new(scenarios: &[&str]) -> Model {
         let s = Arc::new(Stack::from_env());
-        let mut routes = Vec::new();
-        let mut objects = Vec::new();
-        for (i, scenario) in scenarios.iter().enumerate() {
-            let label = unique("l");
-            let provider = s.mock_provider(&label, scenario, false);
-            objects.push(route(&format!("r{i}"), &provider, "u", json!({})));
-            routes.push((label, scenario.to_string()));
-        }
+        let (objects, routes) = s.mock_routes(&scenarios.iter().map(|sc| (*sc, json!({}))).collect::<Vec<_>>());
         let id = s.model(objects, Some(policy()));
         let key = s.new_key(10.0);
         Model { s, id, key, routes }

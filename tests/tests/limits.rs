@@ -10,15 +10,7 @@ use switchyard_e2e::{chat_body, route, unique, Reply, Stack};
 
 /// A model whose routes are these mock scenarios (route `r<i>`), each with its route fields.
 fn model(s: &Stack, routes: &[(&str, Value)], policy: Value) -> String {
-    let routes = routes
-        .iter()
-        .enumerate()
-        .map(|(i, (scenario, extra))| {
-            let provider = s.mock_provider(&unique("lim"), scenario, false);
-            route(&format!("r{i}"), &provider, "u", extra.clone())
-        })
-        .collect();
-    s.model(routes, Some(policy))
+    s.model(s.mock_routes(routes).0, Some(policy))
 }
 
 fn send(s: &Stack, key: &str, model: &str, stream: bool) -> (Reply, Duration) {

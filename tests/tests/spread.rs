@@ -7,19 +7,12 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use switchyard_e2e::{chat_body, route, unique, Stack};
+use switchyard_e2e::{chat_body, unique, Stack};
 
 /// A spread model over these mock scenarios (routes `r0`, `r1`, …, each on its own label);
 /// returns its id and each route's (label, scenario).
 fn spread_model(s: &Stack, scenarios: &[&str]) -> (String, Vec<(String, String)>) {
-    let mut routes = Vec::new();
-    let mut mocks = Vec::new();
-    for (i, scenario) in scenarios.iter().enumerate() {
-        let label = unique("sp");
-        let provider = s.mock_provider(&label, scenario, false);
-        routes.push(route(&format!("r{i}"), &provider, "u", json!({})));
-        mocks.push((label, scenario.to_string()));
-    }
+    let (routes, mocks) = s.mock_routes(&scenarios.iter().map(|sc| (*sc, json!({}))).collect::<Vec<_>>());
     let model = unique("m");
     let doc = json!({"context_window": 8192, "max_output_tokens": 1024, "balance": "spread", "routes": routes});
     assert_eq!(s.admin("PUT", &format!("/admin/models/{model}"), Some(doc)).status, 200);
