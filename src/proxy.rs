@@ -350,6 +350,7 @@ async fn attempts(
             extra_try,
             probe,
             last_resort,
+            verify: route.verify(),
             started_ms: now_ms(),
         };
         match upstream::attempt(&target, request, deadline_ms).await {

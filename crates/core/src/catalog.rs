@@ -98,11 +98,19 @@ pub struct Route {
     /// model's other routes; 1 when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weight: Option<f64>,
+    /// Whether a demoted route must pass a verification check before live traffic may probe it,
+    /// and whether it is checked when idle (SPEC §8a); true when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify: Option<bool>,
 }
 
 impl Route {
     pub fn weight(&self) -> f64 {
         self.weight.unwrap_or(1.0)
+    }
+
+    pub fn verify(&self) -> bool {
+        self.verify.unwrap_or(true)
     }
 }
 
@@ -185,6 +193,8 @@ pub struct PolicyOverrides {
     pub balance_snapshot_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub optimistic_hold_fraction: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify_idle_ms: Option<u64>,
 }
 
 /// The effective policy for one model: SPEC §16 defaults, then the top-level overrides, then the
@@ -213,6 +223,8 @@ pub struct Policy {
     pub health_snapshot_ms: u64,
     pub balance_snapshot_ms: u64,
     pub optimistic_hold_fraction: f64,
+    /// A healthy route with no traffic and no check for this long is checked (SPEC §8a); 0: never.
+    pub verify_idle_ms: u64,
 }
 
 impl Default for Policy {
@@ -240,6 +252,7 @@ impl Default for Policy {
             health_snapshot_ms: 1_000,
             balance_snapshot_ms: 5_000,
             optimistic_hold_fraction: 0.01,
+            verify_idle_ms: 900_000,
         }
     }
 }
@@ -272,6 +285,7 @@ impl Policy {
             health_snapshot_ms,
             balance_snapshot_ms,
             optimistic_hold_fraction,
+            verify_idle_ms,
         );
     }
 }
@@ -639,6 +653,7 @@ fn check_policy(p: &PolicyOverrides, at: &str) -> Result<(), CatalogError> {
         ("capacity_wait_ms", p.capacity_wait_ms),
         ("health_snapshot_ms", p.health_snapshot_ms),
         ("balance_snapshot_ms", p.balance_snapshot_ms),
+        ("verify_idle_ms", p.verify_idle_ms),
     ];
     for (name, v) in any_ms {
         if v.is_some_and(|ms| ms > MAX_TIMER_MS) {

@@ -192,6 +192,8 @@ pub struct AttemptTarget {
     pub extra_try: bool,
     pub probe: bool,
     pub last_resort: bool,
+    /// The route's `verify` (SPEC §8a), carried into its health observation.
+    pub verify: bool,
     pub started_ms: u64,
 }
 
@@ -342,6 +344,7 @@ impl Journal {
             extra_try: target.extra_try,
             probe: target.probe,
             retry_after_ms,
+            verify: target.verify,
         });
         let last = self.observations.len() - 1;
         &self.observations[last]
@@ -577,6 +580,7 @@ mod tests {
             extra_try: false,
             probe: false,
             last_resort: false,
+            verify: false,
             started_ms,
         }
     }

@@ -23,5 +23,6 @@ pub mod relay;
 pub mod spread;
 pub mod sse;
 pub mod status;
+pub mod verify;
 
 pub use error::ApiError;

@@ -39,6 +39,9 @@ pub enum StatusWord {
     Degraded,
     Down,
     NoRecentRequests,
+    /// Requests answered in the last hour, but nothing — no live answer, no passed check — proved
+    /// the model answers within `verify_idle_ms` (SPEC §8a).
+    Unverified,
 }
 
 impl StatusWord {
@@ -49,6 +52,7 @@ impl StatusWord {
             StatusWord::Degraded => "Degraded",
             StatusWord::Down => "Down",
             StatusWord::NoRecentRequests => "No recent requests",
+            StatusWord::Unverified => "Not recently verified",
         }
     }
 }
@@ -82,6 +86,21 @@ impl ModelHealth {
     pub fn status(&self, now_ms: u64) -> StatusWord {
         model_status(&self.model_buckets, now_ms)
     }
+
+    /// The status word with SPEC §8a applied: Operational only if the model answered a request
+    /// or a route passed a check within `verify_idle_ms` (0: no such rule).
+    pub fn verified_status(&self, verify_idle_ms: u64, now_ms: u64) -> StatusWord {
+        let word = self.status(now_ms);
+        let answered = |b: &Bucket| (b.answered > 0).then(|| (b.minute + 1) * 60_000 - 1);
+        let newest = self.routes.values().filter_map(|r| r.last_ok_ms).max();
+        let newest = newest.max(self.model_buckets.iter().filter_map(answered).max());
+        let stale = verify_idle_ms > 0 && newest.is_none_or(|t| t.saturating_add(verify_idle_ms) < now_ms);
+        if word == StatusWord::Operational && stale {
+            StatusWord::Unverified
+        } else {
+            word
+        }
+    }
 }
 
 /// One route of a model on `/status` and `GET /api/health/models`.
@@ -97,6 +116,8 @@ pub struct RouteReport {
     pub success_rate: Option<f64>,
     pub median_ttfb_ms: Option<u64>,
     pub tokens_per_s: Option<f64>,
+    /// The latest passed verification check (SPEC §8a), ms since the epoch.
+    pub last_verified_ms: Option<u64>,
 }
 
 /// One model of the report.
@@ -125,6 +146,7 @@ pub fn state_word(s: &BreakerState) -> (&'static str, Option<u64>) {
     match s {
         BreakerState::Healthy => ("healthy", None),
         BreakerState::Cooling { until_ms } => ("cooling", Some(*until_ms)),
+        BreakerState::AwaitingCheck => ("awaiting_check", None),
         BreakerState::ProbeDue => ("probe_due", None),
         BreakerState::ProbeInFlight { .. } => ("probe_in_flight", None),
     }
@@ -163,10 +185,16 @@ pub fn report(
                     success_rate: stats.success_rate,
                     median_ttfb_ms: stats.median_ttfb_ms,
                     tokens_per_s: stats.tokens_per_s,
+                    last_verified_ms: full
+                        .routes
+                        .get(&route.id)
+                        .and_then(|r| r.last_check.as_ref())
+                        .filter(|c| c.passed)
+                        .map(|c| c.at_ms),
                 })
             })
             .collect();
-        let status = full.status(now_ms);
+        let status = full.verified_status(catalog.policy_for(model).verify_idle_ms, now_ms);
         out.push(ModelReport {
             id: model.id.clone(),
             status,
@@ -207,7 +235,7 @@ pub fn render_html(report: &Report) -> String {
          body{font:15px/1.4 system-ui,sans-serif;margin:0 auto;max-width:52rem;padding:1rem;color:#1b1b1b}\
          h1{font-size:1.4rem}section{border:1px solid #ddd;border-radius:8px;padding:.75rem 1rem;margin:1rem 0}\
          h2{font-size:1.1rem;margin:.2rem 0;display:flex;justify-content:space-between;gap:1rem;flex-wrap:wrap}\
-         .w{font-weight:600}.operational{color:#137333}.degraded{color:#b06000}.down{color:#c5221f}.no_recent_requests{color:#5f6368}\
+         .w{font-weight:600}.operational{color:#137333}.degraded{color:#b06000}.down{color:#c5221f}.no_recent_requests,.unverified{color:#5f6368}\
          table{border-collapse:collapse;width:100%;font-size:.9rem}td,th{text-align:left;padding:.25rem .4rem;border-top:1px solid #eee}\
          .demoted{color:#c5221f}.small{color:#5f6368;font-size:.85rem}@media(max-width:30rem){.hide{display:none}}\
          </style></head><body><h1>Switchyard status</h1>",
@@ -226,7 +254,7 @@ pub fn render_html(report: &Report) -> String {
         html.push_str(&format!(
             "<section><h2><span>{}</span><span class=\"w {}\">{}</span></h2>\
              <div class=\"small\">{} / {} routes healthy · current order:</div>\
-             <table><tr><th>#</th><th>route</th><th>state</th><th>success</th><th class=\"hide\">TTFB</th><th class=\"hide\">tok/s</th></tr>",
+             <table><tr><th>#</th><th>route</th><th>state</th><th>success</th><th class=\"hide\">TTFB</th><th class=\"hide\">tok/s</th><th class=\"hide\">verified</th></tr>",
             esc(&m.id),
             status_class,
             m.label,
@@ -236,6 +264,7 @@ pub fn render_html(report: &Report) -> String {
         for (i, route) in m.order.iter().enumerate() {
             let state = match (route.state, route.cooldown_until_ms) {
                 ("cooling", Some(until)) => format!("<span class=\"demoted\">demoted until {}</span>", clock(until)),
+                ("awaiting_check", _) => "<span class=\"demoted\">awaiting check</span>".to_string(),
                 ("probe_due", _) => "<span class=\"demoted\">probe due</span>".to_string(),
                 ("probe_in_flight", _) => "<span class=\"demoted\">probing</span>".to_string(),
                 _ => "healthy".to_string(),
@@ -243,15 +272,17 @@ pub fn render_html(report: &Report) -> String {
             let pct = route.success_rate.map_or("–".into(), |s| format!("{:.0} %", s * 100.0));
             let ttfb = route.median_ttfb_ms.map_or("–".into(), |t| format!("{t} ms"));
             let tps = route.tokens_per_s.map_or("–".into(), |t| format!("{t:.0}"));
+            let verified = route.last_verified_ms.map_or("–".into(), clock);
             html.push_str(&format!(
-                "<tr><td>{}</td><td>{} <span class=\"small\">{}</span></td><td>{}</td><td>{}</td><td class=\"hide\">{}</td><td class=\"hide\">{}</td></tr>",
+                "<tr><td>{}</td><td>{} <span class=\"small\">{}</span></td><td>{}</td><td>{}</td><td class=\"hide\">{}</td><td class=\"hide\">{}</td><td class=\"hide\">{}</td></tr>",
                 i + 1,
                 esc(&route.id),
                 esc(&route.provider),
                 state,
                 pct,
                 ttfb,
-                tps
+                tps,
+                verified
             ));
         }
         html.push_str("</table></section>");
@@ -324,7 +355,8 @@ pub fn admin_report(
         .into_iter()
         .zip(&model.routes)
         .map(|((route, account), r)| {
-            let breaker = full.routes.get(&route).map(|r| r.breaker.clone()).unwrap_or_default();
+            let state = full.routes.get(&route).cloned().unwrap_or_default();
+            let breaker = state.breaker;
             let load = loads.get(&route).copied().unwrap_or_default();
             serde_json::json!({
                 "max_concurrency": r.max_concurrency,
@@ -336,10 +368,14 @@ pub fn admin_report(
                 "breaker": breaker,
                 "account_state": accounts.accounts.get(&account).map(|a| state_word(&a.state(now_ms)).0).unwrap_or("healthy"),
                 "stats": full.route_stats(&route, now_ms),
+                "verify": r.verify(),
+                "last_check": state.last_check,
+                "last_ok_ms": state.last_ok_ms,
             })
         })
         .collect();
-    serde_json::json!({"model": model.id, "status": full.status(now_ms), "routes": routes, "accounts": accounts.accounts})
+    let status = full.verified_status(catalog.policy_for(model).verify_idle_ms, now_ms);
+    serde_json::json!({"model": model.id, "status": status, "routes": routes, "accounts": accounts.accounts})
 }
 
 #[cfg(test)]
@@ -539,10 +575,10 @@ mod tests {
                     "order": [
                         {"id": "r1", "provider": "b", "healthy": true, "state": "healthy",
                          "cooldown_until_ms": null, "success_rate": 1.0, "median_ttfb_ms": 800,
-                         "tokens_per_s": 50.0},
+                         "tokens_per_s": 50.0, "last_verified_ms": null},
                         {"id": "r0", "provider": "a", "healthy": false, "state": "cooling",
                          "cooldown_until_ms": at + 5 * MIN, "success_rate": 0.0, "median_ttfb_ms": null,
-                         "tokens_per_s": null}
+                         "tokens_per_s": null, "last_verified_ms": null}
                     ]
                 }],
                 "generated_at_ms": now
@@ -559,9 +595,9 @@ mod tests {
             section(&html, "m"),
             "<h2><span>m</span><span class=\"w operational\">Operational</span></h2>\
              <div class=\"small\">1 / 2 routes healthy · current order:</div>\
-             <table><tr><th>#</th><th>route</th><th>state</th><th>success</th><th class=\"hide\">TTFB</th><th class=\"hide\">tok/s</th></tr>\
-             <tr><td>1</td><td>r1 <span class=\"small\">b</span></td><td>healthy</td><td>100 %</td><td class=\"hide\">800 ms</td><td class=\"hide\">50</td></tr>\
-             <tr><td>2</td><td>r0 <span class=\"small\">a</span></td><td><span class=\"demoted\">demoted until 16:45:07 UTC</span></td><td>0 %</td><td class=\"hide\">–</td><td class=\"hide\">–</td></tr>\
+             <table><tr><th>#</th><th>route</th><th>state</th><th>success</th><th class=\"hide\">TTFB</th><th class=\"hide\">tok/s</th><th class=\"hide\">verified</th></tr>\
+             <tr><td>1</td><td>r1 <span class=\"small\">b</span></td><td>healthy</td><td>100 %</td><td class=\"hide\">800 ms</td><td class=\"hide\">50</td><td class=\"hide\">–</td></tr>\
+             <tr><td>2</td><td>r0 <span class=\"small\">a</span></td><td><span class=\"demoted\">demoted until 16:45:07 UTC</span></td><td>0 %</td><td class=\"hide\">–</td><td class=\"hide\">–</td><td class=\"hide\">–</td></tr>\
              </table></section></body></html>"
         );
 
@@ -607,7 +643,7 @@ mod tests {
                 "routes": 1,
                 "order": [{"id": "r0", "provider": "a", "healthy": true, "state": "healthy",
                            "cooldown_until_ms": null, "success_rate": null, "median_ttfb_ms": null,
-                           "tokens_per_s": null}]
+                           "tokens_per_s": null, "last_verified_ms": null}]
             })
         );
         assert_eq!((r.total, r.healthy), (1, 1));
@@ -616,8 +652,8 @@ mod tests {
             section(&html, "quiet"),
             "<h2><span>quiet</span><span class=\"w no_recent_requests\">No recent requests</span></h2>\
              <div class=\"small\">1 / 1 routes healthy · current order:</div>\
-             <table><tr><th>#</th><th>route</th><th>state</th><th>success</th><th class=\"hide\">TTFB</th><th class=\"hide\">tok/s</th></tr>\
-             <tr><td>1</td><td>r0 <span class=\"small\">a</span></td><td>healthy</td><td>–</td><td class=\"hide\">–</td><td class=\"hide\">–</td></tr>\
+             <table><tr><th>#</th><th>route</th><th>state</th><th>success</th><th class=\"hide\">TTFB</th><th class=\"hide\">tok/s</th><th class=\"hide\">verified</th></tr>\
+             <tr><td>1</td><td>r0 <span class=\"small\">a</span></td><td>healthy</td><td>–</td><td class=\"hide\">–</td><td class=\"hide\">–</td><td class=\"hide\">–</td></tr>\
              </table></section></body></html>"
         );
     }
@@ -685,6 +721,7 @@ mod tests {
                     success_rate: Some(0.994),
                     median_ttfb_ms: Some(1_234),
                     tokens_per_s: Some(41.6),
+                    last_verified_ms: Some(T0 + 3_723_000),
                 }],
             }],
             generated_at_ms: T0,
@@ -697,7 +734,7 @@ mod tests {
         assert!(
             html.contains(&format!(
                 "<tr><td>1</td><td>{escaped} <span class=\"small\">&lt;b&gt;p&lt;/b&gt;</span></td><td>healthy</td>\
-                 <td>99 %</td><td class=\"hide\">1234 ms</td><td class=\"hide\">42</td></tr>"
+                 <td>99 %</td><td class=\"hide\">1234 ms</td><td class=\"hide\">42</td><td class=\"hide\">17:42:03 UTC</td></tr>"
             )),
             "{html}"
         );
@@ -784,5 +821,28 @@ mod tests {
         assert_eq!(v["accounts"]["acct-b"]["demoted_until_ms"], T0 + 5 * MIN);
         assert_eq!((&routes[1]["in_flight"], &routes[1]["queued"]), (&json!(2), &json!(3)));
         assert_eq!((&routes[0]["in_flight"], &routes[0]["queued"]), (&json!(0), &json!(0)));
+    }
+
+    #[test]
+    fn operational_needs_an_answer_within_verify_idle_ms() {
+        // 20 answered requests over 30 minutes, the last one 16 minutes ago.
+        let mut h = traffic(20, 0, None);
+        let now = T0 + 46 * MIN;
+        assert_eq!(h.status(now), StatusWord::Operational);
+        assert_eq!(h.verified_status(20 * MIN, now), StatusWord::Operational);
+        // Nothing answered (live or checked) since: not Operational while the rule is on.
+        assert_eq!(h.verified_status(15 * MIN, now), StatusWord::Unverified);
+        assert_eq!(h.verified_status(0, now), StatusWord::Operational, "0 turns the rule off");
+        h.observe(&attempt("r", "a", AttemptOutcome::Success, now - 16 * MIN), &HealthConfig::default());
+        assert_eq!(h.verified_status(15 * MIN, now), StatusWord::Unverified, "16 minutes old");
+        let check = crate::verify::CheckKind::Idle;
+        h.record_check("r", check, &Ok(()), now - MIN, &HealthConfig::default());
+        assert_eq!(h.verified_status(15 * MIN, now), StatusWord::Operational);
+        // The rule never makes a worse word better.
+        let down = traffic(0, 10, None);
+        assert_eq!(down.verified_status(15 * MIN, now), StatusWord::Down);
+        let c = catalog(&[("m", &[("r", "a")])]);
+        let r = report(&c, &BTreeMap::from([("m".to_string(), h)]), &ModelHealth::default(), now);
+        assert_eq!(r.models[0].order.iter().find(|x| x.id == "r").and_then(|x| x.last_verified_ms), Some(now - MIN));
     }
 }

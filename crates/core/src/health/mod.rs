@@ -117,6 +117,10 @@ pub struct Observation {
     pub probe: bool,
     /// `retry-after` the upstream sent, ms (`rate_limited`: extends the cooldown if longer).
     pub retry_after_ms: Option<u64>,
+    /// The route's `verify` (SPEC §8a): a demotion this observation causes waits for a passed
+    /// check before live traffic may probe the route.
+    #[serde(default)]
+    pub verify: bool,
 }
 
 #[cfg(test)]
@@ -135,6 +139,7 @@ impl Observation {
             extra_try: false,
             probe: false,
             retry_after_ms: None,
+            verify: false,
         }
     }
 }
@@ -167,6 +172,9 @@ pub struct Breaker {
     pub probe_lease_until_ms: Option<u64>,
     pub last_failure_class: Option<FailureClass>,
     pub last_failure_ms: Option<u64>,
+    /// Demoted and waiting for a passed verification check (SPEC §8a): until then its cooldown's
+    /// end grants no live probe. Only route breakers of routes with `verify` set it.
+    pub check_pending: bool,
 }
 
 /// Where a breaker stands at a given time (for admin health and `/status`).
@@ -178,6 +186,8 @@ pub enum BreakerState {
     Cooling {
         until_ms: u64,
     },
+    /// Cooldown ended; the route waits for a passed verification check (SPEC §8a).
+    AwaitingCheck,
     /// Cooldown ended; the next request may claim the probe.
     ProbeDue,
     /// Cooldown ended; a probe is in flight (its lease ends at `lease_until_ms`).
@@ -209,19 +219,21 @@ impl Breaker {
         match (self.demoted_until_ms, self.probe_lease_until_ms) {
             (None, _) => BreakerState::Healthy,
             (Some(until), _) if until > now_ms => BreakerState::Cooling { until_ms: until },
+            (Some(_), _) if self.check_pending => BreakerState::AwaitingCheck,
             (Some(_), Some(lease)) if lease > now_ms => BreakerState::ProbeInFlight { lease_until_ms: lease },
             (Some(_), _) => BreakerState::ProbeDue,
         }
     }
 
-    /// Goes at the end of the order: cooling, or cooldown ended with a probe in flight.
+    /// Goes at the end of the order: cooling, or cooldown ended with a check pending or a probe
+    /// in flight.
     fn parked(&self, now_ms: u64) -> bool {
-        self.is_cooling(now_ms) || (self.cooldown_ended(now_ms) && self.lease_held(now_ms))
+        self.is_cooling(now_ms) || (self.cooldown_ended(now_ms) && (self.check_pending || self.lease_held(now_ms)))
     }
 
-    /// The cooldown has ended and nobody holds the probe lease.
+    /// The cooldown has ended, no check is pending and nobody holds the probe lease.
     pub fn probe_due(&self, now_ms: u64) -> bool {
-        self.cooldown_ended(now_ms) && !self.lease_held(now_ms)
+        self.cooldown_ended(now_ms) && !self.check_pending && !self.lease_held(now_ms)
     }
 
     /// A success: back in place, counters reset. The last failure is kept for admin display.
@@ -231,9 +243,10 @@ impl Breaker {
         self.demoted_at_ms = None;
         self.cooldown_level = 0;
         self.probe_lease_until_ms = None;
+        self.check_pending = false;
     }
 
-    fn demote(&mut self, now_ms: u64, cfg: &HealthConfig) {
+    pub(crate) fn demote(&mut self, now_ms: u64, cfg: &HealthConfig) {
         self.demoted_until_ms = Some(now_ms.saturating_add(cfg.cooldown_for(self.cooldown_level)));
         self.demoted_at_ms = Some(now_ms);
         self.cooldown_level = self.cooldown_level.saturating_add(1);
@@ -342,6 +355,14 @@ pub fn median_ms(samples: impl IntoIterator<Item = u32>) -> Option<u64> {
 pub struct RouteHealthState {
     pub breaker: Breaker,
     pub buckets: Vec<Bucket>,
+    /// The latest evidence the route answers: a live success or a passed check (SPEC §8a).
+    pub last_ok_ms: Option<u64>,
+    /// When the model's object first listed the route: an idle route's clock starts here.
+    pub known_since_ms: Option<u64>,
+    /// A verification check of the route is in flight until then (one at a time, SPEC §8a).
+    pub check_lease_until_ms: Option<u64>,
+    /// The latest verification check (admin health, `/status`).
+    pub last_check: Option<crate::verify::CheckRecord>,
 }
 
 /// One route's traffic over the last hour (status page; `sort` by latency / throughput).
@@ -437,6 +458,7 @@ impl ModelHealth {
         }
         match obs.outcome {
             AttemptOutcome::Success => {
+                state.last_ok_ms = state.last_ok_ms.max(Some(obs.at_ms));
                 state.breaker.succeed();
                 if let Some(account) = self.accounts.get_mut(&obs.account) {
                     account.succeed();
@@ -453,7 +475,11 @@ impl ModelHealth {
                     } else {
                         cfg.demote_after
                     };
+                    let before = state.breaker.demoted_at_ms;
                     state.breaker.fail(obs, class, threshold, cfg);
+                    if state.breaker.demoted_at_ms != before {
+                        state.breaker.check_pending = obs.verify;
+                    }
                 }
                 Blame::Account => {
                     self.accounts
@@ -580,7 +606,7 @@ impl ModelHealth {
                         id.clone(),
                         RouteHealthState {
                             breaker: s.breaker.clone(),
-                            buckets: Vec::new(),
+                            ..RouteHealthState::default()
                         },
                     )
                 })

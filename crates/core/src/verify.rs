@@ -1,0 +1,362 @@
+//! Route verification (SPEC §8a): the known request a check sends, which routes of a model are
+//! due a check, when the next one falls due, and what a check's result does to the route.
+//!
+//! A check is due for a route with `verify` (the default) when
+//! - it is demoted, waiting for a check ([`Breaker::check_pending`]), and its cooldown has ended
+//!   ([`CheckKind::Cooldown`]): passed → the route may be probed by live traffic as in §8; failed
+//!   → demoted again, so the next cooldown is twice as long;
+//! - it is healthy but nothing showed it answering — no live success, no passed check — for
+//!   `verify_idle_ms` ([`CheckKind::Idle`]; 0 turns idle checks off): passed → fresh evidence;
+//!   failed → demoted at once, waiting for a check, as if it had failed its cooldown's check.
+//!
+//! At most one check per route is in flight: a check holds a lease on the route
+//! ([`ModelHealth::claim_check`]) until its result is recorded or the lease ends. Time is always an
+//! argument; the model's Durable Object (its alarm) is the only caller that runs checks.
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::catalog::{Api, Model};
+use crate::classify::FailureClass;
+use crate::health::{Breaker, HealthConfig, ModelHealth};
+
+/// The prompt of every check: known, short, answerable by any chat model in a few tokens.
+pub const VERIFY_PROMPT: &str = "Reply with the single word: ready";
+/// Output tokens a check allows (a reasoning model thinks first: [`CHECK_MAX_TOKENS_REASONING`]).
+pub const CHECK_MAX_TOKENS: u64 = 16;
+pub const CHECK_MAX_TOKENS_REASONING: u64 = 256;
+
+/// Why a check ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckKind {
+    /// The route's cooldown ended.
+    Cooldown,
+    /// The route was healthy but unproven for `verify_idle_ms`.
+    Idle,
+}
+
+impl CheckKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CheckKind::Cooldown => "cooldown",
+            CheckKind::Idle => "idle",
+        }
+    }
+}
+
+/// The latest check of a route, as admin health and `/status` show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckRecord {
+    pub at_ms: u64,
+    pub kind: CheckKind,
+    pub passed: bool,
+    /// `answered`, or why the answer was not one (the failure class's words; never a secret).
+    pub reason: String,
+}
+
+/// How a check ended: `Ok` with a real answer, or the failure class and why.
+pub type CheckResult = Result<(), (FailureClass, String)>;
+
+/// The model's check request: the model's reasoning flag sizes the output limit.
+pub fn max_tokens(model: &Model) -> u64 {
+    if model.reasoning {
+        CHECK_MAX_TOKENS_REASONING
+    } else {
+        CHECK_MAX_TOKENS
+    }
+}
+
+/// The body of a check in `api`'s dialect (non-stream; `model` is replaced by the route's
+/// upstream model like any request's).
+pub fn check_body(api: Api, model: &Model) -> Vec<u8> {
+    let n = max_tokens(model);
+    let body = match api {
+        Api::Chat => json!({"model": model.id, "stream": false, "max_tokens": n,
+                            "messages": [{"role": "user", "content": VERIFY_PROMPT}]}),
+        Api::Messages => json!({"model": model.id, "stream": false, "max_tokens": n,
+                                "messages": [{"role": "user", "content": VERIFY_PROMPT}]}),
+        Api::Responses => json!({"model": model.id, "stream": false, "max_output_tokens": n,
+                                 "input": VERIFY_PROMPT}),
+    };
+    body.to_string().into_bytes()
+}
+
+/// One route of the model as the checker sees it: its id and its `verify` field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckRoute {
+    pub id: String,
+    pub verify: bool,
+}
+
+impl CheckRoute {
+    pub fn of(model: &Model) -> Vec<CheckRoute> {
+        model
+            .routes
+            .iter()
+            .map(|r| CheckRoute {
+                id: r.id.clone(),
+                verify: r.verify(),
+            })
+            .collect()
+    }
+}
+
+/// When a route's check is due (now or later), or `None` when it needs none.
+fn due_at(health: &ModelHealth, route: &CheckRoute, verify_idle_ms: u64) -> Option<(u64, CheckKind)> {
+    if !route.verify {
+        return None;
+    }
+    let state = health.routes.get(&route.id)?;
+    let b: &Breaker = &state.breaker;
+    let at = match b.demoted_until_ms {
+        Some(until) if b.check_pending => (until, CheckKind::Cooldown),
+        Some(_) => return None, // passed its check (or opted out when demoted): live probe
+        None if verify_idle_ms == 0 => return None,
+        None => {
+            let last = [
+                state.last_ok_ms,
+                state.last_check.as_ref().map(|c| c.at_ms),
+                state.known_since_ms,
+            ]
+            .into_iter()
+            .flatten()
+            .max()?;
+            (last.saturating_add(verify_idle_ms), CheckKind::Idle)
+        }
+    };
+    // A check in flight: the next one can only follow its lease.
+    Some(match state.check_lease_until_ms {
+        Some(lease) => (at.0.max(lease), at.1),
+        None => at,
+    })
+}
+
+impl ModelHealth {
+    /// Lists the model's routes: a route seen for the first time starts its idle clock at
+    /// `now_ms`; a route that opted out (`verify: false`) waits for no check.
+    pub fn know_routes(&mut self, routes: &[CheckRoute], now_ms: u64) {
+        for r in routes {
+            let state = self.routes.entry(r.id.clone()).or_default();
+            state.known_since_ms.get_or_insert(now_ms);
+            if !r.verify {
+                state.breaker.check_pending = false;
+            }
+        }
+    }
+
+    /// The routes whose check is due at `now_ms` and not in flight.
+    pub fn due_checks(&self, routes: &[CheckRoute], verify_idle_ms: u64, now_ms: u64) -> Vec<(String, CheckKind)> {
+        routes
+            .iter()
+            .filter_map(|r| {
+                let (at, kind) = due_at(self, r, verify_idle_ms)?;
+                (at <= now_ms).then(|| (r.id.clone(), kind))
+            })
+            .collect()
+    }
+
+    /// When the next check falls due after `now_ms` (the alarm's time), if any.
+    pub fn next_check_ms(&self, routes: &[CheckRoute], verify_idle_ms: u64, now_ms: u64) -> Option<u64> {
+        routes
+            .iter()
+            .filter_map(|r| due_at(self, r, verify_idle_ms).map(|(at, _)| at.max(now_ms.saturating_add(1))))
+            .min()
+    }
+
+    /// Takes the route's check lease until `now_ms + lease_ms`; false while another check of the
+    /// route holds it.
+    pub fn claim_check(&mut self, route: &str, now_ms: u64, lease_ms: u64) -> bool {
+        let state = self.routes.entry(route.to_string()).or_default();
+        if state.check_lease_until_ms.is_some_and(|l| l > now_ms) {
+            return false;
+        }
+        state.check_lease_until_ms = Some(now_ms.saturating_add(lease_ms.max(1)));
+        true
+    }
+
+    /// Records a check's result at `at_ms` and gives its lease back.
+    pub fn record_check(&mut self, route: &str, kind: CheckKind, result: &CheckResult, at_ms: u64, cfg: &HealthConfig) {
+        let state = self.routes.entry(route.to_string()).or_default();
+        state.check_lease_until_ms = None;
+        let reason = match result {
+            Ok(()) => "answered".to_string(),
+            Err((class, why)) => format!("{}: {why}", class.as_str()),
+        };
+        state.last_check = Some(CheckRecord {
+            at_ms,
+            kind,
+            passed: result.is_ok(),
+            reason,
+        });
+        let b = &mut state.breaker;
+        match result {
+            Ok(()) => {
+                state.last_ok_ms = state.last_ok_ms.max(Some(at_ms));
+                b.check_pending = false;
+            }
+            Err((class, _)) => {
+                b.consecutive_failures = b.consecutive_failures.saturating_add(1);
+                b.last_failure_class = Some(*class);
+                b.last_failure_ms = Some(at_ms);
+                // A failed cooldown check doubles the cooldown; a failed idle check demotes.
+                b.demote(at_ms, cfg);
+                b.check_pending = true;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::health::{AttemptOutcome, BreakerState, Observation};
+    use FailureClass::*;
+
+    const T0: u64 = 10_000_000;
+
+    fn cfg() -> HealthConfig {
+        HealthConfig {
+            demote_after: 1,
+            demote_after_overloaded: 1,
+            cooldown_ms: 1_000,
+            cooldown_max_ms: 8_000,
+        }
+    }
+
+    fn routes(verify: &[bool]) -> Vec<CheckRoute> {
+        verify
+            .iter()
+            .enumerate()
+            .map(|(i, v)| CheckRoute {
+                id: format!("r{i}"),
+                verify: *v,
+            })
+            .collect()
+    }
+
+    /// A route failing live traffic at `at` (its `verify` as given).
+    fn fail(h: &mut ModelHealth, route: &str, verify: bool, at: u64) {
+        let mut o = Observation::at(route, "acct", AttemptOutcome::Failure(Upstream5xx), at);
+        o.verify = verify;
+        h.observe(&o, &cfg());
+    }
+
+    fn bad() -> CheckResult {
+        Err((BadResponse, "the answer holds an error object".into()))
+    }
+
+    #[test]
+    fn a_demoted_route_waits_for_its_check_and_gets_no_live_probe_until_it_passes() {
+        let mut h = ModelHealth::default();
+        let rs = routes(&[true]);
+        h.know_routes(&rs, T0);
+        fail(&mut h, "r0", true, T0);
+        let b = &h.routes["r0"].breaker;
+        assert!(b.check_pending);
+        assert_eq!(h.next_check_ms(&rs, 0, T0), Some(T0 + 1_000));
+        assert!(h.due_checks(&rs, 0, T0 + 999).is_empty());
+        let end = T0 + 1_000;
+        assert_eq!(h.due_checks(&rs, 0, end), vec![("r0".to_string(), CheckKind::Cooldown)]);
+        // The cooldown is over but live traffic may not probe: parked at the end, no claim.
+        assert_eq!(h.route_state("r0", "acct", end), BreakerState::AwaitingCheck);
+        let list = vec![("r0".to_string(), "acct".to_string())];
+        assert!(h.probe_claims(&list, end).is_empty());
+        assert!(h.plan_order(&list, end)[0].1.demoted);
+        assert!(!h.claim_probe("r0", "acct", end, 5_000));
+        // Passed: now the live probe is due, and its success brings the route back.
+        h.record_check("r0", CheckKind::Cooldown, &Ok(()), end, &cfg());
+        assert_eq!(h.route_state("r0", "acct", end), BreakerState::ProbeDue);
+        assert_eq!(h.probe_claims(&list, end).len(), 1);
+        assert!(h.due_checks(&rs, 0, end + 10_000).is_empty(), "no second check");
+        let rec = h.routes["r0"].last_check.clone().unwrap();
+        assert_eq!((rec.passed, rec.kind, rec.reason.as_str()), (true, CheckKind::Cooldown, "answered"));
+    }
+
+    #[test]
+    fn a_failed_check_doubles_the_cooldown_and_keeps_the_route_parked() {
+        let mut h = ModelHealth::default();
+        let rs = routes(&[true]);
+        fail(&mut h, "r0", true, T0);
+        let end = T0 + 1_000;
+        h.record_check("r0", CheckKind::Cooldown, &bad(), end, &cfg());
+        let b = &h.routes["r0"].breaker;
+        assert_eq!(b.demoted_until_ms, Some(end + 2_000), "second cooldown is twice the first");
+        assert!(b.check_pending);
+        assert_eq!(b.last_failure_class, Some(BadResponse));
+        assert_eq!(h.next_check_ms(&rs, 0, end), Some(end + 2_000));
+        h.record_check("r0", CheckKind::Cooldown, &bad(), end + 2_000, &cfg());
+        assert_eq!(h.routes["r0"].breaker.demoted_until_ms, Some(end + 2_000 + 4_000));
+        let rec = h.routes["r0"].last_check.clone().unwrap();
+        assert!(!rec.passed);
+        assert!(rec.reason.starts_with("bad_response: "), "{}", rec.reason);
+    }
+
+    #[test]
+    fn a_route_that_opted_out_is_probed_live_as_before() {
+        let mut h = ModelHealth::default();
+        let rs = routes(&[false]);
+        fail(&mut h, "r0", false, T0);
+        assert!(!h.routes["r0"].breaker.check_pending);
+        assert!(h.due_checks(&rs, 1_000, T0 + 50_000).is_empty());
+        assert_eq!(h.next_check_ms(&rs, 1_000, T0), None);
+        assert_eq!(h.route_state("r0", "acct", T0 + 1_000), BreakerState::ProbeDue);
+        // Opting out while waiting for a check: the live probe is due at once.
+        let mut h = ModelHealth::default();
+        fail(&mut h, "r0", true, T0);
+        h.know_routes(&rs, T0);
+        assert_eq!(h.route_state("r0", "acct", T0 + 1_000), BreakerState::ProbeDue);
+    }
+
+    #[test]
+    fn an_idle_route_is_checked_once_per_interval_from_its_latest_evidence() {
+        let mut h = ModelHealth::default();
+        let rs = routes(&[true, true]);
+        h.know_routes(&rs, T0);
+        // r0 answers live traffic at T0 + 500; r1 never does.
+        h.observe(&Observation::at("r0", "acct", AttemptOutcome::Success, T0 + 500), &cfg());
+        assert_eq!(h.next_check_ms(&rs, 3_000, T0), Some(T0 + 3_000));
+        assert_eq!(h.due_checks(&rs, 3_000, T0 + 3_000), vec![("r1".to_string(), CheckKind::Idle)]);
+        assert!(h.claim_check("r1", T0 + 3_000, 1_000));
+        assert!(!h.claim_check("r1", T0 + 3_100, 1_000), "never two checks of a route at once");
+        assert!(h.due_checks(&rs, 3_000, T0 + 3_200).is_empty(), "in flight: not due again");
+        assert_eq!(h.next_check_ms(&rs, 3_000, T0 + 3_200), Some(T0 + 3_500), "r0 next");
+        h.record_check("r1", CheckKind::Idle, &Ok(()), T0 + 3_300, &cfg());
+        assert_eq!(h.next_check_ms(&rs, 3_000, T0 + 3_600), Some(T0 + 3_601), "r0 overdue: at once");
+        assert_eq!(h.due_checks(&rs, 3_000, T0 + 6_299), vec![("r0".to_string(), CheckKind::Idle)]);
+        assert_eq!(h.due_checks(&rs, 3_000, T0 + 6_300).len(), 2);
+        // Idle checks off: nothing due, no alarm for them.
+        assert!(h.due_checks(&rs, 0, T0 + 60_000).is_empty());
+        assert_eq!(h.next_check_ms(&rs, 0, T0), None);
+        // A lease that ran out (the checker died) lets the next check claim.
+        assert!(h.claim_check("r0", T0 + 7_000, 1_000));
+        assert!(h.claim_check("r0", T0 + 8_001, 1_000));
+    }
+
+    #[test]
+    fn a_failed_idle_check_demotes_the_route_until_a_check_passes() {
+        let mut h = ModelHealth::default();
+        let rs = routes(&[true]);
+        h.know_routes(&rs, T0);
+        h.record_check("r0", CheckKind::Idle, &bad(), T0 + 3_000, &cfg());
+        let b = &h.routes["r0"].breaker;
+        assert!(b.is_demoted() && b.check_pending);
+        assert_eq!(h.route_state("r0", "acct", T0 + 3_500), BreakerState::Cooling { until_ms: T0 + 4_000 });
+        assert_eq!(h.due_checks(&rs, 3_000, T0 + 4_000), vec![("r0".to_string(), CheckKind::Cooldown)]);
+    }
+
+    #[test]
+    fn check_bodies_are_small_known_requests_in_each_dialect() {
+        let model: Model = serde_json::from_value(json!({"id": "m", "context_window": 100, "max_output_tokens": 10,
+            "routes": [{"id": "r", "provider": "p", "upstream_model": "u", "apis": ["chat"],
+                        "price": {"input_per_mtok": 1.0, "output_per_mtok": 1.0}}]}))
+        .unwrap();
+        for api in [Api::Chat, Api::Messages, Api::Responses] {
+            let body = check_body(api, &model);
+            let req = crate::dialect::parse_request(api, &body).expect("the check parses as a request");
+            assert!(!req.stream);
+            assert_eq!(req.max_tokens, Some(CHECK_MAX_TOKENS));
+            assert!(String::from_utf8(body).unwrap().contains(VERIFY_PROMPT));
+        }
+    }
+}
