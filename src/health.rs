@@ -10,8 +10,13 @@
 //! demotion), and reports them from `ctx.wait_until`; the object's answer refreshes the snapshot.
 //! A request waits on an object only when a snapshot is older than `health_snapshot_ms`, or to
 //! claim the one probe of a route or account whose cooldown ended.
+//!
+//! A model's object also runs its routes' verification checks (SPEC §8a) from its alarm: it learns
+//! its model from its name (`object::OBJECT_NAME` on every call), sets the alarm for the next due
+//! check whenever a call leaves one earlier than the alarm, and at the alarm reads the catalog,
+//! checks every due route at once (`crate::verify`), records the results and sets the next alarm.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 
 use serde::de::DeserializeOwned;
@@ -22,17 +27,27 @@ use switchyard_core::health::{
     Scope,
 };
 use switchyard_core::health_rpc::{answer, model_object, ClaimReply, HealthCall, SnapshotReply};
+use switchyard_core::verify::{self as checks, CheckRoute};
 
-use worker::{durable_object, DurableObject, Env, Request, Response, State};
+use worker::{durable_object, DurableObject, Env, Request, Response, ScheduledTime, State};
 
 use crate::batch;
 use crate::limits::CapacityDesk;
 use crate::object;
 use crate::runtime::clock::{now_ms, sleep};
 use crate::runtime::{test_faults, TEST_FAULT};
+use crate::store::Store;
+use crate::verify;
 
 const STORAGE_KEY: &str = "health";
+/// The model a model object serves (from its name), and whether its alarm has planned once.
+const MODEL_KEY: &str = "model";
+const PLANNED_KEY: &str = "planned";
 const ACCOUNTS: &str = "accounts";
+/// How long past its deadline a check's lease lasts (a checker that died frees the route then).
+const CHECK_LEASE_MARGIN_MS: u64 = 5_000;
+/// When no check is due, the alarm still reads the catalog this often.
+const REPLAN_MS: u64 = 15 * 60_000;
 
 // ---- the Durable Object --------------------------------------------------------------------
 
@@ -44,6 +59,12 @@ pub struct HealthObject {
     health: RefCell<Option<ModelHealth>>,
     /// Route capacity (SPEC §10), on the `/capacity` path.
     capacity: CapacityDesk,
+    /// The model this object serves, once known (`None` for the accounts object).
+    model: RefCell<Option<String>>,
+    /// When the alarm is set for, as loaded or last set (`None`: no alarm).
+    alarm_at: Cell<Option<u64>>,
+    /// The alarm has run once since the object first served its model.
+    planned: Cell<bool>,
 }
 
 impl DurableObject for HealthObject {
@@ -53,6 +74,9 @@ impl DurableObject for HealthObject {
             env,
             health: RefCell::new(None),
             capacity: CapacityDesk::new(),
+            model: RefCell::new(None),
+            alarm_at: Cell::new(None),
+            planned: Cell::new(false),
         }
     }
 
@@ -68,8 +92,12 @@ impl DurableObject for HealthObject {
         if req.path() == "/capacity" {
             return self.capacity.serve(&self.state.storage(), req.json().await?).await;
         }
+        let name = req.headers().get(object::OBJECT_NAME).ok().flatten();
         let call: HealthCall = req.json().await?;
         self.load().await?;
+        if let Some(model) = name.as_deref().and_then(|n| n.strip_prefix("model:")) {
+            self.serve_model(model).await?;
+        }
         // Mutate synchronously, serialise, then persist: the input gate keeps other calls out
         // while the write is in flight, so each call is atomic.
         let (answer, state) = {
@@ -81,8 +109,56 @@ impl DurableObject for HealthObject {
         };
         if let Some(text) = state {
             self.state.storage().put(STORAGE_KEY, text.map_err(json_error)?).await?;
+            self.schedule_pending().await?;
         }
         Response::from_json(&answer.reply)
+    }
+
+    /// Runs the checks that are due (SPEC §8a) and sets the alarm for the next one.
+    async fn alarm(&self) -> worker::Result<Response> {
+        self.load().await?;
+        self.alarm_at.set(None);
+        let Some(model_id) = self.model.borrow().clone() else {
+            return Response::ok("");
+        };
+        let store = Store::new(&self.env).map_err(store_error)?;
+        let (catalog, _) = store.load_catalog().await.map_err(store_error)?;
+        let Some(model) = catalog.model(&model_id) else {
+            return Response::ok(""); // no longer in the catalog: nothing to check
+        };
+        let policy = catalog.policy_for(model);
+        let config = HealthConfig::from_policy(&policy);
+        let routes = CheckRoute::of(model);
+        let lease_ms = checks::deadline_ms(&policy, model).saturating_add(CHECK_LEASE_MARGIN_MS);
+        let now = now_ms();
+        let due = self.change(|h| {
+            h.know_routes(&routes, now);
+            let due = h.due_checks(&routes, policy.verify_idle_ms, now);
+            due.into_iter().filter(|(r, _)| h.claim_check(r, now, lease_ms)).collect::<Vec<_>>()
+        });
+        self.persist().await?;
+        if !self.planned.get() {
+            self.planned.set(true);
+            self.state.storage().put(PLANNED_KEY, true).await?;
+        }
+        let runs = due.iter().filter_map(|(id, kind)| {
+            let route = model.routes.iter().find(|r| &r.id == id)?;
+            let (env, catalog, policy) = (&self.env, &catalog, &policy);
+            Some(async move { (id, *kind, verify::check(env, catalog, model, route, policy, *kind).await) })
+        });
+        let results = futures_util::future::join_all(runs).await;
+        let next = self.change(|h| {
+            let at = now_ms();
+            for (route, kind, result) in &results {
+                h.record_check(route, *kind, result, at, &config);
+            }
+            h.next_check_ms(&routes, policy.verify_idle_ms, at)
+        });
+        self.persist().await?;
+        // With nothing due, the alarm still comes back to read the catalog again: a model whose
+        // idle checks were off may have had them turned on.
+        self.set_alarm(next.unwrap_or(now_ms().saturating_add(REPLAN_MS))).await?;
+        Response::ok("")
     }
 }
 
@@ -90,17 +166,84 @@ fn json_error(e: serde_json::Error) -> worker::Error {
     worker::Error::RustError(e.to_string())
 }
 
+fn store_error(e: switchyard_core::ApiError) -> worker::Error {
+    worker::Error::RustError(format!("{e:?}"))
+}
+
 impl HealthObject {
     async fn load(&self) -> worker::Result<()> {
         if self.health.borrow().is_some() {
             return Ok(());
         }
-        let stored: Option<String> = self.state.storage().get(STORAGE_KEY).await?;
+        let storage = self.state.storage();
+        let stored: Option<String> = storage.get(STORAGE_KEY).await?;
+        let model: Option<String> = storage.get(MODEL_KEY).await?;
+        let planned: Option<bool> = storage.get(PLANNED_KEY).await?;
+        let alarm = storage.get_alarm().await?;
         let health = stored.and_then(|t| serde_json::from_str(&t).ok()).unwrap_or_default();
         let mut guard = self.health.borrow_mut();
         if guard.is_none() {
             *guard = Some(health);
+            *self.model.borrow_mut() = model;
+            self.planned.set(planned.unwrap_or(false));
+            self.alarm_at.set(alarm.and_then(|a| u64::try_from(a).ok()));
         }
+        Ok(())
+    }
+
+    /// Remembers the model this object serves; the first time, its alarm plans at once.
+    async fn serve_model(&self, model: &str) -> worker::Result<()> {
+        if self.model.borrow().as_deref() == Some(model) {
+            return Ok(());
+        }
+        *self.model.borrow_mut() = Some(model.to_string());
+        self.state.storage().put(MODEL_KEY, model).await?;
+        if !self.planned.get() {
+            self.set_alarm(now_ms()).await?;
+        }
+        Ok(())
+    }
+
+    /// `f` on the state in memory (never across an await).
+    fn change<T>(&self, f: impl FnOnce(&mut ModelHealth) -> T) -> T {
+        let mut guard = self.health.borrow_mut();
+        f(guard.get_or_insert_with(ModelHealth::default))
+    }
+
+    async fn persist(&self) -> worker::Result<()> {
+        let text = self.change(|h| serde_json::to_string(h)).map_err(json_error)?;
+        self.state.storage().put(STORAGE_KEY, text).await
+    }
+
+    /// After a call changed the state: a route now waiting for its cooldown's check gets the alarm
+    /// moved up to that check if it would come later (idle checks are the alarm's own business).
+    async fn schedule_pending(&self) -> worker::Result<()> {
+        if self.model.borrow().is_none() {
+            return Ok(());
+        }
+        let want = self.change(|h| {
+            let pending: Vec<CheckRoute> = h
+                .routes
+                .iter()
+                .filter(|(_, r)| r.breaker.check_pending)
+                .map(|(id, _)| CheckRoute {
+                    id: id.clone(),
+                    verify: true,
+                })
+                .collect();
+            h.next_check_ms(&pending, 0, now_ms())
+        });
+        match (want, self.alarm_at.get()) {
+            (Some(w), Some(a)) if a <= w => Ok(()),
+            (Some(w), _) => self.set_alarm(w).await,
+            (None, _) => Ok(()),
+        }
+    }
+
+    async fn set_alarm(&self, at_ms: u64) -> worker::Result<()> {
+        let at = ScheduledTime::new(js_sys::Date::new(&wasm_bindgen::JsValue::from_f64(at_ms as f64)));
+        self.state.storage().set_alarm(at).await?;
+        self.alarm_at.set(Some(at_ms));
         Ok(())
     }
 }

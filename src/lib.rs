@@ -16,6 +16,7 @@ mod relay;
 mod runtime;
 mod store;
 mod upstream;
+mod verify;
 
 use worker::{event, Context, Env, Request, Response, Result, ScheduleContext, ScheduledEvent};
 

@@ -12,6 +12,10 @@ use worker::{Env, Headers, Method, Request, RequestInit};
 use crate::runtime::clock::{in_request, sleep};
 use crate::runtime::TEST_FAULT;
 
+/// The header every call carries with the object's own name, so an object knows whom it serves
+/// (a model's health object learns its model from it).
+pub const OBJECT_NAME: &str = "x-switchyard-object";
+
 /// One call to object `name` of `binding` at `path`, with `body`, at most `timeout_ms`.
 /// `fault` sets the test-fault header (callers only pass one when drills are on). The error is a
 /// word for the log: `no_context`, `error` or `timeout`.
@@ -30,6 +34,7 @@ pub async fn call<B: Serialize, T: DeserializeOwned>(
     let call = async {
         let stub = env.durable_object(binding).ok()?.get_by_name(name).ok()?;
         let headers = Headers::new();
+        headers.set(OBJECT_NAME, name).ok()?;
         if let Some(fault) = fault {
             headers.set(TEST_FAULT, fault).ok()?;
         }

@@ -142,6 +142,20 @@ pub struct Store {
     drill: bool,
 }
 
+/// One verification check, as the platform ledger records it.
+pub struct CheckEntry<'a> {
+    pub model: &'a str,
+    pub route: &'a str,
+    pub provider: &'a str,
+    pub kind: &'a str,
+    pub passed: bool,
+    pub reason: &'a str,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cost_micros: i64,
+    pub duration_ms: u64,
+}
+
 #[derive(Deserialize)]
 struct CatalogRow {
     doc: String,
@@ -410,6 +424,49 @@ impl Store {
             });
         }
         Ok(rec.map(Rc::new))
+    }
+
+    // ---- the platform's own spend --------------------------------------------------------------
+
+    /// Books one verification check to the platform ledger (SPEC §8a), never to a customer.
+    pub async fn record_check(&self, c: &CheckEntry<'_>) -> Result<(), ApiError> {
+        self.stmt(
+            "INSERT INTO platform_ledger (kind, model, route, provider, check_kind, passed, reason, \
+             input_tokens, output_tokens, amount_micros, duration_ms, created_at) \
+             VALUES ('route_check', ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+            &[
+                c.model.into(),
+                c.route.into(),
+                c.provider.into(),
+                c.kind.into(),
+                num(i64::from(c.passed)),
+                c.reason.into(),
+                num(c.input_tokens as i64),
+                num(c.output_tokens as i64),
+                num(c.cost_micros),
+                num(c.duration_ms as i64),
+                num(now_ms() as i64),
+            ],
+        )?
+        .run()
+        .await
+        .map_err(internal("platform_ledger"))?;
+        Ok(())
+    }
+
+    /// A model's latest verification checks on the platform ledger, newest first (admin).
+    pub async fn checks(&self, model: &str, limit: u32) -> Result<Vec<serde_json::Value>, ApiError> {
+        let rows = self
+            .stmt(
+                "SELECT route, provider, check_kind AS kind, passed, reason, input_tokens, output_tokens, \
+                 amount_micros, duration_ms, created_at FROM platform_ledger WHERE model = ?1 \
+                 ORDER BY id DESC LIMIT ?2",
+                &[model.into(), num(i64::from(limit))],
+            )?
+            .all()
+            .await
+            .map_err(internal("platform_ledger_read"))?;
+        rows.results::<serde_json::Value>().map_err(internal("platform_ledger_decode"))
     }
 
     // ---- generations --------------------------------------------------------------------------

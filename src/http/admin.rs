@@ -1,4 +1,5 @@
-//! `/admin/*` (SPEC §12): catalog, accounts, credit and keys, behind the admin token.
+//! `/admin/*` (SPEC §12): catalog, accounts, credit and keys, route health and the verification
+//! checks the platform paid for, behind the admin token.
 //!
 //! Without the right token every admin path answers 401 and says nothing else — not even whether
 //! the path exists. The catalog holds secret *names* only; no response carries a secret value.
@@ -179,6 +180,14 @@ pub async fn route(req: &mut Request, env: &Env, method: &Method, rest: &str) ->
                 return Err(ApiError::Internal { label: "health_reset" });
             }
             Ok(json_response(200, &json!({"ok": true, "reset": model_id})))
+        }
+        (Method::Get, "checks", model) if !model.is_empty() => {
+            let checks = store.checks(model, 200).await?;
+            let total: i64 = checks.iter().filter_map(|c| c["amount_micros"].as_f64()).map(|m| m as i64).sum();
+            Ok(json_response(
+                200,
+                &json!({"model": model, "checks": checks, "cost_usd": micros_to_usd(total)}),
+            ))
         }
         (Method::Post, "holds", "sweep") => {
             let swept = crate::billing::sweep(env).await?;

@@ -23,9 +23,12 @@ struct Model {
 
 impl Model {
     /// Routes over mock scenarios; each provider on its own account unless `accounts` names one.
+    /// These are the live probes of §8 alone: the routes opt out of verification checks (SPEC §8a,
+    /// tests/tests/verify.rs).
     fn new(scenarios: &[&str]) -> Model {
         let s = Arc::new(Stack::from_env());
-        let (objects, routes) = s.mock_routes(&scenarios.iter().map(|sc| (*sc, json!({}))).collect::<Vec<_>>());
+        let routes: Vec<(&str, Value)> = scenarios.iter().map(|sc| (*sc, json!({"verify": false}))).collect();
+        let (objects, routes) = s.mock_routes(&routes);
         let id = s.model(objects, Some(policy()));
         let key = s.new_key(10.0);
         Model { s, id, key, routes }

@@ -258,6 +258,13 @@ impl Default for Policy {
 }
 
 impl Policy {
+    /// The non-stream limit from `base_ms` for `max_tokens` of output: base + 1 s per 20 tokens,
+    /// capped (SPEC §5).
+    pub fn nonstream_limit(&self, base_ms: u64, max_tokens: u64) -> u64 {
+        let per = max_tokens.div_ceil(20).saturating_mul(self.nonstream_per_20_tokens_ms);
+        base_ms.saturating_add(per).min(self.nonstream_cap_ms.max(base_ms))
+    }
+
     fn apply(&mut self, o: &PolicyOverrides) {
         macro_rules! take {
             ($($field:ident),* $(,)?) => { $( if let Some(v) = o.$field { self.$field = v; } )* };

@@ -348,15 +348,8 @@ impl Plan {
         !self.excluded_param.iter().any(|p| unsupported.contains(p))
     }
 
-    /// The non-stream limit: base + 1 s per 20 tokens of output, capped (SPEC §5).
     fn nonstream_limit(&self, base_ms: u64) -> u64 {
-        let per = self
-            .max_tokens
-            .div_ceil(20)
-            .saturating_mul(self.policy.nonstream_per_20_tokens_ms);
-        base_ms
-            .saturating_add(per)
-            .min(self.policy.nonstream_cap_ms.max(base_ms))
+        self.policy.nonstream_limit(base_ms, self.max_tokens)
     }
 
     fn first_content_limit(&self, route: usize, is_last: bool) -> u64 {

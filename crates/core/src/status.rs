@@ -91,7 +91,9 @@ impl ModelHealth {
     /// or a route passed a check within `verify_idle_ms` (0: no such rule).
     pub fn verified_status(&self, verify_idle_ms: u64, now_ms: u64) -> StatusWord {
         let word = self.status(now_ms);
-        let answered = |b: &Bucket| (b.answered > 0).then(|| (b.minute + 1) * 60_000 - 1);
+        // Routes keep the exact time of their last answer; the minute buckets count from the
+        // start of their minute, never making evidence look newer than it is.
+        let answered = |b: &Bucket| (b.answered > 0).then(|| b.minute * 60_000);
         let newest = self.routes.values().filter_map(|r| r.last_ok_ms).max();
         let newest = newest.max(self.model_buckets.iter().filter_map(answered).max());
         let stale = verify_idle_ms > 0 && newest.is_none_or(|t| t.saturating_add(verify_idle_ms) < now_ms);

@@ -16,7 +16,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::catalog::{Api, Model};
+use crate::catalog::{Api, Model, Policy};
 use crate::classify::FailureClass;
 use crate::health::{Breaker, HealthConfig, ModelHealth};
 
@@ -65,6 +65,11 @@ pub fn max_tokens(model: &Model) -> u64 {
     } else {
         CHECK_MAX_TOKENS
     }
+}
+
+/// How long a check may take: the non-stream limit for its output (SPEC §5).
+pub fn deadline_ms(policy: &Policy, model: &Model) -> u64 {
+    policy.nonstream_limit(policy.nonstream_base_ms, max_tokens(model))
 }
 
 /// The body of a check in `api`'s dialect (non-stream; `model` is replaced by the route's

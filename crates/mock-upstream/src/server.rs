@@ -174,7 +174,11 @@ fn dispatch(
         return json(w, 200, &state.stats_json(&key), &[], close);
     }
     match scenario::split_api(&path) {
-        Some((api, key)) => run_scenario(req, api, &key, w, reader, state, close),
+        Some((api, key)) => {
+            let action = run_scenario(req, api, &key, w, reader, state, close);
+            state.done(&key);
+            action
+        }
         None => {
             let msg = format!("mock-upstream: no route for {method} {path}");
             json(w, 404, &simple_error("not_found", &msg), &[], close)

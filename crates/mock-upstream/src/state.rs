@@ -1,8 +1,9 @@
-//! Shared per-key state: request counters, the last request seen, and the
-//! first-request time used by `down-for`. One map for the whole server,
+//! Shared per-key state: request counters (in all, by prompt, and the most
+//! in flight at once), the last request seen, and the first-request time used
+//! by `down-for`. One map for the whole server,
 //! behind a mutex (`POST /_reset` clears it).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -49,6 +50,10 @@ pub struct KeyState {
     pub last_request: Option<RecordedRequest>,
     /// Stream events written to the key's readers so far (all its streams).
     pub stream_events: u64,
+    /// Requests by the text of their last user message (first 80 characters; "" for none).
+    pub by_prompt: BTreeMap<String, u64>,
+    pub in_flight: u64,
+    pub max_in_flight: u64,
 }
 
 /// The `/_stats/<key>` answer.
@@ -57,6 +62,21 @@ pub struct Stats<'a> {
     pub requests: u64,
     pub last_request: Option<&'a RecordedRequest>,
     pub stream_events: u64,
+    pub by_prompt: Option<&'a BTreeMap<String, u64>>,
+    pub max_in_flight: u64,
+}
+
+/// The text of a request body's last user message (chat, messages) or its `input` string
+/// (responses), at most 80 characters.
+fn prompt_of(body: &Value) -> String {
+    let from_messages = body
+        .get("messages")
+        .and_then(Value::as_array)
+        .and_then(|m| m.iter().rev().find(|m| m.get("role").and_then(Value::as_str) == Some("user")))
+        .and_then(|m| m.get("content"))
+        .and_then(Value::as_str);
+    let text = from_messages.or_else(|| body.get("input").and_then(Value::as_str));
+    text.unwrap_or("").chars().take(80).collect()
 }
 
 /// The server's shared state.
@@ -76,6 +96,7 @@ impl Shared {
 
     /// Counts a request to `key`; returns (this request's 1-based number,
     /// when the key was first seen).
+    /// The request is in flight until [`Shared::done`].
     pub fn record(&self, key: &str, req: &Request) -> (u64, Instant) {
         let recorded = RecordedRequest::from_request(req);
         let mut map = self.lock();
@@ -84,10 +105,23 @@ impl Shared {
             first_seen: Instant::now(),
             last_request: None,
             stream_events: 0,
+            by_prompt: BTreeMap::new(),
+            in_flight: 0,
+            max_in_flight: 0,
         });
         st.requests += 1;
+        *st.by_prompt.entry(prompt_of(&recorded.body)).or_default() += 1;
+        st.in_flight += 1;
+        st.max_in_flight = st.max_in_flight.max(st.in_flight);
         st.last_request = Some(recorded);
         (st.requests, st.first_seen)
+    }
+
+    /// A request [`Shared::record`] counted has been answered (or its connection ended).
+    pub fn done(&self, key: &str) {
+        if let Some(st) = self.lock().get_mut(key) {
+            st.in_flight = st.in_flight.saturating_sub(1);
+        }
     }
 
     /// Counts one stream event written for `key`.
@@ -105,6 +139,8 @@ impl Shared {
             requests: st.map(|s| s.requests).unwrap_or(0),
             last_request: st.and_then(|s| s.last_request.as_ref()),
             stream_events: st.map(|s| s.stream_events).unwrap_or(0),
+            by_prompt: st.map(|s| &s.by_prompt),
+            max_in_flight: st.map(|s| s.max_in_flight).unwrap_or(0),
         };
         serde_json::to_string(&stats).unwrap_or_else(|_| String::from("{}"))
     }
@@ -134,7 +170,7 @@ mod tests {
         let s = Shared::new();
         assert_eq!(
             s.stats_json("k"),
-            r#"{"requests":0,"last_request":null,"stream_events":0}"#
+            r#"{"requests":0,"last_request":null,"stream_events":0,"by_prompt":null,"max_in_flight":0}"#
         );
         assert_eq!(s.record("k", &req()).0, 1);
         assert_eq!(s.record("k", &req()).0, 2);
@@ -149,7 +185,25 @@ mod tests {
         s.reset();
         assert_eq!(
             s.stats_json("k"),
-            r#"{"requests":0,"last_request":null,"stream_events":0}"#
+            r#"{"requests":0,"last_request":null,"stream_events":0,"by_prompt":null,"max_in_flight":0}"#
         );
+    }
+
+    #[test]
+    fn requests_are_counted_by_prompt_and_in_flight() {
+        let s = Shared::new();
+        let with = |body: &str| Request {
+            body: body.as_bytes().to_vec(),
+            ..req()
+        };
+        s.record("k", &with(r#"{"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"x"},{"role":"user","content":"b"}]}"#));
+        s.record("k", &with(r#"{"input":"b"}"#));
+        s.done("k");
+        s.record("k", &with(r#"{"messages":[]}"#));
+        s.done("k");
+        s.done("k");
+        let v: Value = serde_json::from_str(&s.stats_json("k")).unwrap();
+        assert_eq!(v["by_prompt"], serde_json::json!({"b": 2, "": 1}));
+        assert_eq!(v["max_in_flight"], 2);
     }
 }

@@ -189,7 +189,7 @@ fn flaky_alternates_and_stats_count() {
     let s = call(addr, "GET", "/_stats/never", "").json();
     assert_eq!(
         s,
-        serde_json::json!({"requests":0,"last_request":null,"stream_events":0})
+        serde_json::json!({"requests":0,"last_request":null,"stream_events":0,"by_prompt":null,"max_in_flight":0})
     );
     assert_eq!(call(addr, "POST", "/_reset", "").json(), serde_json::json!({"ok":true}));
     assert_eq!(call(addr, "GET", "/_stats/t3/flaky/2", "").json()["requests"], 0);

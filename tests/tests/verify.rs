@@ -1,0 +1,246 @@
+//! Verification (issue 14, SPEC §8a) end to end: a demoted route comes back only after a check —
+//! one small known request from the model's Durable Object alarm — passes; an idle route is
+//! checked once per `verify_idle_ms`, never twice at once; checks are paid by the platform, and the
+//! status surfaces say when a route was last verified.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::disallowed_methods)]
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use switchyard_e2e::{unique, Reply, Stack};
+
+/// The known prompt of every check (the core's `verify::VERIFY_PROMPT`).
+const CHECK_PROMPT: &str = "Reply with the single word: ready";
+
+/// Demoted at the first failure, 1 s cooldown doubling to 8 s; idle checks as given.
+fn policy(verify_idle_ms: u64) -> Value {
+    json!({"demote_after": 1, "demote_after_overloaded": 1, "cooldown_ms": 1000, "cooldown_max_ms": 8000,
+           "nonstream_base_ms": 4000, "nonstream_per_20_tokens_ms": 0, "verify_idle_ms": verify_idle_ms})
+}
+
+struct Model {
+    s: Stack,
+    id: String,
+    key: String,
+    routes: Vec<(String, String)>,
+    /// The user prompt of this model's requests, so the mock tells them from checks.
+    prompt: String,
+}
+
+impl Model {
+    fn new(routes: &[(&str, Value)], verify_idle_ms: u64) -> Model {
+        let s = Stack::from_env();
+        let (objects, routes) = s.mock_routes(routes);
+        let id = s.model(objects, Some(policy(verify_idle_ms)));
+        let key = s.new_key(10.0);
+        Model {
+            s,
+            id,
+            key,
+            routes,
+            prompt: unique("user prompt"),
+        }
+    }
+
+    fn ask(&self) -> Reply {
+        let body = json!({"model": self.id, "max_tokens": 20,
+                          "messages": [{"role": "user", "content": self.prompt}]});
+        let r = self.s.chat(&self.key, &body);
+        assert_eq!(r.status, 200, "{}", r.text());
+        r
+    }
+
+    /// Requests route `i` got: (from users, checks), and the most in flight at once.
+    fn seen(&self, i: usize) -> (u64, u64, u64) {
+        let (label, scenario) = &self.routes[i];
+        let st = self.s.mock_stats(label, scenario);
+        let by = |p: &str| st["by_prompt"][p].as_u64().unwrap_or(0);
+        (by(&self.prompt), by(CHECK_PROMPT), st["max_in_flight"].as_u64().unwrap_or(0))
+    }
+
+    fn route_health(&self, i: usize) -> Value {
+        let r = self.s.admin("GET", &format!("/admin/health/{}", self.id), None);
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()["routes"][i].clone()
+    }
+
+    fn checks(&self) -> Vec<Value> {
+        let r = self.s.admin("GET", &format!("/admin/checks/{}", self.id), None);
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()["checks"].as_array().unwrap().clone()
+    }
+
+    /// What the key was charged and the sum of its generations' costs, once the two agree (each
+    /// settlement lands in D1 shortly after its answer) or after 15 s.
+    fn key_spend(&self, replies: &[Reply]) -> (i64, i64) {
+        let micros = |usd: f64| (usd * 1e6).round() as i64;
+        let generations: i64 = replies
+            .iter()
+            .map(|r| {
+                let g = self.s.generation(&self.key, r.header("x-generation-id").unwrap());
+                micros(g["total_cost"].as_f64().unwrap())
+            })
+            .sum();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let c = self.s.credits(&self.key);
+            let charged = 10_000_000 - c["balance_micros"].as_i64().unwrap();
+            if charged == generations || Instant::now() >= deadline {
+                return (charged, generations);
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+/// A route that answers 200 with an error object, or 200 with no content, fails its checks: it
+/// stays demoted past its cooldown, each check doubling the next cooldown, and no user request
+/// reaches it after the one that demoted it. The checks are on the platform ledger, not the key.
+#[test]
+fn a_route_answering_200_without_a_real_answer_stays_demoted() {
+    let scenarios = ["error-body-200", "chunks/0/0"];
+    let models: Vec<Model> = scenarios
+        .iter()
+        .map(|sc| Model::new(&[(sc, json!({})), ("ok", json!({}))], 0))
+        .collect();
+    let mut replies: Vec<Vec<Reply>> = models.iter().map(|_| Vec::new()).collect();
+    for (m, rs) in models.iter().zip(&mut replies) {
+        let r = m.ask();
+        assert_eq!(r.header("x-switchyard-route"), Some("r1"), "r0 failed, r1 answered");
+        rs.push(r);
+    }
+    // 1 s cooldown, failed check, 2 s, failed check, 4 s: two checks within 5 s, the third later.
+    let until = Instant::now() + Duration::from_millis(5_500);
+    while Instant::now() < until {
+        for (m, rs) in models.iter().zip(&mut replies) {
+            let r = m.ask();
+            assert_eq!(r.header("x-switchyard-route"), Some("r1"), "{}: a user request reached r0", m.routes[0].1);
+            rs.push(r);
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    for (m, rs) in models.iter().zip(&replies) {
+        let sc = &m.routes[0].1;
+        let (users, checks, _) = m.seen(0);
+        assert_eq!(users, 1, "{sc}: only the request that demoted r0 reached it");
+        assert!((2..=3).contains(&checks), "{sc}: checks at ~1 s and ~3 s, saw {checks}");
+        let h = m.route_health(0);
+        assert_ne!(h["state"], "healthy", "{sc}: {h}");
+        assert_eq!(h["last_check"]["passed"], false, "{sc}: {h}");
+        assert_eq!(h["last_check"]["kind"], "cooldown", "{sc}: {h}");
+        assert!(h["last_check"]["reason"].as_str().unwrap().contains(':'), "{sc}: {h}");
+        assert!(h["breaker"]["cooldown_level"].as_u64().unwrap() >= 3, "{sc}: each failed check doubles: {h}");
+        let booked = m.checks();
+        assert_eq!(booked.len() as u64, checks, "{sc}: one platform ledger row per check: {booked:?}");
+        assert!(booked.iter().all(|c| c["route"] == "r0" && c["passed"] == 0), "{sc}: {booked:?}");
+        let (charged, generations) = m.key_spend(rs);
+        assert_eq!(charged, generations, "{sc}: the key paid for its own requests only");
+    }
+}
+
+/// A route that heals passes its check, and only then does live traffic probe it — and win it back.
+#[test]
+fn a_route_that_heals_passes_its_check_then_is_probed_by_live_traffic() {
+    // 503 for the first 2.5 s: the first check (at ~1 s) fails, the second (at ~3 s) passes.
+    let m = Model::new(&[("down-for/2500", json!({})), ("ok", json!({}))], 0);
+    let mut replies = vec![m.ask()];
+    assert_eq!(replies[0].header("x-switchyard-route"), Some("r1"));
+    let deadline = Instant::now() + Duration::from_secs(12);
+    let probed = loop {
+        let passed_before = m.route_health(0)["last_check"]["passed"] == true;
+        let r = m.ask();
+        let route = r.header("x-switchyard-route").unwrap().to_string();
+        replies.push(r);
+        if route == "r0" {
+            assert!(passed_before, "live traffic reached r0 before a check passed");
+            break true;
+        }
+        assert!(Instant::now() < deadline, "r0 never came back");
+        std::thread::sleep(Duration::from_millis(150));
+    };
+    assert!(probed);
+    let (users, checks, _) = m.seen(0);
+    assert_eq!(users, 2, "the demoting request and the live probe");
+    assert_eq!(checks, 2, "one failed check, one passed");
+    let h = m.route_health(0);
+    assert_eq!(h["state"], "healthy", "{h}");
+    assert_eq!(h["last_check"]["passed"], true, "{h}");
+    let booked = m.checks();
+    assert_eq!(booked.len(), 2, "{booked:?}");
+    assert_eq!((booked[0]["passed"].as_u64(), booked[1]["passed"].as_u64()), (Some(1), Some(0)), "newest first");
+    assert!(booked[0]["amount_micros"].as_i64().unwrap() > 0, "a real answer costs: {booked:?}");
+    let (charged, generations) = m.key_spend(&replies);
+    assert_eq!(charged, generations, "the passed check's cost is the platform's");
+    // The status surfaces say when r0 was last verified.
+    let r0 = |e: &Value| e["order"].as_array().and_then(|o| o.iter().find(|x| x["id"] == "r0").cloned());
+    let entry = report_entry(&m, 5, |e| r0(e).is_some_and(|r| !r["last_verified_ms"].is_null()));
+    assert_eq!(r0(&entry).unwrap()["last_verified_ms"], h["last_check"]["at_ms"], "{entry}");
+}
+
+/// A healthy route that nobody uses is checked once per `verify_idle_ms`, one check at a time
+/// even when a check outlasts the interval; `verify: false` opts a route out.
+#[test]
+fn an_idle_route_is_checked_once_per_interval_never_twice_at_once() {
+    // r1's answers take 2.5 s, longer than the 2 s interval.
+    let m = Model::new(
+        &[
+            ("ok", json!({"verify": false})),
+            ("first-content-after/2500", json!({})),
+            ("ok", json!({"verify": false})),
+        ],
+        2000,
+    );
+    let start = Instant::now();
+    m.ask(); // the model's object learns of the model; r1 and r2 never see a user
+    std::thread::sleep(Duration::from_millis(10_000));
+    let elapsed = start.elapsed().as_millis() as u64;
+    let (users, checks, most) = m.seen(1);
+    assert_eq!(users, 0);
+    // A check every 2 s after the previous one ended (each takes 2.5 s): at ~2, ~6.5, ~11 s.
+    assert!((2..=3).contains(&checks), "{checks} checks of r1 in {elapsed} ms");
+    assert_eq!(most, 1, "two checks of r1 ran at once");
+    assert_eq!(m.seen(0).1, 0, "r0 opted out");
+    assert_eq!(m.seen(2).1, 0, "r2 opted out");
+    let h = m.route_health(1);
+    assert_eq!(h["last_check"]["kind"], "idle", "{h}");
+    assert_eq!(h["last_check"]["passed"], true, "{h}");
+    assert_eq!(h["state"], "healthy", "{h}");
+}
+
+/// A model whose only evidence is older than `verify_idle_ms` is not Operational until something
+/// answers again (here its route opted out of checks, so nothing does). The public report is
+/// cached for up to 3 s, so each word is awaited.
+#[test]
+fn old_evidence_is_not_operational() {
+    let m = Model::new(&[("ok", json!({"verify": false}))], 6000);
+    m.ask();
+    let asked = Instant::now();
+    assert_eq!(status_when(&m, "operational", 4), "operational");
+    assert!(asked.elapsed() < Duration::from_secs(6), "too slow to see the fresh word");
+    assert_eq!(status_when(&m, "unverified", 12), "unverified");
+    assert!(asked.elapsed() >= Duration::from_secs(6), "unverified before the evidence was old");
+    m.ask();
+    assert_eq!(status_when(&m, "operational", 5), "operational");
+}
+
+/// The model's entry in `GET /api/health/models`, once `ready` holds (or after `secs`).
+fn report_entry(m: &Model, secs: u64, ready: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let r = m.s.request("GET", &format!("{}/api/health/models", m.s.gateway), &[], None);
+        assert_eq!(r.status, 200, "{}", r.text());
+        let report = r.json();
+        let entry = report["models"].as_array().unwrap().iter().find(|x| x["id"] == m.id.as_str()).cloned();
+        let entry = entry.unwrap_or(Value::Null);
+        if ready(&entry) || Instant::now() >= deadline {
+            return entry;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The model's status word once it is `want` (or whatever it is after `secs`).
+fn status_when(m: &Model, want: &str, secs: u64) -> String {
+    report_entry(m, secs, |e| e["status"] == want)["status"].as_str().unwrap_or("").to_string()
+}
