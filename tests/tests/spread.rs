@@ -188,3 +188,42 @@ fn a_route_failing_a_third_of_its_requests_gets_far_fewer_new_conversations() {
         "{first_attempts} of 300 new conversations went to the failing route"
     );
 }
+
+/// A route that fails every third request gets far fewer new conversations; once it heals and its
+/// failures have left the last 5 minutes (SPEC §8a: the health factor compares those with the rest
+/// of the hour), it gets its full share again. It waits out that window (6–7 minutes), so
+/// `scripts/test` runs it beside the rest of the suite rather than in it.
+#[test]
+fn a_healed_route_wins_back_its_share() {
+    const HEAL_MS: u64 = 40_000;
+    let s = Stack::from_env();
+    let (model, mocks) = spread_model(&s, &["ok", &format!("flaky-until/3/{HEAL_MS}"), "ok"]);
+    let key = s.new_key(5.0);
+    let seen = |i: usize| -> u64 { s.mock_stats(&mocks[i].0, &mocks[i].1)["requests"].as_u64().unwrap() };
+    let share = |n: usize| {
+        let before = seen(1);
+        turns(std::slice::from_ref(&s), &key, &model, &conversations(n), 4);
+        seen(1) - before
+    };
+    let started = std::time::SystemTime::now();
+    turns(std::slice::from_ref(&s), &key, &model, &conversations(300), 4);
+    std::thread::sleep(Duration::from_millis(1_500)); // the health snapshot catches up
+    let failing = share(300);
+    assert!(failing < 50, "while failing: {failing} of 300 new conversations");
+    // Healed HEAL_MS after its first request; its last failure leaves the 5-minute window once the
+    // minute after it is 5 minutes old.
+    let healed_ms = started.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64 + HEAL_MS;
+    let clean_from = (healed_ms / 60_000 + 5) * 60_000 + 2_000;
+    loop {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+        if now >= clean_from {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis((clean_from - now).min(10_000)));
+    }
+    std::thread::sleep(Duration::from_millis(1_500)); // the health snapshot catches up
+    let healed = share(300);
+    eprintln!("the route took {failing} of 300 new conversations while failing, {healed} of 300 once healed");
+    // An equal share is about 100 of 300.
+    assert!(healed >= 70, "once healed: {healed} of 300 new conversations");
+}

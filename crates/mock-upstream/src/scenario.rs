@@ -25,7 +25,7 @@
 //!             | error-kind                      (needs an error to shape)
 //! behaviour  := "status" / CODE | "hang" | "reset" | "cut-after" / N
 //!             | "error-event-first" | "error-event-after" / N | "error-body-200"
-//! gate       := "flaky" / K | "down-for" / MS
+//! gate       := "flaky" / K | "down-for" / MS | "flaky-until" / K / MS
 //! error-kind := overloaded | rate_limit | context_length | unsupported_param
 //!             | credit | quota | invalid_key | content_filter
 //!             | model_not_found | invalid
@@ -64,6 +64,9 @@ pub enum Gate {
     Flaky(u64),
     /// 503 until this many ms after the key's first request.
     DownFor(u64),
+    /// Every k-th request answers 503 until this many ms after the key's first request; then none
+    /// (a route that heals).
+    FlakyUntil(u64, u64),
 }
 
 /// Realistic provider error bodies.
@@ -167,6 +170,7 @@ pub const KEYWORDS: &[&str] = &[
     "no-usage",
     "flaky",
     "down-for",
+    "flaky-until",
     "pad",
     "answer-status",
     "held",
@@ -334,6 +338,14 @@ pub fn parse_scenario(key: &str) -> Result<Scenario, ScenarioError> {
                 let ms: u64 = c.num("down-for", "milliseconds")?;
                 set_once(&mut sc.gate, Gate::DownFor(ms), "flaky/down-for")?;
             }
+            "flaky-until" => {
+                let k: u64 = c.num("flaky-until", "a period k >= 1 (flaky-until/<k>/<ms>)")?;
+                let ms: u64 = c.num("flaky-until", "milliseconds (flaky-until/<k>/<ms>)")?;
+                if k == 0 {
+                    return Err(ScenarioError("`flaky-until/0`: k must be >= 1".into()));
+                }
+                set_once(&mut sc.gate, Gate::FlakyUntil(k, ms), "flaky/down-for")?;
+            }
             "chunks" => {
                 let n = c.count("chunks")?;
                 let gap: u64 = c.num("chunks", "a gap in milliseconds (chunks/<n>/<gap_ms>)")?;
@@ -475,6 +487,9 @@ mod tests {
         assert_eq!(s.gate, Some(Gate::Flaky(3)));
         assert_eq!(s.behavior, Behavior::CutAfter(2));
         assert!(s.no_usage);
+        let s = parse_scenario("flaky-until/3/90000").unwrap();
+        assert_eq!(s.gate, Some(Gate::FlakyUntil(3, 90_000)));
+        assert!(parse_scenario("flaky-until/0/5").is_err());
         let s = parse_scenario("x/stall-after/2/500/malformed-event/1/no-done").unwrap();
         assert_eq!(s.stall, Some((2, 500)));
         assert_eq!(s.malformed_event, Some(1));

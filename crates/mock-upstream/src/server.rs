@@ -239,6 +239,7 @@ fn run_scenario(
     let gated = match sc.gate {
         Some(Gate::Flaky(k)) => count % k == 0,
         Some(Gate::DownFor(ms)) => first_seen.elapsed() < Duration::from_millis(ms),
+        Some(Gate::FlakyUntil(k, ms)) => count % k == 0 && first_seen.elapsed() < Duration::from_millis(ms),
         None => false,
     };
     if gated {
