@@ -158,11 +158,7 @@ impl Attempt<'_, '_> {
 }
 
 fn build_request(target: &Target, request: &ClientRequest) -> Result<Request, ApiError> {
-    let url = format!(
-        "{}{}",
-        target.provider.base_url.trim_end_matches('/'),
-        request.api.upstream_path()
-    );
+    let url = request.upstream_url(&target.provider.base_url, &target.route.upstream_model);
     let headers = Headers::new();
     let set = |name: &str, value: &str| {
         headers
@@ -182,6 +178,7 @@ fn build_request(target: &Target, request: &ClientRequest) -> Result<Request, Ap
         match target.provider.auth {
             AuthScheme::Bearer => set("authorization", &format!("Bearer {key}"))?,
             AuthScheme::XApiKey => set("x-api-key", key)?,
+            AuthScheme::XGoogApiKey => set("x-goog-api-key", key)?,
         }
     }
     for (name, value) in request.upstream_headers(target.provider.auth) {

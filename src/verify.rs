@@ -7,7 +7,6 @@
 
 use switchyard_core::catalog::{Catalog, Model, Policy, Route};
 use switchyard_core::classify::FailureClass;
-use switchyard_core::dialect;
 use switchyard_core::generation::{Charge, Tariff};
 use switchyard_core::verify::{self, CheckKind, CheckResult};
 use worker::Env;
@@ -68,8 +67,7 @@ async fn send(env: &Env, catalog: &Catalog, model: &Model, route: &Route, policy
     let Ok(target) = Target::new(env, provider, route) else {
         return refuse("the provider's upstream key is not configured");
     };
-    let body = verify::check_body(api, model);
-    let Ok(request) = dialect::parse_request(api, &body) else {
+    let Ok(request) = verify::check_request(api, model) else {
         return refuse("the check request could not be built");
     };
     match upstream::attempt(&target, &request, verify::deadline_ms(policy, model)).await {
@@ -80,7 +78,7 @@ async fn send(env: &Env, catalog: &Catalog, model: &Model, route: &Route, policy
                 price: route.price.clone(),
                 held_micros: None,
                 max_tokens: verify::max_tokens(model),
-                body_len: body.len(),
+                body_len: request.body_len,
             };
             (Ok(()), Some(tariff.settle(usage, output_chars)))
         }

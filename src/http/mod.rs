@@ -36,6 +36,8 @@ pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
     let path = req.path();
     let shape = if path == "/v1/messages" {
         ErrorShape::Anthropic
+    } else if path.starts_with("/v1beta/") {
+        ErrorShape::Gemini
     } else {
         ErrorShape::OpenAi
     };
@@ -89,11 +91,18 @@ async fn route(
     if let Some(rest) = path.strip_prefix("/admin/") {
         return admin::route(req, env, method, rest).await;
     }
+    if let Some(rest) = path.strip_prefix("/v1beta/models/") {
+        let gemini = v1::gemini_call(req, rest)?;
+        if *method != Method::Post {
+            return Err(ApiError::MethodNotAllowed);
+        }
+        return v1::generate(req, env, ctx, rc, Api::Gemini, Some(gemini)).await;
+    }
     match (method, path) {
         (Method::Get, "/v1/models") => v1::models(req, env).await,
-        (Method::Post, "/v1/chat/completions") => v1::generate(req, env, ctx, rc, Api::Chat).await,
-        (Method::Post, "/v1/messages") => v1::generate(req, env, ctx, rc, Api::Messages).await,
-        (Method::Post, "/v1/responses") => v1::generate(req, env, ctx, rc, Api::Responses).await,
+        (Method::Post, "/v1/chat/completions") => v1::generate(req, env, ctx, rc, Api::Chat, None).await,
+        (Method::Post, "/v1/messages") => v1::generate(req, env, ctx, rc, Api::Messages, None).await,
+        (Method::Post, "/v1/responses") => v1::generate(req, env, ctx, rc, Api::Responses, None).await,
         (Method::Get, "/v1/generation") => v1::generation(req, env).await,
         (Method::Get, "/v1/credits") => v1::credits(req, env).await,
         (Method::Get, "/api/health/models") => status::api(env).await,

@@ -28,11 +28,22 @@ use crate::runtime::clock::{now_ms, sleep};
 use crate::runtime::{test_faults, TEST_FAULT};
 use crate::store::{KeyRecord, Store};
 
-/// The caller's active key, or 401.
+/// The caller's active key, or 401: `Authorization: Bearer`, else `x-api-key`, else Gemini's
+/// `x-goog-api-key` or `?key=` (never logged: the log carries the path only).
 async fn authenticate(req: &Request, store: &Store) -> Result<Rc<KeyRecord>, ApiError> {
     let headers = req.headers();
     let authorization = headers.get("authorization").ok().flatten();
-    let x_api_key = headers.get("x-api-key").ok().flatten();
+    let query_key = || {
+        let url = req.url().ok()?;
+        let key = url.query_pairs().find(|(k, _)| k == "key").map(|(_, v)| v.into_owned());
+        key
+    };
+    let x_api_key = headers
+        .get("x-api-key")
+        .ok()
+        .flatten()
+        .or_else(|| headers.get("x-goog-api-key").ok().flatten())
+        .or_else(query_key);
     let key = presented_key(authorization.as_deref(), x_api_key.as_deref())
         .filter(|k| well_formed(k))
         .ok_or(ApiError::InvalidApiKey)?;
@@ -160,9 +171,47 @@ pub async fn credits(req: &Request, env: &Env) -> HandlerResult {
     ))
 }
 
-/// `POST /v1/chat/completions`, `POST /v1/messages` and `POST /v1/responses`: one request in
+/// A Gemini call's (model, stream) from the path after `/v1beta/models/`:
+/// `{model}:generateContent` or `{model}:streamGenerateContent?alt=sse`.
+pub fn gemini_call(req: &Request, rest: &str) -> Result<(String, bool), ApiError> {
+    let (model, method) = rest.rsplit_once(':').ok_or_else(|| ApiError::NotFound {
+        what: format!("Path /v1beta/models/{rest}"),
+    })?;
+    let stream = match method {
+        "generateContent" => false,
+        "streamGenerateContent" => true,
+        _ => {
+            return Err(ApiError::NotFound {
+                what: format!("Method `{method}`"),
+            })
+        }
+    };
+    let sse = req
+        .url()
+        .ok()
+        .is_some_and(|u| u.query_pairs().any(|(k, v)| k == "alt" && v == "sse"));
+    if stream && !sse {
+        return Err(ApiError::invalid(
+            "Switchyard streams Gemini answers as server-sent events: add `?alt=sse`.",
+            Some("alt"),
+        ));
+    }
+    let model = switchyard_core::admin::percent_decode(model)
+        .ok_or_else(|| ApiError::invalid("Malformed model in the path.", Some("model")))?;
+    Ok((model, stream))
+}
+
+/// `POST /v1/chat/completions`, `POST /v1/messages`, `POST /v1/responses` and Gemini's
+/// `POST /v1beta/models/{model}:…` (`gemini`: the model and mode from its path): one request in
 /// `api`'s dialect, answered in it.
-pub async fn generate(req: &mut Request, env: &Env, ctx: &Rc<Context>, rc: &mut RequestCtx, api: Api) -> HandlerResult {
+pub async fn generate(
+    req: &mut Request,
+    env: &Env,
+    ctx: &Rc<Context>,
+    rc: &mut RequestCtx,
+    api: Api,
+    gemini: Option<(String, bool)>,
+) -> HandlerResult {
     let store = Store::new(env)?;
     let key = authenticate(req, &store).await?;
     rc.key_id = Some(key.id.clone());
@@ -178,7 +227,7 @@ pub async fn generate(req: &mut Request, env: &Env, ctx: &Rc<Context>, rc: &mut 
         request_id: rc.request_id.clone(),
     };
     let parsed = match read_capped(req, MAX_BODY_BYTES).await {
-        Ok(body) => dialect::parse_request(api, &body),
+        Ok(body) => dialect::parse_request(api, &body, gemini.as_ref().map(|(m, s)| (m.as_str(), *s))),
         Err(e) => Err(e),
     };
     let mut request = parsed.inspect_err(|error| proxy::reject(&call, api, "", false, error))?;

@@ -119,9 +119,12 @@ pub enum Api {
     Chat,
     Messages,
     Responses,
+    /// Gemini names the model and the mode in the path: its [`Api::body`] carries `model` and
+    /// `stream` for [`Stack::send`] to move there.
+    Gemini,
 }
 
-pub const APIS: [Api; 3] = [Api::Chat, Api::Messages, Api::Responses];
+pub const APIS: [Api; 4] = [Api::Chat, Api::Messages, Api::Responses, Api::Gemini];
 
 impl Api {
     /// The name in the catalog's `apis` and in `/v1/generation`.
@@ -130,15 +133,36 @@ impl Api {
             Api::Chat => "chat",
             Api::Messages => "messages",
             Api::Responses => "responses",
+            Api::Gemini => "gemini",
         }
     }
 
-    pub fn path(self) -> &'static str {
+    /// The path of a non-stream request for model `m` (the model only matters to Gemini).
+    pub fn path(self) -> String {
+        self.path_for("m", false)
+    }
+
+    /// The path of a request for `model`, stream or not.
+    pub fn path_for(self, model: &str, stream: bool) -> String {
         match self {
-            Api::Chat => "/v1/chat/completions",
-            Api::Messages => "/v1/messages",
-            Api::Responses => "/v1/responses",
+            Api::Chat => "/v1/chat/completions".into(),
+            Api::Messages => "/v1/messages".into(),
+            Api::Responses => "/v1/responses".into(),
+            Api::Gemini if stream => format!("/v1beta/models/{model}:streamGenerateContent?alt=sse"),
+            Api::Gemini => format!("/v1beta/models/{model}:generateContent"),
         }
+    }
+
+    /// The path and the body as sent: Gemini's `model` and `stream` move from the body to the path.
+    pub fn request(self, body: &Value) -> (String, Value) {
+        if self != Api::Gemini {
+            return (self.path_for("", false), body.clone());
+        }
+        let mut body = body.clone();
+        let obj = body.as_object_mut().expect("a JSON object body");
+        let model = obj.remove("model").and_then(|m| m.as_str().map(str::to_string)).unwrap_or_default();
+        let stream = obj.remove("stream").and_then(|s| s.as_bool()).unwrap_or(false);
+        (self.path_for(&model, stream), body)
     }
 
     /// A minimal request for `model` in this API.
@@ -148,6 +172,8 @@ impl Api {
             Api::Messages => json!({"model": model, "stream": stream, "max_tokens": 256,
                                     "messages": [{"role": "user", "content": "Say hello"}]}),
             Api::Responses => json!({"model": model, "stream": stream, "input": "Say hello"}),
+            Api::Gemini => json!({"model": model, "stream": stream,
+                                  "contents": [{"role": "user", "parts": [{"text": "Say hello"}]}]}),
         }
     }
 
@@ -155,6 +181,7 @@ impl Api {
     pub fn auth_header(self, key: &str) -> (&'static str, String) {
         match self {
             Api::Messages => ("x-api-key", key.to_string()),
+            Api::Gemini => ("x-goog-api-key", key.to_string()),
             Api::Chat | Api::Responses => ("authorization", format!("Bearer {key}")),
         }
     }
@@ -163,6 +190,7 @@ impl Api {
     pub fn provider_auth(self) -> &'static str {
         match self {
             Api::Messages => "x-api-key",
+            Api::Gemini => "x-goog-api-key",
             Api::Chat | Api::Responses => "bearer",
         }
     }
@@ -664,9 +692,10 @@ impl Stack {
         let (name, value) = api.auth_header(key);
         let mut all = vec![(name, value.as_str()), ("content-type", "application/json")];
         all.extend_from_slice(headers);
+        let (path, body) = api.request(body);
         self.request(
             "POST",
-            &format!("{}{}", self.gateway, api.path()),
+            &format!("{}{path}", self.gateway),
             &all,
             Some(body.to_string().as_bytes()),
         )

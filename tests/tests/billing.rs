@@ -392,10 +392,11 @@ fn load_with_faults_keeps_the_ledger_exact() {
 /// The usage a client receives carries the request's `cost` in USD — exactly what the ledger
 /// charges, read back from the generation record (issue 16): the non-stream `usage`, and the
 /// stream's final usage event (chat's usage chunk, Anthropic's `message_delta`, Responses'
-/// `response.completed`), in every dialect.
+/// `response.completed`), in every dialect but Gemini's: its SDK refuses a field it does not know
+/// in `usageMetadata`, so a Gemini answer carries no `cost`.
 #[test]
 fn the_usage_a_client_sees_carries_the_ledgers_charge() {
-    for api in switchyard_e2e::APIS {
+    for api in switchyard_e2e::APIS.into_iter().filter(|a| *a != switchyard_e2e::Api::Gemini) {
         let f = switchyard_e2e::Fixture::build(api, &["chunks/7/0"], &[], switchyard_e2e::fast_policy(), false);
         let r = f.send(false);
         assert_eq!(r.status, 200, "{api:?}: {}", r.text());

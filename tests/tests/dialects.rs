@@ -1,5 +1,6 @@
 //! The failover fault matrix for every client API (issue 10, SPEC §4–§7, §13): one table of
-//! scenarios, each driven through Chat Completions, Anthropic Messages and OpenAI Responses, each
+//! scenarios, each driven through Chat Completions, Anthropic Messages, OpenAI Responses and
+//! Google Gemini, each
 //! checked in its own dialect — what the client got, what the attempts log says, what the
 //! upstreams saw. Deadlines are shrunk through the model's `policy`.
 
@@ -37,6 +38,11 @@ fn assert_answer(api: Api, stream: bool, r: &Reply, ctx: &str) {
                     "{ctx}"
                 );
             }
+            Api::Gemini => {
+                let text = v["candidates"][0]["content"]["parts"][0]["text"].as_str();
+                assert!(text.is_some_and(|t| !t.is_empty()), "{ctx}");
+                assert_eq!(v["candidates"][0]["finishReason"], "STOP", "{ctx}");
+            }
         }
         return;
     }
@@ -67,6 +73,11 @@ fn assert_answer(api: Api, stream: bool, r: &Reply, ctx: &str) {
             );
             assert_eq!(named("error") + named("response.failed"), 0, "{ctx}");
         }
+        Api::Gemini => {
+            let last: Value = serde_json::from_str(&last.1).unwrap();
+            assert_eq!(last["candidates"][0]["finishReason"], "STOP", "the finish chunk ends it: {ctx}");
+            assert!(!r.text().contains("\"error\""), "{ctx}");
+        }
     }
 }
 
@@ -96,6 +107,11 @@ fn assert_broken_end(api: Api, r: &Reply, ctx: &str) {
                 "no clean end after a break: {ctx}"
             );
         }
+        Api::Gemini => {
+            let data: Value = serde_json::from_str(&events.last().unwrap().1).unwrap();
+            assert!(data["error"]["status"].is_string(), "a Gemini error chunk: {ctx}");
+            assert!(!r.text().contains("finishReason"), "no clean end after a break: {ctx}");
+        }
     }
 }
 
@@ -103,6 +119,24 @@ fn assert_broken_end(api: Api, r: &Reply, ctx: &str) {
 fn assert_error(api: Api, r: &Reply, status: u16, code: &str, ctx: &str) {
     assert_eq!(r.status, status, "{ctx}");
     let v = r.json();
+    if api == Api::Gemini {
+        // Google's shape: the HTTP status as `code`, its status word, Switchyard's code in details.
+        let word = match status {
+            400 | 405 => "INVALID_ARGUMENT",
+            401 => "UNAUTHENTICATED",
+            402 => "FAILED_PRECONDITION",
+            404 => "NOT_FOUND",
+            429 => "RESOURCE_EXHAUSTED",
+            502 | 503 => "UNAVAILABLE",
+            _ => "INTERNAL",
+        };
+        assert_eq!((v["error"]["code"].as_u64(), v["error"]["status"].as_str()), (Some(u64::from(status)), Some(word)), "{ctx}");
+        assert!(v["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{ctx}");
+        let info = &v["error"]["details"][0];
+        assert_eq!(info["reason"], code, "{ctx}");
+        assert!(info["metadata"]["generation_id"].as_str().is_some(), "{ctx}");
+        return;
+    }
     assert_eq!(v["error"]["code"], code, "{ctx}");
     assert!(v["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{ctx}");
     assert!(v["generation_id"].as_str().is_some(), "{ctx}");
@@ -121,6 +155,7 @@ fn assert_error(api: Api, r: &Reply, status: u16, code: &str, ctx: &str) {
             assert_eq!(v["error"]["type"], anthropic, "{ctx}");
         }
         Api::Chat | Api::Responses => assert_eq!(v["error"]["type"], openai, "{ctx}"),
+        Api::Gemini => unreachable!("returned above"),
     }
 }
 
@@ -229,7 +264,8 @@ matrix! {
     an_error_event_after_content_ends_the_stream: ["error-event-after/2", "ok"], true, None, Expect::Broken;
     a_stall_after_content_ends_at_the_idle_timeout: ["stall-after/2/5000", "ok"], true, None, Expect::Broken;
     a_stream_past_its_cap_ends_with_the_dialects_error: ["chunks/40/100", "ok"], true, Some(("stream_cap_ms", 800)), Expect::Broken;
-    a_malformed_event_after_commit_is_dropped: ["malformed-event/5", "ok"], true, None, Expect::Answered { malformed: 1 };
+    // Eight chunks: event 5 is content in every dialect (Gemini has no events before content).
+    a_malformed_event_after_commit_is_dropped: ["chunks/8/0/malformed-event/5", "ok"], true, None, Expect::Answered { malformed: 1 };
     a_healthy_route_answers_non_stream: ["ok", "ok"], false, None, Expect::Answered { malformed: 0 };
 }
 
@@ -242,8 +278,8 @@ fn a_stream_that_ends_without_its_end_event_is_finalised_when_it_finished_else_b
         let g = f.generation(&r);
         match api {
             // The answer finished (`finish_reason`, `message_delta.stop_reason`): the end marker
-            // is added.
-            Api::Chat | Api::Messages => {
+            // is added. Gemini has no end marker: its finish chunk is the end.
+            Api::Chat | Api::Messages | Api::Gemini => {
                 assert_answer(api, true, &r, &ctx);
                 assert_eq!(g["outcome"], "answered", "{ctx}");
             }
@@ -323,7 +359,11 @@ fn every_route_overloaded_is_a_503_with_retry_after_in_the_clients_dialect() {
         let ctx = context(&f, true, &r);
         assert_error(api, &r, 503, "upstream_capacity_exhausted", &ctx);
         assert_eq!(r.header("retry-after"), Some("3"), "{ctx}");
-        assert!(r.json()["error"]["available_models"].is_array(), "{ctx}");
+        let v = r.json();
+        match api {
+            Api::Gemini => assert!(v["error"]["details"][0]["metadata"]["available_models"].is_string(), "{ctx}"),
+            _ => assert!(v["error"]["available_models"].is_array(), "{ctx}"),
+        }
     }
 }
 

@@ -18,6 +18,9 @@ pub enum AuthScheme {
     /// `x-api-key: <key>` (Anthropic); `anthropic-version` is passed through.
     #[serde(rename = "x-api-key")]
     XApiKey,
+    /// `x-goog-api-key: <key>` (Google Gemini).
+    #[serde(rename = "x-goog-api-key")]
+    XGoogApiKey,
 }
 
 /// A request dialect; a route lists the ones it serves natively.
@@ -27,6 +30,7 @@ pub enum Api {
     Chat,
     Messages,
     Responses,
+    Gemini,
 }
 
 impl Api {
@@ -36,15 +40,19 @@ impl Api {
             Api::Chat => "chat",
             Api::Messages => "messages",
             Api::Responses => "responses",
+            Api::Gemini => "gemini",
         }
     }
 
-    /// Path appended to a provider's `base_url`.
-    pub fn upstream_path(self) -> &'static str {
+    /// Path appended to a provider's `base_url` for `model` (Gemini names it in the path; the
+    /// others in the body), stream or not.
+    pub fn upstream_path(self, model: &str, stream: bool) -> String {
         match self {
-            Api::Chat => "/chat/completions",
-            Api::Messages => "/messages",
-            Api::Responses => "/responses",
+            Api::Chat => "/chat/completions".into(),
+            Api::Messages => "/messages".into(),
+            Api::Responses => "/responses".into(),
+            Api::Gemini if stream => format!("/models/{model}:streamGenerateContent?alt=sse"),
+            Api::Gemini => format!("/models/{model}:generateContent"),
         }
     }
 }

@@ -333,6 +333,10 @@ fn payload_class(facts: &Facts) -> FailureClass {
     if contains_any(text, ACCOUNT_WORDS) || matches!(facts.code, Some(401..=403)) {
         return FailureClass::Account;
     }
+    // A refusal under the provider's content policy (e.g. Gemini's blocked prompt).
+    if contains_any(text, CONTENT_WORDS) {
+        return FailureClass::ContentPolicy;
+    }
     if contains_any(text, OVERLOAD_WORDS) {
         return FailureClass::Overloaded;
     }

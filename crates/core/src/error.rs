@@ -13,6 +13,8 @@ use crate::catalog::Api;
 pub enum ErrorShape {
     OpenAi,
     Anthropic,
+    /// `{"error": {"code", "message", "status", "details"}}` (Google APIs).
+    Gemini,
 }
 
 impl From<Api> for ErrorShape {
@@ -20,6 +22,7 @@ impl From<Api> for ErrorShape {
         match api {
             Api::Messages => ErrorShape::Anthropic,
             Api::Chat | Api::Responses => ErrorShape::OpenAi,
+            Api::Gemini => ErrorShape::Gemini,
         }
     }
 }
@@ -175,6 +178,20 @@ impl ApiError {
         }
     }
 
+    /// Google's status word for the HTTP status.
+    fn gemini_status(&self) -> &'static str {
+        match self.status() {
+            400 | 405 => "INVALID_ARGUMENT",
+            401 => "UNAUTHENTICATED",
+            402 => "FAILED_PRECONDITION",
+            404 => "NOT_FOUND",
+            409 => "ABORTED",
+            429 => "RESOURCE_EXHAUSTED",
+            502 | 503 => "UNAVAILABLE",
+            _ => "INTERNAL",
+        }
+    }
+
     fn param(&self) -> Option<&str> {
         match self {
             ApiError::InvalidRequest { param, .. } => param.as_deref(),
@@ -207,6 +224,19 @@ impl ApiError {
     /// `available_models`.
     pub fn body(&self, shape: ErrorShape, generation_id: &str) -> Value {
         let mut error = match shape {
+            ErrorShape::Gemini => {
+                let mut metadata = json!({"generation_id": generation_id});
+                if let Some(param) = self.param() {
+                    metadata["param"] = json!(param);
+                }
+                if let Some(models) = self.available_models() {
+                    metadata["available_models"] = json!(models.join(","));
+                }
+                let info = json!({"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": self.code(),
+                                  "domain": "switchyard", "metadata": metadata});
+                return json!({"error": {"code": self.status(), "message": self.message(),
+                                        "status": self.gemini_status(), "details": [info]}});
+            }
             ErrorShape::OpenAi => json!({
                 "message": self.message(),
                 "type": self.openai_type(),
@@ -223,10 +253,10 @@ impl ApiError {
             obj.insert("available_models".into(), json!(models));
         }
         match shape {
-            ErrorShape::OpenAi => json!({"error": error, "generation_id": generation_id}),
             ErrorShape::Anthropic => {
                 json!({"type": "error", "error": error, "generation_id": generation_id})
             }
+            _ => json!({"error": error, "generation_id": generation_id}),
         }
     }
 }
@@ -251,6 +281,30 @@ mod tests {
         assert_eq!(a["type"], "error");
         assert_eq!(a["error"]["type"], "not_found_error");
         assert_eq!(a["generation_id"], "gen-1");
+    }
+
+    #[test]
+    fn gemini_shape_carries_the_status_word_and_the_code_in_details() {
+        let cases = [
+            (ApiError::invalid("bad", Some("contents")), 400, "INVALID_ARGUMENT"),
+            (ApiError::InvalidApiKey, 401, "UNAUTHENTICATED"),
+            (ApiError::InsufficientBalance, 402, "FAILED_PRECONDITION"),
+            (ApiError::KeyRateLimited { retry_after_s: 1 }, 429, "RESOURCE_EXHAUSTED"),
+            (ApiError::ProviderError { model: "m".into() }, 502, "UNAVAILABLE"),
+            (ApiError::StorageUnavailable, 503, "UNAVAILABLE"),
+        ];
+        for (e, status, word) in cases {
+            let g = e.body(ErrorShape::Gemini, "gen-9");
+            assert_eq!(g["error"]["code"], status);
+            assert_eq!(g["error"]["status"], word);
+            assert_eq!(g["error"]["message"], e.message());
+            let info = &g["error"]["details"][0];
+            assert_eq!(info["@type"], "type.googleapis.com/google.rpc.ErrorInfo");
+            assert_eq!(info["reason"], e.code());
+            assert_eq!(info["metadata"]["generation_id"], "gen-9");
+        }
+        let g = ApiError::invalid("bad", Some("contents")).body(ErrorShape::Gemini, "g");
+        assert_eq!(g["error"]["details"][0]["metadata"]["param"], "contents");
     }
 
     #[test]

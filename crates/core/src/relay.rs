@@ -11,7 +11,7 @@
 
 use crate::catalog::Api;
 use crate::classify::{classify_error_payload, Verdict};
-use crate::dialect::{chat, messages, redact, responses, with_cost, EventInfo, Reported};
+use crate::dialect::{chat, gemini, messages, redact, responses, with_cost, EventInfo, Reported};
 use crate::generation::{Delivery, Tariff};
 use crate::money::micros_to_usd;
 use crate::sse::SseEvent;
@@ -94,6 +94,14 @@ pub const MESSAGES: StreamDialect = StreamDialect {
     pass_error_events: true,
 };
 
+/// Google Gemini streams (`alt=sse`).
+pub const GEMINI: StreamDialect = StreamDialect {
+    inspect: gemini::inspect_event,
+    error_frame: gemini::error_frame,
+    done_frame: gemini::DONE_FRAME,
+    pass_error_events: true,
+};
+
 /// OpenAI Responses streams.
 pub const RESPONSES: StreamDialect = StreamDialect {
     inspect: responses::inspect_event,
@@ -109,6 +117,7 @@ impl StreamDialect {
             Api::Chat => &CHAT,
             Api::Messages => &MESSAGES,
             Api::Responses => &RESPONSES,
+            Api::Gemini => &GEMINI,
         }
     }
 }

@@ -73,7 +73,7 @@ pub fn deadline_ms(policy: &Policy, model: &Model) -> u64 {
 }
 
 /// The body of a check in `api`'s dialect (non-stream; `model` is replaced by the route's
-/// upstream model like any request's).
+/// upstream model like any request's; Gemini names it in the path, see [`check_request`]).
 pub fn check_body(api: Api, model: &Model) -> Vec<u8> {
     let n = max_tokens(model);
     let body = match api {
@@ -83,8 +83,15 @@ pub fn check_body(api: Api, model: &Model) -> Vec<u8> {
                                 "messages": [{"role": "user", "content": VERIFY_PROMPT}]}),
         Api::Responses => json!({"model": model.id, "stream": false, "max_output_tokens": n,
                                  "input": VERIFY_PROMPT}),
+        Api::Gemini => json!({"contents": [{"role": "user", "parts": [{"text": VERIFY_PROMPT}]}],
+                              "generationConfig": {"maxOutputTokens": n}}),
     };
     body.to_string().into_bytes()
+}
+
+/// The check as a parsed request in `api`'s dialect.
+pub fn check_request(api: Api, model: &Model) -> Result<crate::dialect::ClientRequest, crate::ApiError> {
+    crate::dialect::parse_request(api, &check_body(api, model), Some((&model.id, false)))
 }
 
 /// One route of the model as the checker sees it: its id and its `verify` field.
@@ -356,9 +363,9 @@ mod tests {
             "routes": [{"id": "r", "provider": "p", "upstream_model": "u", "apis": ["chat"],
                         "price": {"input_per_mtok": 1.0, "output_per_mtok": 1.0}}]}))
         .unwrap();
-        for api in [Api::Chat, Api::Messages, Api::Responses] {
+        for api in [Api::Chat, Api::Messages, Api::Responses, Api::Gemini] {
             let body = check_body(api, &model);
-            let req = crate::dialect::parse_request(api, &body).expect("the check parses as a request");
+            let req = check_request(api, &model).expect("the check parses as a request");
             assert!(!req.stream);
             assert_eq!(req.max_tokens, Some(CHECK_MAX_TOKENS));
             assert!(String::from_utf8(body).unwrap().contains(VERIFY_PROMPT));

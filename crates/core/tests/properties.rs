@@ -66,9 +66,9 @@ proptest! {
 
     #[test]
     fn bodies_and_requests_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
-        for api in [Api::Chat, Api::Messages, Api::Responses] {
+        for api in [Api::Chat, Api::Messages, Api::Responses, Api::Gemini] {
             let _ = dialect::inspect_body(api, &bytes);
-            let _ = dialect::parse_request(api, &bytes);
+            let _ = dialect::parse_request(api, &bytes, Some(("m", false)));
         }
         let _ = Catalog::parse(&bytes);
     }
@@ -83,10 +83,11 @@ proptest! {
         let body = serde_json::json!({
             "model": model, "messages": [{"role": "user", "content": "x"}], "input": "x",
             "max_tokens": limit, "max_output_tokens": limit, "max_completion_tokens": limit,
-            "n": n, "stream": stream,
+            "n": n, "stream": stream, "contents": [{"parts": [{"text": "x"}]}],
+            "generationConfig": {"maxOutputTokens": limit, "candidateCount": n},
         });
-        for api in [Api::Chat, Api::Messages, Api::Responses] {
-            if let Ok(mut r) = dialect::parse_request(api, body.to_string().as_bytes()) {
+        for api in [Api::Chat, Api::Messages, Api::Responses, Api::Gemini] {
+            if let Ok(mut r) = dialect::parse_request(api, body.to_string().as_bytes(), Some(("m", true))) {
                 let held = r.limit_output(4096);
                 prop_assert!(r.held_output_tokens(4096) >= held, "n multiplies, never shrinks");
             }

@@ -56,6 +56,14 @@ impl ReqInfo {
             prompt_tokens: ((body.len() / 4) as u64).max(1),
         }
     }
+
+    /// A Gemini request: the model and the mode come from the path.
+    pub fn for_gemini(mut self, model: &str, stream: bool) -> ReqInfo {
+        self.model_json = string(model);
+        self.model_name = model.to_string();
+        self.stream = stream;
+        self
+    }
 }
 
 /// The content deltas: `n` words cycled, each followed by a space except the last.
@@ -86,6 +94,8 @@ pub struct ErrSpec {
     pub an_type: String,
     /// Anthropic message (usually the same as `message`).
     pub an_message: String,
+    /// Gemini `error.code`: the HTTP status it came with, else the kind's usual one.
+    pub code: u16,
 }
 
 fn spec(
@@ -103,13 +113,29 @@ fn spec(
         oa_code: code.map(str::to_string),
         an_type: an_type.to_string(),
         an_message: an_msg.unwrap_or(msg).to_string(),
+        code: 500,
+    }
+}
+
+/// Google's status word for an error code.
+fn gemini_status(code: u16) -> &'static str {
+    match code {
+        400 => "INVALID_ARGUMENT",
+        401 => "UNAUTHENTICATED",
+        403 => "PERMISSION_DENIED",
+        404 => "NOT_FOUND",
+        429 => "RESOURCE_EXHAUSTED",
+        500 => "INTERNAL",
+        503 | 529 => "UNAVAILABLE",
+        504 => "DEADLINE_EXCEEDED",
+        _ => "UNKNOWN",
     }
 }
 
 /// The error for an HTTP error status (`status/<code>`, flaky/down-for 503s).
 /// Without a kind the message is generic and only names the status.
 pub fn status_error(kind: Option<ErrorKind>, status: u16, model: &str) -> ErrSpec {
-    match kind {
+    let e = match kind {
         Some(k) => kind_error(k, model),
         None => {
             let msg = format!("mock-upstream: simulated error with HTTP status {status}");
@@ -127,7 +153,8 @@ pub fn status_error(kind: Option<ErrorKind>, status: u16, model: &str) -> ErrSpe
             };
             spec(&msg, Some(oa), None, None, an, None)
         }
-    }
+    };
+    ErrSpec { code: status, ..e }
 }
 
 /// The error for error events and `error-body-200` (default: OpenAI
@@ -148,7 +175,15 @@ pub fn event_error(kind: Option<ErrorKind>, model: &str) -> ErrSpec {
 
 /// Realistic provider wording for each error kind.
 pub fn kind_error(kind: ErrorKind, model: &str) -> ErrSpec {
-    match kind {
+    let code = match kind {
+        ErrorKind::Overloaded => 503,
+        ErrorKind::RateLimit => 429,
+        ErrorKind::Credit | ErrorKind::Quota => 403,
+        ErrorKind::InvalidKey => 401,
+        ErrorKind::ModelNotFound => 404,
+        _ => 400,
+    };
+    let e = match kind {
         ErrorKind::Overloaded => spec(
             "The server is currently overloaded, please try again later.",
             Some("server_error"),
@@ -225,12 +260,27 @@ pub fn kind_error(kind: ErrorKind, model: &str) -> ErrSpec {
             "invalid_request_error",
             None,
         ),
-    }
+    };
+    ErrSpec { code, ..e }
+}
+
+/// A Gemini error object (`{"error": {"code", "message", "status"}}`).
+fn gemini_error(e: &ErrSpec) -> String {
+    Obj::new()
+        .obj(
+            "error",
+            Obj::new()
+                .num("code", u64::from(e.code))
+                .str("message", &e.message)
+                .str("status", gemini_status(e.code)),
+        )
+        .build()
 }
 
 /// An error response body in the dialect's shape.
 pub fn error_body(api: Api, e: &ErrSpec) -> String {
     match api {
+        Api::Gemini => gemini_error(e),
         Api::Messages => Obj::new()
             .str("type", "error")
             .obj(
@@ -298,7 +348,36 @@ pub fn nonstream_body(api: Api, info: &ReqInfo, sc: &Scenario) -> String {
             o.build()
         }
         Api::Responses => responses_object(info, "completed", Some(&text), if sc.no_usage { None } else { Some(n) }),
+        Api::Gemini => gemini_chunk(info, &text, Some("STOP"), (!sc.no_usage).then_some(n)),
     }
+}
+
+/// A Gemini `GenerateContentResponse`: one candidate with `text`, its finish reason if any, and
+/// usage (`Some(output tokens)`) if any.
+fn gemini_chunk(info: &ReqInfo, text: &str, finish: Option<&str>, usage_n: Option<u64>) -> String {
+    let mut candidate = Obj::new().obj(
+        "content",
+        Obj::new()
+            .raw("parts", &array(vec![Obj::new().str("text", text).build()]))
+            .str("role", "model"),
+    );
+    if let Some(reason) = finish {
+        candidate = candidate.str("finishReason", reason); // Google omits it until the end
+    }
+    let candidate = candidate.num("index", 0).build();
+    let mut o = Obj::new().raw("candidates", &array(vec![candidate]));
+    if let Some(n) = usage_n {
+        o = o.obj(
+            "usageMetadata",
+            Obj::new()
+                .num("promptTokenCount", info.prompt_tokens)
+                .num("candidatesTokenCount", n)
+                .num("totalTokenCount", total(info.prompt_tokens, n)),
+        );
+    }
+    o.raw("modelVersion", &info.model_json)
+        .str("responseId", "gemini-mock")
+        .build()
 }
 
 fn chat_usage(p: u64, n: u64) -> Obj {
@@ -491,6 +570,7 @@ fn preamble(api: Api, b: &mut Builder, info: &ReqInfo, sc: &Scenario) {
                 .build();
             b.event(Some("response.content_part.added"), &d);
         }
+        Api::Gemini => {} // the first chunk already carries content
     }
 }
 
@@ -520,6 +600,7 @@ fn content(api: Api, b: &mut Builder, info: &ReqInfo, text: &str) {
                 .build();
             b.event(Some("response.output_text.delta"), &d);
         }
+        Api::Gemini => b.event(None, &gemini_chunk(info, text, None, None)),
     }
 }
 
@@ -592,6 +673,8 @@ fn finish(api: Api, b: &mut Builder, info: &ReqInfo, sc: &Scenario, text: &str) 
                 b.event(Some("response.completed"), &d);
             }
         }
+        // No end marker: the finish reason (with the usage) is the last chunk.
+        Api::Gemini => b.event(None, &gemini_chunk(info, "", Some("STOP"), (!sc.no_usage).then_some(n))),
     }
 }
 
@@ -631,6 +714,7 @@ fn error_event(api: Api, b: &mut Builder, e: &ErrSpec) {
                 .build();
             b.event(Some("error"), &d);
         }
+        Api::Gemini => b.event(None, &gemini_error(e)),
     }
 }
 
@@ -984,5 +1068,32 @@ mod tests {
         assert!(kind_error(ErrorKind::ModelNotFound, "gpt-9")
             .message
             .contains("`gpt-9`"));
+    }
+
+    #[test]
+    fn gemini_answers_streams_and_errors() {
+        let i = info(r#"{"contents":[{"parts":[{"text":"hi"}]}]}"#).for_gemini("gem-1", true);
+        let sc = Scenario::default();
+        let v: Value = serde_json::from_str(&nonstream_body(Api::Gemini, &i, &sc)).unwrap();
+        assert_eq!(v["candidates"][0]["content"]["parts"][0]["text"], "Hello from the mock upstream,");
+        assert_eq!(v["candidates"][0]["finishReason"], "STOP");
+        assert_eq!(v["usageMetadata"]["candidatesTokenCount"], 5);
+        assert_eq!(v["modelVersion"], "gem-1");
+        let d = datas(&stream_plan(Api::Gemini, &i, &sc));
+        assert_eq!(d.len(), 5 + 1, "five content chunks, then the finish with usage");
+        let first: Value = serde_json::from_str(&d[0]).unwrap();
+        assert_eq!(first["candidates"][0]["content"]["parts"][0]["text"], "Hello ");
+        assert!(first.get("usageMetadata").is_none());
+        let last: Value = serde_json::from_str(&d[5]).unwrap();
+        assert_eq!(last["candidates"][0]["finishReason"], "STOP");
+        assert_eq!(last["usageMetadata"]["promptTokenCount"], i.prompt_tokens);
+        let e: Value = serde_json::from_str(&error_body(Api::Gemini, &status_error(None, 503, "m"))).unwrap();
+        assert_eq!((e["error"]["code"].as_u64(), e["error"]["status"].as_str()), (Some(503), Some("UNAVAILABLE")));
+        let e: Value = serde_json::from_str(&error_body(Api::Gemini, &event_error(Some(ErrorKind::RateLimit), "m"))).unwrap();
+        assert_eq!(e["error"]["status"], "RESOURCE_EXHAUSTED");
+        let cut = stream_plan(Api::Gemini, &i, &parse_scenario("error-event-after/2").unwrap());
+        let d = datas(&cut);
+        let err: Value = serde_json::from_str(d.last().unwrap()).unwrap();
+        assert_eq!(err["error"]["code"], 500);
     }
 }

@@ -1,7 +1,8 @@
 //! Path routing and the scenario grammar.
 //!
 //! A provider path is `/<prefix>/<api>`, `<api>` being `chat/completions`,
-//! `messages` or `responses`. `<prefix>` is zero or more free label segments
+//! `messages` or `responses`, or Gemini's `models/<model>:generateContent` /
+//! `models/<model>:streamGenerateContent` (the model and the mode from the path). `<prefix>` is zero or more free label segments
 //! followed by scenario segments; the scenario starts at the first segment
 //! that is a keyword (see [`KEYWORDS`]). The whole prefix (label + scenario,
 //! no leading/trailing slash) is the *key* for stats and per-key state.
@@ -42,6 +43,8 @@ pub enum Api {
     Messages,
     /// OpenAI Responses (`…/responses`).
     Responses,
+    /// Google Gemini (`…/models/<model>:generateContent`, `…:streamGenerateContent`).
+    Gemini,
 }
 
 /// The main thing a request does (at most one per scenario).
@@ -217,10 +220,28 @@ pub fn split_api(path: &str) -> Option<(Api, String)> {
         (Api::Messages, n - 1)
     } else if n >= 1 && segs[n - 1] == "responses" {
         (Api::Responses, n - 1)
+    } else if gemini_call(path).is_some() {
+        (Api::Gemini, n - 2)
     } else {
         return None;
     };
     Some((api, segs[..prefix_len].join("/")))
+}
+
+/// A Gemini path's (model, stream): `…/models/<model>:generateContent` or
+/// `…/models/<model>:streamGenerateContent`.
+pub fn gemini_call(path: &str) -> Option<(String, bool)> {
+    let segs = segments(path);
+    let n = segs.len();
+    if n < 2 || segs[n - 2] != "models" {
+        return None;
+    }
+    let (model, method) = segs[n - 1].rsplit_once(':')?;
+    match method {
+        "generateContent" => Some((model.to_string(), false)),
+        "streamGenerateContent" => Some((model.to_string(), true)),
+        _ => None,
+    }
 }
 
 /// Normalises a key as given to `/_stats/<key>` (slashes trimmed, empty
@@ -445,6 +466,13 @@ mod tests {
             split_api("//x//hang/responses/"),
             Some((Api::Responses, "x/hang".into()))
         );
+        assert_eq!(
+            split_api("/lab/down-for/5/models/gem-1:streamGenerateContent?alt=sse"),
+            Some((Api::Gemini, "lab/down-for/5".to_string()))
+        );
+        assert_eq!(gemini_call("/x/models/g:generateContent"), Some(("g".to_string(), false)));
+        assert_eq!(gemini_call("/x/models/g:countTokens"), None);
+        assert_eq!(split_api("/x/g:generateContent"), None);
         assert_eq!(split_api("/a/completions"), None);
         assert_eq!(split_api("/a/chat"), None);
         assert_eq!(split_api("/_stats/a/messages"), None);

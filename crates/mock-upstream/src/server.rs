@@ -234,7 +234,10 @@ fn run_scenario(
             return json(w, 400, &body, &[], close);
         }
     };
-    let info = ReqInfo::from_body(&req.body);
+    let info = match scenario::gemini_call(req.path()) {
+        Some((model, stream)) if api == Api::Gemini => ReqInfo::from_body(&req.body).for_gemini(&model, stream),
+        _ => ReqInfo::from_body(&req.body),
+    };
 
     let gated = match sc.gate {
         Some(Gate::Flaky(k)) => count % k == 0,

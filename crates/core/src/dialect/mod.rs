@@ -6,6 +6,7 @@
 //! dialect-agnostic and only sees those (and `relay::StreamDialect`).
 
 pub mod chat;
+pub mod gemini;
 pub mod messages;
 pub mod responses;
 
@@ -162,12 +163,17 @@ pub struct ClientRequest {
     body: Map<String, Value>,
 }
 
-/// Parses and validates a request body in `api`'s dialect.
-pub fn parse_request(api: Api, bytes: &[u8]) -> Result<ClientRequest, ApiError> {
+/// Parses and validates a request body in `api`'s dialect. Gemini names the model and the mode in
+/// the path, not the body: `path` is (model, stream) for it and ignored by the others.
+pub fn parse_request(api: Api, bytes: &[u8], path: Option<(&str, bool)>) -> Result<ClientRequest, ApiError> {
     match api {
         Api::Chat => chat::parse_request(bytes),
         Api::Messages => messages::parse_request(bytes),
         Api::Responses => responses::parse_request(bytes),
+        Api::Gemini => {
+            let (model, stream) = path.ok_or_else(|| ApiError::invalid("The model belongs in the path.", None))?;
+            gemini::parse_request(bytes, model, stream)
+        }
     }
 }
 
@@ -177,6 +183,7 @@ pub fn inspect_body(api: Api, body: &[u8]) -> Result<BodyInfo, Verdict> {
         Api::Chat => chat::inspect_body(body),
         Api::Messages => messages::inspect_body(body),
         Api::Responses => responses::inspect_body(body),
+        Api::Gemini => gemini::inspect_body(body),
     }
 }
 
@@ -201,11 +208,15 @@ impl ClientRequest {
             return format!("id:{name}");
         }
         let b = &self.body;
-        let messages = b.get("messages").or_else(|| b.get("input")).and_then(Value::as_array);
+        let messages = ["messages", "input", "contents"]
+            .iter()
+            .find_map(|f| b.get(*f))
+            .and_then(Value::as_array);
         let is_system = |m: &&Value| matches!(m.get("role").and_then(Value::as_str), Some("system" | "developer"));
         let system = b
             .get("system")
             .or_else(|| b.get("instructions"))
+            .or_else(|| b.get("systemInstruction"))
             .cloned()
             .or_else(|| messages.and_then(|ms| ms.iter().find(is_system)).cloned())
             .unwrap_or(Value::Null);
@@ -223,6 +234,15 @@ impl ClientRequest {
         )
     }
 
+    /// Where a route gets this request: its base URL and the dialect's path for `upstream_model`.
+    pub fn upstream_url(&self, base_url: &str, upstream_model: &str) -> String {
+        format!(
+            "{}{}",
+            base_url.trim_end_matches('/'),
+            self.api.upstream_path(upstream_model, self.stream)
+        )
+    }
+
     /// The body to send to a route: the client's, with `model` set to the route's upstream model.
     /// Chat streams also ask the upstream for usage (SPEC §7).
     /// The output limit every route gets (per completion): the client's, else the model's
@@ -236,6 +256,11 @@ impl ClientRequest {
             Api::Chat => "max_completion_tokens",
             Api::Messages => "max_tokens",
             Api::Responses => "max_output_tokens",
+            Api::Gemini => {
+                gemini::limit_output(&mut self.body, model_max_output_tokens);
+                self.max_tokens = Some(model_max_output_tokens);
+                return model_max_output_tokens;
+            }
         };
         self.body.insert(field.into(), Value::from(model_max_output_tokens));
         self.max_tokens = Some(model_max_output_tokens);
@@ -282,7 +307,7 @@ impl ClientRequest {
     /// the client's `anthropic-beta`.
     pub fn upstream_headers(&self, auth: AuthScheme) -> Vec<(&'static str, String)> {
         match auth {
-            AuthScheme::Bearer => Vec::new(),
+            AuthScheme::Bearer | AuthScheme::XGoogApiKey => Vec::new(),
             AuthScheme::XApiKey => {
                 let version = self
                     .anthropic_version
@@ -298,16 +323,10 @@ impl ClientRequest {
     }
 }
 
-/// Shared first steps of every dialect: size limit, JSON object, `model`, `models`, `provider`.
+/// Shared first steps of the dialects that name the model in the body: size limit, JSON object,
+/// `model`, then Switchyard's own fields ([`own_fields`]).
 pub(crate) fn parse_common(bytes: &[u8]) -> Result<(Map<String, Value>, String, ProviderPrefs), ApiError> {
-    if bytes.len() > MAX_BODY_BYTES {
-        return Err(ApiError::invalid("Request body is larger than 10 MiB.", None));
-    }
-    let value: Value = serde_json::from_slice(bytes)
-        .map_err(|e| ApiError::invalid(format!("Request body is not valid JSON: {e}."), None))?;
-    let Value::Object(mut body) = value else {
-        return Err(ApiError::invalid("Request body must be a JSON object.", None));
-    };
+    let mut body = parse_object(bytes)?;
     let model = match body.get("model") {
         Some(Value::String(m)) if !m.trim().is_empty() => m.clone(),
         Some(Value::String(_)) | None => {
@@ -315,6 +334,26 @@ pub(crate) fn parse_common(bytes: &[u8]) -> Result<(Map<String, Value>, String, 
         }
         Some(_) => return Err(ApiError::invalid("`model` must be a string.", Some("model"))),
     };
+    let provider = own_fields(&mut body, &model)?;
+    Ok((body, model, provider))
+}
+
+/// The body as a JSON object, at most [`MAX_BODY_BYTES`].
+pub(crate) fn parse_object(bytes: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    if bytes.len() > MAX_BODY_BYTES {
+        return Err(ApiError::invalid("Request body is larger than 10 MiB.", None));
+    }
+    let value: Value = serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::invalid(format!("Request body is not valid JSON: {e}."), None))?;
+    match value {
+        Value::Object(body) => Ok(body),
+        _ => Err(ApiError::invalid("Request body must be a JSON object.", None)),
+    }
+}
+
+/// Takes Switchyard's own fields out of the body: `models` (at most `model` itself) and the
+/// `provider` preferences.
+pub(crate) fn own_fields(body: &mut Map<String, Value>, model: &str) -> Result<ProviderPrefs, ApiError> {
     match body.remove("models") {
         None | Some(Value::Null) => {}
         Some(Value::Array(list)) => {
@@ -325,7 +364,7 @@ pub(crate) fn parse_common(bytes: &[u8]) -> Result<(Map<String, Value>, String, 
                 ));
             }
             if let Some(only) = list.first() {
-                if only.as_str() != Some(model.as_str()) {
+                if only.as_str() != Some(model) {
                     return Err(ApiError::invalid("`models` may only repeat `model`.", Some("models")));
                 }
             }
@@ -337,12 +376,11 @@ pub(crate) fn parse_common(bytes: &[u8]) -> Result<(Map<String, Value>, String, 
             ))
         }
     }
-    let provider = match body.remove("provider") {
-        None | Some(Value::Null) => ProviderPrefs::default(),
+    match body.remove("provider") {
+        None | Some(Value::Null) => Ok(ProviderPrefs::default()),
         Some(v) => serde_json::from_value::<ProviderPrefs>(v)
-            .map_err(|e| ApiError::invalid(format!("Invalid `provider`: {e}."), Some("provider")))?,
-    };
-    Ok((body, model, provider))
+            .map_err(|e| ApiError::invalid(format!("Invalid `provider`: {e}."), Some("provider"))),
+    }
 }
 
 /// Why an event has no JSON to read.

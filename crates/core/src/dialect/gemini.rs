@@ -1,0 +1,308 @@
+//! Google Gemini (`POST /v1beta/models/{model}:generateContent` and
+//! `…:streamGenerateContent?alt=sse`): request validation, what each stream chunk means (content,
+//! finish, usage, error, a blocked prompt), non-stream bodies, and the error chunk that ends a
+//! broken stream.
+//!
+//! The model and the mode come from the path, never the body. Every stream chunk is a whole
+//! `GenerateContentResponse`; there is no end sentinel — a stream is complete when a candidate gave
+//! its `finishReason`. The commit point (SPEC §6) is the first chunk whose candidate has a
+//! non-empty text part (thoughts included) or a `functionCall`. A prompt the provider blocked
+//! (`promptFeedback.blockReason`) is a `content_policy` failure. Usage comes from `usageMetadata`:
+//! input `promptTokenCount`, output `candidatesTokenCount` + `thoughtsTokenCount` (each chunk
+//! carries the totals so far).
+
+use serde_json::{json, Map, Value};
+
+use super::{own_fields, parse_object, BodyInfo, ClientRequest, EventInfo, NoJson, Reported};
+use crate::catalog::Api;
+use crate::classify::{classify_error_payload, is_error_payload, Verdict};
+use crate::error::ApiError;
+use crate::sse::SseEvent;
+
+/// Parses and validates a Gemini request body for `model` (from the path).
+pub fn parse_request(bytes: &[u8], model: &str, stream: bool) -> Result<ClientRequest, ApiError> {
+    if model.trim().is_empty() {
+        return Err(ApiError::invalid("The path must name a model: /v1beta/models/{model}:generateContent.", None));
+    }
+    let mut body = parse_object(bytes)?;
+    let provider = own_fields(&mut body, model)?;
+    match body.get("contents") {
+        Some(Value::Array(c)) if !c.is_empty() => {}
+        Some(Value::Array(_)) => return Err(ApiError::invalid("`contents` must not be empty.", Some("contents"))),
+        None => return Err(ApiError::invalid("`contents` is required.", Some("contents"))),
+        Some(_) => return Err(ApiError::invalid("`contents` must be an array.", Some("contents"))),
+    }
+    let config = match body.get("generationConfig") {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(c)) => Some(c),
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "`generationConfig` must be an object.",
+                Some("generationConfig"),
+            ))
+        }
+    };
+    let count = |field: &str| -> Result<Option<u64>, ApiError> {
+        match config.and_then(|c| c.get(field)) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => match v.as_u64() {
+                Some(n) if n >= 1 => Ok(Some(n)),
+                _ => Err(ApiError::invalid(
+                    format!("`generationConfig.{field}` must be a positive integer."),
+                    Some(&format!("generationConfig.{field}")),
+                )),
+            },
+        }
+    };
+    let max_tokens = count("maxOutputTokens")?;
+    let completions = count("candidateCount")?.unwrap_or(1);
+    Ok(ClientRequest {
+        api: Api::Gemini,
+        model: model.to_string(),
+        stream,
+        max_tokens,
+        completions,
+        include_usage: false,
+        provider,
+        body_len: bytes.len(),
+        anthropic_version: None,
+        anthropic_beta: None,
+        session: None,
+        body,
+    })
+}
+
+/// Sets `generationConfig.maxOutputTokens` (the client set none).
+pub(crate) fn limit_output(body: &mut Map<String, Value>, max_output_tokens: u64) {
+    let config = body
+        .entry("generationConfig")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !config.is_object() {
+        *config = Value::Object(Map::new());
+    }
+    if let Some(c) = config.as_object_mut() {
+        c.insert("maxOutputTokens".into(), Value::from(max_output_tokens));
+    }
+}
+
+/// Output characters in a response's candidates: text parts (thoughts too) and function calls.
+fn output_chars(v: &Value) -> usize {
+    let Some(candidates) = v.get("candidates").and_then(Value::as_array) else {
+        return 0;
+    };
+    candidates
+        .iter()
+        .filter_map(|c| c.pointer("/content/parts").and_then(Value::as_array))
+        .flatten()
+        .map(|p| {
+            let text = p.get("text").and_then(Value::as_str).map_or(0, |t| t.chars().count());
+            let call = p.get("functionCall").map_or(0, |f| f.to_string().len());
+            text + call
+        })
+        .sum()
+}
+
+fn finished(v: &Value) -> bool {
+    v.get("candidates").and_then(Value::as_array).is_some_and(|cs| {
+        cs.iter().any(|c| {
+            c.get("finishReason")
+                .and_then(Value::as_str)
+                .is_some_and(|r| r != "FINISH_REASON_UNSPECIFIED")
+        })
+    })
+}
+
+fn usage(v: &Value) -> Reported {
+    let Some(u) = v.get("usageMetadata") else {
+        return Reported::default();
+    };
+    let n = |f: &str| u.get(f).and_then(Value::as_u64);
+    let output = match (n("candidatesTokenCount"), n("thoughtsTokenCount")) {
+        (None, None) => None,
+        (c, t) => Some(c.unwrap_or(0) + t.unwrap_or(0)),
+    };
+    Reported {
+        input_tokens: n("promptTokenCount"),
+        output_tokens: output,
+    }
+}
+
+/// A prompt the provider refused to answer, as an error payload the classifier reads as
+/// `content_policy`.
+fn blocked(v: &Value) -> Option<Value> {
+    let reason = v.pointer("/promptFeedback/blockReason").and_then(Value::as_str)?;
+    Some(json!({"error": {"code": 400, "status": "INVALID_ARGUMENT",
+                          "message": format!("content_policy: the provider blocked the prompt ({reason})")}}))
+}
+
+/// What one Gemini stream chunk means to the gateway.
+pub fn inspect_event(ev: &SseEvent) -> EventInfo {
+    if !ev.has_data {
+        return NoJson::NoData.into();
+    }
+    let Ok(v) = serde_json::from_str::<Value>(&ev.data) else {
+        return NoJson::Malformed.into();
+    };
+    if is_error_payload(&v) {
+        return EventInfo {
+            error: Some(v),
+            ..EventInfo::default()
+        };
+    }
+    if let Some(error) = blocked(&v) {
+        return EventInfo {
+            error: Some(error),
+            ..EventInfo::default()
+        };
+    }
+    let chars = output_chars(&v);
+    EventInfo {
+        content: chars > 0,
+        output_chars: chars,
+        finished: finished(&v),
+        done: false,
+        usage: usage(&v),
+        usage_only: false,
+        error: None,
+        malformed: false,
+        id: v.get("responseId").and_then(Value::as_str).map(str::to_string),
+        model: v.get("modelVersion").and_then(Value::as_str).map(str::to_string),
+    }
+}
+
+/// A whole non-stream Gemini body: its usage and output size if it is an answer with output, else
+/// why not.
+pub fn inspect_body(body: &[u8]) -> Result<BodyInfo, Verdict> {
+    let v: Value = serde_json::from_slice(body).map_err(|_| Verdict::bad("unparseable response body"))?;
+    if is_error_payload(&v) {
+        return Err(classify_error_payload(&v));
+    }
+    if let Some(error) = blocked(&v) {
+        return Err(classify_error_payload(&error));
+    }
+    let chars = output_chars(&v);
+    if chars == 0 {
+        return Err(Verdict::bad("response has no output"));
+    }
+    Ok(BodyInfo {
+        usage: usage(&v),
+        output_chars: chars,
+    })
+}
+
+/// The error chunk that ends a broken stream (SPEC §7): what Google sends, `UNAVAILABLE`.
+pub fn error_frame(_id: &str, _model: &str, message: &str) -> Vec<u8> {
+    let data = json!({"error": {"code": 502, "message": message, "status": "UNAVAILABLE"}});
+    format!("data: {data}\n\n").into_bytes()
+}
+
+/// Gemini streams have no end sentinel: a finished stream simply closes.
+pub const DONE_FRAME: &[u8] = b"";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::classify::FailureClass;
+
+    fn chunk(data: Value) -> SseEvent {
+        SseEvent {
+            raw: format!("data: {data}\n\n").into_bytes(),
+            event: None,
+            data: data.to_string(),
+            has_data: true,
+            oversize: false,
+        }
+    }
+
+    fn text(t: &str) -> Value {
+        json!({"candidates": [{"content": {"role": "model", "parts": [{"text": t}]}, "index": 0}],
+               "modelVersion": "gemini-x", "responseId": "r1"})
+    }
+
+    #[test]
+    fn the_model_and_mode_come_from_the_path_and_the_limit_from_generation_config() {
+        let body = json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}],
+                          "generationConfig": {"maxOutputTokens": 64, "candidateCount": 2},
+                          "provider": {"only": ["r0"]}});
+        let r = parse_request(body.to_string().as_bytes(), "gem", true).unwrap();
+        assert_eq!((r.api, r.model.as_str(), r.stream, r.max_tokens, r.completions), (Api::Gemini, "gem", true, Some(64), 2));
+        assert_eq!(r.provider.only, Some(vec!["r0".to_string()]));
+        let up: Value = serde_json::from_slice(&r.upstream_body("upstream-model")).unwrap();
+        assert!(up.get("model").is_none() && up.get("provider").is_none(), "{up}");
+        assert_eq!(r.upstream_url("https://g/v1beta/", "u-1"), "https://g/v1beta/models/u-1:streamGenerateContent?alt=sse");
+        let mut plain = parse_request(br#"{"contents":[{"parts":[{"text":"hi"}]}]}"#, "gem", false).unwrap();
+        assert_eq!(plain.upstream_url("https://g/v1beta", "u"), "https://g/v1beta/models/u:generateContent");
+        assert_eq!(plain.limit_output(300), 300);
+        let up: Value = serde_json::from_slice(&plain.upstream_body("u")).unwrap();
+        assert_eq!(up["generationConfig"]["maxOutputTokens"], 300);
+        let param = |body: &str| match parse_request(body.as_bytes(), "gem", false) {
+            Err(ApiError::InvalidRequest { param, .. }) => param,
+            other => panic!("expected a 400, got {other:?}"),
+        };
+        assert_eq!(param(r#"{}"#).as_deref(), Some("contents"));
+        assert_eq!(param(r#"{"contents":[]}"#).as_deref(), Some("contents"));
+        assert_eq!(
+            param(r#"{"contents":[{}],"generationConfig":{"maxOutputTokens":0}}"#).as_deref(),
+            Some("generationConfig.maxOutputTokens")
+        );
+        assert!(parse_request(br#"{"contents":[{}]}"#, " ", false).is_err());
+    }
+
+    #[test]
+    fn the_commit_point_is_the_first_chunk_with_text_a_thought_or_a_call() {
+        assert!(!inspect_event(&chunk(text(""))).content);
+        let info = inspect_event(&chunk(text("Hi")));
+        assert!(info.content);
+        assert_eq!((info.id.as_deref(), info.model.as_deref()), (Some("r1"), Some("gemini-x")));
+        let thought = json!({"candidates": [{"content": {"parts": [{"text": "hmm", "thought": true}]}}]});
+        assert!(inspect_event(&chunk(thought)).content);
+        let call = json!({"candidates": [{"content": {"parts": [{"functionCall": {"name": "f", "args": {}}}]}}]});
+        assert!(inspect_event(&chunk(call)).content);
+        let meta_only = json!({"usageMetadata": {"promptTokenCount": 4}});
+        assert!(!inspect_event(&chunk(meta_only)).content);
+    }
+
+    #[test]
+    fn finish_usage_errors_and_blocked_prompts() {
+        let last = json!({"candidates": [{"content": {"parts": [{"text": "."}]}, "finishReason": "STOP"}],
+                          "usageMetadata": {"promptTokenCount": 7, "candidatesTokenCount": 5, "thoughtsTokenCount": 3}});
+        let info = inspect_event(&chunk(last));
+        assert!(info.finished && !info.done);
+        assert_eq!(info.usage, Reported { input_tokens: Some(7), output_tokens: Some(8) });
+        let error = json!({"error": {"code": 429, "message": "Resource has been exhausted", "status": "RESOURCE_EXHAUSTED"}});
+        let info = inspect_event(&chunk(error));
+        assert_eq!(classify_error_payload(info.error.as_ref().unwrap()).class, FailureClass::RateLimited);
+        let blocked = json!({"promptFeedback": {"blockReason": "SAFETY"}});
+        let info = inspect_event(&chunk(blocked.clone()));
+        assert_eq!(classify_error_payload(info.error.as_ref().unwrap()).class, FailureClass::ContentPolicy);
+        assert_eq!(inspect_body(blocked.to_string().as_bytes()).unwrap_err().class, FailureClass::ContentPolicy);
+        let bad = SseEvent {
+            raw: b"data: {oops\n\n".to_vec(),
+            event: None,
+            data: "{oops".into(),
+            has_data: true,
+            oversize: false,
+        };
+        assert!(inspect_event(&bad).malformed);
+    }
+
+    #[test]
+    fn non_stream_bodies_need_output() {
+        let ok = json!({"candidates": [{"content": {"parts": [{"text": "Hello"}]}, "finishReason": "STOP"}],
+                        "usageMetadata": {"promptTokenCount": 3, "candidatesTokenCount": 2}});
+        let info = inspect_body(ok.to_string().as_bytes()).unwrap();
+        assert_eq!((info.usage.input_tokens, info.usage.output_tokens, info.output_chars), (Some(3), Some(2), 5));
+        let empty = json!({"candidates": [{"content": {"parts": [{"text": ""}]}, "finishReason": "STOP"}]});
+        assert_eq!(inspect_body(empty.to_string().as_bytes()).unwrap_err().class, FailureClass::BadResponse);
+        let overloaded = json!({"error": {"code": 503, "message": "The model is overloaded.", "status": "UNAVAILABLE"}});
+        assert_eq!(inspect_body(overloaded.to_string().as_bytes()).unwrap_err().class, FailureClass::Overloaded);
+    }
+
+    #[test]
+    fn the_error_frame_is_a_gemini_error_chunk() {
+        let text = String::from_utf8(error_frame("r", "m", "cut")).unwrap();
+        assert!(text.starts_with("data: ") && text.ends_with("\n\n"));
+        let data = crate::dialect::frame_data(text.as_bytes());
+        assert_eq!(data, json!({"error": {"code": 502, "message": "cut", "status": "UNAVAILABLE"}}));
+    }
+}
