@@ -1,6 +1,7 @@
-"""The official SDKs against the real Worker (issue 10): OpenAI (chat, responses) and Anthropic
-(messages), stream and non-stream, a failover case each, and a broken stream each — where the SDK
-must raise (or report the error event) instead of returning a truncated answer as a success.
+"""The official SDKs against the real Worker (issues 10 and 17): OpenAI (chat, responses), Anthropic
+(messages) and Google GenAI (Gemini), stream and non-stream, a failover case each, and a broken
+stream each — where the SDK must raise (or report the error event) instead of returning a truncated
+answer as a success.
 
 Run by scripts/test after the Rust end-to-end suite, with the same stack (`wrangler dev` and the
 mock upstream) and environment: SWITCHYARD_URL, MOCK_URL, ADMIN_TOKEN, E2E_UPSTREAM_KEY_NAME.
@@ -17,6 +18,9 @@ import urllib.request
 import anthropic
 import openai
 import pytest
+from google import genai
+from google.genai import errors as genai_errors
+from google.genai import types as genai_types
 
 GATEWAY = os.environ["SWITCHYARD_URL"]
 MOCK = os.environ["MOCK_URL"]
@@ -52,8 +56,9 @@ class Setup:
     """A model for `api` whose routes are mock scenarios, and a key with credit."""
 
     def __init__(self, api, scenarios):
-        auth = "x-api-key" if api == "messages" else "bearer"
+        auth = {"messages": "x-api-key", "gemini": "x-goog-api-key"}.get(api, "bearer")
         self.routes = []
+        self._gemini = {}
         routes = []
         for i, scenario in enumerate(scenarios):
             label = unique("l")
@@ -75,6 +80,16 @@ class Setup:
 
     def anthropic(self):
         return anthropic.Anthropic(base_url=GATEWAY, api_key=self.key, max_retries=0)
+
+    def gemini(self, key=None):
+        """A Google GenAI client for `key` (default: this setup's), kept alive with the setup: the
+        SDK closes its connection pool when a client is dropped."""
+        key = key or self.key
+        if key not in self._gemini:
+            options = genai_types.HttpOptions(base_url=GATEWAY, api_version="v1beta",
+                                              retry_options=genai_types.HttpRetryOptions(attempts=1))
+            self._gemini[key] = genai.Client(api_key=key, http_options=options)
+        return self._gemini[key]
 
     def generation(self, generation_id):
         """The gateway's record of a request (written just after the answer: waits for it)."""
@@ -255,3 +270,62 @@ def test_messages_errors_are_anthropic_errors():
     with pytest.raises(anthropic.BadRequestError) as raised:
         s.anthropic().messages.create(model=s.model, max_tokens=16, messages=[])
     assert raised.value.body["error"]["type"] == "invalid_request_error"
+
+
+# ---- Google Gemini -------------------------------------------------------------------------------
+
+def test_gemini_non_stream_fails_over():
+    s = Setup("gemini", ["status/503", "ok"])
+    response = s.gemini().models.generate_content(model=s.model, contents="Say hello")
+    assert response.text.startswith("Hello")
+    assert response.candidates[0].finish_reason == genai_types.FinishReason.STOP
+    assert response.usage_metadata.candidates_token_count == 5
+    assert response.model_version == "up1"
+    assert (s.seen(0), s.seen(1)) == (1, 1)
+
+
+def test_gemini_stream_fails_over():
+    s = Setup("gemini", ["error-event-first/overloaded", "ok"])
+    chunks = list(s.gemini().models.generate_content_stream(model=s.model, contents="Say hello"))
+    text = "".join(c.text or "" for c in chunks)
+    assert text.startswith("Hello")
+    assert chunks[-1].candidates[0].finish_reason == genai_types.FinishReason.STOP
+    assert chunks[-1].usage_metadata.candidates_token_count == 5
+    assert (s.seen(0), s.seen(1)) == (1, 1), "the overloaded chunk before content fell back"
+
+
+def test_gemini_broken_stream_raises():
+    s = Setup("gemini", ["cut-after/2", "ok"])
+    received = []
+    with pytest.raises(genai_errors.APIError) as raised:
+        for chunk in s.gemini().models.generate_content_stream(model=s.model, contents="Say hello"):
+            received.append(chunk.text or "")
+    assert "".join(received).startswith("Hello"), "content came before the cut"
+    assert raised.value.code == 502
+    assert raised.value.status == "UNAVAILABLE"
+    assert "broke" in raised.value.message
+    assert s.seen(1) == 0, "never a splice from another route"
+
+
+def test_gemini_errors_are_google_errors():
+    s = Setup("gemini", ["status/529/overloaded", "status/529/overloaded"])
+    with pytest.raises(genai_errors.ServerError) as raised:
+        s.gemini().models.generate_content(model=s.model, contents="hi")
+    assert (raised.value.code, raised.value.status) == (503, "UNAVAILABLE")
+    assert raised.value.details["error"]["details"][0]["reason"] == "upstream_capacity_exhausted"
+    with pytest.raises(genai_errors.ClientError) as raised:
+        s.gemini(key="sk-sy-not-a-real-key").models.generate_content(model=s.model, contents="hi")
+    assert (raised.value.code, raised.value.status) == (401, "UNAUTHENTICATED")
+    with pytest.raises(genai_errors.ClientError) as raised:
+        s.gemini().models.generate_content(model="no-such-model", contents="hi")
+    assert (raised.value.code, raised.value.status) == (404, "NOT_FOUND")
+    # A key over its rate limit: 429 RESOURCE_EXHAUSTED, in the SDK's own error type.
+    account = admin("POST", "/admin/accounts", {})["id"]
+    admin("POST", f"/admin/accounts/{account}/credit", {"amount_usd": 1})
+    limited = admin("POST", "/admin/keys", {"account_id": account, "rpm": 1})["key"]
+    ok = Setup("gemini", ["ok"])
+    ok.gemini(key=limited).models.generate_content(model=ok.model, contents="hi")
+    with pytest.raises(genai_errors.ClientError) as raised:
+        ok.gemini(key=limited).models.generate_content(model=ok.model, contents="hi")
+    assert (raised.value.code, raised.value.status) == (429, "RESOURCE_EXHAUSTED")
+    assert raised.value.details["error"]["details"][0]["reason"] == "key_rate_limited"

@@ -68,8 +68,8 @@ fn bad_requests_are_4xx_in_the_clients_dialect_and_cost_nothing() {
         );
     }
     // The same in the other dialects' shapes.
-    for api in [Api::Messages, Api::Responses] {
-        for bytes in [b"{not json".to_vec(), b"[]".to_vec(), nested(10_000).into_bytes()] {
+    for api in [Api::Messages, Api::Responses, Api::Gemini] {
+        for bytes in [b"{not json".to_vec(), b"[]".to_vec(), nested(10_000).into_bytes(), b"{}".to_vec()] {
             let (name, value) = api.auth_header(&chat.key);
             let r = s.request(
                 "POST",
@@ -80,6 +80,7 @@ fn bad_requests_are_4xx_in_the_clients_dialect_and_cost_nothing() {
             assert_eq!(r.status, 400, "{api:?}: {}", r.text());
             match api {
                 Api::Messages => assert_eq!(r.json()["type"], "error"),
+                Api::Gemini => assert_eq!(r.json()["error"]["status"], "INVALID_ARGUMENT"),
                 _ => assert_eq!(r.json()["error"]["type"], "invalid_request_error"),
             }
         }

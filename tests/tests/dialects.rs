@@ -453,3 +453,47 @@ fn anthropic_routes_get_the_clients_version_and_beta_headers_and_the_key_as_x_ap
         "no beta unless the client sent one"
     );
 }
+
+/// Gemini routes get the route's upstream model in the path and the upstream key as
+/// `x-goog-api-key`; the client's key may come as `x-goog-api-key` or `?key=`; a stream needs
+/// `alt=sse`, and an unknown method is a 404 — each in Google's error shape.
+#[test]
+fn gemini_routes_get_the_model_in_the_path_and_the_key_as_x_goog_api_key() {
+    let s = Stack::from_env();
+    let label = unique("l");
+    let provider = s.mock_provider_with_auth(&label, "ok", true, "x-goog-api-key");
+    let model = s.model(
+        vec![route("r0", &provider, "gemini-up", json!({"apis": ["gemini"]}))],
+        None,
+    );
+    let key = s.new_key(1.0);
+    let body = json!({"contents": [{"role": "user", "parts": [{"text": "Say hello"}]}]});
+    let bytes = body.to_string();
+    let post = |path: &str, headers: &[(&str, &str)]| {
+        let mut all = vec![("content-type", "application/json")];
+        all.extend_from_slice(headers);
+        s.request("POST", &format!("{}{path}", s.gateway), &all, Some(bytes.as_bytes()))
+    };
+    let r = post(&format!("/v1beta/models/{model}:generateContent?key={key}"), &[]);
+    assert_eq!(r.status, 200, "the key as ?key=: {}", r.text());
+    let seen = &s.mock_stats(&label, "ok")["last_request"];
+    assert_eq!(seen["path"], format!("/{label}/ok/models/gemini-up:generateContent"));
+    assert_eq!(seen["headers"]["x-goog-api-key"], s.upstream_key);
+    assert!(seen["headers"]["authorization"].is_null(), "the key goes as x-goog-api-key only");
+    assert_eq!(seen["body"]["contents"], body["contents"], "the client's contents as sent");
+    assert_eq!(seen["body"]["generationConfig"]["maxOutputTokens"], 1024, "the held limit, forwarded");
+    let r = post(&format!("/v1beta/models/{model}:streamGenerateContent?alt=sse"), &[("x-goog-api-key", &key)]);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        s.mock_stats(&label, "ok")["last_request"]["path"],
+        format!("/{label}/ok/models/gemini-up:streamGenerateContent?alt=sse")
+    );
+    assert!(sse_events(&r.text()).len() >= 2, "{}", r.text());
+    let r = post(&format!("/v1beta/models/{model}:streamGenerateContent"), &[("x-goog-api-key", &key)]);
+    assert_error(Api::Gemini, &r, 400, "invalid_request", &r.text());
+    let r = post(&format!("/v1beta/models/{model}:countTokens"), &[("x-goog-api-key", &key)]);
+    assert_error(Api::Gemini, &r, 404, "not_found", &r.text());
+    let r = post(&format!("/v1beta/models/{model}:generateContent"), &[]);
+    assert_error(Api::Gemini, &r, 401, "invalid_api_key", &r.text());
+    assert_eq!(s.mock_stats(&label, "ok")["requests"], 2, "only the two good requests reached it");
+}

@@ -76,15 +76,16 @@ fn the_larger_of_two_limits_is_held_and_only_it_forwarded() {
 #[test]
 fn the_held_output_limit_is_forwarded_in_each_dialect() {
     for (api, field) in [
-        (Api::Chat, "max_completion_tokens"),
-        (Api::Responses, "max_output_tokens"),
+        (Api::Chat, "/max_completion_tokens"),
+        (Api::Responses, "/max_output_tokens"),
+        (Api::Gemini, "/generationConfig/maxOutputTokens"),
     ] {
         let f = priced(api, "ok");
         let r = f.send(false);
         assert_eq!(r.status, 200, "{api:?}: {}", r.text());
         assert_eq!(
-            last_body(&f)[field],
-            1024,
+            last_body(&f).pointer(field),
+            Some(&json!(1024)),
             "{api:?}: the model's max_output_tokens was held and sent"
         );
     }
