@@ -21,20 +21,10 @@ export function relay(core) {
   // The current wait's resolver (see `raceBefore`): a departure ends the wait at once. No promise
   // outlives one wait — a long-lived one raced on every read would keep a reaction per chunk.
   let expire = null;
-  // One timer for every deadline (see `armFor`), and whether a read is pending (see `readBefore`).
-  let timer = null;
-  let timerAt = Infinity;
-  let deadlineAt = Infinity;
-  let reading = false;
-  let interrupted = false;
   const leave = () => {
-    if (goneAt) return;
-    goneAt = Date.now();
-    if (expire) expire(GONE);
-    else if (reading) {
-      // A read is not raced: the departure only brings its deadline forward to the grace window.
-      deadlineAt = Math.min(deadlineAt, goneAt + graceMs);
-      armFor(deadlineAt);
+    if (!goneAt) {
+      goneAt = Date.now();
+      if (expire) expire(GONE);
     }
   };
   // The client's request signal aborts when it disconnects — also while nothing is being written
@@ -89,25 +79,20 @@ export function relay(core) {
     }
   };
 
-  // Every wait has a deadline, kept by one timer: set for the current deadline and, when it fires
-  // early (the deadline moved later since, e.g. data came), set again for the rest. A read does not
-  // touch it, so a stream costs a timer per idle window, not one per read. At the deadline a
-  // client-room wait is ended (TIMEOUT) and a pending read is interrupted by aborting the upstream:
-  // every deadline ends the relay, so nothing is read after.
+  // Waits race the pending read against one timer for all of them: set for the current deadline
+  // and, when it fires early (the deadline moved later since, e.g. data came), set again for the
+  // rest. A read does not touch it, so a stream costs a timer per idle window, not one per read.
+  let pendingRead = null;
+  let timer = null;
+  let timerAt = Infinity;
+  let deadlineAt = Infinity;
   const onTimer = () => {
     timer = null;
     timerAt = Infinity;
-    if (Date.now() < deadlineAt) {
+    if (Date.now() >= deadlineAt) {
+      if (expire) expire(TIMEOUT);
+    } else {
       armFor(deadlineAt);
-    } else if (expire) {
-      expire(TIMEOUT);
-    } else if (reading) {
-      interrupted = true;
-      try {
-        abortController.abort();
-      } catch {
-        // already aborted
-      }
     }
   };
   const armFor = (at) => {
@@ -126,20 +111,18 @@ export function relay(core) {
       return r;
     });
   };
-  // The next chunk ({value} | {done} | {error}), or TIMEOUT once `at` has passed. Not raced (a race
-  // costs promises per read): the timer interrupts it (see `onTimer`).
-  const readBefore = async (at) => {
-    deadlineAt = at;
-    armFor(at);
-    reading = true;
-    try {
-      const r = await reader.read();
-      return interrupted ? TIMEOUT : r;
-    } catch (error) {
-      return interrupted ? TIMEOUT : { error };
-    } finally {
-      reading = false;
+  // The next chunk ({value} | {done} | {error}), or TIMEOUT / GONE as above.
+  const readBefore = (at) => {
+    if (!pendingRead) {
+      pendingRead = reader.read().then(
+        (r) => r,
+        (error) => ({ error }),
+      );
     }
+    return raceBefore(pendingRead, at).then((r) => {
+      if (r !== TIMEOUT && r !== GONE) pendingRead = null;
+      return r;
+    });
   };
   // Whether the client's queue is full (then the upstream waits).
   const clientFull = () => !goneAt && !clientDone && client.desiredSize !== null && client.desiredSize <= 0;
@@ -167,6 +150,7 @@ export function relay(core) {
       let at = Math.min(lastData + idleMs, capAt);
       if (goneAt) at = Math.min(at, goneAt + graceMs);
       const r = await readBefore(at);
+      if (r === GONE) continue;
       if (r === TIMEOUT) {
         // The client left and the upstream did not finish within the grace window: stop quietly.
         if (goneAt && Date.now() >= goneAt + graceMs) return false;
