@@ -1,0 +1,92 @@
+// Cold start for scripts/bench (issue 15): the first request a fresh isolate serves — a new
+// Miniflare instance each time — against the second, for one Worker; the median and the worst of
+// `--instances` instances. The request is a non-stream chat completion through the Worker to the
+// mock upstream.
+//
+//   node bench/cold.mjs --script DIR/index.js --mock URL --kind switchyard|echo
+//        [--config wrangler.toml] [--migrate] [--var NAME=VALUE]... [--d1 BINDING=DIR]...
+//        [--persist DIR] [--instances N] [--label TEXT]
+//
+// `switchyard` needs a catalog and a key: the first instance (not measured) is set up through the
+// admin API with `--persist`, and every measured instance reopens that state. `echo` (the worker-rs
+// proxy and the JS floor) forwards `/<label>/ok/chat/completions` to the mock.
+//
+// Prints one Markdown table row: | label | first request p50 / max | second request p50 / max |.
+
+import { Miniflare } from "miniflare";
+import { parseArgs, miniflareOptions, applyMigrations, fail } from "./mf.mjs";
+
+let mock;
+let kind;
+let instances = 5;
+let label = "worker";
+const args = parseArgs(process.argv.slice(2), (a, next) => {
+  if (a === "--mock") mock = next().replace(/\/$/, "");
+  else if (a === "--kind") kind = next();
+  else if (a === "--instances") instances = Number(next());
+  else if (a === "--label") label = next();
+  else return false;
+  return true;
+});
+if (!mock || !["switchyard", "echo"].includes(kind)) fail("--mock and --kind switchyard|echo are required");
+if (kind === "switchyard" && !args.persist) fail("--kind switchyard needs --persist");
+args.port = 0;
+const token = "cold-admin-token";
+if (kind === "switchyard") args.vars.ADMIN_TOKEN = token;
+const { options, d1 } = miniflareOptions(args);
+
+async function call(url, method, path, body, headers = {}) {
+  const r = await fetch(url + path, {
+    method,
+    headers: { "content-type": "application/json", ...headers },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await r.text();
+  if (r.status >= 300) fail(`${method} ${path}: ${r.status} ${text}`);
+  return text ? JSON.parse(text) : null;
+}
+
+// The setup instance: migrations, a provider on the mock, a model, a funded key.
+let request;
+if (kind === "switchyard") {
+  const mf = new Miniflare(options);
+  const url = (await mf.ready).origin;
+  if (args.migrate) await applyMigrations(mf, d1);
+  const admin = { authorization: `Bearer ${token}` };
+  await call(url, "PUT", "/admin/providers/cold", { base_url: `${mock}/cold/ok`, auth: "bearer" }, admin);
+  await call(url, "PUT", "/admin/models/cold", {
+    context_window: 8192,
+    max_output_tokens: 256,
+    routes: [{ id: "r0", provider: "cold", upstream_model: "u", apis: ["chat"], verify: false,
+               price: { input_per_mtok: 1, output_per_mtok: 2 } }],
+  }, admin);
+  const account = (await call(url, "POST", "/admin/accounts", {}, admin)).id;
+  await call(url, "POST", `/admin/accounts/${account}/credit`, { amount_usd: 100 }, admin);
+  const key = (await call(url, "POST", "/admin/keys", { account_id: account }, admin)).key;
+  await mf.dispose();
+  request = (url) =>
+    call(url, "POST", "/v1/chat/completions", { model: "cold", messages: [{ role: "user", content: "hi" }] },
+         { authorization: `Bearer ${key}` });
+} else {
+  request = (url) =>
+    call(url, "POST", "/cold/ok/chat/completions", { model: "m", messages: [{ role: "user", content: "hi" }] });
+}
+
+const first = [];
+const second = [];
+for (let i = 0; i < instances; i++) {
+  const mf = new Miniflare(options);
+  const url = (await mf.ready).origin;
+  if (kind === "echo" && args.migrate) await applyMigrations(mf, d1);
+  let t = performance.now();
+  await request(url);
+  first.push(performance.now() - t);
+  t = performance.now();
+  await request(url);
+  second.push(performance.now() - t);
+  await mf.dispose();
+}
+const median = (v) => [...v].sort((a, b) => a - b)[Math.floor(v.length / 2)];
+const ms = (v) => `${median(v).toFixed(1)} / ${Math.max(...v).toFixed(1)} ms`;
+console.log(`| ${label} | ${ms(first)} | ${ms(second)} |`);
+process.exit(0);
