@@ -179,8 +179,10 @@ impl DurableObject for LimitObject {
                 let (admit, waited_ms) = wait_for_room(&self.desk.room, wait_ms, |now, give_up| {
                     self.desk.with(|k| {
                         if give_up {
+                            let retry_after_s = k.give_up(&id, limit, now);
                             return Step::Done(KeyAdmit::Refused {
-                                retry_after_s: k.give_up(&id, limit, now),
+                                retry_after_s,
+                                window: k.rate_window(limit, now),
                             });
                         }
                         match k.admit(&id, limit, lease_ms, now) {
@@ -369,9 +371,9 @@ pub async fn admit_key(
             window,
         }),
         Ok(KeyReply {
-            admit: KeyAdmit::Refused { retry_after_s },
+            admit: KeyAdmit::Refused { retry_after_s, window },
             ..
-        }) => Err(ApiError::KeyRateLimited { retry_after_s }),
+        }) => Err(ApiError::KeyRateLimited { retry_after_s, window }),
         Ok(KeyReply {
             admit: KeyAdmit::Wait { .. },
             ..

@@ -11,8 +11,8 @@ pub type HandlerResult = Result<Response, ApiError>;
 /// The one function that turns an error into a response.
 pub fn error_response(err: &ApiError, shape: ErrorShape, generation_id: &str) -> Response {
     let mut response = json_response(err.status(), &err.body(shape, generation_id));
-    if let Some(s) = err.retry_after_s() {
-        let _ = response.headers_mut().set("retry-after", &s.to_string());
+    for (name, value) in err.headers() {
+        let _ = response.headers_mut().set(name, &value);
     }
     response
 }

@@ -88,6 +88,11 @@ fn rpm_admits_its_requests_then_waits_then_refuses_until_the_window_slides() {
     );
     let retry: u64 = r.header("retry-after").unwrap().parse().unwrap();
     assert!((1..=61).contains(&retry), "{retry}");
+    // The refusal carries the window too, as the answers did.
+    assert_eq!(r.header("x-ratelimit-limit-requests"), Some("3"));
+    assert_eq!(r.header("x-ratelimit-remaining-requests"), Some("0"));
+    let reset = r.header("x-ratelimit-reset-requests").unwrap();
+    assert_eq!(reset, format!("{retry}s"), "the window resets when retry-after says");
     let g = s.generation(&key, r.header("x-generation-id").unwrap());
     assert_eq!(
         (&g["outcome"], &g["total_cost"], &g["hold_path"]),

@@ -7,6 +7,7 @@
 use serde_json::{json, Value};
 
 use crate::catalog::Api;
+use crate::limits::{rate_headers, RateWindow};
 
 /// The error body shape a client expects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,7 +49,11 @@ pub enum ApiError {
     MethodNotAllowed,
     /// 429: the API key is at its `rpm` or `max_concurrent` limit and no room came within
     /// `key_wait_ms` (SPEC §10).
-    KeyRateLimited { retry_after_s: u64 },
+    KeyRateLimited {
+        retry_after_s: u64,
+        /// The key's `rpm` window, for the rate-limit headers (none for a concurrency limit alone).
+        window: Option<RateWindow>,
+    },
     /// 429: every capped route of the model is full and none freed within `capacity_wait_ms`.
     CapacityBusy { retry_after_s: u64 },
     /// 409: an admin write raced another (the catalog moved on since it was read).
@@ -213,11 +218,22 @@ impl ApiError {
     pub fn retry_after_s(&self) -> Option<u64> {
         match self {
             ApiError::CapacityExhausted { retry_after_s, .. }
-            | ApiError::KeyRateLimited { retry_after_s }
+            | ApiError::KeyRateLimited { retry_after_s, .. }
             | ApiError::CapacityBusy { retry_after_s } => Some(*retry_after_s),
             ApiError::StorageUnavailable => Some(1),
             _ => None,
         }
+    }
+
+    /// The headers the error response carries: `retry-after` where the error has one, and a
+    /// rate-limited key's `x-ratelimit-*` (SPEC §10).
+    pub fn headers(&self) -> Vec<(&'static str, String)> {
+        let mut headers: Vec<(&'static str, String)> =
+            self.retry_after_s().map(|s| ("retry-after", s.to_string())).into_iter().collect();
+        if let ApiError::KeyRateLimited { window: Some(w), .. } = self {
+            headers.extend(rate_headers(w));
+        }
+        headers
     }
 
     /// The error body in the client's dialect, with `generation_id` and, where it helps,
@@ -289,7 +305,7 @@ mod tests {
             (ApiError::invalid("bad", Some("contents")), 400, "INVALID_ARGUMENT"),
             (ApiError::InvalidApiKey, 401, "UNAUTHENTICATED"),
             (ApiError::InsufficientBalance, 402, "FAILED_PRECONDITION"),
-            (ApiError::KeyRateLimited { retry_after_s: 1 }, 429, "RESOURCE_EXHAUSTED"),
+            (ApiError::KeyRateLimited { retry_after_s: 1, window: None }, 429, "RESOURCE_EXHAUSTED"),
             (ApiError::ProviderError { model: "m".into() }, 502, "UNAVAILABLE"),
             (ApiError::StorageUnavailable, 503, "UNAVAILABLE"),
         ];
@@ -323,7 +339,26 @@ mod tests {
 
     #[test]
     fn limits_are_429_in_each_dialect_with_retry_after() {
-        let key = ApiError::KeyRateLimited { retry_after_s: 7 };
+        let window = RateWindow {
+            limit: 3,
+            remaining: 0,
+            reset_ms: 41_200,
+        };
+        let key = ApiError::KeyRateLimited {
+            retry_after_s: 7,
+            window: Some(window),
+        };
+        assert_eq!(
+            key.headers(),
+            vec![
+                ("retry-after", "7".to_string()),
+                ("x-ratelimit-limit-requests", "3".to_string()),
+                ("x-ratelimit-remaining-requests", "0".to_string()),
+                ("x-ratelimit-reset-requests", "42s".to_string()),
+            ]
+        );
+        let busy_headers = ApiError::CapacityBusy { retry_after_s: 1 }.headers();
+        assert_eq!(busy_headers, vec![("retry-after", "1".to_string())]);
         assert_eq!(
             (key.status(), key.code(), key.retry_after_s()),
             (429, "key_rate_limited", Some(7))

@@ -152,8 +152,12 @@ pub enum KeyAdmit {
     Granted { window: Option<RateWindow> },
     /// No room now; room may come at `retry_at_ms` (or sooner, when a slot is given back).
     Wait { retry_at_ms: u64 },
-    /// No room within the wait: 429 with `retry-after`.
-    Refused { retry_after_s: u64 },
+    /// No room within the wait: 429 with `retry-after`, and the `rpm` window's headers.
+    Refused {
+        retry_after_s: u64,
+        #[serde(default)]
+        window: Option<RateWindow>,
+    },
 }
 
 /// What a key is using now (for `/v1/credits`).
@@ -225,17 +229,15 @@ impl KeyState {
                     expires_ms: now_ms.saturating_add(lease_ms),
                 });
             }
-            let window = limit.rpm.map(|limit| RateWindow {
-                limit,
-                remaining: limit.saturating_sub(self.in_window()),
-                reset_ms: self.window_reset_ms().map_or(0, |t| t.saturating_sub(now_ms)),
-            });
-            return KeyAdmit::Granted { window };
+            return KeyAdmit::Granted {
+                window: self.rate_window(limit, now_ms),
+            };
         }
         if !self.queue.iter().any(|w| w == id) {
             if self.queue.len() >= MAX_QUEUE {
                 return KeyAdmit::Refused {
                     retry_after_s: retry_after_s(self.next_room_ms(limit, now_ms).saturating_sub(now_ms)),
+                    window: self.rate_window(limit, now_ms),
                 };
             }
             self.queue.push_back(id.to_string());
@@ -243,6 +245,15 @@ impl KeyState {
         KeyAdmit::Wait {
             retry_at_ms: self.next_room_ms(limit, now_ms),
         }
+    }
+
+    /// The `rpm` window now, for the rate-limit headers (`None` without an `rpm` limit).
+    pub fn rate_window(&self, limit: KeyLimit, now_ms: u64) -> Option<RateWindow> {
+        limit.rpm.map(|limit| RateWindow {
+            limit,
+            remaining: limit.saturating_sub(self.in_window()),
+            reset_ms: self.window_reset_ms().map_or(0, |t| t.saturating_sub(now_ms)),
+        })
     }
 
     /// When room may next appear without anyone giving a slot back: the oldest request leaving
@@ -567,8 +578,16 @@ mod tests {
         }
         assert_eq!(
             k.admit("late", limit, LEASE, 1),
-            KeyAdmit::Refused { retry_after_s: 61 }
+            KeyAdmit::Refused {
+                retry_after_s: 61,
+                window: Some(RateWindow {
+                    limit: 1,
+                    remaining: 0,
+                    reset_ms: 60_999
+                })
+            }
         );
+        assert_eq!(k.rate_window(KeyLimit::default(), 1), None, "no rpm, no window");
     }
 
     fn want(route: &str, max: Option<u32>) -> Want {
