@@ -20,10 +20,7 @@ pub async fn check(env: &Env, catalog: &Catalog, model: &Model, route: &Route, p
     let started = now_ms();
     let (result, charge) = send(env, catalog, model, route, policy).await;
     let duration_ms = now_ms().saturating_sub(started);
-    let reason = match &result {
-        Ok(()) => "answered".to_string(),
-        Err((class, why)) => format!("{}: {why}", class.as_str()),
-    };
+    let reason = verify::reason(&result);
     let (input_tokens, output_tokens, cost_micros) =
         charge.map_or((0, 0, 0), |c| (c.usage.input_tokens, c.usage.output_tokens, c.cost_micros));
     worker::console_log!(

@@ -35,8 +35,7 @@ async fn authenticate(req: &Request, store: &Store) -> Result<Rc<KeyRecord>, Api
     let authorization = headers.get("authorization").ok().flatten();
     let query_key = || {
         let url = req.url().ok()?;
-        let key = url.query_pairs().find(|(k, _)| k == "key").map(|(_, v)| v.into_owned());
-        key
+        url.query_pairs().find(|(k, _)| k == "key").map(|(_, v)| v.into_owned())
     };
     let x_api_key = headers
         .get("x-api-key")

@@ -58,6 +58,15 @@ pub struct CheckRecord {
 /// How a check ended: `Ok` with a real answer, or the failure class and why.
 pub type CheckResult = Result<(), (FailureClass, String)>;
 
+/// A check's result in words, as its record, log line and ledger row give it: `answered`, or the
+/// class and why.
+pub fn reason(result: &CheckResult) -> String {
+    match result {
+        Ok(()) => "answered".to_string(),
+        Err((class, why)) => format!("{}: {why}", class.as_str()),
+    }
+}
+
 /// The model's check request: the model's reasoning flag sizes the output limit.
 pub fn max_tokens(model: &Model) -> u64 {
     if model.reasoning {
@@ -191,15 +200,11 @@ impl ModelHealth {
     pub fn record_check(&mut self, route: &str, kind: CheckKind, result: &CheckResult, at_ms: u64, cfg: &HealthConfig) {
         let state = self.routes.entry(route.to_string()).or_default();
         state.check_lease_until_ms = None;
-        let reason = match result {
-            Ok(()) => "answered".to_string(),
-            Err((class, why)) => format!("{}: {why}", class.as_str()),
-        };
         state.last_check = Some(CheckRecord {
             at_ms,
             kind,
             passed: result.is_ok(),
-            reason,
+            reason: reason(result),
         });
         let b = &mut state.breaker;
         match result {

@@ -13,7 +13,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::{own_fields, parse_object, BodyInfo, ClientRequest, EventInfo, NoJson, Reported};
+use super::{event_json, own_fields, parse_object, BodyInfo, ClientRequest, EventInfo, Reported};
 use crate::catalog::Api;
 use crate::classify::{classify_error_payload, is_error_payload, Verdict};
 use crate::error::ApiError;
@@ -137,11 +137,9 @@ fn blocked(v: &Value) -> Option<Value> {
 
 /// What one Gemini stream chunk means to the gateway.
 pub fn inspect_event(ev: &SseEvent) -> EventInfo {
-    if !ev.has_data {
-        return NoJson::NoData.into();
-    }
-    let Ok(v) = serde_json::from_str::<Value>(&ev.data) else {
-        return NoJson::Malformed.into();
+    let v = match event_json(ev) {
+        Ok((v, _)) => v,
+        Err(why) => return why.into(), // a comment or keep-alive, or malformed
     };
     if is_error_payload(&v) {
         return EventInfo {
@@ -205,13 +203,7 @@ mod tests {
     use crate::classify::FailureClass;
 
     fn chunk(data: Value) -> SseEvent {
-        SseEvent {
-            raw: format!("data: {data}\n\n").into_bytes(),
-            event: None,
-            data: data.to_string(),
-            has_data: true,
-            oversize: false,
-        }
+        SseEvent::from_data(&data.to_string())
     }
 
     fn text(t: &str) -> Value {
@@ -276,14 +268,7 @@ mod tests {
         let info = inspect_event(&chunk(blocked.clone()));
         assert_eq!(classify_error_payload(info.error.as_ref().unwrap()).class, FailureClass::ContentPolicy);
         assert_eq!(inspect_body(blocked.to_string().as_bytes()).unwrap_err().class, FailureClass::ContentPolicy);
-        let bad = SseEvent {
-            raw: b"data: {oops\n\n".to_vec(),
-            event: None,
-            data: "{oops".into(),
-            has_data: true,
-            oversize: false,
-        };
-        assert!(inspect_event(&bad).malformed);
+        assert!(inspect_event(&SseEvent::from_data("{oops")).malformed);
     }
 
     #[test]
