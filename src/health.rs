@@ -134,7 +134,9 @@ impl DurableObject for HealthObject {
         let due = self.change(|h| {
             h.know_routes(&routes, now);
             let due = h.due_checks(&routes, policy.verify_idle_ms, now);
-            due.into_iter().filter(|(r, _)| h.claim_check(r, now, lease_ms)).collect::<Vec<_>>()
+            due.into_iter()
+                .filter(|(r, _)| h.claim_check(r, now, lease_ms))
+                .collect::<Vec<_>>()
         });
         self.persist().await?;
         if !self.planned.get() {
@@ -144,7 +146,13 @@ impl DurableObject for HealthObject {
         let runs = due.iter().filter_map(|(id, kind)| {
             let route = model.routes.iter().find(|r| &r.id == id)?;
             let (env, catalog, policy) = (&self.env, &catalog, &policy);
-            Some(async move { (id, *kind, verify::check(env, catalog, model, route, policy, *kind).await) })
+            Some(async move {
+                (
+                    id,
+                    *kind,
+                    verify::check(env, catalog, model, route, policy, *kind).await,
+                )
+            })
         });
         let results = futures_util::future::join_all(runs).await;
         let next = self.change(|h| {
@@ -157,7 +165,8 @@ impl DurableObject for HealthObject {
         self.persist().await?;
         // With nothing due, the alarm still comes back to read the catalog again: a model whose
         // idle checks were off may have had them turned on.
-        self.set_alarm(next.unwrap_or(now_ms().saturating_add(REPLAN_MS))).await?;
+        self.set_alarm(next.unwrap_or(now_ms().saturating_add(REPLAN_MS)))
+            .await?;
         Response::ok("")
     }
 }

@@ -466,7 +466,8 @@ impl Store {
             .all()
             .await
             .map_err(internal("platform_ledger_read"))?;
-        rows.results::<serde_json::Value>().map_err(internal("platform_ledger_decode"))
+        rows.results::<serde_json::Value>()
+            .map_err(internal("platform_ledger_decode"))
     }
 
     // ---- generations --------------------------------------------------------------------------

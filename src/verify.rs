@@ -16,13 +16,21 @@ use crate::store::{CheckEntry, Store};
 use crate::upstream::{self, Committed, Target};
 
 /// Checks `route` of `model` once and books the check; returns its result.
-pub async fn check(env: &Env, catalog: &Catalog, model: &Model, route: &Route, policy: &Policy, kind: CheckKind) -> CheckResult {
+pub async fn check(
+    env: &Env,
+    catalog: &Catalog,
+    model: &Model,
+    route: &Route,
+    policy: &Policy,
+    kind: CheckKind,
+) -> CheckResult {
     let started = now_ms();
     let (result, charge) = send(env, catalog, model, route, policy).await;
     let duration_ms = now_ms().saturating_sub(started);
     let reason = verify::reason(&result);
-    let (input_tokens, output_tokens, cost_micros) =
-        charge.map_or((0, 0, 0), |c| (c.usage.input_tokens, c.usage.output_tokens, c.cost_micros));
+    let (input_tokens, output_tokens, cost_micros) = charge.map_or((0, 0, 0), |c| {
+        (c.usage.input_tokens, c.usage.output_tokens, c.cost_micros)
+    });
     worker::console_log!(
         "{}",
         serde_json::json!({"event": "route_check", "model": model.id, "route": route.id, "kind": kind.as_str(),
@@ -56,7 +64,13 @@ pub async fn check(env: &Env, catalog: &Catalog, model: &Model, route: &Route, p
 }
 
 /// Sends the check; the charge of a real answer (the upstream's usage at the route's price).
-async fn send(env: &Env, catalog: &Catalog, model: &Model, route: &Route, policy: &Policy) -> (CheckResult, Option<Charge>) {
+async fn send(
+    env: &Env,
+    catalog: &Catalog,
+    model: &Model,
+    route: &Route,
+    policy: &Policy,
+) -> (CheckResult, Option<Charge>) {
     let refuse = |why: &str| (Err((FailureClass::Connect, why.to_string())), None);
     let (Some(provider), Some(api)) = (catalog.provider(&route.provider), route.apis.first().copied()) else {
         return refuse("the route has no provider or no dialect");
@@ -82,7 +96,10 @@ async fn send(env: &Env, catalog: &Catalog, model: &Model, route: &Route, policy
         Ok(Committed::Stream(live)) => {
             live.controller.abort();
             (
-                Err((FailureClass::BadResponse, "a non-stream check was answered with a stream".into())),
+                Err((
+                    FailureClass::BadResponse,
+                    "a non-stream check was answered with a stream".into(),
+                )),
                 None,
             )
         }

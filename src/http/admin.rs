@@ -183,7 +183,11 @@ pub async fn route(req: &mut Request, env: &Env, method: &Method, rest: &str) ->
         }
         (Method::Get, "checks", model) if !model.is_empty() => {
             let checks = store.checks(model, 200).await?;
-            let total: i64 = checks.iter().filter_map(|c| c["amount_micros"].as_f64()).map(|m| m as i64).sum();
+            let total: i64 = checks
+                .iter()
+                .filter_map(|c| c["amount_micros"].as_f64())
+                .map(|m| m as i64)
+                .sum();
             Ok(json_response(
                 200,
                 &json!({"model": model, "checks": checks, "cost_usd": micros_to_usd(total)}),

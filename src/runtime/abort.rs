@@ -1,14 +1,28 @@
 //! Upstream fetches' cancellation and bodies: the `AbortController` of an attempt, and the body
 //! read through a reader of our own (handed on to the JS relay after commit). Every JS call goes
-//! through [`super::js`], so a refusal by the runtime (a task polled outside its request, see
-//! [`super::clock::in_request`]) comes back as an error instead of unwinding through Wasm.
+//! through `host.js`, which catches a refusal by the runtime (a task polled outside its request,
+//! see [`super::clock::in_request`]) and answers with a value instead of unwinding through Wasm.
 
-use js_sys::{Promise, Uint8Array};
-use wasm_bindgen::{JsCast, JsValue};
+use js_sys::{Array, Promise, Uint8Array};
+use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 use worker::web_sys;
 
-use super::js;
+#[wasm_bindgen(module = "/src/runtime/host.js")]
+extern "C" {
+    #[wasm_bindgen(js_name = newAbortController)]
+    fn new_abort_controller() -> JsValue;
+    #[wasm_bindgen(js_name = signalOf)]
+    fn signal_of(controller: &JsValue) -> JsValue;
+    #[wasm_bindgen(js_name = abortFetch)]
+    fn abort_fetch(controller: &JsValue);
+    #[wasm_bindgen(js_name = readerOf)]
+    fn reader_of(stream: &JsValue) -> JsValue;
+    #[wasm_bindgen(js_name = readChunk)]
+    fn read_chunk(reader: &JsValue) -> Promise;
+    #[wasm_bindgen(js_name = readUpTo)]
+    fn read_up_to(reader: &JsValue, cap: f64) -> Promise;
+}
 
 /// Aborts the upstream fetch it was given to.
 pub struct Canceller(Option<JsValue>);
@@ -21,12 +35,15 @@ impl Default for Canceller {
 
 impl Canceller {
     pub fn new() -> Canceller {
-        Canceller(js::construct_global("AbortController").ok())
+        Canceller(Some(new_abort_controller()).filter(|c| !c.is_undefined()))
     }
 
     /// The signal to pass to `fetch` (none if the runtime would not make one).
     pub fn signal(&self) -> Option<worker::AbortSignal> {
-        let signal = js::get(self.0.as_ref()?, "signal").ok()?;
+        let signal = signal_of(self.0.as_ref()?);
+        if signal.is_undefined() {
+            return None;
+        }
         Some(worker::AbortSignal::from(
             signal.unchecked_into::<web_sys::AbortSignal>(),
         ))
@@ -40,13 +57,13 @@ impl Canceller {
     /// Aborts the fetch and its body; a refusal by the runtime is ignored.
     pub fn abort(&self) {
         if let Some(c) = &self.0 {
-            let _ = js::call_method(c, "abort", &[]);
+            abort_fetch(c);
         }
     }
 }
 
 /// An upstream response body, read through a reader of our own so that after commit the same
-/// reader can be handed to the JS relay (`stream.js`) with the rest of the stream.
+/// reader can be handed to the JS relay (`relay.js`) with the rest of the stream.
 pub struct Body {
     reader: JsValue,
 }
@@ -54,39 +71,33 @@ pub struct Body {
 impl Body {
     /// Locks `stream` (a `ReadableStream`) to a new reader.
     pub fn new(stream: &JsValue) -> Option<Body> {
-        js::call_method(stream, "getReader", &[])
-            .ok()
+        Some(reader_of(stream))
+            .filter(|r| !r.is_undefined())
             .map(|reader| Body { reader })
     }
 
     /// The next chunk; `None` at the end, `Err` when the body broke.
     pub async fn next(&mut self) -> Result<Option<Vec<u8>>, ()> {
-        let read = js::call_method(&self.reader, "read", &[])
-            .and_then(|p| p.dyn_into::<Promise>())
-            .map_err(drop)?;
-        let result = JsFuture::from(read).await.map_err(drop)?;
-        if js::get(&result, "done").is_ok_and(|d| d.is_truthy()) {
+        let chunk = JsFuture::from(read_chunk(&self.reader)).await.map_err(drop)?;
+        if chunk.is_undefined() {
             return Ok(None);
         }
-        match js::get(&result, "value").map(|v| v.dyn_into::<Uint8Array>()) {
-            Ok(Ok(bytes)) => Ok(Some(bytes.to_vec())),
-            _ => Err(()),
-        }
+        chunk
+            .dyn_into::<Uint8Array>()
+            .map(|bytes| Some(bytes.to_vec()))
+            .map_err(drop)
     }
 
     /// The body up to `cap` bytes; `true` with it when that was all of it (`false`: there was
-    /// more, not read).
+    /// more, not read). Read in JS, one promise for the whole body.
     pub async fn read_up_to(&mut self, cap: usize) -> Result<(Vec<u8>, bool), ()> {
-        let mut out = Vec::new();
-        while let Some(chunk) = self.next().await? {
-            if out.len() + chunk.len() > cap {
-                let room = cap - out.len();
-                out.extend_from_slice(&chunk[..room]);
-                return Ok((out, false));
-            }
-            out.extend_from_slice(&chunk);
-        }
-        Ok((out, true))
+        let pair = JsFuture::from(read_up_to(&self.reader, cap as f64))
+            .await
+            .map_err(drop)?
+            .dyn_into::<Array>()
+            .map_err(drop)?;
+        let bytes = pair.get(0).dyn_into::<Uint8Array>().map_err(drop)?;
+        Ok((bytes.to_vec(), pair.get(1).is_truthy()))
     }
 
     /// The reader, for the relay to go on with.

@@ -3,8 +3,8 @@
 //! (`std::time` panics on wasm32; inside a request the runtime's clock advances only across I/O,
 //! which is what deadlines and logs need.) [`sleep`] is used instead of `worker::Delay` because a
 //! timer future may be polled or dropped outside any request (a task outliving its request), where
-//! the runtime refuses `setTimeout`/`clearTimeout`; here that refusal comes back as an error (see
-//! [`super::js`]) instead of unwinding through Wasm.
+//! the runtime refuses `setTimeout`/`clearTimeout`; here that refusal comes back as an error
+//! (`host.js` catches it) instead of unwinding through Wasm.
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
@@ -15,23 +15,29 @@ use std::task::{Context, Poll, Waker};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
-use super::js;
+#[wasm_bindgen(module = "/src/runtime/host.js")]
+extern "C" {
+    /// `setTimeout`'s id, `undefined` where timers are refused.
+    #[wasm_bindgen(js_name = setTimer)]
+    fn set_timer(handler: &js_sys::Function, ms: i32) -> JsValue;
+    /// `clearTimeout`; false where it was refused.
+    #[wasm_bindgen(js_name = clearTimer)]
+    fn clear_timer(id: &JsValue) -> bool;
+    #[wasm_bindgen(js_name = inRequest)]
+    fn in_request_js() -> bool;
+}
 
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> u64 {
     worker::Date::now().as_millis()
 }
 
-fn set_timeout(handler: &js_sys::Function, ms: i32) -> Result<JsValue, JsValue> {
-    js::call_global("setTimeout", &[handler.into(), ms.into()])
+fn set_timeout(handler: &js_sys::Function, ms: i32) -> Result<JsValue, ()> {
+    Some(set_timer(handler, ms)).filter(|id| !id.is_undefined()).ok_or(())
 }
 
-fn clear_timeout(id: &JsValue) -> Result<(), JsValue> {
-    js::call_global("clearTimeout", std::slice::from_ref(id)).map(drop)
-}
-
-thread_local! {
-    static NOOP: Closure<dyn FnMut()> = Closure::<dyn FnMut()>::new(|| {});
+fn clear_timeout(id: &JsValue) -> Result<(), ()> {
+    clear_timer(id).then_some(()).ok_or(())
 }
 
 /// Whether this code runs inside a request (or a `wait_until` task) the runtime still serves.
@@ -41,13 +47,7 @@ thread_local! {
 /// tasks where the runtime allows no I/O at all. Callers check this before I/O that could not be
 /// finished from there (a fetch, a Durable Object call, settlement) and give up cleanly instead.
 pub fn in_request() -> bool {
-    NOOP.with(|noop| match set_timeout(noop.as_ref().unchecked_ref(), 0) {
-        Ok(id) => {
-            let _ = clear_timeout(&id);
-            true
-        }
-        Err(_) => false,
-    })
+    in_request_js()
 }
 
 #[derive(Default)]

@@ -160,7 +160,10 @@ impl Api {
         }
         let mut body = body.clone();
         let obj = body.as_object_mut().expect("a JSON object body");
-        let model = obj.remove("model").and_then(|m| m.as_str().map(str::to_string)).unwrap_or_default();
+        let model = obj
+            .remove("model")
+            .and_then(|m| m.as_str().map(str::to_string))
+            .unwrap_or_default();
         let stream = obj.remove("stream").and_then(|s| s.as_bool()).unwrap_or(false);
         (self.path_for(&model, stream), body)
     }

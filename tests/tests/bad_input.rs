@@ -69,7 +69,12 @@ fn bad_requests_are_4xx_in_the_clients_dialect_and_cost_nothing() {
     }
     // The same in the other dialects' shapes.
     for api in [Api::Messages, Api::Responses, Api::Gemini] {
-        for bytes in [b"{not json".to_vec(), b"[]".to_vec(), nested(10_000).into_bytes(), b"{}".to_vec()] {
+        for bytes in [
+            b"{not json".to_vec(),
+            b"[]".to_vec(),
+            nested(10_000).into_bytes(),
+            b"{}".to_vec(),
+        ] {
             let (name, value) = api.auth_header(&chat.key);
             let r = s.request(
                 "POST",

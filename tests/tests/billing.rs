@@ -396,7 +396,10 @@ fn load_with_faults_keeps_the_ledger_exact() {
 /// in `usageMetadata`, so a Gemini answer carries no `cost`.
 #[test]
 fn the_usage_a_client_sees_carries_the_ledgers_charge() {
-    for api in switchyard_e2e::APIS.into_iter().filter(|a| *a != switchyard_e2e::Api::Gemini) {
+    for api in switchyard_e2e::APIS
+        .into_iter()
+        .filter(|a| *a != switchyard_e2e::Api::Gemini)
+    {
         let f = switchyard_e2e::Fixture::build(api, &["chunks/7/0"], &[], switchyard_e2e::fast_policy(), false);
         let r = f.send(false);
         assert_eq!(r.status, 200, "{api:?}: {}", r.text());

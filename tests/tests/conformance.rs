@@ -486,7 +486,13 @@ fn a_cooldown_doubles_but_never_beyond_its_cap() {
         json!({"demote_after": 1, "cooldown_ms": 300, "cooldown_max_ms": 500}),
     );
     // The live probe of §8 alone: the route opts out of verification checks (SPEC §8a).
-    let f = Fixture::build(Api::Chat, &["status/503", "ok"], &[json!({"verify": false})], policy, false);
+    let f = Fixture::build(
+        Api::Chat,
+        &["status/503", "ok"],
+        &[json!({"verify": false})],
+        policy,
+        false,
+    );
     let mut lengths = Vec::new();
     let mut last_demotion = 0;
     for _ in 0..4 {

@@ -75,7 +75,10 @@ fn assert_answer(api: Api, stream: bool, r: &Reply, ctx: &str) {
         }
         Api::Gemini => {
             let last: Value = serde_json::from_str(&last.1).unwrap();
-            assert_eq!(last["candidates"][0]["finishReason"], "STOP", "the finish chunk ends it: {ctx}");
+            assert_eq!(
+                last["candidates"][0]["finishReason"], "STOP",
+                "the finish chunk ends it: {ctx}"
+            );
             assert!(!r.text().contains("\"error\""), "{ctx}");
         }
     }
@@ -130,7 +133,11 @@ fn assert_error(api: Api, r: &Reply, status: u16, code: &str, ctx: &str) {
             502 | 503 => "UNAVAILABLE",
             _ => "INTERNAL",
         };
-        assert_eq!((v["error"]["code"].as_u64(), v["error"]["status"].as_str()), (Some(u64::from(status)), Some(word)), "{ctx}");
+        assert_eq!(
+            (v["error"]["code"].as_u64(), v["error"]["status"].as_str()),
+            (Some(u64::from(status)), Some(word)),
+            "{ctx}"
+        );
         assert!(v["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{ctx}");
         let info = &v["error"]["details"][0];
         assert_eq!(info["reason"], code, "{ctx}");
@@ -361,7 +368,10 @@ fn every_route_overloaded_is_a_503_with_retry_after_in_the_clients_dialect() {
         assert_eq!(r.header("retry-after"), Some("3"), "{ctx}");
         let v = r.json();
         match api {
-            Api::Gemini => assert!(v["error"]["details"][0]["metadata"]["available_models"].is_string(), "{ctx}"),
+            Api::Gemini => assert!(
+                v["error"]["details"][0]["metadata"]["available_models"].is_string(),
+                "{ctx}"
+            ),
             _ => assert!(v["error"]["available_models"].is_array(), "{ctx}"),
         }
     }
@@ -479,21 +489,43 @@ fn gemini_routes_get_the_model_in_the_path_and_the_key_as_x_goog_api_key() {
     let seen = &s.mock_stats(&label, "ok")["last_request"];
     assert_eq!(seen["path"], format!("/{label}/ok/models/gemini-up:generateContent"));
     assert_eq!(seen["headers"]["x-goog-api-key"], s.upstream_key);
-    assert!(seen["headers"]["authorization"].is_null(), "the key goes as x-goog-api-key only");
-    assert_eq!(seen["body"]["contents"], body["contents"], "the client's contents as sent");
-    assert_eq!(seen["body"]["generationConfig"]["maxOutputTokens"], 1024, "the held limit, forwarded");
-    let r = post(&format!("/v1beta/models/{model}:streamGenerateContent?alt=sse"), &[("x-goog-api-key", &key)]);
+    assert!(
+        seen["headers"]["authorization"].is_null(),
+        "the key goes as x-goog-api-key only"
+    );
+    assert_eq!(
+        seen["body"]["contents"], body["contents"],
+        "the client's contents as sent"
+    );
+    assert_eq!(
+        seen["body"]["generationConfig"]["maxOutputTokens"], 1024,
+        "the held limit, forwarded"
+    );
+    let r = post(
+        &format!("/v1beta/models/{model}:streamGenerateContent?alt=sse"),
+        &[("x-goog-api-key", &key)],
+    );
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(
         s.mock_stats(&label, "ok")["last_request"]["path"],
         format!("/{label}/ok/models/gemini-up:streamGenerateContent?alt=sse")
     );
     assert!(sse_events(&r.text()).len() >= 2, "{}", r.text());
-    let r = post(&format!("/v1beta/models/{model}:streamGenerateContent"), &[("x-goog-api-key", &key)]);
+    let r = post(
+        &format!("/v1beta/models/{model}:streamGenerateContent"),
+        &[("x-goog-api-key", &key)],
+    );
     assert_error(Api::Gemini, &r, 400, "invalid_request", &r.text());
-    let r = post(&format!("/v1beta/models/{model}:countTokens"), &[("x-goog-api-key", &key)]);
+    let r = post(
+        &format!("/v1beta/models/{model}:countTokens"),
+        &[("x-goog-api-key", &key)],
+    );
     assert_error(Api::Gemini, &r, 404, "not_found", &r.text());
     let r = post(&format!("/v1beta/models/{model}:generateContent"), &[]);
     assert_error(Api::Gemini, &r, 401, "invalid_api_key", &r.text());
-    assert_eq!(s.mock_stats(&label, "ok")["requests"], 2, "only the two good requests reached it");
+    assert_eq!(
+        s.mock_stats(&label, "ok")["requests"],
+        2,
+        "only the two good requests reached it"
+    );
 }

@@ -217,7 +217,10 @@ fn a_healed_route_wins_back_its_share() {
     let healed_ms = started.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64 + HEAL_MS;
     let clean_from = (healed_ms / 60_000 + 5) * 60_000 + 2_000;
     loop {
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
         if now >= clean_from {
             break;
         }

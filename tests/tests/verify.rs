@@ -56,7 +56,11 @@ impl Model {
         let (label, scenario) = &self.routes[i];
         let st = self.s.mock_stats(label, scenario);
         let by = |p: &str| st["by_prompt"][p].as_u64().unwrap_or(0);
-        (by(&self.prompt), by(CHECK_PROMPT), st["max_in_flight"].as_u64().unwrap_or(0))
+        (
+            by(&self.prompt),
+            by(CHECK_PROMPT),
+            st["max_in_flight"].as_u64().unwrap_or(0),
+        )
     }
 
     fn route_health(&self, i: usize) -> Value {
@@ -115,7 +119,12 @@ fn a_route_answering_200_without_a_real_answer_stays_demoted() {
     while Instant::now() < until {
         for (m, rs) in models.iter().zip(&mut replies) {
             let r = m.ask();
-            assert_eq!(r.header("x-switchyard-route"), Some("r1"), "{}: a user request reached r0", m.routes[0].1);
+            assert_eq!(
+                r.header("x-switchyard-route"),
+                Some("r1"),
+                "{}: a user request reached r0",
+                m.routes[0].1
+            );
             rs.push(r);
         }
         std::thread::sleep(Duration::from_millis(250));
@@ -130,10 +139,20 @@ fn a_route_answering_200_without_a_real_answer_stays_demoted() {
         assert_eq!(h["last_check"]["passed"], false, "{sc}: {h}");
         assert_eq!(h["last_check"]["kind"], "cooldown", "{sc}: {h}");
         assert!(h["last_check"]["reason"].as_str().unwrap().contains(':'), "{sc}: {h}");
-        assert!(h["breaker"]["cooldown_level"].as_u64().unwrap() >= 3, "{sc}: each failed check doubles: {h}");
+        assert!(
+            h["breaker"]["cooldown_level"].as_u64().unwrap() >= 3,
+            "{sc}: each failed check doubles: {h}"
+        );
         let booked = m.checks();
-        assert_eq!(booked.len() as u64, checks, "{sc}: one platform ledger row per check: {booked:?}");
-        assert!(booked.iter().all(|c| c["route"] == "r0" && c["passed"] == 0), "{sc}: {booked:?}");
+        assert_eq!(
+            booked.len() as u64,
+            checks,
+            "{sc}: one platform ledger row per check: {booked:?}"
+        );
+        assert!(
+            booked.iter().all(|c| c["route"] == "r0" && c["passed"] == 0),
+            "{sc}: {booked:?}"
+        );
         let (charged, generations) = m.key_spend(rs);
         assert_eq!(charged, generations, "{sc}: the key paid for its own requests only");
     }
@@ -168,14 +187,29 @@ fn a_route_that_heals_passes_its_check_then_is_probed_by_live_traffic() {
     assert_eq!(h["last_check"]["passed"], true, "{h}");
     let booked = m.checks();
     assert_eq!(booked.len(), 2, "{booked:?}");
-    assert_eq!((booked[0]["passed"].as_u64(), booked[1]["passed"].as_u64()), (Some(1), Some(0)), "newest first");
-    assert!(booked[0]["amount_micros"].as_i64().unwrap() > 0, "a real answer costs: {booked:?}");
+    assert_eq!(
+        (booked[0]["passed"].as_u64(), booked[1]["passed"].as_u64()),
+        (Some(1), Some(0)),
+        "newest first"
+    );
+    assert!(
+        booked[0]["amount_micros"].as_i64().unwrap() > 0,
+        "a real answer costs: {booked:?}"
+    );
     let (charged, generations) = m.key_spend(&replies);
     assert_eq!(charged, generations, "the passed check's cost is the platform's");
     // The status surfaces say when r0 was last verified.
-    let r0 = |e: &Value| e["order"].as_array().and_then(|o| o.iter().find(|x| x["id"] == "r0").cloned());
+    let r0 = |e: &Value| {
+        e["order"]
+            .as_array()
+            .and_then(|o| o.iter().find(|x| x["id"] == "r0").cloned())
+    };
     let entry = report_entry(&m, 5, |e| r0(e).is_some_and(|r| !r["last_verified_ms"].is_null()));
-    assert_eq!(r0(&entry).unwrap()["last_verified_ms"], h["last_check"]["at_ms"], "{entry}");
+    assert_eq!(
+        r0(&entry).unwrap()["last_verified_ms"],
+        h["last_check"]["at_ms"],
+        "{entry}"
+    );
 }
 
 /// A healthy route that nobody uses is checked once per `verify_idle_ms`, one check at a time
@@ -217,9 +251,15 @@ fn old_evidence_is_not_operational() {
     m.ask();
     let asked = Instant::now();
     assert_eq!(status_when(&m, "operational", 4), "operational");
-    assert!(asked.elapsed() < Duration::from_secs(6), "too slow to see the fresh word");
+    assert!(
+        asked.elapsed() < Duration::from_secs(6),
+        "too slow to see the fresh word"
+    );
     assert_eq!(status_when(&m, "unverified", 12), "unverified");
-    assert!(asked.elapsed() >= Duration::from_secs(6), "unverified before the evidence was old");
+    assert!(
+        asked.elapsed() >= Duration::from_secs(6),
+        "unverified before the evidence was old"
+    );
     m.ask();
     assert_eq!(status_when(&m, "operational", 5), "operational");
 }
@@ -228,10 +268,16 @@ fn old_evidence_is_not_operational() {
 fn report_entry(m: &Model, secs: u64, ready: impl Fn(&Value) -> bool) -> Value {
     let deadline = Instant::now() + Duration::from_secs(secs);
     loop {
-        let r = m.s.request("GET", &format!("{}/api/health/models", m.s.gateway), &[], None);
+        let r =
+            m.s.request("GET", &format!("{}/api/health/models", m.s.gateway), &[], None);
         assert_eq!(r.status, 200, "{}", r.text());
         let report = r.json();
-        let entry = report["models"].as_array().unwrap().iter().find(|x| x["id"] == m.id.as_str()).cloned();
+        let entry = report["models"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["id"] == m.id.as_str())
+            .cloned();
         let entry = entry.unwrap_or(Value::Null);
         if ready(&entry) || Instant::now() >= deadline {
             return entry;
@@ -242,5 +288,8 @@ fn report_entry(m: &Model, secs: u64, ready: impl Fn(&Value) -> bool) -> Value {
 
 /// The model's status word once it is `want` (or whatever it is after `secs`).
 fn status_when(m: &Model, want: &str, secs: u64) -> String {
-    report_entry(m, secs, |e| e["status"] == want)["status"].as_str().unwrap_or("").to_string()
+    report_entry(m, secs, |e| e["status"] == want)["status"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
 }

@@ -35,7 +35,8 @@ usage:
   switchyard-bench echo --echo URL --mock URL [common]
       The same pairs through bench/echo-worker (a trivial worker-rs proxy to the mock): the floor.
   switchyard-bench js-echo --echo URL --mock URL [common]
-      The pass-through pairs through bench/js-echo (a plain JS Worker): the JS floor.
+      The pairs through bench/js-echo (a plain JS Worker): the JS floor — the pass-through, and
+      streams read chunk by chunk in JS (/relay) or piped with batched inspection (/tee).
   switchyard-bench target --target URL --key KEY --model MODEL [--direct URL] [common]
       Non-stream, concurrency 1 and 8, through any OpenAI-compatible gateway. URL is the API base
       (the OpenAI SDK's base_url, e.g. http://127.0.0.1:4000/v1); requests go to URL/chat/completions.
@@ -782,15 +783,15 @@ fn tried_route(client: &mut Client, gw: &Url, key: &str, id: &str, route: &str) 
 }
 
 /// A floor: the worker-rs echo proxy (`full`: with its relay and D1 variants) or the plain JS
-/// pass-through (`bench/js-echo`: `/_echo` and the pass-through only).
+/// floors (`bench/js-echo`: `/_echo`, the pass-through, and its `/relay` and `/tee` streams).
 fn echo_mode(o: &Opts, full: bool) -> Result<Value, String> {
     let echo = need(&o.echo, "--echo")?.trim_end_matches('/').to_string();
     let mock = need(&o.mock, "--mock")?.trim_end_matches('/').to_string();
     let label = unique("sybench-echo");
     let machine = machine_info();
-    let pair = |path: &str, stream: bool, relay: bool| -> Result<(Call, Call), String> {
+    // `prefix`: the floor's mode ("" pass-through, "/relay" chunk by chunk, "/tee" batched).
+    let pair = |path: &str, stream: bool, prefix: &str| -> Result<(Call, Call), String> {
         let body = chat_body("u", stream);
-        let prefix = if relay { "/relay" } else { "" };
         Ok((
             Call::post_json(
                 Url::parse(&format!("{echo}{prefix}{path}"))?,
@@ -801,15 +802,20 @@ fn echo_mode(o: &Opts, full: bool) -> Result<Value, String> {
             Call::post_json(Url::parse(&format!("{mock}{path}"))?, json_headers(None), &body, stream),
         ))
     };
-    let (a_ok, b_ok) = pair(&format!("/{label}/ok/chat/completions"), false, false)?;
-    let (a_ok_s, b_ok_s) = pair(&format!("/{label}/ok/chat/completions"), true, false)?;
+    let (a_ok, b_ok) = pair(&format!("/{label}/ok/chat/completions"), false, "")?;
+    let (a_ok_s, b_ok_s) = pair(&format!("/{label}/ok/chat/completions"), true, "")?;
     let (a_bg, a_fg) = (
-        pair(&format!("/bg/{label}/ok/chat/completions"), false, false)?.0,
-        pair(&format!("/fg/{label}/ok/chat/completions"), false, false)?.0,
+        pair(&format!("/bg/{label}/ok/chat/completions"), false, "")?.0,
+        pair(&format!("/fg/{label}/ok/chat/completions"), false, "")?.0,
     );
-    let (a_200, b_200) = pair(&format!("/{label}-200/chunks/200/0/chat/completions"), true, false)?;
-    let (a_200r, _) = pair(&format!("/{label}-200/chunks/200/0/chat/completions"), true, true)?;
-    let (a_2000, b_2000) = pair(&format!("/{label}-2000/chunks/2000/0/chat/completions"), true, false)?;
+    let path_200 = format!("/{label}-200/chunks/200/0/chat/completions");
+    let path_2000 = format!("/{label}-2000/chunks/2000/0/chat/completions");
+    let (a_200, b_200) = pair(&path_200, true, "")?;
+    let (a_200r, _) = pair(&path_200, true, "/relay")?;
+    let (a_2000, b_2000) = pair(&path_2000, true, "")?;
+    let (a_2000r, _) = pair(&path_2000, true, "/relay")?;
+    let (a_200t, _) = pair(&path_200, true, "/tee")?;
+    let (a_2000t, _) = pair(&path_2000, true, "/tee")?;
     let get = |url: String| -> Result<Call, String> {
         Ok(Call {
             method: "GET",
@@ -827,8 +833,11 @@ fn echo_mode(o: &Opts, full: bool) -> Result<Value, String> {
         (&a_ok_s, Metric::FirstContent),
         (&a_bare, Metric::Total),
     ];
+    probes.push((&a_200r, Metric::FirstContent));
     if full {
-        probes.extend([(&a_200r, Metric::FirstContent), (&a_fg, Metric::Total)]);
+        probes.push((&a_fg, Metric::Total));
+    } else {
+        probes.push((&a_200t, Metric::FirstContent));
     }
     for (call, metric) in probes {
         checked(&mut probe, call, metric)?;
@@ -851,11 +860,18 @@ fn echo_mode(o: &Opts, full: bool) -> Result<Value, String> {
         measure(o, &spec("stream_200_total", &a_200, &b_200, Metric::Total, 1))?,
         measure(o, &spec("stream_2000_total", &a_2000, &b_2000, Metric::Total, 1))?,
     ]);
-    if full {
-        rows.push(measure(
-            o,
-            &spec("stream_200_total_relay", &a_200r, &b_200, Metric::Total, 1),
-        )?);
+    rows.push(measure(
+        o,
+        &spec("stream_200_total_relay", &a_200r, &b_200, Metric::Total, 1),
+    )?);
+    if !full {
+        // The JS floor's other two ways through a stream (bench/js-echo): every chunk read in JS,
+        // and the native pipe with batched inspection beside it.
+        rows.extend([
+            measure(o, &spec("stream_2000_total_relay", &a_2000r, &b_2000, Metric::Total, 1))?,
+            measure(o, &spec("stream_200_total_tee", &a_200t, &b_200, Metric::Total, 1))?,
+            measure(o, &spec("stream_2000_total_tee", &a_2000t, &b_2000, Metric::Total, 1))?,
+        ]);
     }
     Ok(json!({
         "mode": if full { "echo" } else { "js-echo" },

@@ -140,11 +140,18 @@ fn cpu_cell(run: &Value) -> String {
     if run["cpu_measured"] != true {
         return "not measured".into();
     }
-    let names = ["nonstream_c1", "stream_ttfc", "stream_200_total"];
+    cpu_of(run, &["nonstream_c1", "stream_ttfc", "stream_200_total"])
+}
+
+/// The runtime's CPU per request of each named row, "a · b ms" ("—" when none was measured).
+fn cpu_of(run: &Value, names: &[&str]) -> String {
     let parts: Vec<String> = names
         .iter()
         .map(|n| row(run, n).map_or("—".into(), |r| ms(&r["cpu_ms_per_request"])))
         .collect();
+    if parts.iter().all(|p| p == "—") {
+        return "—".into();
+    }
     format!("{} ms", parts.join(" · "))
 }
 
@@ -199,8 +206,20 @@ pub fn render(runs: &[Value], primary: usize) -> String {
             rel("stream_2000_total"),
         ),
         (
-            "stream of 200 chunks relayed chunk by chunk in Rust: total vs direct (p50)",
+            "stream of 200 chunks, every chunk read by the Worker (echo proxy: in Rust; JS floor: in JS, `/relay`): total vs direct (p50)",
             rel("stream_200_total_relay"),
+        ),
+        (
+            "the same, 2,000 chunks",
+            rel("stream_2000_total_relay"),
+        ),
+        (
+            "stream of 200 chunks piped natively, a `tee()` branch read in 64 KiB batches (JS floor `/tee`): total vs direct (p50)",
+            rel("stream_200_total_tee"),
+        ),
+        (
+            "the same, 2,000 chunks",
+            rel("stream_2000_total_tee"),
         ),
         (
             "no subrequest (Worker answers itself vs mock `/_health`): added",
@@ -234,6 +253,10 @@ pub fn render(runs: &[Value], primary: usize) -> String {
         (
             "CPU time of the runtime process per request (non-stream · stream TTFC · 200-chunk stream)",
             runs.iter().map(cpu_cell).collect(),
+        ),
+        (
+            "CPU time per 200-chunk stream, every chunk read · batched beside a native pipe",
+            runs.iter().map(|r| cpu_of(r, &["stream_200_total_relay", "stream_200_total_tee"])).collect(),
         ),
     ];
     for (name, cells) in lines {
@@ -301,6 +324,120 @@ pub fn render(runs: &[Value], primary: usize) -> String {
 
     if let Some(run) = runs.get(primary).filter(|r| r["mode"] == "gateway") {
         out.push_str(&targets(run, &labels[primary]));
+        if let Some(floor) = runs.iter().find(|r| r["mode"] == "js-echo") {
+            out.push_str(&floor_targets(run, floor));
+        }
+    }
+    out
+}
+
+/// A p50 / p99 of a row's `added` or `through` figures, or its CPU per request.
+fn figure(run: &Value, name: &str, what: &str, pct: &str) -> Option<f64> {
+    let r = row(run, name)?;
+    if what == "cpu" {
+        return r["cpu_ms_per_request"].as_f64();
+    }
+    r[what][pct].as_f64()
+}
+
+/// Issue 15's targets: Switchyard against the JS floor of the same run, with the JS floor that
+/// reads every chunk (`/relay`) beside the stream targets.
+fn floor_targets(run: &Value, floor: &Value) -> String {
+    let mut out = String::from(
+        "\nTargets of issue 15, each against the JS floor of this run (p50 unless noted; \"JS reading every chunk\" is the floor's `/relay`):\n\n",
+    );
+    out.push_str("| target | Switchyard | JS floor | JS reading every chunk | verdict |\n|---|---|---|---|---|\n");
+    // (target, row, figure, percentile, relay row, how the limit follows from the floor)
+    enum Limit {
+        Times(f64),
+        Plus(f64),
+    }
+    let cases = [
+        (
+            "non-stream added, concurrency 1: ≤ 1.1× the floor",
+            "nonstream_c1",
+            "added",
+            "p50",
+            None,
+            Limit::Times(1.1),
+        ),
+        (
+            "non-stream added, concurrency 8: ≤ 1.25×",
+            "nonstream_c8",
+            "added",
+            "p50",
+            None,
+            Limit::Times(1.25),
+        ),
+        (
+            "non-stream added p99, concurrency 1: ≤ the floor's + 1 ms",
+            "nonstream_c1",
+            "added",
+            "p99",
+            None,
+            Limit::Plus(1.0),
+        ),
+        (
+            "time to first content added: ≤ the floor + 0.3 ms",
+            "stream_ttfc",
+            "added",
+            "p50",
+            None,
+            Limit::Plus(0.3),
+        ),
+        (
+            "200-event stream, whole: ≤ 1.5×",
+            "stream_200_total",
+            "through",
+            "p50",
+            Some("stream_200_total_relay"),
+            Limit::Times(1.5),
+        ),
+        (
+            "2,000-event stream, whole: ≤ 1.5×",
+            "stream_2000_total",
+            "through",
+            "p50",
+            Some("stream_2000_total_relay"),
+            Limit::Times(1.5),
+        ),
+        (
+            "CPU per 200-event stream: ≤ 2×",
+            "stream_200_total",
+            "cpu",
+            "",
+            Some("stream_200_total_relay"),
+            Limit::Times(2.0),
+        ),
+    ];
+    for (target, name, what, pct, relay, limit) in cases {
+        let ours = figure(run, name, what, pct);
+        let base = figure(floor, name, what, pct);
+        let relay_cell = relay
+            .and_then(|r| figure(floor, r, what, pct))
+            .map_or("—".to_string(), |v| format!("{} ms", ms(&v.into())));
+        let verdict = match (ours, base) {
+            (Some(o), Some(b)) => {
+                let (ok, gap) = match limit {
+                    Limit::Times(k) => (o <= b * k, format!("{:.1}×", o / b)),
+                    Limit::Plus(k) => (o <= b + k, format!("floor {}", signed(&(o - b).into()))),
+                };
+                if ok {
+                    format!("met ({gap})")
+                } else {
+                    format!("**missed** ({gap})")
+                }
+            }
+            _ => "not measured".into(),
+        };
+        let cell = |v: Option<f64>| v.map_or("—".to_string(), |v| format!("{} ms", ms(&v.into())));
+        out.push_str(&table_line(&[
+            target.to_string(),
+            cell(ours),
+            cell(base),
+            relay_cell,
+            verdict,
+        ]));
     }
     out
 }
@@ -389,6 +526,24 @@ mod tests {
     fn ranges_compact() {
         assert_eq!(ranges(&[1, 2, 3, 57]), "#1–#3, #57");
         assert_eq!(ranges(&[]), "");
+    }
+
+    #[test]
+    fn floor_targets_judge_against_the_floor() {
+        let run = serde_json::json!({"rows": [
+            {"name": "nonstream_c1", "added": {"p50": 0.5, "p99": 2.0}},
+            {"name": "stream_ttfc", "added": {"p50": 0.5}},
+        ]});
+        let floor = serde_json::json!({"rows": [
+            {"name": "nonstream_c1", "added": {"p50": 0.4, "p99": 0.5}},
+            {"name": "stream_ttfc", "added": {"p50": 0.25}},
+        ]});
+        let table = floor_targets(&run, &floor);
+        let line = |start: &str| table.lines().find(|l| l.starts_with(start)).unwrap().to_string();
+        assert!(line("| non-stream added, concurrency 1").ends_with("**missed** (1.2×) |"));
+        assert!(line("| non-stream added p99").ends_with("**missed** (floor +1.50) |"));
+        assert!(line("| time to first content").ends_with("met (floor +0.25) |"));
+        assert!(line("| 200-event stream").ends_with("not measured |"));
     }
 
     #[test]

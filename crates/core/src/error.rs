@@ -228,8 +228,11 @@ impl ApiError {
     /// The headers the error response carries: `retry-after` where the error has one, and a
     /// rate-limited key's `x-ratelimit-*` (SPEC §10).
     pub fn headers(&self) -> Vec<(&'static str, String)> {
-        let mut headers: Vec<(&'static str, String)> =
-            self.retry_after_s().map(|s| ("retry-after", s.to_string())).into_iter().collect();
+        let mut headers: Vec<(&'static str, String)> = self
+            .retry_after_s()
+            .map(|s| ("retry-after", s.to_string()))
+            .into_iter()
+            .collect();
         if let ApiError::KeyRateLimited { window: Some(w), .. } = self {
             headers.extend(rate_headers(w));
         }
@@ -305,7 +308,14 @@ mod tests {
             (ApiError::invalid("bad", Some("contents")), 400, "INVALID_ARGUMENT"),
             (ApiError::InvalidApiKey, 401, "UNAUTHENTICATED"),
             (ApiError::InsufficientBalance, 402, "FAILED_PRECONDITION"),
-            (ApiError::KeyRateLimited { retry_after_s: 1, window: None }, 429, "RESOURCE_EXHAUSTED"),
+            (
+                ApiError::KeyRateLimited {
+                    retry_after_s: 1,
+                    window: None,
+                },
+                429,
+                "RESOURCE_EXHAUSTED",
+            ),
             (ApiError::ProviderError { model: "m".into() }, 502, "UNAVAILABLE"),
             (ApiError::StorageUnavailable, 503, "UNAVAILABLE"),
         ];

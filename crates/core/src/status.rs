@@ -834,9 +834,20 @@ mod tests {
         assert_eq!(h.verified_status(20 * MIN, now), StatusWord::Operational);
         // Nothing answered (live or checked) since: not Operational while the rule is on.
         assert_eq!(h.verified_status(15 * MIN, now), StatusWord::Unverified);
-        assert_eq!(h.verified_status(0, now), StatusWord::Operational, "0 turns the rule off");
-        h.observe(&attempt("r", "a", AttemptOutcome::Success, now - 16 * MIN), &HealthConfig::default());
-        assert_eq!(h.verified_status(15 * MIN, now), StatusWord::Unverified, "16 minutes old");
+        assert_eq!(
+            h.verified_status(0, now),
+            StatusWord::Operational,
+            "0 turns the rule off"
+        );
+        h.observe(
+            &attempt("r", "a", AttemptOutcome::Success, now - 16 * MIN),
+            &HealthConfig::default(),
+        );
+        assert_eq!(
+            h.verified_status(15 * MIN, now),
+            StatusWord::Unverified,
+            "16 minutes old"
+        );
         let check = crate::verify::CheckKind::Idle;
         h.record_check("r", check, &Ok(()), now - MIN, &HealthConfig::default());
         assert_eq!(h.verified_status(15 * MIN, now), StatusWord::Operational);
@@ -844,7 +855,19 @@ mod tests {
         let down = traffic(0, 10, None);
         assert_eq!(down.verified_status(15 * MIN, now), StatusWord::Down);
         let c = catalog(&[("m", &[("r", "a")])]);
-        let r = report(&c, &BTreeMap::from([("m".to_string(), h)]), &ModelHealth::default(), now);
-        assert_eq!(r.models[0].order.iter().find(|x| x.id == "r").and_then(|x| x.last_verified_ms), Some(now - MIN));
+        let r = report(
+            &c,
+            &BTreeMap::from([("m".to_string(), h)]),
+            &ModelHealth::default(),
+            now,
+        );
+        assert_eq!(
+            r.models[0]
+                .order
+                .iter()
+                .find(|x| x.id == "r")
+                .and_then(|x| x.last_verified_ms),
+            Some(now - MIN)
+        );
     }
 }

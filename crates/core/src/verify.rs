@@ -287,7 +287,10 @@ mod tests {
         assert_eq!(h.probe_claims(&list, end).len(), 1);
         assert!(h.due_checks(&rs, 0, end + 10_000).is_empty(), "no second check");
         let rec = h.routes["r0"].last_check.clone().unwrap();
-        assert_eq!((rec.passed, rec.kind, rec.reason.as_str()), (true, CheckKind::Cooldown, "answered"));
+        assert_eq!(
+            (rec.passed, rec.kind, rec.reason.as_str()),
+            (true, CheckKind::Cooldown, "answered")
+        );
     }
 
     #[test]
@@ -298,7 +301,11 @@ mod tests {
         let end = T0 + 1_000;
         h.record_check("r0", CheckKind::Cooldown, &bad(), end, &cfg());
         let b = &h.routes["r0"].breaker;
-        assert_eq!(b.demoted_until_ms, Some(end + 2_000), "second cooldown is twice the first");
+        assert_eq!(
+            b.demoted_until_ms,
+            Some(end + 2_000),
+            "second cooldown is twice the first"
+        );
         assert!(b.check_pending);
         assert_eq!(b.last_failure_class, Some(BadResponse));
         assert_eq!(h.next_check_ms(&rs, 0, end), Some(end + 2_000));
@@ -331,16 +338,35 @@ mod tests {
         let rs = routes(&[true, true]);
         h.know_routes(&rs, T0);
         // r0 answers live traffic at T0 + 500; r1 never does.
-        h.observe(&Observation::at("r0", "acct", AttemptOutcome::Success, T0 + 500), &cfg());
+        h.observe(
+            &Observation::at("r0", "acct", AttemptOutcome::Success, T0 + 500),
+            &cfg(),
+        );
         assert_eq!(h.next_check_ms(&rs, 3_000, T0), Some(T0 + 3_000));
-        assert_eq!(h.due_checks(&rs, 3_000, T0 + 3_000), vec![("r1".to_string(), CheckKind::Idle)]);
+        assert_eq!(
+            h.due_checks(&rs, 3_000, T0 + 3_000),
+            vec![("r1".to_string(), CheckKind::Idle)]
+        );
         assert!(h.claim_check("r1", T0 + 3_000, 1_000));
-        assert!(!h.claim_check("r1", T0 + 3_100, 1_000), "never two checks of a route at once");
-        assert!(h.due_checks(&rs, 3_000, T0 + 3_200).is_empty(), "in flight: not due again");
+        assert!(
+            !h.claim_check("r1", T0 + 3_100, 1_000),
+            "never two checks of a route at once"
+        );
+        assert!(
+            h.due_checks(&rs, 3_000, T0 + 3_200).is_empty(),
+            "in flight: not due again"
+        );
         assert_eq!(h.next_check_ms(&rs, 3_000, T0 + 3_200), Some(T0 + 3_500), "r0 next");
         h.record_check("r1", CheckKind::Idle, &Ok(()), T0 + 3_300, &cfg());
-        assert_eq!(h.next_check_ms(&rs, 3_000, T0 + 3_600), Some(T0 + 3_601), "r0 overdue: at once");
-        assert_eq!(h.due_checks(&rs, 3_000, T0 + 6_299), vec![("r0".to_string(), CheckKind::Idle)]);
+        assert_eq!(
+            h.next_check_ms(&rs, 3_000, T0 + 3_600),
+            Some(T0 + 3_601),
+            "r0 overdue: at once"
+        );
+        assert_eq!(
+            h.due_checks(&rs, 3_000, T0 + 6_299),
+            vec![("r0".to_string(), CheckKind::Idle)]
+        );
         assert_eq!(h.due_checks(&rs, 3_000, T0 + 6_300).len(), 2);
         // Idle checks off: nothing due, no alarm for them.
         assert!(h.due_checks(&rs, 0, T0 + 60_000).is_empty());
@@ -358,8 +384,14 @@ mod tests {
         h.record_check("r0", CheckKind::Idle, &bad(), T0 + 3_000, &cfg());
         let b = &h.routes["r0"].breaker;
         assert!(b.is_demoted() && b.check_pending);
-        assert_eq!(h.route_state("r0", "acct", T0 + 3_500), BreakerState::Cooling { until_ms: T0 + 4_000 });
-        assert_eq!(h.due_checks(&rs, 3_000, T0 + 4_000), vec![("r0".to_string(), CheckKind::Cooldown)]);
+        assert_eq!(
+            h.route_state("r0", "acct", T0 + 3_500),
+            BreakerState::Cooling { until_ms: T0 + 4_000 }
+        );
+        assert_eq!(
+            h.due_checks(&rs, 3_000, T0 + 4_000),
+            vec![("r0".to_string(), CheckKind::Cooldown)]
+        );
     }
 
     #[test]

@@ -68,7 +68,10 @@ fn every_error_code_and_failure_class_is_documented() {
         ApiError::UpstreamInvalidRequest { message: "x".into() },
         ApiError::ContentPolicy { message: "x".into() },
         ApiError::StorageUnavailable,
-        ApiError::KeyRateLimited { retry_after_s: 1, window: None },
+        ApiError::KeyRateLimited {
+            retry_after_s: 1,
+            window: None,
+        },
         ApiError::CapacityBusy { retry_after_s: 1 },
         ApiError::Internal { label: "x" },
     ];

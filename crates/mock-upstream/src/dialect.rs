@@ -1075,7 +1075,10 @@ mod tests {
         let i = info(r#"{"contents":[{"parts":[{"text":"hi"}]}]}"#).for_gemini("gem-1", true);
         let sc = Scenario::default();
         let v: Value = serde_json::from_str(&nonstream_body(Api::Gemini, &i, &sc)).unwrap();
-        assert_eq!(v["candidates"][0]["content"]["parts"][0]["text"], "Hello from the mock upstream,");
+        assert_eq!(
+            v["candidates"][0]["content"]["parts"][0]["text"],
+            "Hello from the mock upstream,"
+        );
         assert_eq!(v["candidates"][0]["finishReason"], "STOP");
         assert_eq!(v["usageMetadata"]["candidatesTokenCount"], 5);
         assert_eq!(v["modelVersion"], "gem-1");
@@ -1088,8 +1091,12 @@ mod tests {
         assert_eq!(last["candidates"][0]["finishReason"], "STOP");
         assert_eq!(last["usageMetadata"]["promptTokenCount"], i.prompt_tokens);
         let e: Value = serde_json::from_str(&error_body(Api::Gemini, &status_error(None, 503, "m"))).unwrap();
-        assert_eq!((e["error"]["code"].as_u64(), e["error"]["status"].as_str()), (Some(503), Some("UNAVAILABLE")));
-        let e: Value = serde_json::from_str(&error_body(Api::Gemini, &event_error(Some(ErrorKind::RateLimit), "m"))).unwrap();
+        assert_eq!(
+            (e["error"]["code"].as_u64(), e["error"]["status"].as_str()),
+            (Some(503), Some("UNAVAILABLE"))
+        );
+        let e: Value =
+            serde_json::from_str(&error_body(Api::Gemini, &event_error(Some(ErrorKind::RateLimit), "m"))).unwrap();
         assert_eq!(e["error"]["status"], "RESOURCE_EXHAUSTED");
         let cut = stream_plan(Api::Gemini, &i, &parse_scenario("error-event-after/2").unwrap());
         let d = datas(&cut);

@@ -470,7 +470,10 @@ mod tests {
             split_api("/lab/down-for/5/models/gem-1:streamGenerateContent?alt=sse"),
             Some((Api::Gemini, "lab/down-for/5".to_string()))
         );
-        assert_eq!(gemini_call("/x/models/g:generateContent"), Some(("g".to_string(), false)));
+        assert_eq!(
+            gemini_call("/x/models/g:generateContent"),
+            Some(("g".to_string(), false))
+        );
         assert_eq!(gemini_call("/x/models/g:countTokens"), None);
         assert_eq!(split_api("/x/g:generateContent"), None);
         assert_eq!(split_api("/a/completions"), None);

@@ -72,7 +72,11 @@ fn prompt_of(body: &Value) -> String {
     let from_messages = body
         .get("messages")
         .and_then(Value::as_array)
-        .and_then(|m| m.iter().rev().find(|m| m.get("role").and_then(Value::as_str) == Some("user")))
+        .and_then(|m| {
+            m.iter()
+                .rev()
+                .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))
+        })
         .and_then(|m| m.get("content"))
         .and_then(Value::as_str);
     let text = from_messages.or_else(|| body.get("input").and_then(Value::as_str));

@@ -22,7 +22,10 @@ use crate::sse::SseEvent;
 /// Parses and validates a Gemini request body for `model` (from the path).
 pub fn parse_request(bytes: &[u8], model: &str, stream: bool) -> Result<ClientRequest, ApiError> {
     if model.trim().is_empty() {
-        return Err(ApiError::invalid("The path must name a model: /v1beta/models/{model}:generateContent.", None));
+        return Err(ApiError::invalid(
+            "The path must name a model: /v1beta/models/{model}:generateContent.",
+            None,
+        ));
     }
     let mut body = parse_object(bytes)?;
     let provider = own_fields(&mut body, model)?;
@@ -217,13 +220,22 @@ mod tests {
                           "generationConfig": {"maxOutputTokens": 64, "candidateCount": 2},
                           "provider": {"only": ["r0"]}});
         let r = parse_request(body.to_string().as_bytes(), "gem", true).unwrap();
-        assert_eq!((r.api, r.model.as_str(), r.stream, r.max_tokens, r.completions), (Api::Gemini, "gem", true, Some(64), 2));
+        assert_eq!(
+            (r.api, r.model.as_str(), r.stream, r.max_tokens, r.completions),
+            (Api::Gemini, "gem", true, Some(64), 2)
+        );
         assert_eq!(r.provider.only, Some(vec!["r0".to_string()]));
         let up: Value = serde_json::from_slice(&r.upstream_body("upstream-model")).unwrap();
         assert!(up.get("model").is_none() && up.get("provider").is_none(), "{up}");
-        assert_eq!(r.upstream_url("https://g/v1beta/", "u-1"), "https://g/v1beta/models/u-1:streamGenerateContent?alt=sse");
+        assert_eq!(
+            r.upstream_url("https://g/v1beta/", "u-1"),
+            "https://g/v1beta/models/u-1:streamGenerateContent?alt=sse"
+        );
         let mut plain = parse_request(br#"{"contents":[{"parts":[{"text":"hi"}]}]}"#, "gem", false).unwrap();
-        assert_eq!(plain.upstream_url("https://g/v1beta", "u"), "https://g/v1beta/models/u:generateContent");
+        assert_eq!(
+            plain.upstream_url("https://g/v1beta", "u"),
+            "https://g/v1beta/models/u:generateContent"
+        );
         assert_eq!(plain.limit_output(300), 300);
         let up: Value = serde_json::from_slice(&plain.upstream_body("u")).unwrap();
         assert_eq!(up["generationConfig"]["maxOutputTokens"], 300);
@@ -245,7 +257,10 @@ mod tests {
         assert!(!inspect_event(&chunk(text(""))).content);
         let info = inspect_event(&chunk(text("Hi")));
         assert!(info.content);
-        assert_eq!((info.id.as_deref(), info.model.as_deref()), (Some("r1"), Some("gemini-x")));
+        assert_eq!(
+            (info.id.as_deref(), info.model.as_deref()),
+            (Some("r1"), Some("gemini-x"))
+        );
         let thought = json!({"candidates": [{"content": {"parts": [{"text": "hmm", "thought": true}]}}]});
         assert!(inspect_event(&chunk(thought)).content);
         let call = json!({"candidates": [{"content": {"parts": [{"functionCall": {"name": "f", "args": {}}}]}}]});
@@ -260,14 +275,30 @@ mod tests {
                           "usageMetadata": {"promptTokenCount": 7, "candidatesTokenCount": 5, "thoughtsTokenCount": 3}});
         let info = inspect_event(&chunk(last));
         assert!(info.finished && !info.done);
-        assert_eq!(info.usage, Reported { input_tokens: Some(7), output_tokens: Some(8) });
-        let error = json!({"error": {"code": 429, "message": "Resource has been exhausted", "status": "RESOURCE_EXHAUSTED"}});
+        assert_eq!(
+            info.usage,
+            Reported {
+                input_tokens: Some(7),
+                output_tokens: Some(8)
+            }
+        );
+        let error =
+            json!({"error": {"code": 429, "message": "Resource has been exhausted", "status": "RESOURCE_EXHAUSTED"}});
         let info = inspect_event(&chunk(error));
-        assert_eq!(classify_error_payload(info.error.as_ref().unwrap()).class, FailureClass::RateLimited);
+        assert_eq!(
+            classify_error_payload(info.error.as_ref().unwrap()).class,
+            FailureClass::RateLimited
+        );
         let blocked = json!({"promptFeedback": {"blockReason": "SAFETY"}});
         let info = inspect_event(&chunk(blocked.clone()));
-        assert_eq!(classify_error_payload(info.error.as_ref().unwrap()).class, FailureClass::ContentPolicy);
-        assert_eq!(inspect_body(blocked.to_string().as_bytes()).unwrap_err().class, FailureClass::ContentPolicy);
+        assert_eq!(
+            classify_error_payload(info.error.as_ref().unwrap()).class,
+            FailureClass::ContentPolicy
+        );
+        assert_eq!(
+            inspect_body(blocked.to_string().as_bytes()).unwrap_err().class,
+            FailureClass::ContentPolicy
+        );
         assert!(inspect_event(&SseEvent::from_data("{oops")).malformed);
     }
 
@@ -276,11 +307,21 @@ mod tests {
         let ok = json!({"candidates": [{"content": {"parts": [{"text": "Hello"}]}, "finishReason": "STOP"}],
                         "usageMetadata": {"promptTokenCount": 3, "candidatesTokenCount": 2}});
         let info = inspect_body(ok.to_string().as_bytes()).unwrap();
-        assert_eq!((info.usage.input_tokens, info.usage.output_tokens, info.output_chars), (Some(3), Some(2), 5));
+        assert_eq!(
+            (info.usage.input_tokens, info.usage.output_tokens, info.output_chars),
+            (Some(3), Some(2), 5)
+        );
         let empty = json!({"candidates": [{"content": {"parts": [{"text": ""}]}, "finishReason": "STOP"}]});
-        assert_eq!(inspect_body(empty.to_string().as_bytes()).unwrap_err().class, FailureClass::BadResponse);
-        let overloaded = json!({"error": {"code": 503, "message": "The model is overloaded.", "status": "UNAVAILABLE"}});
-        assert_eq!(inspect_body(overloaded.to_string().as_bytes()).unwrap_err().class, FailureClass::Overloaded);
+        assert_eq!(
+            inspect_body(empty.to_string().as_bytes()).unwrap_err().class,
+            FailureClass::BadResponse
+        );
+        let overloaded =
+            json!({"error": {"code": 503, "message": "The model is overloaded.", "status": "UNAVAILABLE"}});
+        assert_eq!(
+            inspect_body(overloaded.to_string().as_bytes()).unwrap_err().class,
+            FailureClass::Overloaded
+        );
     }
 
     #[test]
@@ -288,6 +329,9 @@ mod tests {
         let text = String::from_utf8(error_frame("r", "m", "cut")).unwrap();
         assert!(text.starts_with("data: ") && text.ends_with("\n\n"));
         let data = crate::dialect::frame_data(text.as_bytes());
-        assert_eq!(data, json!({"error": {"code": 502, "message": "cut", "status": "UNAVAILABLE"}}));
+        assert_eq!(
+            data,
+            json!({"error": {"code": 502, "message": "cut", "status": "UNAVAILABLE"}})
+        );
     }
 }
