@@ -1,17 +1,21 @@
 // Cold start for scripts/bench (issue 15): the first request a fresh isolate serves — a new
 // Miniflare instance each time — against the second, for one Worker; the median and the worst of
 // `--instances` instances. The request is a non-stream chat completion through the Worker to the
-// mock upstream.
+// mock upstream. With `--split`, each instance first answers a request for an unknown path (a 404
+// that reads no storage) and then the chat completion: what starting the isolate and its Wasm
+// costs, apart from what the first real request adds (its first storage reads, and compiling the
+// code it runs for the first time).
 //
 //   node bench/cold.mjs --script DIR/index.js --mock URL --kind switchyard|echo
 //        [--config wrangler.toml] [--migrate] [--var NAME=VALUE]... [--d1 BINDING=DIR]...
-//        [--persist DIR] [--instances N] [--label TEXT]
+//        [--persist DIR] [--instances N] [--label TEXT] [--split]
 //
 // `switchyard` needs a catalog and a key: the first instance (not measured) is set up through the
 // admin API with `--persist`, and every measured instance reopens that state. `echo` (the worker-rs
 // proxy and the JS floor) forwards `/<label>/ok/chat/completions` to the mock.
 //
-// Prints one Markdown table row: | label | first request p50 / max | second request p50 / max |.
+// Prints one Markdown table row: | label | first request p50 / max | second request p50 / max |,
+// with `--split`: | label | 404 first | chat request after it | chat request again |.
 
 import { Miniflare } from "miniflare";
 import { parseArgs, miniflareOptions, applyMigrations, fail } from "./mf.mjs";
@@ -20,11 +24,13 @@ let mock;
 let kind;
 let instances = 5;
 let label = "worker";
+let split = false;
 const args = parseArgs(process.argv.slice(2), (a, next) => {
   if (a === "--mock") mock = next().replace(/\/$/, "");
   else if (a === "--kind") kind = next();
   else if (a === "--instances") instances = Number(next());
   else if (a === "--label") label = next();
+  else if (a === "--split") split = true;
   else return false;
   return true;
 });
@@ -72,6 +78,7 @@ if (kind === "switchyard") {
     call(url, "POST", "/cold/ok/chat/completions", { model: "m", messages: [{ role: "user", content: "hi" }] });
 }
 
+const bare = [];
 const first = [];
 const second = [];
 for (let i = 0; i < instances; i++) {
@@ -79,6 +86,13 @@ for (let i = 0; i < instances; i++) {
   const url = (await mf.ready).origin;
   if (kind === "echo" && args.migrate) await applyMigrations(mf, d1);
   let t = performance.now();
+  if (split) {
+    const r = await fetch(url + "/cold-start-unknown-path");
+    await r.text();
+    if (r.status !== 404) fail(`the unknown path answered ${r.status}`);
+    bare.push(performance.now() - t);
+    t = performance.now();
+  }
   await request(url);
   first.push(performance.now() - t);
   t = performance.now();
@@ -88,5 +102,5 @@ for (let i = 0; i < instances; i++) {
 }
 const median = (v) => [...v].sort((a, b) => a - b)[Math.floor(v.length / 2)];
 const ms = (v) => `${median(v).toFixed(1)} / ${Math.max(...v).toFixed(1)} ms`;
-console.log(`| ${label} | ${ms(first)} | ${ms(second)} |`);
+console.log(`| ${label} | ${split ? `${ms(bare)} | ` : ""}${ms(first)} | ${ms(second)} |`);
 process.exit(0);
