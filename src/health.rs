@@ -94,8 +94,9 @@ impl DurableObject for HealthObject {
         }
         let name = req.headers().get(object::OBJECT_NAME).ok().flatten();
         let call: HealthCall = req.json().await?;
-        self.load().await?;
-        if let Some(model) = name.as_deref().and_then(|n| n.strip_prefix("model:")) {
+        let model = name.as_deref().and_then(|n| n.strip_prefix("model:"));
+        self.load(model.is_some()).await?;
+        if let Some(model) = model {
             self.serve_model(model).await?;
         }
         // Mutate synchronously, serialise, then persist: the input gate keeps other calls out
@@ -116,7 +117,7 @@ impl DurableObject for HealthObject {
 
     /// Runs the checks that are due (SPEC §8a) and sets the alarm for the next one.
     async fn alarm(&self) -> worker::Result<Response> {
-        self.load().await?;
+        self.load(true).await?; // only a model's object sets an alarm
         self.alarm_at.set(None);
         let Some(model_id) = self.model.borrow().clone() else {
             return Response::ok("");
@@ -180,15 +181,27 @@ fn store_error(e: switchyard_core::ApiError) -> worker::Error {
 }
 
 impl HealthObject {
-    async fn load(&self) -> worker::Result<()> {
+    /// Loads the state from storage on its first use: a model's object reads its breakers, model
+    /// and `planned` flag in one read, then its alarm; the accounts object its breakers only.
+    async fn load(&self, model_object: bool) -> worker::Result<()> {
         if self.health.borrow().is_some() {
             return Ok(());
         }
         let storage = self.state.storage();
-        let stored: Option<String> = storage.get(STORAGE_KEY).await?;
-        let model: Option<String> = storage.get(MODEL_KEY).await?;
-        let planned: Option<bool> = storage.get(PLANNED_KEY).await?;
-        let alarm = storage.get_alarm().await?;
+        let (stored, model, planned, alarm) = if model_object {
+            let found = storage.get_multiple(vec![STORAGE_KEY, MODEL_KEY, PLANNED_KEY]).await?;
+            let read = |key: &str| found.get(&wasm_bindgen::JsValue::from_str(key));
+            let alarm = storage.get_alarm().await?;
+            (
+                read(STORAGE_KEY).as_string(),
+                read(MODEL_KEY).as_string(),
+                read(PLANNED_KEY).as_bool(),
+                alarm,
+            )
+        } else {
+            // The accounts object: its breakers only (no model, no checks, no alarm).
+            (storage.get::<String>(STORAGE_KEY).await?, None, None, None)
+        };
         let health = stored.and_then(|t| serde_json::from_str(&t).ok()).unwrap_or_default();
         let mut guard = self.health.borrow_mut();
         if guard.is_none() {
@@ -230,18 +243,7 @@ impl HealthObject {
         if self.model.borrow().is_none() {
             return Ok(());
         }
-        let want = self.change(|h| {
-            let pending: Vec<CheckRoute> = h
-                .routes
-                .iter()
-                .filter(|(_, r)| r.breaker.check_pending)
-                .map(|(id, _)| CheckRoute {
-                    id: id.clone(),
-                    verify: true,
-                })
-                .collect();
-            h.next_check_ms(&pending, 0, now_ms())
-        });
+        let want = self.change(|h| h.next_cooldown_check_ms(now_ms()));
         match (want, self.alarm_at.get()) {
             (Some(w), Some(a)) if a <= w => Ok(()),
             (Some(w), _) => self.set_alarm(w).await,

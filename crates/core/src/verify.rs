@@ -185,6 +185,23 @@ impl ModelHealth {
             .min()
     }
 
+    /// When the earliest cooldown check falls due — of the routes whose breaker waits for one —
+    /// if any: after a call demoted a route, the object's alarm must come no later than this (idle
+    /// checks are the alarm's own business).
+    pub fn next_cooldown_check_ms(&self, now_ms: u64) -> Option<u64> {
+        self.routes
+            .iter()
+            .filter(|(_, r)| r.breaker.check_pending)
+            .filter_map(|(id, _)| {
+                let route = CheckRoute {
+                    id: id.clone(),
+                    verify: true,
+                };
+                due_at(self, &route, 0).map(|(at, _)| at.max(now_ms.saturating_add(1)))
+            })
+            .min()
+    }
+
     /// Takes the route's check lease until `now_ms + lease_ms`; false while another check of the
     /// route holds it.
     pub fn claim_check(&mut self, route: &str, now_ms: u64, lease_ms: u64) -> bool {
@@ -272,6 +289,7 @@ mod tests {
         let b = &h.routes["r0"].breaker;
         assert!(b.check_pending);
         assert_eq!(h.next_check_ms(&rs, 0, T0), Some(T0 + 1_000));
+        assert_eq!(h.next_cooldown_check_ms(T0), Some(T0 + 1_000));
         assert!(h.due_checks(&rs, 0, T0 + 999).is_empty());
         let end = T0 + 1_000;
         assert_eq!(h.due_checks(&rs, 0, end), vec![("r0".to_string(), CheckKind::Cooldown)]);
@@ -286,6 +304,7 @@ mod tests {
         assert_eq!(h.route_state("r0", "acct", end), BreakerState::ProbeDue);
         assert_eq!(h.probe_claims(&list, end).len(), 1);
         assert!(h.due_checks(&rs, 0, end + 10_000).is_empty(), "no second check");
+        assert_eq!(h.next_cooldown_check_ms(end), None);
         let rec = h.routes["r0"].last_check.clone().unwrap();
         assert_eq!(
             (rec.passed, rec.kind, rec.reason.as_str()),

@@ -68,18 +68,10 @@ pub fn parse_request(bytes: &[u8]) -> Result<ClientRequest, ApiError> {
         request_usage(&mut body);
     }
     Ok(ClientRequest {
-        api: Api::Chat,
-        model,
-        stream,
         max_tokens,
         completions,
         include_usage,
-        provider,
-        body_len: bytes.len(),
-        anthropic_version: None,
-        anthropic_beta: None,
-        session: None,
-        body,
+        ..ClientRequest::parsed(Api::Chat, model, stream, provider, body, bytes.len())
     })
 }
 

@@ -60,18 +60,9 @@ pub fn parse_request(bytes: &[u8], model: &str, stream: bool) -> Result<ClientRe
     let max_tokens = count("maxOutputTokens")?;
     let completions = count("candidateCount")?.unwrap_or(1);
     Ok(ClientRequest {
-        api: Api::Gemini,
-        model: model.to_string(),
-        stream,
         max_tokens,
         completions,
-        include_usage: false,
-        provider,
-        body_len: bytes.len(),
-        anthropic_version: None,
-        anthropic_beta: None,
-        session: None,
-        body,
+        ..ClientRequest::parsed(Api::Gemini, model.to_string(), stream, provider, body, bytes.len())
     })
 }
 

@@ -37,19 +37,10 @@ pub fn parse_request(bytes: &[u8]) -> Result<ClientRequest, ApiError> {
         Some(n) => n,
         None => return Err(ApiError::invalid("`max_tokens` is required.", Some("max_tokens"))),
     };
+    let stream = optional_bool(&body, "stream")?.unwrap_or(false);
     Ok(ClientRequest {
-        api: Api::Messages,
-        model,
-        stream: optional_bool(&body, "stream")?.unwrap_or(false),
         max_tokens: Some(max_tokens),
-        completions: 1,
-        include_usage: false,
-        provider,
-        body_len: bytes.len(),
-        anthropic_version: None,
-        anthropic_beta: None,
-        session: None,
-        body,
+        ..ClientRequest::parsed(Api::Messages, model, stream, provider, body, bytes.len())
     })
 }
 

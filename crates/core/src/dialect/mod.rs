@@ -188,6 +188,33 @@ pub fn inspect_body(api: Api, body: &[u8]) -> Result<BodyInfo, Verdict> {
 }
 
 impl ClientRequest {
+    /// A parsed request in `api`'s dialect with what every dialect starts from: no output limit,
+    /// one completion, no usage chunk asked for, and none of the client's headers yet (the handler
+    /// adds them). Each dialect's `parse_request` sets what its body says beyond that.
+    pub(crate) fn parsed(
+        api: Api,
+        model: String,
+        stream: bool,
+        provider: ProviderPrefs,
+        body: Map<String, Value>,
+        body_len: usize,
+    ) -> ClientRequest {
+        ClientRequest {
+            api,
+            model,
+            stream,
+            max_tokens: None,
+            completions: 1,
+            include_usage: false,
+            provider,
+            body_len,
+            anthropic_version: None,
+            anthropic_beta: None,
+            session: None,
+            body,
+        }
+    }
+
     /// The conversation this request belongs to (SPEC §8a): the client's `x-switchyard-session`
     /// header (`session`), else the body's `user`, `prompt_cache_key` or Anthropic
     /// `metadata.user_id`, else a hash of its system prompt and first user message — the same

@@ -33,19 +33,11 @@ pub fn parse_request(bytes: &[u8]) -> Result<ClientRequest, ApiError> {
             ))
         }
     }
+    let stream = optional_bool(&body, "stream")?.unwrap_or(false);
+    let max_tokens = optional_u64(&body, "max_output_tokens")?;
     Ok(ClientRequest {
-        api: Api::Responses,
-        model,
-        stream: optional_bool(&body, "stream")?.unwrap_or(false),
-        max_tokens: optional_u64(&body, "max_output_tokens")?,
-        completions: 1,
-        include_usage: false,
-        provider,
-        body_len: bytes.len(),
-        anthropic_version: None,
-        anthropic_beta: None,
-        session: None,
-        body,
+        max_tokens,
+        ..ClientRequest::parsed(Api::Responses, model, stream, provider, body, bytes.len())
     })
 }
 
