@@ -52,6 +52,7 @@ common:
   --outage-deadline-ms MS stream_first_content_ms of the outage model (default 300)
   --cpu-pid PID           a process whose CPU time is charged to the requests through it
                           (repeatable; /proc/PID/task/*/schedstat)
+  --skip NAME             leave measurement NAME out (repeatable; e.g. stream_2000_total)
   --json FILE             write the results there";
 
 #[derive(Debug, Clone)]
@@ -71,6 +72,8 @@ struct Opts {
     outage_requests: usize,
     outage_deadline_ms: u64,
     cpu_pids: Vec<u32>,
+    /// Measurements not taken (their rows say so).
+    skip: Vec<String>,
     json: Option<String>,
     primary: usize,
     files: Vec<String>,
@@ -93,6 +96,7 @@ fn parse_args(args: &[String]) -> Result<Opts, String> {
         outage_requests: 200,
         outage_deadline_ms: 300,
         cpu_pids: Vec::new(),
+        skip: Vec::new(),
         json: None,
         primary: 0,
         files: Vec::new(),
@@ -113,6 +117,7 @@ fn parse_args(args: &[String]) -> Result<Opts, String> {
             "--direct" => o.direct = Some(value(a)?),
             "--json" => o.json = Some(value(a)?),
             "--pairs" => o.pairs = num(value(a)?, a)?,
+            "--skip" => o.skip.push(value(a)?),
             "--warmup" => o.warmup = num(value(a)?, a)?,
             "--outage-requests" => o.outage_requests = num(value(a)?, a)?,
             "--outage-deadline-ms" => o.outage_deadline_ms = num(value(a)?, a)? as u64,
@@ -271,6 +276,10 @@ struct PairSpec<'a> {
 /// Interleaved pairs A, B, A, B … on `concurrency` threads (each with its own keep-alive
 /// connections), after a warm-up; the CPU of `cpu_pids` is read across the measured part only.
 fn measure(o: &Opts, spec: &PairSpec) -> Result<Value, String> {
+    if o.skip.iter().any(|s| s == spec.name) {
+        eprintln!("  {}: skipped (--skip)", spec.name);
+        return Ok(serde_json::json!({"name": spec.name, "skipped": true}));
+    }
     let conc = spec.concurrency.max(1);
     let per_thread = o.pairs.div_ceil(conc);
     let warm_per_thread = o.warmup.div_ceil(conc).max(20);

@@ -275,6 +275,19 @@ pub fn render(runs: &[Value], primary: usize) -> String {
     out.push_str("|---|---|---|---|---|---|---|\n");
     for (run, label) in runs.iter().zip(&labels) {
         for r in run["rows"].as_array().into_iter().flatten() {
+            if r["skipped"] == true {
+                let name = r["name"].as_str().unwrap_or("?").to_string();
+                out.push_str(&table_line(&[
+                    label.clone(),
+                    name,
+                    "skipped".into(),
+                    "—".into(),
+                    "—".into(),
+                    "0".into(),
+                    "—".into(),
+                ]));
+                continue;
+            }
             out.push_str(&table_line(&[
                 label.clone(),
                 r["name"].as_str().unwrap_or("?").to_string(),
