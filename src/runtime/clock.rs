@@ -23,8 +23,15 @@ extern "C" {
     /// `clearTimeout`; false where it was refused.
     #[wasm_bindgen(js_name = clearTimer)]
     fn clear_timer(id: &JsValue) -> bool;
+    /// Whether this code runs inside a request (or a `wait_until` task) the runtime still serves.
+    ///
+    /// The Wasm futures executor is shared by every request in the isolate: a promise settling in
+    /// a request the runtime has torn down (a client gone mid-stream) can make it poll other
+    /// requests' tasks where the runtime allows no I/O at all. Callers check this before I/O that
+    /// could not be finished from there (a fetch, a Durable Object call, settlement) and give up
+    /// cleanly instead.
     #[wasm_bindgen(js_name = inRequest)]
-    fn in_request_js() -> bool;
+    pub fn in_request() -> bool;
 }
 
 /// Milliseconds since the Unix epoch.
@@ -38,16 +45,6 @@ fn set_timeout(handler: &js_sys::Function, ms: i32) -> Result<JsValue, ()> {
 
 fn clear_timeout(id: &JsValue) -> Result<(), ()> {
     clear_timer(id).then_some(()).ok_or(())
-}
-
-/// Whether this code runs inside a request (or a `wait_until` task) the runtime still serves.
-///
-/// The Wasm futures executor is shared by every request in the isolate: a promise settling in a
-/// request the runtime has torn down (a client gone mid-stream) can make it poll other requests'
-/// tasks where the runtime allows no I/O at all. Callers check this before I/O that could not be
-/// finished from there (a fetch, a Durable Object call, settlement) and give up cleanly instead.
-pub fn in_request() -> bool {
-    in_request_js()
 }
 
 #[derive(Default)]

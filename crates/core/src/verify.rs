@@ -189,17 +189,16 @@ impl ModelHealth {
     /// if any: after a call demoted a route, the object's alarm must come no later than this (idle
     /// checks are the alarm's own business).
     pub fn next_cooldown_check_ms(&self, now_ms: u64) -> Option<u64> {
-        self.routes
+        let pending: Vec<CheckRoute> = self
+            .routes
             .iter()
             .filter(|(_, r)| r.breaker.check_pending)
-            .filter_map(|(id, _)| {
-                let route = CheckRoute {
-                    id: id.clone(),
-                    verify: true,
-                };
-                due_at(self, &route, 0).map(|(at, _)| at.max(now_ms.saturating_add(1)))
+            .map(|(id, _)| CheckRoute {
+                id: id.clone(),
+                verify: true,
             })
-            .min()
+            .collect();
+        self.next_check_ms(&pending, 0, now_ms)
     }
 
     /// Takes the route's check lease until `now_ms + lease_ms`; false while another check of the
