@@ -81,7 +81,8 @@ pub struct HoldRequest<'a> {
     pub generation_id: &'a str,
     /// The plan's candidate routes: (index, price).
     pub candidates: &'a [(usize, &'a Price)],
-    pub body_len: usize,
+    /// The input tokens held for: the body's, or the context window (SPEC §17).
+    pub input_tokens: u64,
     /// The output limit held for.
     pub max_tokens: u64,
     pub policy: &'a Policy,
@@ -93,7 +94,7 @@ pub async fn place_hold(env: &Env, ctx: &Context, request: &HoldRequest<'_>) -> 
         key,
         generation_id,
         candidates,
-        body_len,
+        input_tokens,
         max_tokens,
         policy,
     } = *request;
@@ -117,7 +118,7 @@ pub async fn place_hold(env: &Env, ctx: &Context, request: &HoldRequest<'_>) -> 
         if !snap.fresh(now, policy) {
             return None;
         }
-        match plan_hold(snap.available - snap.admitted, candidates, body_len, max_tokens) {
+        match plan_hold(snap.available - snap.admitted, candidates, input_tokens, max_tokens) {
             HoldPlan::Hold { amount, keep } if snap.admit_fast(amount, now, policy) => Some((amount, keep)),
             _ => None,
         }
@@ -171,7 +172,7 @@ pub async fn place_hold(env: &Env, ctx: &Context, request: &HoldRequest<'_>) -> 
                 label: "key_account_missing",
             })?;
         remember(account, available, now_ms());
-        let HoldPlan::Hold { amount, keep } = plan_hold(available, candidates, body_len, max_tokens) else {
+        let HoldPlan::Hold { amount, keep } = plan_hold(available, candidates, input_tokens, max_tokens) else {
             return Err(ApiError::InsufficientBalance);
         };
         let hold = HoldRow {

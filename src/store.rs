@@ -541,8 +541,10 @@ impl Store {
         statements.push(self.stmt(
             "INSERT OR IGNORE INTO generations (id, account_id, key_id, model, api, stream, outcome, route, provider, \
              input_tokens, output_tokens, estimated, delivered_output, error_code, total_cost_micros, created_at, duration_ms, \
-             hold_path, attempts_json, overrun_micros) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
+             hold_path, attempts_json, overrun_micros, cache_read_tokens, cache_write_tokens, cache_write_1h_tokens, \
+             usage_clamped) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, \
+             ?23, ?24)",
             &[
                 JsValue::from_str(&g.id),
                 JsValue::from_str(&g.account_id),
@@ -564,6 +566,10 @@ impl Store {
                 opt_str(g.hold_path.as_deref()),
                 JsValue::from_str(&attempts_json),
                 num(g.overrun_micros),
+                opt_u(g.usage.map(|u| u.cache_read_tokens)),
+                opt_u(g.usage.map(|u| u.cache_write_tokens)),
+                opt_u(g.usage.map(|u| u.cache_write_1h_tokens)),
+                opt_bool(Some(g.usage_clamped)),
             ],
         )?);
         Ok(statements)
@@ -724,7 +730,8 @@ impl Store {
     ) -> Result<Option<(GenerationRow, Vec<AttemptRow>)>, ApiError> {
         let row: Option<GenerationRow> = self
             .stmt(
-                "SELECT id, model, api, outcome, route, provider, input_tokens, output_tokens, estimated, delivered_output, \
+                "SELECT id, model, api, outcome, route, provider, input_tokens, output_tokens, cache_read_tokens, \
+                 cache_write_tokens, cache_write_1h_tokens, usage_clamped, estimated, delivered_output, \
                  error_code, total_cost_micros, overrun_micros, stream, created_at, duration_ms, hold_path, attempts_json \
                  FROM generations \
                  WHERE id = ?1 AND account_id = ?2",
@@ -795,6 +802,11 @@ pub struct GenerationRow {
     pub provider: Option<String>,
     pub input_tokens: Option<f64>,
     pub output_tokens: Option<f64>,
+    /// Absent (null) in rows written before prompt caching was billed.
+    pub cache_read_tokens: Option<f64>,
+    pub cache_write_tokens: Option<f64>,
+    pub cache_write_1h_tokens: Option<f64>,
+    pub usage_clamped: f64,
     pub estimated: f64,
     pub delivered_output: f64,
     pub error_code: Option<String>,

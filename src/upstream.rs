@@ -268,7 +268,7 @@ pub async fn attempt(target: &Target<'_>, request: &ClientRequest, deadline_ms: 
         };
         return Err(a.fail(verdict));
     }
-    match dialect::inspect_body(request.api, &body) {
+    match dialect::inspect_body(request.api, &body, request.stop_sequences) {
         Ok(info) => Ok(Committed::Body {
             bytes: body,
             status,
@@ -293,7 +293,7 @@ async fn until_content(
     let mut body = body.ok_or_else(|| a.failure(FailureClass::BadResponse, "the response has no body"))?;
     let dialect = StreamDialect::of(request.api);
     let mut parser = SseParser::new();
-    let mut gate = Gate::new(dialect, request.include_usage, a.target.key.clone());
+    let mut gate = Gate::new(dialect, request.include_usage, request.stop_sequences, a.target.key.clone());
     let mut events = Vec::new();
     loop {
         let chunk = a

@@ -7,7 +7,7 @@
 
 use switchyard_core::catalog::{Catalog, Model, Policy, Route};
 use switchyard_core::classify::FailureClass;
-use switchyard_core::generation::{Charge, Tariff};
+use switchyard_core::generation::{Charge, Tariff, UsageLimits};
 use switchyard_core::verify::{self, CheckKind, CheckResult};
 use worker::Env;
 
@@ -88,8 +88,11 @@ async fn send(
             let tariff = Tariff {
                 price: route.price.clone(),
                 held_micros: None,
-                max_tokens: verify::max_tokens(model),
-                body_len: request.body_len,
+                limits: UsageLimits {
+                    max_tokens: verify::max_tokens(model),
+                    max_input_tokens: route.context_window.unwrap_or(model.context_window),
+                    body_len: request.body_len,
+                },
             };
             (Ok(()), Some(tariff.settle(usage, output_chars)))
         }

@@ -81,8 +81,18 @@ pub async fn generation(req: &Request, env: &Env) -> HandlerResult {
     let (g, attempts) = found.ok_or_else(|| ApiError::NotFound {
         what: format!("Generation `{id}`"),
     })?;
+    // SPEC §17: the input's cache reads and writes are parts of `input_tokens`, each charged at
+    // its own price; `clamped` says a reported count was more than the request could cause.
+    let part = |n: Option<f64>| n.unwrap_or(0.0) as u64;
     let usage = match (g.input_tokens, g.output_tokens) {
-        (Some(i), Some(o)) => json!({"input_tokens": i as u64, "output_tokens": o as u64}),
+        (Some(i), Some(o)) => json!({
+            "input_tokens": i as u64,
+            "output_tokens": o as u64,
+            "cache_read_tokens": part(g.cache_read_tokens),
+            "cache_write_tokens": part(g.cache_write_tokens),
+            "cache_write_1h_tokens": part(g.cache_write_1h_tokens),
+            "clamped": g.usage_clamped != 0.0,
+        }),
         _ => Value::Null,
     };
     let attempts: Vec<Value> = attempts

@@ -10,16 +10,21 @@ use crate::catalog::{Policy, Price};
 /// Tokens per byte of request body for the input estimate (SPEC §11: body bytes / 3).
 pub const BODY_BYTES_PER_TOKEN: usize = 3;
 
-/// The most one route could cost for this request: the input estimate at its input price plus
-/// `max_tokens` at its output price, rounded up to the micro-dollar.
-pub fn route_max_cost(body_len: usize, max_tokens: u64, price: &Price) -> i64 {
-    max_cost(body_len, max_tokens, price.input_per_mtok, price.output_per_mtok)
+/// The input tokens a request's body can hold (SPEC §11: body bytes / 3).
+pub fn body_input_tokens(body_len: usize) -> u64 {
+    (body_len / BODY_BYTES_PER_TOKEN) as u64
 }
 
-fn max_cost(body_len: usize, max_tokens: u64, input_per_mtok: f64, output_per_mtok: f64) -> i64 {
-    let input_tokens = (body_len / BODY_BYTES_PER_TOKEN) as f64;
+/// The most one route could cost for this request: `input_tokens` at its dearest input price
+/// (cache writes included, SPEC §17) plus `max_tokens` at its output price, rounded up to the
+/// micro-dollar.
+pub fn route_max_cost(input_tokens: u64, max_tokens: u64, price: &Price) -> i64 {
+    max_cost(input_tokens, max_tokens, price.max_input(), price.output_per_mtok)
+}
+
+fn max_cost(input_tokens: u64, max_tokens: u64, input_per_mtok: f64, output_per_mtok: f64) -> i64 {
     // USD per million tokens is exactly micro-dollars per token.
-    (input_tokens * input_per_mtok + max_tokens as f64 * output_per_mtok).ceil() as i64
+    (input_tokens as f64 * input_per_mtok + max_tokens as f64 * output_per_mtok).ceil() as i64
 }
 
 /// What to hold before the first attempt.
@@ -32,14 +37,15 @@ pub enum HoldPlan {
     Insufficient,
 }
 
-/// Plans the hold over the candidate routes (index, price): the highest input price and the
-/// highest output price among them; if `available` cannot cover that, only the routes whose own
-/// maximum fits are kept and the hold is the maximum over those.
-pub fn plan_hold(available: i64, candidates: &[(usize, &Price)], body_len: usize, max_tokens: u64) -> HoldPlan {
+/// Plans the hold over the candidate routes (index, price): `input_tokens` (the body's, or the
+/// model's context window when the input is not all in the body) at the highest input price
+/// among them and `max_tokens` at the highest output price; if `available` cannot cover that,
+/// only the routes whose own maximum fits are kept and the hold is the maximum over those.
+pub fn plan_hold(available: i64, candidates: &[(usize, &Price)], input_tokens: u64, max_tokens: u64) -> HoldPlan {
     let amount_for = |routes: &[(usize, &Price)]| {
-        let input = routes.iter().map(|(_, p)| p.input_per_mtok).fold(0.0, f64::max);
+        let input = routes.iter().map(|(_, p)| p.max_input()).fold(0.0, f64::max);
         let output = routes.iter().map(|(_, p)| p.output_per_mtok).fold(0.0, f64::max);
-        max_cost(body_len, max_tokens, input, output)
+        max_cost(input_tokens, max_tokens, input, output)
     };
     let all = amount_for(candidates);
     if all <= available {
@@ -50,7 +56,7 @@ pub fn plan_hold(available: i64, candidates: &[(usize, &Price)], body_len: usize
     }
     let fitting: Vec<(usize, &Price)> = candidates
         .iter()
-        .filter(|(_, p)| route_max_cost(body_len, max_tokens, p) <= available)
+        .filter(|(_, p)| route_max_cost(input_tokens, max_tokens, p) <= available)
         .copied()
         .collect();
     if fitting.is_empty() {
@@ -117,19 +123,36 @@ mod tests {
     use super::*;
 
     fn price(i: f64, o: f64) -> Price {
-        Price {
-            input_per_mtok: i,
-            output_per_mtok: o,
-        }
+        Price::per_mtok(i, o)
     }
 
     #[test]
     fn max_cost_is_body_thirds_and_max_tokens_at_price_rounded_up() {
         // 300 bytes → 100 input tokens × 3 µ$ + 50 × 15 µ$ = 1050 µ$.
-        assert_eq!(route_max_cost(300, 50, &price(3.0, 15.0)), 1050);
+        assert_eq!(body_input_tokens(300), 100);
+        assert_eq!(route_max_cost(100, 50, &price(3.0, 15.0)), 1050);
         // Fractions round up: 1 token × 0.15 + 1 × 0.6 = 0.75 → 1 µ$.
-        assert_eq!(route_max_cost(3, 1, &price(0.15, 0.6)), 1);
+        assert_eq!(route_max_cost(1, 1, &price(0.15, 0.6)), 1);
         assert_eq!(route_max_cost(0, 0, &price(1.0, 1.0)), 0);
+    }
+
+    #[test]
+    fn input_is_held_at_the_dearest_input_price_cache_writes_included() {
+        // SPEC §17: every body token may be a 1-hour cache write.
+        let cached = Price {
+            cache_read_per_mtok: Some(0.3),
+            cache_write_per_mtok: Some(3.75),
+            cache_write_1h_per_mtok: Some(6.0),
+            ..price(3.0, 15.0)
+        };
+        assert_eq!(route_max_cost(100, 50, &cached), 600 + 750);
+        assert_eq!(
+            plan_hold(1_000_000, &[(0, &price(3.0, 15.0)), (1, &cached)], 100, 50),
+            HoldPlan::Hold {
+                amount: 1350,
+                keep: vec![0, 1]
+            }
+        );
     }
 
     #[test]
@@ -137,7 +160,7 @@ mod tests {
         let (a, b) = (price(1.0, 10.0), price(5.0, 2.0));
         // Highest input (5) and highest output (10): 100 × 5 + 100 × 10.
         assert_eq!(
-            plan_hold(1_000_000, &[(0, &a), (1, &b)], 300, 100),
+            plan_hold(1_000_000, &[(0, &a), (1, &b)], 100, 100),
             HoldPlan::Hold {
                 amount: 1500,
                 keep: vec![0, 1]
@@ -150,17 +173,17 @@ mod tests {
         let (dear, cheap) = (price(10.0, 30.0), price(1.0, 2.0));
         // dear: 100×10 + 100×30 = 4000; cheap: 100 + 200 = 300.
         assert_eq!(
-            plan_hold(1000, &[(0, &dear), (1, &cheap)], 300, 100),
+            plan_hold(1000, &[(0, &dear), (1, &cheap)], 100, 100),
             HoldPlan::Hold {
                 amount: 300,
                 keep: vec![1]
             }
         );
         assert_eq!(
-            plan_hold(299, &[(0, &dear), (1, &cheap)], 300, 100),
+            plan_hold(299, &[(0, &dear), (1, &cheap)], 100, 100),
             HoldPlan::Insufficient
         );
-        assert_eq!(plan_hold(-5, &[(0, &cheap)], 300, 100), HoldPlan::Insufficient);
+        assert_eq!(plan_hold(-5, &[(0, &cheap)], 100, 100), HoldPlan::Insufficient);
     }
 
     #[test]

@@ -83,6 +83,50 @@ impl Provider {
 pub struct Price {
     pub input_per_mtok: f64,
     pub output_per_mtok: f64,
+    /// Input read from the prompt cache; `input_per_mtok` when absent (SPEC §17).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_read_per_mtok: Option<f64>,
+    /// Input written to the prompt cache (Anthropic's 5-minute cache, any other cache's write);
+    /// `input_per_mtok` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write_per_mtok: Option<f64>,
+    /// Input written to Anthropic's 1-hour cache; `cache_write_per_mtok` (else `input_per_mtok`)
+    /// when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write_1h_per_mtok: Option<f64>,
+}
+
+impl Price {
+    /// Input and output prices, no cache prices (cache tokens then cost input).
+    pub fn per_mtok(input_per_mtok: f64, output_per_mtok: f64) -> Price {
+        Price {
+            input_per_mtok,
+            output_per_mtok,
+            cache_read_per_mtok: None,
+            cache_write_per_mtok: None,
+            cache_write_1h_per_mtok: None,
+        }
+    }
+
+    pub fn cache_read(&self) -> f64 {
+        self.cache_read_per_mtok.unwrap_or(self.input_per_mtok)
+    }
+
+    pub fn cache_write(&self) -> f64 {
+        self.cache_write_per_mtok.unwrap_or(self.input_per_mtok)
+    }
+
+    pub fn cache_write_1h(&self) -> f64 {
+        self.cache_write_1h_per_mtok.unwrap_or_else(|| self.cache_write())
+    }
+
+    /// The highest price any input token of a request can cost here: what the hold charges its
+    /// input at (a body's tokens may all be cache writes, SPEC §17).
+    pub fn max_input(&self) -> f64 {
+        [self.input_per_mtok, self.cache_read(), self.cache_write(), self.cache_write_1h()]
+            .into_iter()
+            .fold(0.0, f64::max)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -436,9 +480,13 @@ impl Catalog {
                     ));
                 }
                 for (name, v) in [
-                    ("input_per_mtok", r.price.input_per_mtok),
-                    ("output_per_mtok", r.price.output_per_mtok),
+                    ("input_per_mtok", Some(r.price.input_per_mtok)),
+                    ("output_per_mtok", Some(r.price.output_per_mtok)),
+                    ("cache_read_per_mtok", r.price.cache_read_per_mtok),
+                    ("cache_write_per_mtok", r.price.cache_write_per_mtok),
+                    ("cache_write_1h_per_mtok", r.price.cache_write_1h_per_mtok),
                 ] {
+                    let Some(v) = v else { continue };
                     if !v.is_finite() || !(0.0..=1_000_000.0).contains(&v) {
                         return Err(err(
                             format!("{at}.price.{name}"),

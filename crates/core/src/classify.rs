@@ -140,23 +140,40 @@ const RAW_TEXT_LIMIT: usize = 2048;
 /// A `retry-after` longer than this is treated as this (one day), so callers can add it to a clock.
 const RETRY_AFTER_CAP_MS: u64 = 86_400_000;
 
-/// Wording of a broken upstream account: key, quota, credit, billing (SPEC §4 `account`, §9).
-const ACCOUNT_WORDS: &[&str] = &[
+/// Error `type` / `code` / `status` / `reason` values that say the upstream account is broken: key,
+/// quota, credit, billing, permission (SPEC §4 `account`, §9, §18). Matched whole, against the
+/// error's structured fields only — never against its message, which may echo the request.
+const ACCOUNT_CODES: &[&str] = &[
     "insufficient_quota",
+    "billing_error",
+    "billing_not_active",
+    "billing_hard_limit_reached",
+    "authentication_error",
+    "permission_error",
+    "permission_denied",
+    "invalid_api_key",
+    "api_key_invalid",
+    "invalid_x_api_key",
+    "account_deactivated",
+    "account_inactive",
+    "access_terminated",
+    "insufficient_balance",
+    "payment_required",
+    "unauthenticated",
+];
+
+/// Whole phrases providers use in a broken account's message when no structured field says so
+/// (Anthropic's low-credit 400 carries only `invalid_request_error`). Never single words: a
+/// client that sends a field named `billing` gets it echoed in a 400 (SPEC §18).
+const ACCOUNT_PHRASES: &[&str] = &[
     "exceeded your current quota",
     "credit balance is too low",
     "insufficient credit",
     "insufficient balance",
-    "insufficient_balance",
-    "billing",
-    "payment required",
+    "incorrect api key provided",
     "invalid api key",
-    "incorrect api key",
-    "invalid_api_key",
     "invalid x-api-key",
     "api key not valid",
-    "api_key_invalid",
-    "authentication",
     "account is not active",
     "account has been deactivated",
     "organization has been disabled",
@@ -296,7 +313,7 @@ fn status_class(status: u16, facts: &Facts) -> FailureClass {
     if (200..300).contains(&status) {
         return payload_class(facts);
     }
-    if client_error && contains_any(text, ACCOUNT_WORDS) {
+    if client_error && facts.says_account() {
         return FailureClass::Account;
     }
     // Only the statuses that carry load (SPEC §4): a 500 or 502 that mentions load is still a 5xx.
@@ -330,7 +347,7 @@ fn status_class(status: u16, facts: &Facts) -> FailureClass {
 /// The rules for an error that came without a failing status.
 fn payload_class(facts: &Facts) -> FailureClass {
     let text = facts.text.as_str();
-    if contains_any(text, ACCOUNT_WORDS) || matches!(facts.code, Some(401..=403)) {
+    if facts.says_account() || matches!(facts.code, Some(401..=403)) {
         return FailureClass::Account;
     }
     // A refusal under the provider's content policy (e.g. Gemini's blocked prompt).
@@ -361,6 +378,8 @@ struct Facts {
     message: Option<String>,
     /// The text to match: lower-cased, URLs removed, whitespace collapsed.
     text: String,
+    /// The error's structured `type` / `code` / `status` / `reason` values, lower-cased, each whole.
+    kinds: Vec<String>,
     /// An explicit parameter name (`error.param`, or a validation detail's `loc`).
     param: Option<String>,
     /// A numeric HTTP-like code inside the body (`error.code: 402` at OpenRouter, Google's `code`).
@@ -449,19 +468,20 @@ impl Facts {
             read_detail(root.get("detail"), &mut messages, &mut pieces, &mut param);
         }
 
+        let mut kinds: Vec<String> = Vec::new();
         for key in ["type", "code", "status", "reason"] {
-            pieces.extend(error.get(key).and_then(scalar_text));
+            kinds.extend(error.get(key).and_then(scalar_text));
         }
         for key in ["code", "error_type"] {
-            pieces.extend(root.get(key).and_then(scalar_text));
+            kinds.extend(root.get(key).and_then(scalar_text));
         }
         if let Some(t) = root.get("type").and_then(Value::as_str) {
             if t != "error" {
-                pieces.push(t.to_string());
+                kinds.push(t.to_string());
             }
         }
         if let Some(inner) = error.get("innererror").and_then(Value::as_object) {
-            pieces.extend(inner.get("code").and_then(scalar_text));
+            kinds.extend(inner.get("code").and_then(scalar_text));
         }
         // OpenRouter wraps the provider's own error text in `metadata.raw`.
         if let Some(raw) = error.get("metadata").and_then(|m| m.get("raw")) {
@@ -473,8 +493,10 @@ impl Facts {
         }
         // Google's `details: [{"reason": "API_KEY_INVALID", …}]`.
         if let Some(details) = error.get("details").and_then(Value::as_array) {
-            pieces.extend(details.iter().filter_map(|d| d.get("reason")).filter_map(scalar_text));
+            kinds.extend(details.iter().filter_map(|d| d.get("reason")).filter_map(scalar_text));
         }
+        pieces.extend(kinds.iter().cloned());
+        let kinds: Vec<String> = kinds.iter().map(|k| k.trim().to_lowercase()).collect();
 
         let code = [error.get("code"), error.get("status"), root.get("code")]
             .into_iter()
@@ -493,10 +515,17 @@ impl Facts {
         Facts {
             message: messages.into_iter().next(),
             text,
+            kinds,
             param,
             code,
             raw: None,
         }
+    }
+
+    /// A broken upstream account (SPEC §18: structured fields first, free text only as whole
+    /// known phrases).
+    fn says_account(&self) -> bool {
+        self.kinds.iter().any(|k| ACCOUNT_CODES.contains(&k.as_str())) || contains_any(&self.text, ACCOUNT_PHRASES)
     }
 
     fn into_verdict(self, class: FailureClass, retry_after_ms: Option<u64>) -> Verdict {
@@ -956,6 +985,32 @@ mod tests {
         ("415 unsupported media type", 415, "Unsupported Media Type", BadResponse),
         ("302 redirect", 302, "<a href=\"/login\">Found</a>.", BadResponse),
     ];
+
+    #[test]
+    fn an_error_echoing_the_clients_words_is_not_an_account_failure() {
+        // SPEC §18: a client that names a field `billing` or writes "authentication" gets it
+        // echoed in a 400; the account is blamed only by structured fields or whole phrases.
+        let echoes = [
+            r#"{"error":{"message":"Unrecognized request argument supplied: billing","type":"invalid_request_error","param":null,"code":null}}"#,
+            r#"{"error":{"message":"Invalid value for 'authentication': expected a string.","type":"invalid_request_error","param":"authentication","code":"invalid_value"}}"#,
+            r#"{"type":"error","error":{"type":"invalid_request_error","message":"messages.0: the billing_error tag is not allowed here"}}"#,
+        ];
+        for body in echoes {
+            let class = classify_status(400, None, body.as_bytes()).class;
+            assert!(class.blame() == Blame::Nothing && class.is_client_caused(), "{body}: {class:?}");
+        }
+        let structured = [
+            (400, r#"{"error":{"message":"no","type":"billing_error"}}"#),
+            (429, r#"{"error":{"message":"no","type":"insufficient_quota","code":"insufficient_quota"}}"#),
+            (400, r#"{"error":{"code":400,"message":"no","status":"INVALID_ARGUMENT","details":[{"reason":"API_KEY_INVALID"}]}}"#),
+            (400, r#"{"type":"error","error":{"type":"invalid_request_error","message":"Your credit balance is too low to access the Anthropic API."}}"#),
+        ];
+        for (status, body) in structured {
+            assert_eq!(classify_status(status, None, body.as_bytes()).class, Account, "{body}");
+        }
+        let payload = serde_json::json!({"error": {"message": "field billing is unknown", "type": "invalid_request_error"}});
+        assert_eq!(classify_error_payload(&payload).class, BadResponse);
+    }
 
     #[test]
     fn real_error_bodies_get_their_class() {

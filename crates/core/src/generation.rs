@@ -86,6 +86,9 @@ pub struct GenerationRecord {
     pub provider: Option<String>,
     pub usage: Option<Usage>,
     pub estimated: bool,
+    /// The upstream reported more than the request could cause; the usage was cut (SPEC §17).
+    #[serde(default)]
+    pub usage_clamped: bool,
     pub delivered_output: u64,
     pub error_code: Option<String>,
     pub total_cost_micros: i64,
@@ -100,35 +103,80 @@ pub struct GenerationRecord {
 }
 
 /// The usage to record for a committed answer: the upstream's counts where it gave them, else
-/// estimates — output from what was relayed (≈ 4 characters per token, never above
-/// `max_tokens`), input from the request size — flagged `estimated`.
-pub fn settle_usage(reported: Reported, output_chars: usize, max_tokens: u64, body_len: usize) -> (Usage, bool) {
+/// estimates — output from what was relayed (≈ 4 characters per token), input from the request
+/// size — flagged `estimated`. Counts the request cannot have caused are cut to what it could
+/// (SPEC §17): output to `max_tokens` (the held output limit, every completion), input to
+/// `max_input_tokens`, cache parts to the input they are part of; the third value says so.
+pub fn settle_usage(reported: Reported, output_chars: usize, limits: UsageLimits) -> (Usage, bool, bool) {
     let estimated = reported.input_tokens.is_none() || reported.output_tokens.is_none();
-    let usage = Usage {
-        input_tokens: reported.input_tokens.unwrap_or((body_len / 3) as u64),
-        output_tokens: reported
-            .output_tokens
-            .unwrap_or_else(|| (output_chars.div_ceil(CHARS_PER_TOKEN) as u64).min(max_tokens)),
+    let input = reported
+        .input_tokens
+        .unwrap_or((limits.body_len / crate::billing::BODY_BYTES_PER_TOKEN) as u64);
+    let output = reported
+        .output_tokens
+        .unwrap_or_else(|| output_chars.div_ceil(CHARS_PER_TOKEN) as u64);
+    let mut clamped = false;
+    let mut cut = |value: u64, most: u64| {
+        clamped |= value > most;
+        value.min(most)
     };
-    (usage, estimated)
+    let input_tokens = cut(input, limits.max_input_tokens);
+    let output_tokens = if reported.output_tokens.is_some() {
+        cut(output, limits.max_tokens)
+    } else {
+        output.min(limits.max_tokens) // an estimate over the limit is the estimate's fault, not the upstream's
+    };
+    let mut left = input_tokens;
+    let mut part = |value: Option<u64>| {
+        let v = cut(value.unwrap_or(0), left);
+        left -= v;
+        v
+    };
+    let cache_read_tokens = part(reported.cache_read_tokens);
+    let cache_write_tokens = part(reported.cache_write_tokens);
+    let cache_write_1h_tokens = part(reported.cache_write_1h_tokens);
+    let usage = Usage {
+        input_tokens,
+        output_tokens,
+        cache_read_tokens,
+        cache_write_tokens,
+        cache_write_1h_tokens,
+    };
+    (usage, estimated, clamped)
 }
 
-/// Cost of `usage` at `price`, in micro-dollars. A price in USD per million tokens is exactly
-/// micro-dollars per token; the total is rounded to the nearest micro-dollar.
+/// The most a request can have caused: what [`settle_usage`] cuts reported counts to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UsageLimits {
+    /// The held output limit, every completion included.
+    pub max_tokens: u64,
+    /// The route's context window.
+    pub max_input_tokens: u64,
+    /// The request body's size, for an input estimate.
+    pub body_len: usize,
+}
+
+/// Cost of `usage` at `price`, in micro-dollars (SPEC §17): uncached input, cache reads, cache
+/// writes and output each at their own price. A price in USD per million tokens is exactly
+/// micro-dollars per token; the total is rounded to the nearest micro-dollar. The one formula for
+/// the ledger's charge and the `cost` a client sees.
 pub fn cost_micros(usage: Usage, price: &Price) -> i64 {
-    let cost = usage.input_tokens as f64 * price.input_per_mtok + usage.output_tokens as f64 * price.output_per_mtok;
+    let cost = usage.uncached_input_tokens() as f64 * price.input_per_mtok
+        + usage.cache_read_tokens as f64 * price.cache_read()
+        + usage.cache_write_tokens as f64 * price.cache_write()
+        + usage.cache_write_1h_tokens as f64 * price.cache_write_1h()
+        + usage.output_tokens as f64 * price.output_per_mtok;
     cost.round() as i64
 }
 
 /// What a committed answer is charged from (SPEC §11): the serving route's price, the hold that
-/// caps the charge, and what an estimate needs (the held output limit, the request's size). The
-/// ledger's charge and the `cost` a client sees in its usage both come from [`Tariff::settle`].
+/// caps the charge, and what bounds the usage. The ledger's charge and the `cost` a client sees in
+/// its usage both come from [`Tariff::settle`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct Tariff {
     pub price: Price,
     pub held_micros: Option<i64>,
-    pub max_tokens: u64,
-    pub body_len: usize,
+    pub limits: UsageLimits,
 }
 
 /// A committed answer's charge.
@@ -136,6 +184,8 @@ pub struct Tariff {
 pub struct Charge {
     pub usage: Usage,
     pub estimated: bool,
+    /// A reported count was more than the request could cause and was cut (SPEC §17).
+    pub clamped: bool,
     /// What is charged: the delivered cost, cut to the hold.
     pub cost_micros: i64,
     /// What the upstream delivered beyond the hold (recorded, not charged).
@@ -146,12 +196,13 @@ impl Tariff {
     /// The charge for what was delivered: the upstream's usage (else an estimate) at the route's
     /// price, never above the hold.
     pub fn settle(&self, reported: Reported, output_chars: usize) -> Charge {
-        let (usage, estimated) = settle_usage(reported, output_chars, self.max_tokens, self.body_len);
+        let (usage, estimated, clamped) = settle_usage(reported, output_chars, self.limits);
         let delivered = cost_micros(usage, &self.price);
         let cost = self.held_micros.map_or(delivered, |held| delivered.min(held));
         Charge {
             usage,
             estimated,
+            clamped,
             cost_micros: cost,
             overrun_micros: delivered - cost,
         }
@@ -189,6 +240,8 @@ pub struct AttemptTarget {
     /// The route's upstream account (SPEC §9).
     pub account: String,
     pub price: Price,
+    /// The route's context window: no answer of it can have read more input (SPEC §17).
+    pub context_window: u64,
     pub extra_try: bool,
     pub probe: bool,
     pub last_resort: bool,
@@ -235,8 +288,8 @@ pub struct Journal {
     max_tokens: u64,
     body_len: usize,
     held_micros: Option<i64>,
-    /// The committed attempt's price and start.
-    committed: Option<(Price, u64)>,
+    /// The committed attempt's price, context window and start.
+    committed: Option<(Price, u64, u64)>,
 }
 
 /// A finished request: the generation to settle and store, and what route health learns from it.
@@ -262,6 +315,7 @@ impl Journal {
                 provider: None,
                 usage: None,
                 estimated: false,
+                usage_clamped: false,
                 delivered_output: 0,
                 error_code: None,
                 total_cost_micros: 0,
@@ -288,7 +342,7 @@ impl Journal {
             AttemptResult::Committed { http_status } => {
                 self.record.route = Some(target.route.clone());
                 self.record.provider = Some(target.provider.clone());
-                self.committed = Some((target.price.clone(), target.started_ms));
+                self.committed = Some((target.price.clone(), target.context_window, target.started_ms));
                 (
                     AttemptStatus::Answered,
                     Some(elapsed),
@@ -355,11 +409,14 @@ impl Journal {
     /// the health observations — the answering attempt's covering its whole delivery.
     /// The tariff of the committed answer (`None` before a route commits).
     pub fn tariff(&self) -> Option<Tariff> {
-        self.committed.as_ref().map(|(price, _)| Tariff {
+        self.committed.as_ref().map(|(price, context_window, _)| Tariff {
             price: price.clone(),
             held_micros: self.held_micros,
-            max_tokens: self.max_tokens,
-            body_len: self.body_len,
+            limits: UsageLimits {
+                max_tokens: self.max_tokens,
+                max_input_tokens: *context_window,
+                body_len: self.body_len,
+            },
         })
     }
 
@@ -373,15 +430,17 @@ impl Journal {
         } = self;
         record.duration_ms = now_ms.saturating_sub(record.created_at_ms);
         let mut client_error = false;
-        let attempt_started = committed.map(|(_, started)| started);
+        let attempt_started = committed.map(|(_, _, started)| started);
         match (ending, attempt_started, tariff) {
             (Ending::Delivered(d), Some(attempt_started), Some(tariff)) => {
                 let Charge {
                     usage,
                     estimated,
+                    clamped,
                     cost_micros: cost,
                     overrun_micros,
                 } = tariff.settle(d.usage, d.output_chars);
+                record.usage_clamped = clamped;
                 record.overrun_micros = overrun_micros;
                 record.outcome = if d.broken.is_some() {
                     Outcome::Broken
@@ -480,76 +539,104 @@ pub fn log_line(record: &GenerationRecord, request_id: &str) -> serde_json::Valu
 mod tests {
     use super::*;
 
+    fn limits(max_tokens: u64, body_len: usize) -> UsageLimits {
+        UsageLimits {
+            max_tokens,
+            max_input_tokens: 100_000,
+            body_len,
+        }
+    }
+
     #[test]
     fn usage_is_reported_or_estimated_within_max_tokens() {
-        let u = Usage {
-            input_tokens: 10,
-            output_tokens: 20,
-        };
-        assert_eq!(settle_usage(Reported::both(u), 999, 5, 30), (u, false));
+        let u = Usage::plain(10, 20);
+        assert_eq!(settle_usage(Reported::both(u), 999, limits(50, 30)), (u, false, false));
         assert_eq!(
-            settle_usage(Reported::default(), 41, 1000, 30),
-            (
-                Usage {
-                    input_tokens: 10,
-                    output_tokens: 11
-                },
-                true
-            )
+            settle_usage(Reported::default(), 41, limits(1000, 30)),
+            (Usage::plain(10, 11), true, false)
         );
         assert_eq!(
-            settle_usage(Reported::default(), 4000, 50, 30).0.output_tokens,
-            50,
-            "never above max_tokens"
+            settle_usage(Reported::default(), 4000, limits(50, 30)),
+            (Usage::plain(10, 50), true, false),
+            "an estimate never above max_tokens (and not flagged: it is ours)"
         );
         let input_only = Reported {
             input_tokens: Some(7),
-            output_tokens: None,
+            ..Reported::default()
         };
         assert_eq!(
-            settle_usage(input_only, 41, 1000, 30),
-            (
-                Usage {
-                    input_tokens: 7,
-                    output_tokens: 11
-                },
-                true
-            ),
+            settle_usage(input_only, 41, limits(1000, 30)),
+            (Usage::plain(7, 11), true, false),
             "a stream cut before its output count keeps the reported input"
         );
     }
 
     #[test]
+    fn counts_the_request_cannot_have_caused_are_cut_and_flagged() {
+        // SPEC §17: output over the forwarded limit, input over the context window, cache parts
+        // over the input they belong to — and counts near u64::MAX never overflow.
+        let absurd = Reported {
+            input_tokens: Some(u64::MAX),
+            output_tokens: Some(u64::MAX),
+            cache_read_tokens: Some(u64::MAX),
+            cache_write_tokens: Some(u64::MAX),
+            cache_write_1h_tokens: Some(5),
+        };
+        let (u, estimated, clamped) = settle_usage(absurd, 0, limits(64, 30));
+        assert!(clamped && !estimated);
+        assert_eq!((u.input_tokens, u.output_tokens), (100_000, 64));
+        assert_eq!(
+            (u.cache_read_tokens, u.cache_write_tokens, u.cache_write_1h_tokens),
+            (100_000, 0, 0),
+            "the parts never add up to more than the input"
+        );
+        let fair = Reported::both(Usage {
+            input_tokens: 100,
+            output_tokens: 64,
+            cache_read_tokens: 60,
+            cache_write_tokens: 30,
+            cache_write_1h_tokens: 10,
+        });
+        assert!(!settle_usage(fair, 0, limits(64, 30)).2, "counts within the bounds are kept as they are");
+        let price = Price::per_mtok(1.0, 1.0);
+        assert_eq!(cost_micros(u, &price), 100_064, "the cost of a cut usage is finite");
+    }
+
+    #[test]
     fn cost_is_usage_times_price_in_micros() {
-        let p = Price {
-            input_per_mtok: 3.0,
-            output_per_mtok: 15.0,
+        let p = Price::per_mtok(3.0, 15.0);
+        assert_eq!(cost_micros(Usage::plain(1000, 100), &p), 4_500);
+        let cheap = Price::per_mtok(0.15, 0.6);
+        assert_eq!(cost_micros(Usage::plain(3, 1), &cheap), 1, "0.45 + 0.6 rounds to 1");
+    }
+
+    #[test]
+    fn cache_reads_and_writes_cost_their_own_prices() {
+        // 1 000 input tokens: 200 uncached, 500 read, 200 written (5 min), 100 written (1 h).
+        let u = Usage {
+            input_tokens: 1000,
+            output_tokens: 10,
+            cache_read_tokens: 500,
+            cache_write_tokens: 200,
+            cache_write_1h_tokens: 100,
         };
-        assert_eq!(
-            cost_micros(
-                Usage {
-                    input_tokens: 1000,
-                    output_tokens: 100
-                },
-                &p
-            ),
-            4_500
-        );
-        let cheap = Price {
-            input_per_mtok: 0.15,
-            output_per_mtok: 0.6,
+        let priced = Price {
+            cache_read_per_mtok: Some(0.3),
+            cache_write_per_mtok: Some(3.75),
+            cache_write_1h_per_mtok: Some(6.0),
+            ..Price::per_mtok(3.0, 15.0)
         };
-        assert_eq!(
-            cost_micros(
-                Usage {
-                    input_tokens: 3,
-                    output_tokens: 1
-                },
-                &cheap
-            ),
-            1,
-            "0.45 + 0.6 rounds to 1"
-        );
+        // 200×3 + 500×0.3 + 200×3.75 + 100×6 + 10×15 = 600 + 150 + 750 + 600 + 150
+        assert_eq!(cost_micros(u, &priced), 2_250);
+        // Absent cache prices: cache tokens cost input, a 1 h write the 5 min write's price.
+        let plain = Price::per_mtok(3.0, 15.0);
+        assert_eq!(cost_micros(u, &plain), 3_000 + 150);
+        let write_only = Price {
+            cache_write_per_mtok: Some(3.75),
+            ..Price::per_mtok(3.0, 15.0)
+        };
+        assert_eq!(cost_micros(u, &write_only), 600 + 1500 + 750 + 375 + 150);
+        assert_eq!(priced.max_input(), 6.0, "the hold's input rate is the dearest input price");
     }
 
     fn opening(stream: bool) -> Opening {
@@ -573,10 +660,8 @@ mod tests {
             route: route.into(),
             provider: "p".into(),
             account: "acct-p".into(),
-            price: Price {
-                input_per_mtok: 1.0,
-                output_per_mtok: 10.0,
-            },
+            price: Price::per_mtok(1.0, 10.0),
+            context_window: 100_000,
             extra_try: false,
             probe: false,
             last_resort: false,
@@ -632,10 +717,7 @@ mod tests {
         );
         let f = j.finish(
             Ending::Delivered(Delivery {
-                usage: Reported::both(Usage {
-                    input_tokens: 10,
-                    output_tokens: 20,
-                }),
+                usage: Reported::both(Usage::plain(10, 20)),
                 ..Delivery::default()
             }),
             1_500,
@@ -752,16 +834,16 @@ mod tests {
         let j = committed(opening(false));
         let f = j.finish(
             Ending::Delivered(Delivery {
-                usage: Reported::both(Usage {
-                    input_tokens: 100,
-                    output_tokens: 500,
-                }),
+                usage: Reported::both(Usage::plain(100, 500)),
                 ..Delivery::default()
             }),
             1_020,
         );
-        // 100 × 1 + 500 × 10 = 5 100 µ$ delivered; 1 000 held.
-        assert_eq!((f.record.total_cost_micros, f.record.overrun_micros), (1_000, 4_100));
+        // 500 output tokens over a limit of 100 are cut to 100 and flagged (SPEC §17):
+        // 100 × 1 + 100 × 10 = 1 100 µ$ delivered; 1 000 held.
+        assert!(f.record.usage_clamped);
+        assert_eq!(f.record.usage.map(|u| u.output_tokens), Some(100));
+        assert_eq!((f.record.total_cost_micros, f.record.overrun_micros), (1_000, 100));
         assert_eq!(f.record.attempts[0].cost_micros, 1_000);
     }
 
@@ -801,10 +883,7 @@ mod tests {
         );
         let f = j.finish(
             Ending::Delivered(Delivery {
-                usage: Reported::both(Usage {
-                    input_tokens: 10,
-                    output_tokens: 20,
-                }),
+                usage: Reported::both(Usage::plain(10, 20)),
                 broken: Some("cut".into()),
                 ..Delivery::default()
             }),

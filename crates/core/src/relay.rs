@@ -174,11 +174,14 @@ pub struct Gate {
     seen: Seen,
     held: Vec<u8>,
     held_events: usize,
+    /// The request set a stop sequence (an empty answer that stopped is one, SPEC §18).
+    client_stop: bool,
 }
 
 impl Gate {
     /// `secret`: the route's upstream key, redacted from any upstream text the client sees.
-    pub fn new(dialect: &'static StreamDialect, client_wants_usage: bool, secret: Option<String>) -> Gate {
+    /// `client_stop`: the request set a stop sequence.
+    pub fn new(dialect: &'static StreamDialect, client_wants_usage: bool, client_stop: bool, secret: Option<String>) -> Gate {
         Gate {
             seen: Seen {
                 dialect,
@@ -192,6 +195,7 @@ impl Gate {
             },
             held: Vec::new(),
             held_events: 0,
+            client_stop,
         }
     }
 
@@ -202,6 +206,12 @@ impl Gate {
         }
         if info.malformed {
             return Before::Fail(Verdict::bad("malformed event before the first content"));
+        }
+        // An answer that ended empty by the client's limit, its stop sequence or a content filter
+        // is the answer (SPEC §18): delivered and charged, not held against the route.
+        if info.finish.is_some_and(|f| f.explains_empty(self.client_stop)) {
+            self.held.extend_from_slice(&ev.raw);
+            return Before::Commit(std::mem::take(&mut self.held));
         }
         if info.done {
             return Before::Fail(Verdict::bad("stream ended before the first content"));
@@ -365,7 +375,7 @@ mod tests {
 
     /// A relay committed on `events` (the last one must commit).
     fn committed(client_wants_usage: bool, events: &[&str]) -> Relay {
-        let mut g = Gate::new(&CHAT, client_wants_usage, None);
+        let mut g = Gate::new(&CHAT, client_wants_usage, false, None);
         let mut last = Before::Hold;
         for e in events {
             last = g.on_event(ev(e));
@@ -375,8 +385,24 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_answer_its_limit_or_stop_explains_commits() {
+        // SPEC §18: the client's max_tokens, its stop sequence or a content filter explain an
+        // answer with no content; it is delivered, not failed as bad_response.
+        let role = ev(r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}"#);
+        let ended = |reason: &str| ev(&format!(r#"{{"choices":[{{"index":0,"delta":{{}},"finish_reason":"{reason}"}}]}}"#));
+        for (reason, client_stop, commits) in
+            [("length", false, true), ("content_filter", false, true), ("stop", true, true), ("stop", false, false)]
+        {
+            let mut g = Gate::new(&CHAT, false, client_stop, None);
+            assert_eq!(g.on_event(role.clone()), Before::Hold);
+            let got = g.on_event(ended(reason));
+            assert_eq!(matches!(got, Before::Commit(_)), commits, "{reason} client_stop={client_stop}: {got:?}");
+        }
+    }
+
+    #[test]
     fn holds_until_content_then_releases_everything() {
-        let mut g = Gate::new(&CHAT, false, None);
+        let mut g = Gate::new(&CHAT, false, false, None);
         let keepalive = SseEvent {
             raw: b": keep-alive\n\n".to_vec(),
             ..SseEvent::default()
@@ -399,7 +425,8 @@ mod tests {
             r.delivery().usage,
             Reported {
                 input_tokens: Some(4),
-                output_tokens: Some(1)
+                output_tokens: Some(1),
+                ..Reported::default()
             }
         );
         assert_eq!(
@@ -419,13 +446,13 @@ mod tests {
 
     fn tariff() -> Tariff {
         Tariff {
-            price: crate::catalog::Price {
-                input_per_mtok: 1.5,
-                output_per_mtok: 10.0,
-            },
+            price: crate::catalog::Price::per_mtok(1.5, 10.0),
             held_micros: Some(1_000_000),
-            max_tokens: 100,
-            body_len: 30,
+            limits: crate::generation::UsageLimits {
+                max_tokens: 100,
+                max_input_tokens: 100_000,
+                body_len: 30,
+            },
         }
     }
 
@@ -466,7 +493,7 @@ mod tests {
 
     #[test]
     fn anthropic_and_responses_final_events_carry_the_charge() {
-        let mut g = Gate::new(&MESSAGES, false, None);
+        let mut g = Gate::new(&MESSAGES, false, false, None);
         g.on_event(named(
             "message_start",
             r#"{"type":"message_start","message":{"id":"msg_1","model":"c","usage":{"input_tokens":7,"output_tokens":1}}}"#,
@@ -490,7 +517,7 @@ mod tests {
             "7 × 1.5 + 3 × 10, rounded"
         );
 
-        let mut g = Gate::new(&RESPONSES, false, None);
+        let mut g = Gate::new(&RESPONSES, false, false, None);
         g.on_event(named(
             "response.output_text.delta",
             r#"{"type":"response.output_text.delta","delta":"Hi"}"#,
@@ -517,14 +544,14 @@ mod tests {
             ev("{oops"),
             ev("[DONE]"),
         ] {
-            let mut g = Gate::new(&CHAT, false, None);
+            let mut g = Gate::new(&CHAT, false, false, None);
             g.on_event(ev(ROLE));
             assert!(matches!(g.on_event(bad_event), Before::Fail(_)));
         }
-        let mut g = Gate::new(&CHAT, false, None);
+        let mut g = Gate::new(&CHAT, false, false, None);
         g.on_event(ev(ROLE));
         assert_eq!(g.on_close().class, FailureClass::BadResponse);
-        let mut g = Gate::new(&CHAT, false, None);
+        let mut g = Gate::new(&CHAT, false, false, None);
         let overloaded = ev(r#"{"error":{"message":"The server is overloaded","type":"server_error"}}"#);
         assert!(matches!(g.on_event(overloaded), Before::Fail(v) if v.class == FailureClass::Overloaded));
     }
@@ -580,7 +607,7 @@ mod tests {
 
     #[test]
     fn commits_when_the_hold_cap_is_reached() {
-        let mut g = Gate::new(&CHAT, false, None);
+        let mut g = Gate::new(&CHAT, false, false, None);
         for _ in 0..MAX_HELD_EVENTS - 1 {
             assert_eq!(g.on_event(ev(ROLE)), Before::Hold);
         }
@@ -612,7 +639,7 @@ mod tests {
             "content_block_delta",
             r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}"#,
         );
-        let mut g = Gate::new(&MESSAGES, false, None);
+        let mut g = Gate::new(&MESSAGES, false, false, None);
         for held in [&start, &block, &ping] {
             assert_eq!(g.on_event(held.clone()), Before::Hold, "lifecycle is held back");
         }
@@ -640,7 +667,7 @@ mod tests {
 
     #[test]
     fn an_anthropic_stream_finished_without_message_stop_gets_it() {
-        let mut g = Gate::new(&MESSAGES, false, None);
+        let mut g = Gate::new(&MESSAGES, false, false, None);
         g.on_event(named(
             "content_block_delta",
             r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}"#,
@@ -657,7 +684,7 @@ mod tests {
                 broken: None
             }
         );
-        let mut cut = Gate::new(&RESPONSES, false, None);
+        let mut cut = Gate::new(&RESPONSES, false, false, None);
         cut.on_event(named(
             "response.output_text.delta",
             r#"{"type":"response.output_text.delta","delta":"Hi"}"#,
@@ -674,14 +701,14 @@ mod tests {
     #[test]
     fn an_error_after_commit_never_carries_a_key() {
         let leaky = r#"{"error":{"message":"Incorrect API key provided: sk-live-123 (key UPSTREAM-KEY-1)"}}"#;
-        let mut g = Gate::new(&CHAT, false, Some("UPSTREAM-KEY-1".into()));
+        let mut g = Gate::new(&CHAT, false, false, Some("UPSTREAM-KEY-1".into()));
         g.on_event(ev(HI));
         let After::End { bytes, broken } = g.into_relay().on_event(ev(leaky)) else {
             panic!("an error ends the stream")
         };
         let text = String::from_utf8(bytes).unwrap() + &broken.unwrap();
         assert!(!text.contains("sk-live") && !text.contains("UPSTREAM-KEY-1"), "{text}");
-        let mut g = Gate::new(&MESSAGES, false, Some("UPSTREAM-KEY-1".into()));
+        let mut g = Gate::new(&MESSAGES, false, false, Some("UPSTREAM-KEY-1".into()));
         g.on_event(named(
             "content_block_delta",
             r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}"#,

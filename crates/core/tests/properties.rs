@@ -67,7 +67,7 @@ proptest! {
     #[test]
     fn bodies_and_requests_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
         for api in [Api::Chat, Api::Messages, Api::Responses, Api::Gemini] {
-            let _ = dialect::inspect_body(api, &bytes);
+            let _ = dialect::inspect_body(api, &bytes, false);
             let _ = dialect::parse_request(api, &bytes, Some(("m", false)));
         }
         let _ = Catalog::parse(&bytes);

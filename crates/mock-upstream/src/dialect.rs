@@ -27,8 +27,11 @@ pub struct ReqInfo {
     pub stream: bool,
     /// Chat: `stream_options.include_usage` is true.
     pub include_usage: bool,
-    /// Request body bytes / 4, at least 1.
+    /// Request body bytes / 4, at least 1: the uncached prompt.
     pub prompt_tokens: u64,
+    /// (read, write) prompt-cache tokens reported beside the uncached prompt, each in the
+    /// dialect's own fields (scenario `cache/R/W`).
+    pub cache: (u64, u64),
 }
 
 impl ReqInfo {
@@ -54,6 +57,7 @@ impl ReqInfo {
                 .and_then(|b| b.as_bool())
                 .unwrap_or(false),
             prompt_tokens: ((body.len() / 4) as u64).max(1),
+            cache: (0, 0),
         }
     }
 
@@ -311,7 +315,6 @@ fn total(a: u64, b: u64) -> u64 {
 pub fn nonstream_body(api: Api, info: &ReqInfo, sc: &Scenario) -> String {
     let n = sc.chunks as u64;
     let text: String = content_pieces(sc.chunks).concat();
-    let p = info.prompt_tokens;
     match api {
         Api::Chat => {
             let choice = Obj::new()
@@ -326,7 +329,7 @@ pub fn nonstream_body(api: Api, info: &ReqInfo, sc: &Scenario) -> String {
                 .raw("model", &info.model_json)
                 .raw("choices", &array(vec![choice]));
             if !sc.no_usage {
-                o = o.obj("usage", chat_usage(p, n));
+                o = o.obj("usage", chat_usage(info, n));
             }
             o.build()
         }
@@ -343,7 +346,7 @@ pub fn nonstream_body(api: Api, info: &ReqInfo, sc: &Scenario) -> String {
                 .str("stop_reason", "end_turn")
                 .null("stop_sequence");
             if !sc.no_usage {
-                o = o.obj("usage", Obj::new().num("input_tokens", p).num("output_tokens", n));
+                o = o.obj("usage", messages_usage(info, n));
             }
             o.build()
         }
@@ -370,9 +373,10 @@ fn gemini_chunk(info: &ReqInfo, text: &str, finish: Option<&str>, usage_n: Optio
         o = o.obj(
             "usageMetadata",
             Obj::new()
-                .num("promptTokenCount", info.prompt_tokens)
+                .num("promptTokenCount", all_input(info))
+                .num("cachedContentTokenCount", info.cache.0)
                 .num("candidatesTokenCount", n)
-                .num("totalTokenCount", total(info.prompt_tokens, n)),
+                .num("totalTokenCount", total(all_input(info), n)),
         );
     }
     o.raw("modelVersion", &info.model_json)
@@ -380,18 +384,47 @@ fn gemini_chunk(info: &ReqInfo, text: &str, finish: Option<&str>, usage_n: Optio
         .build()
 }
 
-fn chat_usage(p: u64, n: u64) -> Obj {
+/// Every input token of an OpenAI or Gemini usage: the uncached prompt, the cache reads and the
+/// cache writes (which OpenAI bills as input and does not report apart).
+fn all_input(info: &ReqInfo) -> u64 {
+    total(info.prompt_tokens, total(info.cache.0, info.cache.1))
+}
+
+/// Chat usage: `prompt_tokens` counts every input token, `prompt_tokens_details.cached_tokens`
+/// the cache reads among them.
+fn chat_usage(info: &ReqInfo, n: u64) -> Obj {
+    let p = all_input(info);
     Obj::new()
         .num("prompt_tokens", p)
         .num("completion_tokens", n)
         .num("total_tokens", total(p, n))
+        .obj("prompt_tokens_details", Obj::new().num("cached_tokens", info.cache.0))
 }
 
-fn responses_usage(p: u64, n: u64) -> Obj {
+fn responses_usage(info: &ReqInfo, n: u64) -> Obj {
+    let p = all_input(info);
     Obj::new()
         .num("input_tokens", p)
+        .obj("input_tokens_details", Obj::new().num("cached_tokens", info.cache.0))
         .num("output_tokens", n)
         .num("total_tokens", total(p, n))
+}
+
+/// Anthropic usage: `input_tokens` is the uncached prompt only; cache reads and writes are
+/// their own fields (writes to the 5-minute cache).
+fn messages_usage(info: &ReqInfo, output: u64) -> Obj {
+    let (read, write) = info.cache;
+    Obj::new()
+        .num("input_tokens", info.prompt_tokens)
+        .num("cache_creation_input_tokens", write)
+        .num("cache_read_input_tokens", read)
+        .obj(
+            "cache_creation",
+            Obj::new()
+                .num("ephemeral_5m_input_tokens", write)
+                .num("ephemeral_1h_input_tokens", 0),
+        )
+        .num("output_tokens", output)
 }
 
 fn output_text_part(text: &str) -> Obj {
@@ -431,7 +464,7 @@ fn responses_object(info: &ReqInfo, status: &str, text: Option<&str>, usage_n: O
         .raw("model", &info.model_json)
         .raw("output", &output);
     if let Some(n) = usage_n {
-        o = o.obj("usage", responses_usage(info.prompt_tokens, n));
+        o = o.obj("usage", responses_usage(info, n));
     }
     o.build()
 }
@@ -525,9 +558,7 @@ fn preamble(api: Api, b: &mut Builder, info: &ReqInfo, sc: &Scenario) {
             if !sc.no_usage {
                 msg = msg.obj(
                     "usage",
-                    Obj::new()
-                        .num("input_tokens", info.prompt_tokens)
-                        .num("output_tokens", 1),
+                    messages_usage(info, 1),
                 );
             }
             b.event(
@@ -617,7 +648,7 @@ fn finish(api: Api, b: &mut Builder, info: &ReqInfo, sc: &Scenario, text: &str) 
                     .num("created", CREATED)
                     .raw("model", &info.model_json)
                     .raw("choices", "[]")
-                    .obj("usage", chat_usage(info.prompt_tokens, n))
+                    .obj("usage", chat_usage(info, n))
                     .build();
                 b.event(None, &d);
             }

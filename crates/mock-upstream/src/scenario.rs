@@ -22,6 +22,9 @@
 //!             | "stall-after" / N / MS
 //!             | "malformed-event" / I
 //!             | "no-done" | "no-usage"
+//!             | "cache" / READ / WRITE          (usage reports READ cache-read and WRITE cache-write tokens)
+//!             | "reject-field" / NAME / CODE    (a body with top-level field NAME gets status CODE, its
+//!                                                message echoing the field; other bodies go on as usual)
 //!             | "retry-after" / SECS            (needs an error status)
 //!             | error-kind                      (needs an error to shape)
 //! behaviour  := "status" / CODE | "hang" | "reset" | "cut-after" / N
@@ -133,6 +136,11 @@ pub struct Scenario {
     pub no_usage: bool,
     pub retry_after: Option<u64>,
     pub error_kind: Option<ErrorKind>,
+    /// (cache-read tokens, cache-write tokens) the usage reports beside the prompt.
+    pub cache: Option<(u64, u64)>,
+    /// (field, status): a request whose body has this top-level field fails with the status, the
+    /// way a provider rejects (400) or chokes on (5xx) one request's content.
+    pub reject_field: Option<(String, u16)>,
 }
 
 impl Default for Scenario {
@@ -152,6 +160,8 @@ impl Default for Scenario {
             no_usage: false,
             retry_after: None,
             error_kind: None,
+            cache: None,
+            reject_field: None,
         }
     }
 }
@@ -179,6 +189,8 @@ pub const KEYWORDS: &[&str] = &[
     "held",
     "chunks",
     "retry-after",
+    "cache",
+    "reject-field",
     "overloaded",
     "rate_limit",
     "context_length",
@@ -406,6 +418,21 @@ pub fn parse_scenario(key: &str) -> Result<Scenario, ScenarioError> {
             "retry-after" => {
                 let s: u64 = c.num("retry-after", "seconds")?;
                 set_once(&mut sc.retry_after, s, "retry-after")?;
+            }
+            "cache" => {
+                let read: u64 = c.num("cache", "cache-read tokens (cache/<read>/<write>)")?;
+                let write: u64 = c.num("cache", "cache-write tokens (cache/<read>/<write>)")?;
+                set_once(&mut sc.cache, (read, write), "cache")?;
+            }
+            "reject-field" => {
+                let name = c
+                    .next()
+                    .ok_or_else(|| ScenarioError("`reject-field` needs a field name".into()))?;
+                let code: u16 = c.num("reject-field", "an HTTP status (reject-field/<name>/<code>)")?;
+                if !(400..600).contains(&code) {
+                    return Err(ScenarioError(format!("`reject-field`: {code} is not an error status")));
+                }
+                set_once(&mut sc.reject_field, (name.to_string(), code), "reject-field")?;
             }
             "no-done" | "no-usage" => {
                 if seen_flags.contains(&seg) {

@@ -234,10 +234,11 @@ fn run_scenario(
             return json(w, 400, &body, &[], close);
         }
     };
-    let info = match scenario::gemini_call(req.path()) {
+    let mut info = match scenario::gemini_call(req.path()) {
         Some((model, stream)) if api == Api::Gemini => ReqInfo::from_body(&req.body).for_gemini(&model, stream),
         _ => ReqInfo::from_body(&req.body),
     };
+    info.cache = sc.cache.unwrap_or_default();
 
     let gated = match sc.gate {
         Some(Gate::Flaky(k)) => count % k == 0,
@@ -249,6 +250,21 @@ fn run_scenario(
         return error_status(w, api, 503, &sc, &info, close);
     }
 
+    if let Some((field, code)) = &sc.reject_field {
+        let has_field = serde_json::from_slice::<serde_json::Value>(&req.body)
+            .ok()
+            .is_some_and(|v| v.get(field).is_some());
+        if has_field {
+            // OpenAI's words for an argument it does not know (400), or an error only this
+            // content triggers (5xx): both echo the client's own field name.
+            let (ty, msg) = if *code < 500 {
+                ("invalid_request_error", format!("Unrecognized request argument supplied: {field}"))
+            } else {
+                ("server_error", format!("The server had an error processing field {field}"))
+            };
+            return json(w, *code, &simple_error(ty, &msg), &[], close);
+        }
+    }
     match sc.behavior {
         Behavior::Hang => {
             hang(reader);

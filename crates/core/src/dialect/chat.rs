@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::{optional_bool, optional_u64, parse_common, BodyInfo, ClientRequest, EventInfo, Reported};
+use super::{count, optional_bool, optional_u64, parse_common, BodyInfo, ClientRequest, EventInfo, FinishReason, Reported};
 use crate::catalog::Api;
 use crate::classify::Verdict;
 use crate::error::ApiError;
@@ -237,23 +237,15 @@ pub fn inspect_event(ev: &SseEvent) -> EventInfo {
     let choices = v.get("choices").and_then(Value::as_array);
     for choice in choices.into_iter().flatten() {
         if let Some(delta) = choice.get("delta") {
-            for field in ["content", "reasoning", "reasoning_content", "refusal"] {
-                if let Some(s) = delta.get(field).and_then(Value::as_str) {
-                    if !s.is_empty() {
-                        info.content = true;
-                        info.output_chars += s.chars().count();
-                    }
-                }
-            }
-            if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
-                if !calls.is_empty() {
-                    info.content = true;
-                    info.output_chars += calls.iter().map(|c| c.to_string().len()).sum::<usize>();
-                }
+            let chars = message_chars(delta);
+            if chars > 0 || has_tool_call(delta) || has_audio(delta) {
+                info.content = true;
+                info.output_chars += chars;
             }
         }
-        if choice.get("finish_reason").is_some_and(|f| !f.is_null()) {
+        if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
             info.finished = true;
+            info.finish = Some(finish_reason(reason));
         }
     }
     if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
@@ -265,10 +257,53 @@ pub fn inspect_event(ev: &SseEvent) -> EventInfo {
     info
 }
 
+/// Characters of output in a message or a stream delta: its text, reasoning and refusal, and of
+/// each tool call only what the model generated — the function's name and its arguments, not
+/// the JSON around them (SPEC §7's estimate).
+fn message_chars(m: &Value) -> usize {
+    let len = |v: Option<&Value>| v.and_then(Value::as_str).map_or(0, |s| s.chars().count());
+    let text: usize = ["content", "reasoning", "reasoning_content", "refusal"]
+        .iter()
+        .map(|f| len(m.get(*f)))
+        .sum();
+    let calls: usize = m
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|c| len(c.pointer("/function/name")) + len(c.pointer("/function/arguments")))
+        .sum();
+    text + calls
+}
+
+fn has_tool_call(m: &Value) -> bool {
+    m.get("tool_calls").and_then(Value::as_array).is_some_and(|c| !c.is_empty())
+}
+
+/// Audio output (`audio: {id, data, transcript}`) is content even with no text.
+fn has_audio(m: &Value) -> bool {
+    m.get("audio").is_some_and(Value::is_object)
+}
+
+fn finish_reason(reason: &str) -> FinishReason {
+    match reason {
+        "stop" => FinishReason::Natural,
+        "length" => FinishReason::Limit,
+        "content_filter" => FinishReason::Filtered,
+        _ => FinishReason::Other,
+    }
+}
+
+/// A Chat usage object (SPEC §17): `prompt_tokens` is every input token, of which
+/// `prompt_tokens_details.cached_tokens` were read from the cache; `completion_tokens` includes
+/// reasoning.
 fn usage_from(u: &Value) -> Reported {
+    let u = Some(u);
     Reported {
-        input_tokens: u.get("prompt_tokens").and_then(Value::as_u64),
-        output_tokens: u.get("completion_tokens").and_then(Value::as_u64),
+        input_tokens: count(u, "/prompt_tokens"),
+        output_tokens: count(u, "/completion_tokens"),
+        cache_read_tokens: count(u, "/prompt_tokens_details/cached_tokens"),
+        ..Reported::default()
     }
 }
 
@@ -283,25 +318,18 @@ pub fn inspect_body(body: &[u8]) -> Result<BodyInfo, Verdict> {
         .get("choices")
         .and_then(Value::as_array)
         .ok_or_else(|| Verdict::bad("response has no choices"))?;
-    let output_chars = choices
-        .iter()
-        .filter_map(|c| c.get("message"))
-        .map(|m| {
-            ["content", "reasoning", "reasoning_content", "refusal"]
-                .iter()
-                .filter_map(|f| m.get(*f).and_then(Value::as_str))
-                .map(|s| s.chars().count())
-                .sum::<usize>()
-                + m.get("tool_calls").map_or(0, |t| t.to_string().len())
-        })
-        .sum();
-    if output_chars == 0 {
-        // No content, no tool call, no refusal: an empty success is no answer (SPEC §4).
-        return Err(Verdict::bad("response has no output"));
+    let messages = || choices.iter().filter_map(|c| c.get("message"));
+    let mut output_chars: usize = messages().map(message_chars).sum();
+    if output_chars == 0 && messages().any(|m| has_tool_call(m) || has_audio(m)) {
+        output_chars = 1; // output all the same: a call with no arguments, or audio
     }
     Ok(BodyInfo {
         usage: v.get("usage").map(usage_from).unwrap_or_default(),
         output_chars,
+        finish: choices
+            .iter()
+            .find_map(|c| c.get("finish_reason").and_then(Value::as_str))
+            .map(finish_reason),
     })
 }
 
@@ -335,7 +363,6 @@ pub const DONE_FRAME: &[u8] = b"data: [DONE]\n\n";
 mod stream_tests {
     use super::*;
     use crate::classify::FailureClass;
-    use crate::dialect::Usage;
 
     fn ev(data: &str) -> SseEvent {
         SseEvent::from_data(data)
@@ -370,6 +397,29 @@ mod stream_tests {
     }
 
     #[test]
+    fn a_tool_call_counts_what_the_model_generated_not_its_json() {
+        // SPEC §7's estimate: a call delta's name and arguments, not the wrapping around them.
+        let call = inspect_event(&ev(
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_abcdefghijklmnop","type":"function","function":{"name":"get_weather","arguments":""}}]}}]}"#,
+        ));
+        assert!(call.content);
+        assert_eq!(call.output_chars, "get_weather".len());
+        let args = inspect_event(&ev(
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"c"}}]}}]}"#,
+        ));
+        assert_eq!(args.output_chars, 3);
+    }
+
+    #[test]
+    fn cached_prompt_tokens_are_part_of_the_input() {
+        let u = inspect_event(&ev(
+            r#"{"choices":[],"usage":{"prompt_tokens":1000,"completion_tokens":7,"prompt_tokens_details":{"cached_tokens":800}}}"#,
+        ))
+        .usage;
+        assert_eq!((u.input_tokens, u.cache_read_tokens, u.output_tokens), (Some(1000), Some(800), Some(7)));
+    }
+
+    #[test]
     fn finish_and_usage() {
         let fin = inspect_event(&ev(r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#));
         assert!(fin.finished && !fin.content);
@@ -378,10 +428,11 @@ mod stream_tests {
         ));
         assert_eq!(
             usage.usage,
-            Reported::both(Usage {
-                input_tokens: 5,
-                output_tokens: 7
-            })
+            Reported {
+                input_tokens: Some(5),
+                output_tokens: Some(7),
+                ..Reported::default()
+            }
         );
         assert!(usage.usage_only);
         let both = inspect_event(&ev(
@@ -395,10 +446,11 @@ mod stream_tests {
         let ok = inspect_body(br#"{"choices":[{"message":{"role":"assistant","content":"Hello"}}],"usage":{"prompt_tokens":3,"completion_tokens":2}}"#).unwrap();
         assert_eq!(
             ok.usage,
-            Reported::both(Usage {
-                input_tokens: 3,
-                output_tokens: 2
-            })
+            Reported {
+                input_tokens: Some(3),
+                output_tokens: Some(2),
+                ..Reported::default()
+            }
         );
         assert_eq!(ok.output_chars, 5);
         assert_eq!(inspect_body(b"{trunc").unwrap_err().class, FailureClass::BadResponse);
@@ -409,11 +461,22 @@ mod stream_tests {
             r#"{"choices":[{"message":{"role":"assistant","content":null}}]}"#,
         ] {
             assert_eq!(
-                inspect_body(empty.as_bytes()).unwrap_err().class,
+                super::super::inspect_body(Api::Chat, empty.as_bytes(), false).unwrap_err().class,
                 FailureClass::BadResponse,
                 "{empty}"
             );
         }
+        // SPEC §18: an empty answer the client's parameters explain is an answer.
+        let judged = |body: &str, client_stop: bool| super::super::inspect_body(Api::Chat, body.as_bytes(), client_stop);
+        let ended = |reason: &str| format!(r#"{{"choices":[{{"message":{{"role":"assistant","content":""}},"finish_reason":"{reason}"}}]}}"#);
+        assert!(judged(&ended("length"), false).is_ok(), "its max_tokens");
+        assert!(judged(&ended("content_filter"), false).is_ok(), "a content filter");
+        assert!(judged(&ended("stop"), true).is_ok(), "its stop sequence");
+        assert!(judged(&ended("stop"), false).is_err(), "an empty end with no stop sequence is no answer");
+        assert!(
+            judged(r#"{"choices":[{"message":{"role":"assistant","content":null,"audio":{"id":"a","data":"UklGR"}},"finish_reason":"stop"}]}"#, false).is_ok(),
+            "audio is output"
+        );
         assert!(
             inspect_body(br#"{"choices":[{"message":{"content":null,"tool_calls":[{"id":"t"}]}}]}"#).is_ok(),
             "a tool call is an answer"

@@ -13,7 +13,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::{event_json, own_fields, parse_object, BodyInfo, ClientRequest, EventInfo, Reported};
+use super::{count, event_json, own_fields, parse_object, BodyInfo, ClientRequest, EventInfo, FinishReason, Reported};
 use crate::catalog::Api;
 use crate::classify::{classify_error_payload, is_error_payload, Verdict};
 use crate::error::ApiError;
@@ -90,8 +90,14 @@ fn output_chars(v: &Value) -> usize {
         .flatten()
         .map(|p| {
             let text = p.get("text").and_then(Value::as_str).map_or(0, |t| t.chars().count());
-            let call = p.get("functionCall").map_or(0, |f| f.to_string().len());
-            text + call
+            // A call's name and arguments (the estimate's basis: what the model generated).
+            let call = p.get("functionCall").map_or(0, |f| {
+                f.get("name").and_then(Value::as_str).map_or(0, str::len)
+                    + f.get("args").map_or(0, |a| a.to_string().len())
+            });
+            // Generated media (an image, audio) is output even without text (SPEC §7, §18).
+            let media = usize::from(p.get("inlineData").is_some_and(Value::is_object));
+            (text + call).max(media)
         })
         .sum()
 }
@@ -106,18 +112,42 @@ fn finished(v: &Value) -> bool {
     })
 }
 
+/// Why the first candidate that finished did: `STOP`, the output limit, or one of Google's
+/// filters.
+fn finish(v: &Value) -> Option<FinishReason> {
+    let reason = v
+        .get("candidates")
+        .and_then(Value::as_array)?
+        .iter()
+        .find_map(|c| c.get("finishReason").and_then(Value::as_str))?;
+    Some(match reason {
+        "STOP" => FinishReason::Natural,
+        "MAX_TOKENS" => FinishReason::Limit,
+        "SAFETY" | "RECITATION" | "BLOCKLIST" | "PROHIBITED_CONTENT" | "SPII" | "IMAGE_SAFETY" => {
+            FinishReason::Filtered
+        }
+        _ => FinishReason::Other,
+    })
+}
+
+/// A chunk's `usageMetadata` (SPEC §17): input is `promptTokenCount` (of which
+/// `cachedContentTokenCount` came from the cache) plus `toolUsePromptTokenCount`; output is
+/// `candidatesTokenCount` plus `thoughtsTokenCount` (candidates exclude thoughts). Sums saturate.
 fn usage(v: &Value) -> Reported {
     let Some(u) = v.get("usageMetadata") else {
         return Reported::default();
     };
-    let n = |f: &str| u.get(f).and_then(Value::as_u64);
-    let output = match (n("candidatesTokenCount"), n("thoughtsTokenCount")) {
+    let n = |f: &str| count(Some(u), f);
+    let sum = |a: Option<u64>, b: Option<u64>| match (a, b) {
         (None, None) => None,
-        (c, t) => Some(c.unwrap_or(0) + t.unwrap_or(0)),
+        (a, b) => Some(a.unwrap_or(0).saturating_add(b.unwrap_or(0))),
     };
+    let input = sum(n("/promptTokenCount"), n("/toolUsePromptTokenCount"));
     Reported {
-        input_tokens: n("promptTokenCount"),
-        output_tokens: output,
+        input_tokens: input,
+        output_tokens: sum(n("/candidatesTokenCount"), n("/thoughtsTokenCount")),
+        cache_read_tokens: input.and(n("/cachedContentTokenCount")),
+        ..Reported::default()
     }
 }
 
@@ -152,6 +182,7 @@ pub fn inspect_event(ev: &SseEvent) -> EventInfo {
         content: chars > 0,
         output_chars: chars,
         finished: finished(&v),
+        finish: finish(&v),
         done: false,
         usage: usage(&v),
         usage_only: false,
@@ -172,13 +203,10 @@ pub fn inspect_body(body: &[u8]) -> Result<BodyInfo, Verdict> {
     if let Some(error) = blocked(&v) {
         return Err(classify_error_payload(&error));
     }
-    let chars = output_chars(&v);
-    if chars == 0 {
-        return Err(Verdict::bad("response has no output"));
-    }
     Ok(BodyInfo {
         usage: usage(&v),
-        output_chars: chars,
+        output_chars: output_chars(&v),
+        finish: finish(&v),
     })
 }
 
@@ -270,7 +298,23 @@ mod tests {
             info.usage,
             Reported {
                 input_tokens: Some(7),
-                output_tokens: Some(8)
+                output_tokens: Some(8),
+                ..Reported::default()
+            }
+        );
+        // SPEC §17: cached content is part of the prompt, tool-use prompts are input too, and
+        // counts near u64::MAX saturate instead of overflowing.
+        let cached = json!({"candidates": [{"content": {"parts": [{"text": "."}]}, "finishReason": "STOP"}],
+                            "usageMetadata": {"promptTokenCount": 100, "cachedContentTokenCount": 60,
+                                              "toolUsePromptTokenCount": 20, "candidatesTokenCount": u64::MAX,
+                                              "thoughtsTokenCount": 3}});
+        assert_eq!(
+            inspect_event(&chunk(cached)).usage,
+            Reported {
+                input_tokens: Some(120),
+                output_tokens: Some(u64::MAX),
+                cache_read_tokens: Some(60),
+                ..Reported::default()
             }
         );
         let error =
@@ -304,9 +348,13 @@ mod tests {
         );
         let empty = json!({"candidates": [{"content": {"parts": [{"text": ""}]}, "finishReason": "STOP"}]});
         assert_eq!(
-            inspect_body(empty.to_string().as_bytes()).unwrap_err().class,
+            super::super::inspect_body(Api::Gemini, empty.to_string().as_bytes(), false).unwrap_err().class,
             FailureClass::BadResponse
         );
+        let limited = json!({"candidates": [{"content": {"parts": [{"text": ""}]}, "finishReason": "MAX_TOKENS"}]});
+        assert!(super::super::inspect_body(Api::Gemini, limited.to_string().as_bytes(), false).is_ok());
+        let image = json!({"candidates": [{"content": {"parts": [{"inlineData": {"mimeType": "image/png", "data": "iVBOR"}}]}, "finishReason": "STOP"}]});
+        assert!(super::super::inspect_body(Api::Gemini, image.to_string().as_bytes(), false).is_ok(), "an image is output");
         let overloaded =
             json!({"error": {"code": 503, "message": "The model is overloaded.", "status": "UNAVAILABLE"}});
         assert_eq!(

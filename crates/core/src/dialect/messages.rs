@@ -9,7 +9,9 @@
 
 use serde_json::Value;
 
-use super::{event_json, optional_bool, optional_u64, parse_common, BodyInfo, ClientRequest, EventInfo, Reported};
+use super::{
+    count, event_json, optional_bool, optional_u64, parse_common, BodyInfo, ClientRequest, EventInfo, FinishReason, Reported,
+};
 use crate::catalog::Api;
 use crate::classify::{classify_error_payload, is_error_payload, Verdict};
 use crate::error::ApiError;
@@ -68,9 +70,10 @@ pub fn inspect_event(ev: &SseEvent) -> EventInfo {
                 .and_then(Value::as_str)
                 .map(str::to_string);
             // Its output count is a placeholder; the real one comes with `message_delta`.
-            info.usage.input_tokens = message
-                .and_then(|m| m.pointer("/usage/input_tokens"))
-                .and_then(Value::as_u64);
+            info.usage = Reported {
+                output_tokens: None,
+                ..usage_of(message.and_then(|m| m.get("usage")))
+            };
         }
         "content_block_start" => {
             let block = v.get("content_block");
@@ -91,8 +94,11 @@ pub fn inspect_event(ev: &SseEvent) -> EventInfo {
             info.output_chars = chars;
         }
         "message_delta" => {
-            info.finished = v.pointer("/delta/stop_reason").is_some_and(|r| !r.is_null());
-            info.usage.output_tokens = v.pointer("/usage/output_tokens").and_then(Value::as_u64);
+            let reason = v.pointer("/delta/stop_reason").and_then(Value::as_str);
+            info.finished = reason.is_some();
+            info.finish = reason.map(finish_reason);
+            // Its counts are the totals so far (input and cache too, where the API sends them).
+            info.usage = usage_of(v.get("usage"));
         }
         "message_stop" => info.done = true,
         _ => {} // ping, content_block_stop, unknown events: passed through, held before commit
@@ -122,16 +128,51 @@ pub fn inspect_body(body: &[u8]) -> Result<BodyInfo, Verdict> {
             text_len(b.get("text")) + text_len(b.get("thinking")) + tool
         })
         .sum();
-    if output_chars == 0 {
-        return Err(Verdict::bad("response has no output"));
-    }
     Ok(BodyInfo {
-        usage: Reported {
-            input_tokens: v.pointer("/usage/input_tokens").and_then(Value::as_u64),
-            output_tokens: v.pointer("/usage/output_tokens").and_then(Value::as_u64),
-        },
+        usage: usage_of(v.get("usage")),
         output_chars,
+        finish: v.get("stop_reason").and_then(Value::as_str).map(finish_reason),
     })
+}
+
+fn finish_reason(reason: &str) -> FinishReason {
+    match reason {
+        "end_turn" => FinishReason::Natural,
+        "stop_sequence" => FinishReason::StopSequence,
+        "max_tokens" | "model_context_window_exceeded" => FinishReason::Limit,
+        "refusal" => FinishReason::Filtered,
+        _ => FinishReason::Other,
+    }
+}
+
+/// A Messages usage object (SPEC §17). Its `input_tokens` are the uncached input only: every input
+/// token is that plus `cache_creation_input_tokens` plus `cache_read_input_tokens`. Cache writes
+/// split by `cache_creation.ephemeral_5m_input_tokens` / `ephemeral_1h_input_tokens` when given.
+/// The input counts are taken only from an object that has `input_tokens` (a `message_delta`
+/// may carry output alone). Sums saturate.
+fn usage_of(u: Option<&Value>) -> Reported {
+    let output_tokens = count(u, "/output_tokens");
+    let Some(uncached) = count(u, "/input_tokens") else {
+        return Reported {
+            output_tokens,
+            ..Reported::default()
+        };
+    };
+    let read = count(u, "/cache_read_input_tokens").unwrap_or(0);
+    let (write_5m, write_1h) = match u.and_then(|u| u.get("cache_creation")).filter(|c| c.is_object()) {
+        Some(split) => (
+            count(Some(split), "/ephemeral_5m_input_tokens").unwrap_or(0),
+            count(Some(split), "/ephemeral_1h_input_tokens").unwrap_or(0),
+        ),
+        None => (count(u, "/cache_creation_input_tokens").unwrap_or(0), 0),
+    };
+    Reported {
+        input_tokens: Some(uncached.saturating_add(read).saturating_add(write_5m).saturating_add(write_1h)),
+        output_tokens,
+        cache_read_tokens: Some(read),
+        cache_write_tokens: Some(write_5m),
+        cache_write_1h_tokens: Some(write_1h),
+    }
 }
 
 /// The `event: error` that ends a broken stream (SPEC §7).
@@ -141,6 +182,46 @@ pub fn error_frame(_id: &str, _model: &str, message: &str) -> Vec<u8> {
         "error": {"type": "api_error", "message": message},
     });
     format!("event: error\ndata: {data}\n\n").into_bytes()
+}
+
+#[cfg(test)]
+mod usage_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn cache_reads_and_writes_are_input_beside_the_uncached_tokens() {
+        // SPEC §17: Anthropic's `input_tokens` are the uncached input only.
+        let flat = json!({"input_tokens": 10, "cache_creation_input_tokens": 200, "cache_read_input_tokens": 700,
+                          "output_tokens": 5});
+        assert_eq!(
+            usage_of(Some(&flat)),
+            Reported {
+                input_tokens: Some(910),
+                output_tokens: Some(5),
+                cache_read_tokens: Some(700),
+                cache_write_tokens: Some(200),
+                cache_write_1h_tokens: Some(0),
+            }
+        );
+        let split = json!({"input_tokens": 10, "cache_creation_input_tokens": 300, "cache_read_input_tokens": 0,
+                           "cache_creation": {"ephemeral_5m_input_tokens": 100, "ephemeral_1h_input_tokens": 200},
+                           "output_tokens": 5});
+        let u = usage_of(Some(&split));
+        assert_eq!(
+            (u.input_tokens, u.cache_write_tokens, u.cache_write_1h_tokens),
+            (Some(310), Some(100), Some(200))
+        );
+        // A message_delta with output alone keeps the input of message_start.
+        let mut r = usage_of(Some(&flat));
+        r.update(usage_of(Some(&json!({"output_tokens": 42}))));
+        assert_eq!((r.input_tokens, r.output_tokens, r.cache_read_tokens), (Some(910), Some(42), Some(700)));
+        // The stream's message_start carries the cache counts.
+        let start = inspect_event(&SseEvent::from_data(
+            &json!({"type": "message_start", "message": {"id": "m", "usage": flat}}).to_string(),
+        ));
+        assert_eq!((start.usage.input_tokens, start.usage.output_tokens), (Some(910), None));
+    }
 }
 
 /// `message_stop`, for a stream that finished but closed without it.
@@ -205,7 +286,10 @@ mod tests {
             start.usage,
             Reported {
                 input_tokens: Some(12),
-                output_tokens: None
+                output_tokens: None,
+                cache_read_tokens: Some(0),
+                cache_write_tokens: Some(0),
+                cache_write_1h_tokens: Some(0),
             }
         );
         let empty_block =
@@ -267,9 +351,13 @@ mod tests {
             inspect_body(br#"{"type":"message","content":[{"type":"tool_use","name":"f","input":{"a":1}}]}"#).is_ok()
         );
         assert_eq!(
-            inspect_body(br#"{"type":"message","content":[]}"#).unwrap_err().class,
+            super::super::inspect_body(Api::Messages, br#"{"type":"message","content":[]}"#, false).unwrap_err().class,
             FailureClass::BadResponse
         );
+        for reason in ["max_tokens", "stop_sequence", "refusal"] {
+            let body = format!(r#"{{"type":"message","content":[],"stop_reason":"{reason}"}}"#);
+            assert!(super::super::inspect_body(Api::Messages, body.as_bytes(), false).is_ok(), "{reason}");
+        }
         assert_eq!(
             inspect_body(br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#)
                 .unwrap_err()

@@ -6,6 +6,7 @@
 //! dialect-agnostic and only sees those (and `relay::StreamDialect`).
 
 pub mod chat;
+pub mod external;
 pub mod gemini;
 pub mod messages;
 pub mod responses;
@@ -21,27 +22,65 @@ use crate::sse::SseEvent;
 /// Largest request body accepted (SPEC §13).
 pub const MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
 
-/// Token counts reported by an upstream.
+/// Token counts of one answer, as charged (SPEC §17). `input_tokens` is every input token; the
+/// cache counts are parts of it, so the uncached input is what is left of it
+/// ([`Usage::uncached_input_tokens`]). Output includes reasoning.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, Deserialize)]
 pub struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// Input read from the provider's prompt cache.
+    #[serde(default)]
+    pub cache_read_tokens: u64,
+    /// Input written to the prompt cache (Anthropic's 5-minute cache; any cache write elsewhere).
+    #[serde(default)]
+    pub cache_write_tokens: u64,
+    /// Input written to Anthropic's 1-hour cache.
+    #[serde(default)]
+    pub cache_write_1h_tokens: u64,
+}
+
+impl Usage {
+    /// Plain input and output, no cache.
+    pub fn plain(input_tokens: u64, output_tokens: u64) -> Usage {
+        Usage {
+            input_tokens,
+            output_tokens,
+            ..Usage::default()
+        }
+    }
+
+    /// Input neither read from nor written to a cache.
+    pub fn uncached_input_tokens(&self) -> u64 {
+        self.input_tokens
+            .saturating_sub(self.cache_read_tokens)
+            .saturating_sub(self.cache_write_tokens)
+            .saturating_sub(self.cache_write_1h_tokens)
+    }
 }
 
 /// Token counts as an upstream reported them, each when it did: an Anthropic stream reports input
-/// at its start and output at its end, so a stream cut in between knows only the input.
+/// at its start and output at its end, so a stream cut in between knows only the input. Each
+/// dialect maps its own fields in once (SPEC §17): `input_tokens` is every input token, the cache
+/// counts are parts of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Reported {
     pub input_tokens: Option<u64>,
     pub output_tokens: Option<u64>,
+    pub cache_read_tokens: Option<u64>,
+    pub cache_write_tokens: Option<u64>,
+    pub cache_write_1h_tokens: Option<u64>,
 }
 
 impl Reported {
-    /// Both counts at once.
+    /// Every count at once.
     pub fn both(u: Usage) -> Reported {
         Reported {
             input_tokens: Some(u.input_tokens),
             output_tokens: Some(u.output_tokens),
+            cache_read_tokens: Some(u.cache_read_tokens),
+            cache_write_tokens: Some(u.cache_write_tokens),
+            cache_write_1h_tokens: Some(u.cache_write_1h_tokens),
         }
     }
 
@@ -49,11 +88,19 @@ impl Reported {
     pub fn update(&mut self, newer: Reported) {
         self.input_tokens = newer.input_tokens.or(self.input_tokens);
         self.output_tokens = newer.output_tokens.or(self.output_tokens);
+        self.cache_read_tokens = newer.cache_read_tokens.or(self.cache_read_tokens);
+        self.cache_write_tokens = newer.cache_write_tokens.or(self.cache_write_tokens);
+        self.cache_write_1h_tokens = newer.cache_write_1h_tokens.or(self.cache_write_1h_tokens);
     }
 
     pub fn is_empty(&self) -> bool {
         self.input_tokens.is_none() && self.output_tokens.is_none()
     }
+}
+
+/// A non-negative token count field of a usage object; absent or not a count → `None`.
+pub(crate) fn count(v: Option<&Value>, pointer: &str) -> Option<u64> {
+    v.and_then(|v| v.pointer(pointer)).and_then(Value::as_u64)
 }
 
 /// `json` (a whole answer or one stream event's data, in any dialect) with `cost` (USD) added to
@@ -80,6 +127,8 @@ pub struct EventInfo {
     pub output_chars: usize,
     /// A finish reason was given: the answer is complete.
     pub finished: bool,
+    /// Why it finished, when the event says (SPEC §18: an empty answer may be explained).
+    pub finish: Option<FinishReason>,
     /// The end-of-stream sentinel (`[DONE]`, `message_stop`, `response.completed`).
     pub done: bool,
     /// Usage reported in this event.
@@ -100,6 +149,37 @@ pub struct EventInfo {
 pub struct BodyInfo {
     pub usage: Reported,
     pub output_chars: usize,
+    /// Why the answer ended, where the body says.
+    pub finish: Option<FinishReason>,
+}
+
+/// Why an answer ended, as far as it can explain an answer with no output (SPEC §18).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishReason {
+    /// The model's own end (`stop`, `end_turn`, `STOP`, `completed`): also what a client's stop
+    /// sequence looks like in the dialects that do not say which.
+    Natural,
+    /// The client's stop sequence, said so (Anthropic's `stop_sequence`).
+    StopSequence,
+    /// The output limit (`length`, `max_tokens`, `MAX_TOKENS`, `max_output_tokens`).
+    Limit,
+    /// A content filter (`content_filter`, `refusal`, `SAFETY`…).
+    Filtered,
+    /// Anything else (a tool call, an unknown reason).
+    Other,
+}
+
+impl FinishReason {
+    /// An empty answer that ended this way is the answer the client's parameters asked for, not
+    /// a failure of the route: its output limit, its stop sequence (`client_stop`: it set one),
+    /// or a content filter.
+    pub fn explains_empty(self, client_stop: bool) -> bool {
+        match self {
+            FinishReason::Limit | FinishReason::Filtered | FinishReason::StopSequence => true,
+            FinishReason::Natural => client_stop,
+            FinishReason::Other => false,
+        }
+    }
 }
 
 /// The request's `provider` object: routing preferences every attempt obeys (SPEC §3).
@@ -150,6 +230,8 @@ pub struct ClientRequest {
     pub completions: u64,
     /// Chat streams: did the client ask for the usage chunk?
     pub include_usage: bool,
+    /// The request set a stop sequence: an empty answer that stopped is one (SPEC §18).
+    pub stop_sequences: bool,
     pub provider: ProviderPrefs,
     /// Body size in bytes, for the input-token estimate.
     pub body_len: usize,
@@ -159,14 +241,21 @@ pub struct ClientRequest {
     pub anthropic_beta: Option<String>,
     /// The client's `x-switchyard-session` header: the conversation's name (SPEC §8a).
     pub session: Option<String>,
+    /// The first field naming input that is not in the body (a stored response, a file, a remote
+    /// image): the hold then covers the whole context window (SPEC §17).
+    pub external_input: Option<String>,
     /// The body without Switchyard's own fields (`provider`, `models`), keys in the client's order.
     body: Map<String, Value>,
 }
 
 /// Parses and validates a request body in `api`'s dialect. Gemini names the model and the mode in
 /// the path, not the body: `path` is (model, stream) for it and ignored by the others.
+///
+/// A tool the provider runs and bills per use is refused here (SPEC §17: no route states its
+/// price, and Switchyard never serves at an unknown cost); input the body only names is noted
+/// in [`ClientRequest::external_input`] for the hold.
 pub fn parse_request(api: Api, bytes: &[u8], path: Option<(&str, bool)>) -> Result<ClientRequest, ApiError> {
-    match api {
+    let mut request = match api {
         Api::Chat => chat::parse_request(bytes),
         Api::Messages => messages::parse_request(bytes),
         Api::Responses => responses::parse_request(bytes),
@@ -174,17 +263,48 @@ pub fn parse_request(api: Api, bytes: &[u8], path: Option<(&str, bool)>) -> Resu
             let (model, stream) = path.ok_or_else(|| ApiError::invalid("The model belongs in the path.", None))?;
             gemini::parse_request(bytes, model, stream)
         }
+    }?;
+    if let Some((param, kind)) = external::priced_tool(&request.body) {
+        return Err(ApiError::invalid(
+            format!(
+                "`{param}`: the tool `{kind}` runs at the provider and is billed per use; no route of \
+                 this gateway has a price for it, so it is not served. Use function tools."
+            ),
+            Some(&param),
+        ));
     }
+    request.external_input = external::external_input(&request.body);
+    request.stop_sequences = has_stop_sequences(&request.body);
+    Ok(request)
 }
 
 /// A whole non-stream answer in `api`'s dialect: usage and output size, or why it is no answer.
-pub fn inspect_body(api: Api, body: &[u8]) -> Result<BodyInfo, Verdict> {
-    match api {
+/// An answer with no output is none (SPEC §4) unless its finish reason explains it
+/// ([`FinishReason::explains_empty`]; `client_stop`: the request set a stop sequence).
+pub fn inspect_body(api: Api, body: &[u8], client_stop: bool) -> Result<BodyInfo, Verdict> {
+    let info = match api {
         Api::Chat => chat::inspect_body(body),
         Api::Messages => messages::inspect_body(body),
         Api::Responses => responses::inspect_body(body),
         Api::Gemini => gemini::inspect_body(body),
+    }?;
+    if info.output_chars == 0 && !info.finish.is_some_and(|f| f.explains_empty(client_stop)) {
+        return Err(Verdict::bad("response has no output"));
     }
+    Ok(info)
+}
+
+/// Whether a body sets a stop sequence: chat `stop`, Anthropic `stop_sequences`, Gemini
+/// `generationConfig.stopSequences` (a non-empty string or list).
+fn has_stop_sequences(body: &Map<String, Value>) -> bool {
+    let set = |v: Option<&Value>| match v {
+        Some(Value::String(s)) => !s.is_empty(),
+        Some(Value::Array(a)) => !a.is_empty(),
+        _ => false,
+    };
+    set(body.get("stop"))
+        || set(body.get("stop_sequences"))
+        || set(body.get("generationConfig").and_then(|g| g.get("stopSequences")))
 }
 
 impl ClientRequest {
@@ -206,12 +326,23 @@ impl ClientRequest {
             max_tokens: None,
             completions: 1,
             include_usage: false,
+            stop_sequences: false,
             provider,
             body_len,
             anthropic_version: None,
             anthropic_beta: None,
             session: None,
+            external_input: None,
             body,
+        }
+    }
+
+    /// The input tokens the hold covers (SPEC §17): the body's estimate, or the whole
+    /// `context_window` when the request names input it does not carry.
+    pub fn held_input_tokens(&self, context_window: u64) -> u64 {
+        match self.external_input {
+            Some(_) => context_window.max(crate::billing::body_input_tokens(self.body_len)),
+            None => crate::billing::body_input_tokens(self.body_len),
         }
     }
 

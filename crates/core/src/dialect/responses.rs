@@ -10,7 +10,9 @@
 
 use serde_json::{json, Value};
 
-use super::{event_json, optional_bool, optional_u64, parse_common, BodyInfo, ClientRequest, EventInfo, Reported};
+use super::{
+    count, event_json, optional_bool, optional_u64, parse_common, BodyInfo, ClientRequest, EventInfo, FinishReason, Reported,
+};
 use crate::catalog::Api;
 use crate::classify::{classify_error_payload, is_error_payload, Verdict};
 use crate::error::ApiError;
@@ -41,12 +43,31 @@ pub fn parse_request(bytes: &[u8]) -> Result<ClientRequest, ApiError> {
     })
 }
 
-/// The usage of a `response` object.
+/// The usage of a `response` object (SPEC §17): `input_tokens` is every input token, of which
+/// `input_tokens_details.cached_tokens` were read from the cache; `output_tokens` includes
+/// reasoning.
 fn usage_of(response: Option<&Value>) -> Reported {
     let usage = response.and_then(|r| r.get("usage"));
     Reported {
-        input_tokens: usage.and_then(|u| u.get("input_tokens")).and_then(Value::as_u64),
-        output_tokens: usage.and_then(|u| u.get("output_tokens")).and_then(Value::as_u64),
+        input_tokens: count(usage, "/input_tokens"),
+        output_tokens: count(usage, "/output_tokens"),
+        cache_read_tokens: count(usage, "/input_tokens_details/cached_tokens"),
+        ..Reported::default()
+    }
+}
+
+/// Why a `response` object ended: `completed`, or `incomplete` for its
+/// `incomplete_details.reason` (the output limit or a content filter).
+fn finish_reason(response: Option<&Value>) -> FinishReason {
+    let status = response.and_then(|r| r.get("status")).and_then(Value::as_str);
+    let why = response
+        .and_then(|r| r.pointer("/incomplete_details/reason"))
+        .and_then(Value::as_str);
+    match (status, why) {
+        (Some("incomplete"), Some("max_output_tokens")) => FinishReason::Limit,
+        (Some("incomplete"), Some("content_filter")) => FinishReason::Filtered,
+        (Some("completed"), _) => FinishReason::Natural,
+        _ => FinishReason::Other,
     }
 }
 
@@ -83,6 +104,7 @@ pub fn inspect_event(ev: &SseEvent) -> EventInfo {
         "response.failed" => info.error = Some(failed_payload(response)),
         "response.completed" | "response.incomplete" => {
             info.finished = true;
+            info.finish = Some(finish_reason(response));
             info.done = true;
             info.usage = usage_of(response);
         }
@@ -128,12 +150,10 @@ pub fn inspect_body(body: &[u8]) -> Result<BodyInfo, Verdict> {
                 .sum(),
         })
         .sum();
-    if output_chars == 0 {
-        return Err(Verdict::bad("response has no output"));
-    }
     Ok(BodyInfo {
         usage: usage_of(Some(&v)),
         output_chars,
+        finish: Some(finish_reason(Some(&v))),
     })
 }
 
@@ -224,6 +244,13 @@ mod tests {
     }
 
     #[test]
+    fn cached_input_tokens_are_part_of_the_input() {
+        let body = br#"{"object":"response","status":"completed","output":[{"type":"message","content":[{"type":"output_text","text":"Hi"}]}],"usage":{"input_tokens":500,"input_tokens_details":{"cached_tokens":400},"output_tokens":3}}"#;
+        let u = inspect_body(body).unwrap().usage;
+        assert_eq!((u.input_tokens, u.cache_read_tokens, u.output_tokens), (Some(500), Some(400), Some(3)));
+    }
+
+    #[test]
     fn completed_ends_with_usage_and_failures_are_errors() {
         let done = inspect_event(&event(json!({"type": "response.completed",
             "response": {"id": "resp_1", "status": "completed", "usage": {"input_tokens": 4, "output_tokens": 6}}})));
@@ -250,11 +277,13 @@ mod tests {
         assert_eq!((ok.output_chars, ok.usage.output_tokens), (5, Some(1)));
         assert!(inspect_body(br#"{"object":"response","status":"completed","output":[{"type":"function_call","name":"f","arguments":"{}"}]}"#).is_ok());
         assert_eq!(
-            inspect_body(br#"{"object":"response","status":"completed","output":[]}"#)
+            super::super::inspect_body(Api::Responses, br#"{"object":"response","status":"completed","output":[]}"#, false)
                 .unwrap_err()
                 .class,
             FailureClass::BadResponse
         );
+        let limited = br#"{"object":"response","status":"incomplete","incomplete_details":{"reason":"max_output_tokens"},"output":[]}"#;
+        assert!(super::super::inspect_body(Api::Responses, limited, false).is_ok());
         assert_eq!(
             inspect_body(br#"{"object":"response","status":"failed","error":{"code":"rate_limit_exceeded","message":"Rate limit reached"}}"#)
                 .unwrap_err()

@@ -1,0 +1,65 @@
+//! No request can hurt another tenant (SPEC §18): what one client's input provokes at a route is
+//! not held against the route or its account for everyone else.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::disallowed_methods)]
+
+use serde_json::json;
+use switchyard_e2e::{fast_policy, pairs, Api, Fixture};
+
+#[test]
+fn a_field_named_billing_echoed_in_a_400_blames_no_account() {
+    // r0's provider rejects an unknown argument the way OpenAI does, naming it: "Unrecognized
+    // request argument supplied: billing". The word alone once read as a billing failure and put
+    // r0's upstream account in cooldown for every model and every key.
+    let f = Fixture::build(Api::Chat, &["reject-field/billing/400", "ok"], &[], fast_policy(), false);
+    let r = f.send_with(json!({"billing": 1}));
+    assert_eq!(r.status, 200, "the route that takes the field answers: {}", r.text());
+    assert_eq!(
+        f.attempts(&r),
+        pairs(&[("r0", "unsupported_param"), ("r1", "answered")]),
+        "the 400 is about the request's own field"
+    );
+    let other = f.s.new_key(1.0);
+    for _ in 0..3 {
+        let r = f.s.send(Api::Chat, &other, &Api::Chat.body(&f.model, false), &[]);
+        assert_eq!(r.status, 200, "{}", r.text());
+        let g = f.s.generation(&other, r.header("x-generation-id").unwrap());
+        assert_eq!(g["route"], "r0", "another key's request still goes to r0 first: {g}");
+    }
+    let health = f.s.admin("GET", &format!("/admin/health/{}", f.model), None).json();
+    assert!(
+        !health.to_string().contains("cooling"),
+        "nothing of r0 is in cooldown: {health}"
+    );
+}
+
+#[test]
+fn an_empty_answer_the_clients_stop_sequence_explains_is_delivered_and_charged() {
+    // r0 answers with no content (the mock's `chunks/0`) and its dialect's ordinary end. With a
+    // stop sequence in the request that is the client's answer (the model stopped at once); with
+    // none it is no answer and r1 takes the request.
+    for (api, stop) in [
+        (Api::Chat, json!({"stop": ["\n\n"]})),
+        (Api::Messages, json!({"stop_sequences": ["END"]})),
+        (Api::Gemini, json!({"generationConfig": {"stopSequences": ["END"]}})),
+    ] {
+        for stream in [false, true] {
+            let f = Fixture::build(api, &["chunks/0/0", "ok"], &[], fast_policy(), false);
+            let r = f.send_with(switchyard_e2e::with(stop.clone(), json!({"stream": stream})));
+            assert_eq!(r.status, 200, "{api:?} stream={stream}: {}", r.text());
+            assert_eq!(
+                f.attempts(&r),
+                pairs(&[("r0", "answered")]),
+                "{api:?} stream={stream}: delivered from r0, not retried elsewhere"
+            );
+            let g = f.generation(&r);
+            assert!(g["total_cost"].as_f64().unwrap() > 0.0, "{api:?}: charged as billed: {g}");
+            let r = f.send_with(json!({"stream": stream}));
+            assert_eq!(
+                f.attempts(&r),
+                pairs(&[("r0", "bad_response"), ("r1", "answered")]),
+                "{api:?} stream={stream}: without a stop sequence an empty answer is none"
+            );
+        }
+    }
+}
