@@ -52,6 +52,19 @@ impl Model {
     fn route_health(&self, i: usize) -> Value {
         self.admin_health()["routes"][i].clone()
     }
+
+    /// Route `i`'s health once its state is `want`: a request's health report reaches the
+    /// model's object just after its answer, so a read at once may come first.
+    fn route_health_when(&self, i: usize, want: &str) -> Value {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            let h = self.route_health(i);
+            if h["state"] == want || std::time::Instant::now() > deadline {
+                return h;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
 }
 
 #[test]
@@ -292,7 +305,7 @@ fn the_api_and_the_status_page_agree() {
 fn admin_reset_restores_every_route() {
     let m = Model::new(&["status/503/overloaded", "ok"]);
     m.ask();
-    assert_eq!(m.route_health(0)["state"], "cooling");
+    assert_eq!(m.route_health_when(0, "cooling")["state"], "cooling");
     let r = m.s.admin("POST", &format!("/admin/health/{}/reset", m.id), None);
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(m.route_health(0)["state"], "healthy");

@@ -63,3 +63,39 @@ fn an_empty_answer_the_clients_stop_sequence_explains_is_delivered_and_charged()
         }
     }
 }
+
+#[test]
+fn a_base_url_with_user_info_or_a_grace_past_the_runtimes_window_is_refused() {
+    let f = Fixture::build(Api::Chat, &["ok"], &[], fast_policy(), false);
+    for bad in ["http://127.0.0.1:80@evil.example/v1", "https://user:secret@api.example.com/v1"] {
+        let r = f.s.admin(
+            "PUT",
+            &format!("/admin/providers/{}", switchyard_e2e::unique("p")),
+            Some(json!({"base_url": bad, "auth": "bearer"})),
+        );
+        assert_eq!(r.status, 400, "{bad}: {}", r.text());
+        assert!(r.text().contains("base_url"), "the error names the field: {}", r.text());
+        assert!(!r.text().contains("secret@"), "nor repeats the user info: {}", r.text());
+    }
+    // 25 s of grace leaves no room to settle inside the runtime's 30 s after the client left.
+    let provider = f.s.mock_provider(&switchyard_e2e::unique("l"), "ok", false);
+    let doc = json!({"context_window": 8192, "max_output_tokens": 1024, "policy": {"disconnect_grace_ms": 25000},
+                     "routes": [{"id": "r0", "provider": provider, "upstream_model": "u", "apis": ["chat"],
+                                 "price": {"input_per_mtok": 1.0, "output_per_mtok": 1.0}}]});
+    let r = f.s.admin("PUT", &format!("/admin/models/{}", switchyard_e2e::unique("m")), Some(doc));
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("disconnect_grace_ms"), "{}", r.text());
+}
+
+#[test]
+fn keep_alives_before_content_never_commit_a_route() {
+    // r0 sends 100 keep-alive comments at once and its content only after 2 s. The comments are
+    // not content: r0 misses its 400 ms first-content deadline and r1 answers. (Counted as held
+    // events they once committed r0 at 64, with no content and no way back.)
+    for api in [Api::Chat, Api::Messages] {
+        let f = Fixture::build(api, &["held/100/first-content-after/2000", "ok"], &[], fast_policy(), false);
+        let r = f.send(true);
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(f.attempts(&r), pairs(&[("r0", "timeout"), ("r1", "answered")]), "{api:?}");
+    }
+}

@@ -656,22 +656,30 @@ fn check_id(id: &str, field: &str) -> Result<(), CatalogError> {
 
 /// The longest a timer may be set for (the runtime's `setTimeout` takes a signed 32-bit delay).
 pub const MAX_TIMER_MS: u64 = (1 << 31) - 1;
-/// The longest work may go on after a response (Cloudflare's `waitUntil` window).
-pub const MAX_AFTER_RESPONSE_MS: u64 = 30_000;
+/// The longest a departed client's attempt may run on (`disconnect_grace_ms`): Cloudflare's
+/// `waitUntil` window after a response is 30 s, and settling, the record and the health report
+/// must still fit in it after the grace ends (SPEC §18).
+pub const MAX_AFTER_RESPONSE_MS: u64 = 20_000;
 
 /// `https://`, or `http://` to a loopback host (local development and tests only).
-fn check_base_url(url: &str, at: &str) -> Result<(), CatalogError> {
-    let (scheme, rest) = url.split_once("://").unwrap_or(("", ""));
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-    let host = match authority.strip_prefix('[') {
-        Some(v6) => v6.split(']').next().unwrap_or(""),
-        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
-    };
-    if host.is_empty() {
-        return Err(err(at, "must be an https:// URL with a host"));
+/// A provider's `base_url`, read by the same (WHATWG) rules the runtime's `fetch` reads it by
+/// (SPEC §18): `https://` with a host, `http://` only for a loopback host, no user info (in
+/// `http://127.0.0.1:80@evil.example/v1` the host is `evil.example`), no query or fragment.
+fn check_base_url(base_url: &str, at: &str) -> Result<(), CatalogError> {
+    let parsed = url::Url::parse(base_url).map_err(|_| err(at, "must be an https:// URL with a host"))?;
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        return Err(err(at, "must not carry user info (`user@`): the host is what follows the `@`"));
     }
-    let loopback = host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
-    match scheme {
+    if parsed.query().is_some() || parsed.fragment().is_some() {
+        return Err(err(at, "must not carry a query or a fragment"));
+    }
+    let loopback = match parsed.host() {
+        Some(url::Host::Domain(d)) => d == "localhost",
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => return Err(err(at, "must be an https:// URL with a host")),
+    };
+    match parsed.scheme() {
         "https" => Ok(()),
         "http" if loopback => Ok(()),
         "http" => Err(err(at, "must be https:// (http:// only for a loopback host)")),
@@ -882,6 +890,12 @@ mod tests {
             "https://",
             "api.example.com",
             "http://127.0.0.1.evil.com",
+            // User info: the host is what follows the `@` (SPEC §18).
+            "http://127.0.0.1:80@evil.example/v1",
+            "https://user:pass@api.example.com/v1",
+            "http://localhost@evil.example",
+            "https://api.example.com/v1?key=x",
+            "http://0x7f.1@evil.example",
         ] {
             assert!(check_base_url(bad, "u").is_err(), "{bad}");
         }

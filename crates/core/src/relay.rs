@@ -220,7 +220,12 @@ impl Gate {
             return Before::Hold;
         }
         self.held.extend_from_slice(&ev.raw);
-        self.held_events += 1;
+        // Keep-alives are held (the client gets them at commit) but not counted: a chatty
+        // upstream must not reach the held-event cap with them and commit before any content,
+        // giving up its fallback (SPEC §6). The held-bytes cap still bounds them.
+        if !info.keepalive {
+            self.held_events += 1;
+        }
         self.seen.output_chars += info.output_chars;
         if info.content || self.held_events >= MAX_HELD_EVENTS || self.held.len() >= MAX_HELD_BYTES {
             return Before::Commit(std::mem::take(&mut self.held));
@@ -382,6 +387,23 @@ mod tests {
         }
         assert!(matches!(last, Before::Commit(_)), "the last event commits");
         g.into_relay()
+    }
+
+    #[test]
+    fn keep_alives_never_reach_the_held_event_cap() {
+        let mut g = Gate::new(&MESSAGES, false, false, None);
+        for _ in 0..(MAX_HELD_EVENTS * 3) {
+            assert_eq!(g.on_event(SseEvent::from_data(r#"{"type":"ping"}"#)), Before::Hold);
+            let comment = SseEvent {
+                raw: b": keep-alive\n\n".to_vec(),
+                event: None,
+                data: String::new(),
+                has_data: false,
+                oversize: false,
+            };
+            assert_eq!(g.on_event(comment), Before::Hold);
+        }
+        assert_eq!(g.held_events, 0, "none of them counts toward the cap");
     }
 
     #[test]

@@ -13,7 +13,6 @@
 //! ([`ModelHealth::claim_check`]) until its result is recorded or the lease ends. Time is always an
 //! argument; the model's Durable Object (its alarm) is the only caller that runs checks.
 
-use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::catalog::{Api, Model, Policy};
@@ -26,34 +25,8 @@ pub const VERIFY_PROMPT: &str = "Reply with the single word: ready";
 pub const CHECK_MAX_TOKENS: u64 = 16;
 pub const CHECK_MAX_TOKENS_REASONING: u64 = 256;
 
-/// Why a check ran.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CheckKind {
-    /// The route's cooldown ended.
-    Cooldown,
-    /// The route was healthy but unproven for `verify_idle_ms`.
-    Idle,
-}
-
-impl CheckKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CheckKind::Cooldown => "cooldown",
-            CheckKind::Idle => "idle",
-        }
-    }
-}
-
-/// The latest check of a route, as admin health and `/status` show it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CheckRecord {
-    pub at_ms: u64,
-    pub kind: CheckKind,
-    pub passed: bool,
-    /// `answered`, or why the answer was not one (the failure class's words; never a secret).
-    pub reason: String,
-}
+// A check's kind and record belong to the route's health state, which keeps the latest.
+pub use crate::health::{CheckKind, CheckRecord};
 
 /// How a check ended: `Ok` with a real answer, or the failure class and why.
 pub type CheckResult = Result<(), (FailureClass, String)>;

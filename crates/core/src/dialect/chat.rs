@@ -212,7 +212,11 @@ mod tests {
 /// What one Chat Completions stream event means to the gateway.
 pub fn inspect_event(ev: &SseEvent) -> EventInfo {
     if !ev.has_data {
-        return EventInfo::default(); // comment, keep-alive, empty event
+        // A comment, a keep-alive, an empty event.
+        return EventInfo {
+            keepalive: true,
+            ..EventInfo::default()
+        };
     }
     let data = ev.data.trim();
     if data == "[DONE]" {
@@ -390,7 +394,13 @@ mod stream_tests {
             raw: b": keep-alive\n\n".to_vec(),
             ..SseEvent::default()
         };
-        assert_eq!(inspect_event(&comment), EventInfo::default());
+        assert_eq!(
+            inspect_event(&comment),
+            EventInfo {
+                keepalive: true,
+                ..EventInfo::default()
+            }
+        );
         assert!(inspect_event(&ev("[DONE]")).done);
         assert!(inspect_event(&ev("{not json")).malformed);
         assert!(inspect_event(&ev(r#"{"error":{"message":"boom"}}"#)).error.is_some());

@@ -188,6 +188,7 @@ pub fn inspect_event(ev: &SseEvent) -> EventInfo {
         usage_only: false,
         error: None,
         malformed: false,
+        keepalive: false,
         id: v.get("responseId").and_then(Value::as_str).map(str::to_string),
         model: v.get("modelVersion").and_then(Value::as_str).map(str::to_string),
     }

@@ -101,6 +101,7 @@ pub fn inspect_event(ev: &SseEvent) -> EventInfo {
             info.usage = usage_of(v.get("usage"));
         }
         "message_stop" => info.done = true,
+        "ping" => info.keepalive = true,
         _ => {} // ping, content_block_stop, unknown events: passed through, held before commit
     }
     info

@@ -139,6 +139,9 @@ pub struct EventInfo {
     pub error: Option<Value>,
     /// Not parseable.
     pub malformed: bool,
+    /// A keep-alive: a comment or an event with no data, Anthropic's `ping`. Before commit it is
+    /// neither held nor counted toward the held-event cap (SPEC §6).
+    pub keepalive: bool,
     /// The stream's id and model, for the error frame.
     pub id: Option<String>,
     pub model: Option<String>,
@@ -554,6 +557,7 @@ impl From<NoJson> for EventInfo {
     fn from(why: NoJson) -> EventInfo {
         EventInfo {
             malformed: why == NoJson::Malformed,
+            keepalive: why == NoJson::NoData,
             ..EventInfo::default()
         }
     }

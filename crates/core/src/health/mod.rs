@@ -349,6 +349,35 @@ pub fn median_ms(samples: impl IntoIterator<Item = u32>) -> Option<u64> {
     }
 }
 
+/// Why a verification check ran (SPEC §8a).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckKind {
+    /// The route's cooldown ended.
+    Cooldown,
+    /// The route was healthy but unproven for `verify_idle_ms`.
+    Idle,
+}
+
+impl CheckKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CheckKind::Cooldown => "cooldown",
+            CheckKind::Idle => "idle",
+        }
+    }
+}
+
+/// The latest check of a route, as admin health and `/status` show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckRecord {
+    pub at_ms: u64,
+    pub kind: CheckKind,
+    pub passed: bool,
+    /// `answered`, or why the answer was not one (the failure class's words; never a secret).
+    pub reason: String,
+}
+
 /// One route's health within a model.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
 #[serde(default)]
@@ -362,7 +391,7 @@ pub struct RouteHealthState {
     /// A verification check of the route is in flight until then (one at a time, SPEC §8a).
     pub check_lease_until_ms: Option<u64>,
     /// The latest verification check (admin health, `/status`).
-    pub last_check: Option<crate::verify::CheckRecord>,
+    pub last_check: Option<CheckRecord>,
 }
 
 /// One route's traffic over the last hour (status page; `sort` by latency / throughput).
