@@ -159,7 +159,8 @@ impl DurableObject for HealthObject {
         let next = self.change(|h| {
             let at = now_ms();
             for (route, kind, result) in &results {
-                h.record_check(route, *kind, result, at, &config);
+                let verify = routes.iter().any(|r| &&r.id == route && r.verify);
+                h.record_check(route, *kind, result, at, verify, &config);
             }
             h.next_check_ms(&routes, policy.verify_idle_ms, at)
         });

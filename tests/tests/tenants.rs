@@ -99,3 +99,51 @@ fn keep_alives_before_content_never_commit_a_route() {
         assert_eq!(f.attempts(&r), pairs(&[("r0", "timeout"), ("r1", "answered")]), "{api:?}");
     }
 }
+
+#[test]
+fn one_keys_content_that_breaks_a_route_does_not_move_it_for_the_next_key() {
+    // r0 fails with a 500 on any body that has the field `poison` — a provider bug one client's
+    // content triggers. Four such requests from one key fall back to r1 each time; they prove
+    // nothing against r0 for anyone else: the model's object checks r0 with its own known
+    // request, which r0 answers, and the next key's requests still go to r0 first.
+    let f = Fixture::build(Api::Chat, &["reject-field/poison/500", "ok"], &[], fast_policy(), false);
+    for _ in 0..4 {
+        let r = f.send_with(json!({"poison": true}));
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(f.attempts(&r), pairs(&[("r0", "upstream_5xx"), ("r1", "answered")]));
+    }
+    let other = f.s.new_key(1.0);
+    for _ in 0..3 {
+        let r = f.s.send(Api::Chat, &other, &Api::Chat.body(&f.model, false), &[]);
+        assert_eq!(r.status, 200, "{}", r.text());
+        let g = f.s.generation(&other, r.header("x-generation-id").unwrap());
+        assert_eq!(g["route"], "r0", "the next key's request goes to r0 first: {g}");
+    }
+    // The model's object confirmed with a check of its own: r0 passed it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let h = f.s.admin("GET", &format!("/admin/health/{}", f.model), None).json();
+        let check = &h["routes"][0]["last_check"];
+        if check["kind"] == "confirm" {
+            assert_eq!(check["passed"], true, "{h}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no confirmation check ran: {h}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // The same content from a second key is proof enough: r0 is demoted for everyone.
+    let third = f.s.new_key(1.0);
+    for key in [&f.key, &third, &f.key, &third] {
+        let body = switchyard_e2e::with(Api::Chat.body(&f.model, false), json!({"poison": true}));
+        assert_eq!(f.s.send(Api::Chat, key, &body, &[]).status, 200);
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let h = f.s.admin("GET", &format!("/admin/health/{}", f.model), None).json();
+        if h["routes"][0]["state"] != "healthy" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "two keys' failures demote r0: {h}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}

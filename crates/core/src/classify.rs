@@ -78,6 +78,20 @@ impl FailureClass {
         }
     }
 
+    /// Whether the request's own content can have provoked this failure (SPEC §18): a 500 (the
+    /// server failed on this input), an answer that is no answer (an empty completion, an error
+    /// object in a 2xx), a 403 on something the request named. Such failures from one key alone
+    /// demote a route or account for nobody until a check confirms them. `http_status`: the
+    /// upstream's status, if it answered.
+    pub fn provokable(self, http_status: Option<u16>) -> bool {
+        match self {
+            FailureClass::Upstream5xx => http_status == Some(500),
+            FailureClass::BadResponse => true,
+            FailureClass::Account => http_status == Some(403),
+            _ => false,
+        }
+    }
+
     /// Whether another route may be tried at all (context_length / unsupported_param: true, the driver
     /// then filters routes; invalid_request and cancelled: false).
     pub fn may_fall_back(self) -> bool {

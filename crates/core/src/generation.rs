@@ -338,7 +338,7 @@ impl Journal {
     /// health snapshot at once).
     pub fn attempt(&mut self, target: AttemptTarget, result: AttemptResult, now_ms: u64) -> &Observation {
         let elapsed = now_ms.saturating_sub(target.started_ms);
-        let (status, ttfb_ms, http_status, outcome, failure, retry_after_ms) = match result {
+        let (status, ttfb_ms, http_status, outcome, failure, retry_after_ms, provoked) = match result {
             AttemptResult::Committed { http_status } => {
                 self.record.route = Some(target.route.clone());
                 self.record.provider = Some(target.provider.clone());
@@ -350,6 +350,7 @@ impl Journal {
                     AttemptOutcome::Success,
                     None,
                     None,
+                    false,
                 )
             }
             AttemptResult::Failed { verdict, http_status } => (
@@ -367,6 +368,7 @@ impl Journal {
                         .map(short_message),
                 )),
                 verdict.retry_after_ms,
+                verdict.class.provokable(http_status),
             ),
         };
         let (failure_class, message) = failure.unzip();
@@ -399,6 +401,8 @@ impl Journal {
             probe: target.probe,
             retry_after_ms,
             verify: target.verify,
+            key: self.record.key_id.clone(),
+            provoked,
         });
         let last = self.observations.len() - 1;
         &self.observations[last]

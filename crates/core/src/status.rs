@@ -849,7 +849,7 @@ mod tests {
             "16 minutes old"
         );
         let check = crate::verify::CheckKind::Idle;
-        h.record_check("r", check, &Ok(()), now - MIN, &HealthConfig::default());
+        h.record_check("r", check, &Ok(()), now - MIN, true, &HealthConfig::default());
         assert_eq!(h.verified_status(15 * MIN, now), StatusWord::Operational);
         // The rule never makes a worse word better.
         let down = traffic(0, 10, None);

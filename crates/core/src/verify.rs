@@ -96,12 +96,28 @@ impl CheckRoute {
     }
 }
 
+/// Whether a confirmation check of `route` is wanted (SPEC §18): its breaker, or the breaker of an
+/// account it reported for, reached its threshold on one key's provokable failures alone. Every
+/// route gets these, `verify: false` or not: without them one key's failures would never count.
+fn confirm_wanted(health: &ModelHealth, route: &str) -> bool {
+    health.routes.get(route).is_some_and(|s| s.breaker.confirm_pending)
+        || health
+            .accounts
+            .values()
+            .any(|a| a.confirm_pending && a.confirm_route.as_deref() == Some(route))
+}
+
 /// When a route's check is due (now or later), or `None` when it needs none.
 fn due_at(health: &ModelHealth, route: &CheckRoute, verify_idle_ms: u64) -> Option<(u64, CheckKind)> {
+    let state = health.routes.get(&route.id);
+    if confirm_wanted(health, &route.id) {
+        let lease = state.and_then(|s| s.check_lease_until_ms).unwrap_or(0);
+        return Some((lease, CheckKind::Confirm));
+    }
     if !route.verify {
         return None;
     }
-    let state = health.routes.get(&route.id)?;
+    let state = state?;
     let b: &Breaker = &state.breaker;
     let at = match b.demoted_until_ms {
         Some(until) if b.check_pending => (until, CheckKind::Cooldown),
@@ -165,7 +181,7 @@ impl ModelHealth {
         let pending: Vec<CheckRoute> = self
             .routes
             .iter()
-            .filter(|(_, r)| r.breaker.check_pending)
+            .filter(|(id, r)| r.breaker.check_pending || confirm_wanted(self, id))
             .map(|(id, _)| CheckRoute {
                 id: id.clone(),
                 verify: true,
@@ -185,8 +201,33 @@ impl ModelHealth {
         true
     }
 
-    /// Records a check's result at `at_ms` and gives its lease back.
-    pub fn record_check(&mut self, route: &str, kind: CheckKind, result: &CheckResult, at_ms: u64, cfg: &HealthConfig) {
+    /// Records a check's result at `at_ms` and gives its lease back. `verify`: the route's own
+    /// (a confirmation that fails demotes a route that opted out without waiting for a check).
+    pub fn record_check(
+        &mut self,
+        route: &str,
+        kind: CheckKind,
+        result: &CheckResult,
+        at_ms: u64,
+        verify: bool,
+        cfg: &HealthConfig,
+    ) {
+        if kind == CheckKind::Confirm {
+            // The accounts this route's failures were waiting to confirm (SPEC §18).
+            for account in self.accounts.values_mut() {
+                if !(account.confirm_pending && account.confirm_route.as_deref() == Some(route)) {
+                    continue;
+                }
+                match result {
+                    Err((FailureClass::Account, _)) => account.demote(at_ms, cfg),
+                    // It answers, or it failed for another reason: no proof against the account.
+                    _ => {
+                        account.consecutive_failures = 0;
+                        account.clear_run();
+                    }
+                }
+            }
+        }
         let state = self.routes.entry(route.to_string()).or_default();
         state.check_lease_until_ms = None;
         state.last_check = Some(CheckRecord {
@@ -196,18 +237,30 @@ impl ModelHealth {
             reason: reason(result),
         });
         let b = &mut state.breaker;
+        let confirming = kind == CheckKind::Confirm;
         match result {
             Ok(()) => {
                 state.last_ok_ms = state.last_ok_ms.max(Some(at_ms));
                 b.check_pending = false;
+                if confirming && b.demoted_until_ms.is_none() {
+                    // The route answers: the failures were that client's content.
+                    b.consecutive_failures = 0;
+                    b.clear_run();
+                }
             }
+            // A route that only reported for its account, failing for the account: not its fault.
+            Err((FailureClass::Account, _)) if confirming && !b.confirm_pending => {}
             Err((class, _)) => {
                 b.consecutive_failures = b.consecutive_failures.saturating_add(1);
                 b.last_failure_class = Some(*class);
                 b.last_failure_ms = Some(at_ms);
-                // A failed cooldown check doubles the cooldown; a failed idle check demotes.
+                // A failed cooldown check doubles the cooldown; a failed idle check demotes, and
+                // so does a failed confirmation (the route fails known content too).
+                if confirming && b.demoted_until_ms.is_some() {
+                    return; // demoted meanwhile by proof from live traffic
+                }
                 b.demote(at_ms, cfg);
-                b.check_pending = true;
+                b.check_pending = verify || !confirming;
             }
         }
     }
@@ -272,7 +325,7 @@ mod tests {
         assert!(h.plan_order(&list, end)[0].1.demoted);
         assert!(!h.claim_probe("r0", "acct", end, 5_000));
         // Passed: now the live probe is due, and its success brings the route back.
-        h.record_check("r0", CheckKind::Cooldown, &Ok(()), end, &cfg());
+        h.record_check("r0", CheckKind::Cooldown, &Ok(()), end, true, &cfg());
         assert_eq!(h.route_state("r0", "acct", end), BreakerState::ProbeDue);
         assert_eq!(h.probe_claims(&list, end).len(), 1);
         assert!(h.due_checks(&rs, 0, end + 10_000).is_empty(), "no second check");
@@ -290,7 +343,7 @@ mod tests {
         let rs = routes(&[true]);
         fail(&mut h, "r0", true, T0);
         let end = T0 + 1_000;
-        h.record_check("r0", CheckKind::Cooldown, &bad(), end, &cfg());
+        h.record_check("r0", CheckKind::Cooldown, &bad(), end, true, &cfg());
         let b = &h.routes["r0"].breaker;
         assert_eq!(
             b.demoted_until_ms,
@@ -300,7 +353,7 @@ mod tests {
         assert!(b.check_pending);
         assert_eq!(b.last_failure_class, Some(BadResponse));
         assert_eq!(h.next_check_ms(&rs, 0, end), Some(end + 2_000));
-        h.record_check("r0", CheckKind::Cooldown, &bad(), end + 2_000, &cfg());
+        h.record_check("r0", CheckKind::Cooldown, &bad(), end + 2_000, true, &cfg());
         assert_eq!(h.routes["r0"].breaker.demoted_until_ms, Some(end + 2_000 + 4_000));
         let rec = h.routes["r0"].last_check.clone().unwrap();
         assert!(!rec.passed);
@@ -348,7 +401,7 @@ mod tests {
             "in flight: not due again"
         );
         assert_eq!(h.next_check_ms(&rs, 3_000, T0 + 3_200), Some(T0 + 3_500), "r0 next");
-        h.record_check("r1", CheckKind::Idle, &Ok(()), T0 + 3_300, &cfg());
+        h.record_check("r1", CheckKind::Idle, &Ok(()), T0 + 3_300, true, &cfg());
         assert_eq!(
             h.next_check_ms(&rs, 3_000, T0 + 3_600),
             Some(T0 + 3_601),
@@ -372,7 +425,7 @@ mod tests {
         let mut h = ModelHealth::default();
         let rs = routes(&[true]);
         h.know_routes(&rs, T0);
-        h.record_check("r0", CheckKind::Idle, &bad(), T0 + 3_000, &cfg());
+        h.record_check("r0", CheckKind::Idle, &bad(), T0 + 3_000, true, &cfg());
         let b = &h.routes["r0"].breaker;
         assert!(b.is_demoted() && b.check_pending);
         assert_eq!(

@@ -121,6 +121,14 @@ pub struct Observation {
     /// check before live traffic may probe the route.
     #[serde(default)]
     pub verify: bool,
+    /// The API key of the request (its id): whose traffic the failure came from (SPEC §18).
+    #[serde(default)]
+    pub key: String,
+    /// The failure is of a kind the request's own content can provoke (a 500, an empty answer, a
+    /// 403 on something the client named: [`FailureClass::provokable`]): alone, one key's such
+    /// failures demote nothing before the model's object confirms them with a check.
+    #[serde(default)]
+    pub provoked: bool,
 }
 
 #[cfg(test)]
@@ -140,6 +148,8 @@ impl Observation {
             probe: false,
             retry_after_ms: None,
             verify: false,
+            key: String::new(),
+            provoked: false,
         }
     }
 }
@@ -175,6 +185,18 @@ pub struct Breaker {
     /// Demoted and waiting for a passed verification check (SPEC §8a): until then its cooldown's
     /// end grants no live probe. Only route breakers of routes with `verify` set it.
     pub check_pending: bool,
+    /// The distinct keys (at most two) whose requests' failures make up the current run of
+    /// failures, for the failures client content can provoke (SPEC §18).
+    pub failing_keys: Vec<String>,
+    /// The current run holds a failure no client content can provoke (a 503, a refused
+    /// connection, a timeout…): its count alone may demote.
+    pub proven: bool,
+    /// Reached its threshold on one key's provokable failures alone: not demoted, waiting for the
+    /// model's object to confirm with a check of its own (SPEC §18). A failure from a second key
+    /// or a proven one demotes at once; a passed check clears the run.
+    pub confirm_pending: bool,
+    /// For an account breaker waiting for confirmation: the route whose check confirms it.
+    pub confirm_route: Option<String>,
 }
 
 /// Where a breaker stands at a given time (for admin health and `/status`).
@@ -244,6 +266,15 @@ impl Breaker {
         self.cooldown_level = 0;
         self.probe_lease_until_ms = None;
         self.check_pending = false;
+        self.clear_run();
+    }
+
+    /// Forgets whose failures made the current run (a success, a demotion, a passed check).
+    pub(crate) fn clear_run(&mut self) {
+        self.failing_keys.clear();
+        self.proven = false;
+        self.confirm_pending = false;
+        self.confirm_route = None;
     }
 
     pub(crate) fn demote(&mut self, now_ms: u64, cfg: &HealthConfig) {
@@ -251,6 +282,13 @@ impl Breaker {
         self.demoted_at_ms = Some(now_ms);
         self.cooldown_level = self.cooldown_level.saturating_add(1);
         self.probe_lease_until_ms = None;
+        self.clear_run();
+    }
+
+    /// Whether the current run is proof against the route for everyone (SPEC §18): a failure no
+    /// client content can provoke, or provokable failures from two different keys.
+    fn run_is_proof(&self) -> bool {
+        self.proven || self.failing_keys.len() >= 2
     }
 
     /// One failure counted against this breaker. Not demoted: demote once `threshold` failures are
@@ -261,8 +299,16 @@ impl Breaker {
         self.consecutive_failures = self.consecutive_failures.saturating_add(1);
         self.last_failure_class = Some(class);
         self.last_failure_ms = Some(now);
+        if !obs.provoked {
+            self.proven = true;
+        } else if self.failing_keys.len() < 2 && !self.failing_keys.contains(&obs.key) {
+            self.failing_keys.push(obs.key.clone());
+        }
         match self.demoted_until_ms {
-            None if self.consecutive_failures >= threshold.max(1) => self.demote(now, cfg),
+            None if self.consecutive_failures >= threshold.max(1) && self.run_is_proof() => self.demote(now, cfg),
+            // One key's content may be the cause: the model's object checks before anyone else
+            // is sent elsewhere.
+            None if self.consecutive_failures >= threshold.max(1) => self.confirm_pending = true,
             None => {}
             Some(until) if until <= now || obs.probe => self.demote(now, cfg),
             Some(_) => {}
@@ -357,6 +403,9 @@ pub enum CheckKind {
     Cooldown,
     /// The route was healthy but unproven for `verify_idle_ms`.
     Idle,
+    /// One key's failures reached the route's (or its account's) threshold: is it the route, or
+    /// that client's content (SPEC §18)?
+    Confirm,
 }
 
 impl CheckKind {
@@ -364,6 +413,7 @@ impl CheckKind {
         match self {
             CheckKind::Cooldown => "cooldown",
             CheckKind::Idle => "idle",
+            CheckKind::Confirm => "confirm",
         }
     }
 }
@@ -511,10 +561,11 @@ impl ModelHealth {
                     }
                 }
                 Blame::Account => {
-                    self.accounts
-                        .entry(obs.account.clone())
-                        .or_default()
-                        .fail(obs, class, 1, cfg);
+                    let account = self.accounts.entry(obs.account.clone()).or_default();
+                    account.fail(obs, class, 1, cfg);
+                    if account.confirm_pending {
+                        account.confirm_route = Some(obs.route.clone());
+                    }
                 }
                 Blame::Nothing => {}
             },
@@ -729,6 +780,74 @@ mod tests {
             .into_iter()
             .map(|(i, _, _)| i)
             .collect()
+    }
+
+    /// A failure from `key`, `provoked` or not, of `class` at `route` (account "acct").
+    fn keyed(h: &mut ModelHealth, route: &str, class: FailureClass, key: &str, provoked: bool, at_ms: u64) {
+        let mut o = obs(route, "acct", AttemptOutcome::Failure(class), at_ms);
+        o.key = key.into();
+        o.provoked = provoked;
+        o.verify = true;
+        h.observe(&o, &cfg());
+    }
+
+    #[test]
+    fn one_keys_provokable_failures_demote_nothing_until_confirmed() {
+        // SPEC §18: a 500 only this client's content triggers, four times, from one key.
+        let mut h = ModelHealth::default();
+        for n in 0..4 {
+            keyed(&mut h, "a", Upstream5xx, "key-1", true, T0 + n);
+        }
+        let b = breaker(&h, "a");
+        assert!(!b.is_demoted() && b.confirm_pending, "{b:?}");
+        assert_eq!(order(&h, &[("a", "acct"), ("b", "acct")], T0 + 10), vec![0, 1], "still first for the next key");
+        // The same from a second key is proof: demoted at once.
+        keyed(&mut h, "a", Upstream5xx, "key-2", true, T0 + 20);
+        assert!(breaker(&h, "a").is_demoted());
+        assert_eq!(order(&h, &[("a", "acct"), ("b", "acct")], T0 + 30), vec![1, 0]);
+        // A failure no content can provoke (a 503) counts alone, as before.
+        let mut h = ModelHealth::default();
+        keyed(&mut h, "a", Upstream5xx, "key-1", true, T0);
+        keyed(&mut h, "a", Upstream5xx, "key-1", true, T0 + 1);
+        keyed(&mut h, "a", Upstream5xx, "key-1", false, T0 + 2);
+        assert!(breaker(&h, "a").is_demoted());
+    }
+
+    #[test]
+    fn the_confirmation_check_decides_and_a_success_clears_the_run() {
+        use crate::verify::CheckRoute;
+        let routes = [CheckRoute { id: "a".into(), verify: false }];
+        let fail_three = |h: &mut ModelHealth| {
+            for n in 0..3 {
+                keyed(h, "a", BadResponse, "key-1", true, T0 + n);
+            }
+        };
+        let mut h = ModelHealth::default();
+        fail_three(&mut h);
+        assert_eq!(h.due_checks(&routes, 0, T0 + 5), vec![("a".to_string(), CheckKind::Confirm)], "due at once, verify or not");
+        assert_eq!(h.next_cooldown_check_ms(T0 + 5), Some(T0 + 6), "the object's alarm comes at once");
+        h.record_check("a", CheckKind::Confirm, &Err((BadResponse, "no output".into())), T0 + 9, false, &cfg());
+        let b = breaker(&h, "a");
+        assert!(b.is_demoted() && !b.check_pending, "confirmed: demoted (live probe, it opted out of checks): {b:?}");
+        let mut h = ModelHealth::default();
+        fail_three(&mut h);
+        h.record_check("a", CheckKind::Confirm, &Ok(()), T0 + 9, false, &cfg());
+        let b = breaker(&h, "a");
+        assert!(!b.is_demoted() && !b.confirm_pending && b.consecutive_failures == 0, "{b:?}");
+        assert!(h.due_checks(&routes, 0, T0 + 10).is_empty());
+        // An account blamed by one key's 403: pending, not cooling, until its route's check.
+        let mut h = ModelHealth::default();
+        keyed(&mut h, "a", Account, "key-1", true, T0);
+        assert!(!h.accounts["acct"].is_demoted() && h.accounts["acct"].confirm_pending);
+        assert_eq!(h.due_checks(&routes, 0, T0 + 1), vec![("a".to_string(), CheckKind::Confirm)]);
+        h.record_check("a", CheckKind::Confirm, &Err((Account, "403".into())), T0 + 2, false, &cfg());
+        assert!(h.accounts["acct"].is_demoted());
+        assert!(!breaker(&h, "a").is_demoted(), "the account's failure is not the route's");
+        // A success clears a pending run.
+        let mut h = ModelHealth::default();
+        fail_three(&mut h);
+        ok(&mut h, "a", T0 + 9);
+        assert!(!breaker(&h, "a").confirm_pending);
     }
 
     const ROUTE_CLASSES: [FailureClass; 6] = [
