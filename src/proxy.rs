@@ -43,6 +43,10 @@ pub struct Call {
     /// Counts the attempts made, for the `x-switchyard-attempts` header.
     pub attempts: Cell<u32>,
     pub request_id: String,
+    /// The request body's share of the isolate's budget (SPEC §18): held, never read — dropping
+    /// the call gives it back.
+    #[allow(dead_code)]
+    pub body_share: Option<crate::http::body::BodyShare>,
 }
 
 /// What the handler learns of a pass: its outcome and how many routes it tried.

@@ -19,7 +19,7 @@ use switchyard_core::status;
 use switchyard_core::ApiError;
 use worker::{Context, Env, Request};
 
-use super::body::read_capped;
+use super::body::read_budgeted;
 use super::context::RequestCtx;
 use super::response::{json_response, HandlerResult};
 use crate::limits;
@@ -226,6 +226,14 @@ pub async fn generate(
     rc.key_id = Some(key.id.clone());
     rc.account_id = Some(key.account_id.clone());
     rc.attempts = Some(0);
+    // The body and its share of the isolate's budget, held as long as the request runs.
+    let (parsed, body_share) = match read_budgeted(req, MAX_BODY_BYTES).await {
+        Ok((body, share)) => (
+            dialect::parse_request(api, &body, gemini.as_ref().map(|(m, s)| (m.as_str(), *s))),
+            Some(share),
+        ),
+        Err(e) => (Err(e), None),
+    };
     let call = proxy::Call {
         env: env.clone(),
         ctx: ctx.clone(),
@@ -234,10 +242,7 @@ pub async fn generate(
         client: rc.client.clone(),
         attempts: Cell::new(0),
         request_id: rc.request_id.clone(),
-    };
-    let parsed = match read_capped(req, MAX_BODY_BYTES).await {
-        Ok(body) => dialect::parse_request(api, &body, gemini.as_ref().map(|(m, s)| (m.as_str(), *s))),
-        Err(e) => Err(e),
+        body_share,
     };
     let mut request = parsed.inspect_err(|error| proxy::reject(&call, api, "", false, error))?;
     let header = |name: &str| req.headers().get(name).ok().flatten();

@@ -534,11 +534,13 @@ fn a_cooldown_doubles_but_never_beyond_its_cap() {
     assert_eq!(*lengths.last().unwrap(), 500, "doubled up to the cap: {lengths:?}");
 }
 
+/// Events without content (empty deltas) count toward the cap; keep-alive comments do not
+/// (SPEC §6, §18: tenants.rs `keep_alives_before_content_never_commit_a_route`).
 #[test]
 fn sixty_four_held_back_events_commit_the_route() {
     let f = Fixture::build(
         Api::Chat,
-        &["held/70/first-content-after/1200", "ok"],
+        &["empty-events/70/first-content-after/1200", "ok"],
         &[],
         fast_policy(),
         false,
@@ -551,5 +553,5 @@ fn sixty_four_held_back_events_commit_the_route() {
         "committed at the hold cap: no fallback at the 400 ms deadline"
     );
     assert_eq!(f.seen(1), 0);
-    assert!(r.text().contains(": keep-alive"), "the held events were released");
+    assert!(r.text().contains(r#""content":"""#), "the held events were released");
 }

@@ -147,3 +147,43 @@ fn one_keys_content_that_breaks_a_route_does_not_move_it_for_the_next_key() {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }
+
+#[test]
+fn ten_mib_of_tiny_json_values_leave_another_clients_stream_whole() {
+    // A body of 5 million zeros was once built into a tree of hundreds of MB on wasm32, blocking
+    // the isolate for seconds (and past its memory in production). Now its fields stay raw text:
+    // another client's stream, with a 2 s idle timeout, runs through untouched, and bodies past
+    // the isolate's budget get 503 gateway_busy, never a dead isolate.
+    let s = switchyard_e2e::Stack::from_env();
+    let policy = json!({"idle_timeout_ms": 2000});
+    let (routes, _) = s.mock_routes(&[("chunks/40/100", json!({"price": {"input_per_mtok": 0.0, "output_per_mtok": 0.0}}))]);
+    let model = s.model(routes, Some(policy));
+    let doc = json!({"context_window": 100_000_000u64, "max_output_tokens": 64,
+                     "routes": s.mock_routes(&[("ok", json!({"price": {"input_per_mtok": 0.0, "output_per_mtok": 0.0}}))]).0});
+    let big_model = switchyard_e2e::unique("m");
+    assert_eq!(s.admin("PUT", &format!("/admin/models/{big_model}"), Some(doc)).status, 200);
+    let key = s.new_key(10.0);
+    let mut zeros = String::with_capacity(10 << 20);
+    zeros.push_str(&format!(r#"{{"model":"{big_model}","messages":[{{"role":"user","content":["#));
+    let n = (10 << 20) / 2 - 200;
+    for i in 0..n {
+        zeros.push_str(if i == 0 { "0" } else { ",0" });
+    }
+    zeros.push_str("]}]}");
+    assert!(zeros.len() < 10 << 20);
+    std::thread::scope(|scope| {
+        let stream = scope.spawn(|| s.chat(&key, &switchyard_e2e::chat_body(&model, true)));
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let bigs: Vec<_> = (0..3).map(|_| scope.spawn(|| s.chat_raw(&key, zeros.as_bytes()))).collect();
+        let statuses: Vec<u16> = bigs.into_iter().map(|h| h.join().unwrap().status).collect();
+        assert!(statuses.contains(&200), "a big body is served: {statuses:?}");
+        assert!(statuses.iter().all(|st| *st == 200 || *st == 503), "200 or gateway_busy, nothing else: {statuses:?}");
+        let r = stream.join().unwrap();
+        assert_eq!(r.status, 200);
+        let text = r.text();
+        assert!(text.trim_end().ends_with("data: [DONE]"), "the stream ended whole: …{}", &text[text.len().saturating_sub(200)..]);
+        assert!(!text.contains(r#""finish_reason":"error""#), "no error frame: {text}");
+        let g = s.generation(&key, r.header("x-generation-id").unwrap());
+        assert_eq!(g["outcome"], "answered", "{g}");
+    });
+}

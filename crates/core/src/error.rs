@@ -74,6 +74,9 @@ pub enum ApiError {
     ContentPolicy { message: String },
     /// 503: the ledger (D1) cannot be reached to place a hold; nothing was charged.
     StorageUnavailable,
+    /// 503: this isolate already holds as many request bodies as it safely can (SPEC §18); the
+    /// request was not read.
+    GatewayBusy,
     /// 500: Switchyard's own storage or runtime failed; `label` is for logs, never user data.
     Internal { label: &'static str },
 }
@@ -101,7 +104,8 @@ impl ApiError {
             ApiError::ProviderError { .. } => 502,
             ApiError::SupplyNotConfigured { .. }
             | ApiError::CapacityExhausted { .. }
-            | ApiError::StorageUnavailable => 503,
+            | ApiError::StorageUnavailable
+            | ApiError::GatewayBusy => 503,
         }
     }
 
@@ -125,6 +129,7 @@ impl ApiError {
             ApiError::UpstreamInvalidRequest { .. } => "upstream_invalid_request",
             ApiError::ContentPolicy { .. } => "content_policy",
             ApiError::StorageUnavailable => "storage_unavailable",
+            ApiError::GatewayBusy => "gateway_busy",
             ApiError::Internal { .. } => "internal_error",
         }
     }
@@ -155,6 +160,9 @@ impl ApiError {
             ),
             ApiError::StorageUnavailable => {
                 "Switchyard cannot reach its ledger right now. Nothing was charged. Retry in a moment.".into()
+            }
+            ApiError::GatewayBusy => {
+                "This gateway instance is busy with other large requests. Nothing was charged. Retry in a moment.".into()
             }
             ApiError::Internal { .. } => "Switchyard had an internal error. Nothing was charged. Retry in a moment.".into(),
         }
@@ -220,7 +228,7 @@ impl ApiError {
             ApiError::CapacityExhausted { retry_after_s, .. }
             | ApiError::KeyRateLimited { retry_after_s, .. }
             | ApiError::CapacityBusy { retry_after_s } => Some(*retry_after_s),
-            ApiError::StorageUnavailable => Some(1),
+            ApiError::StorageUnavailable | ApiError::GatewayBusy => Some(1),
             _ => None,
         }
     }
@@ -318,6 +326,7 @@ mod tests {
             ),
             (ApiError::ProviderError { model: "m".into() }, 502, "UNAVAILABLE"),
             (ApiError::StorageUnavailable, 503, "UNAVAILABLE"),
+            (ApiError::GatewayBusy, 503, "UNAVAILABLE"),
         ];
         for (e, status, word) in cases {
             let g = e.body(ErrorShape::Gemini, "gen-9");

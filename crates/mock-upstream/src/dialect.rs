@@ -635,6 +635,34 @@ fn content(api: Api, b: &mut Builder, info: &ReqInfo, text: &str) {
     }
 }
 
+/// One data event with no content in it: an empty delta (Anthropic: an empty text delta;
+/// Responses: `response.in_progress`; Gemini: a chunk with empty text).
+fn empty_event(api: Api, b: &mut Builder, info: &ReqInfo) {
+    match api {
+        Api::Chat => {
+            let d = chat_chunk(info, Obj::new().str("content", ""), None);
+            b.event(None, &d);
+        }
+        Api::Messages => {
+            let d = Obj::new()
+                .str("type", "content_block_delta")
+                .num("index", 0)
+                .obj("delta", Obj::new().str("type", "text_delta").str("text", ""))
+                .build();
+            b.event(Some("content_block_delta"), &d);
+        }
+        Api::Responses => {
+            let d = Obj::new()
+                .str("type", "response.in_progress")
+                .num("sequence_number", b.seq())
+                .raw("response", &responses_object(info, "in_progress", None, None))
+                .build();
+            b.event(Some("response.in_progress"), &d);
+        }
+        Api::Gemini => b.event(None, &gemini_chunk(info, "", None, None)),
+    }
+}
+
 /// Events after the content: finish, usage, end marker.
 fn finish(api: Api, b: &mut Builder, info: &ReqInfo, sc: &Scenario, text: &str) {
     let n = sc.chunks as u64;
@@ -765,6 +793,9 @@ pub fn stream_plan(api: Api, info: &ReqInfo, sc: &Scenario) -> Vec<Step> {
     preamble(api, &mut b, info, sc);
     for _ in 0..sc.held.unwrap_or(0) {
         b.steps.push(Step::Event(KEEPALIVE.to_string()));
+    }
+    for _ in 0..sc.empty_events.unwrap_or(0) {
+        empty_event(api, &mut b, info);
     }
     if let Some(ms) = sc.first_content_after_ms {
         b.wait(ms, true);

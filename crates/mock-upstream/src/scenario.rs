@@ -17,6 +17,7 @@
 //!             | "chunks" / N / GAP_MS
 //!             | "first-content-after" / MS
 //!             | "held" / N                      (N keep-alive comments at once, before content)
+//!             | "empty-events" / N              (N data events without content at once, before content)
 //!             | "answer-status" / CODE          (non-stream answer with this 2xx status, text/plain)
 //!             | "pad" / N                       (N bytes of padding in non-stream and error bodies, and in each stream content event)
 //!             | "stall-after" / N / MS
@@ -123,6 +124,8 @@ pub struct Scenario {
     pub first_content_after_ms: Option<u64>,
     /// Keep-alive comments sent at once after the preamble, before any wait or content.
     pub held: Option<usize>,
+    /// Data events that carry no content (an empty delta), sent at once after the preamble.
+    pub empty_events: Option<usize>,
     /// A non-stream answer sent with this (2xx) status and `text/plain`.
     pub answer_status: Option<u16>,
     /// Bytes of padding added to non-stream answers and error bodies, and to each stream
@@ -152,6 +155,7 @@ impl Default for Scenario {
             gap_ms: 0,
             first_content_after_ms: None,
             held: None,
+            empty_events: None,
             answer_status: None,
             pad: None,
             stall: None,
@@ -187,6 +191,7 @@ pub const KEYWORDS: &[&str] = &[
     "pad",
     "answer-status",
     "held",
+    "empty-events",
     "chunks",
     "retry-after",
     "cache",
@@ -387,6 +392,10 @@ pub fn parse_scenario(key: &str) -> Result<Scenario, ScenarioError> {
             "first-content-after" => {
                 let ms: u64 = c.num("first-content-after", "milliseconds")?;
                 set_once(&mut sc.first_content_after_ms, ms, "first-content-after")?;
+            }
+            "empty-events" => {
+                let n = c.count("empty-events")?;
+                set_once(&mut sc.empty_events, n, "empty-events")?;
             }
             "held" => {
                 let n = c.count("held")?;

@@ -3,6 +3,7 @@
 
 use serde_json::Value;
 
+use super::body::{Body, Shape};
 use super::{count, optional_bool, optional_u64, parse_common, BodyInfo, ClientRequest, EventInfo, FinishReason, Reported};
 use crate::catalog::Api;
 use crate::classify::Verdict;
@@ -15,11 +16,11 @@ pub const MAX_COMPLETIONS: u64 = 128;
 /// Parses and validates a Chat Completions request body.
 pub fn parse_request(bytes: &[u8]) -> Result<ClientRequest, ApiError> {
     let (body, model, provider) = parse_common(bytes)?;
-    match body.get("messages") {
-        Some(Value::Array(m)) if !m.is_empty() => {}
-        Some(Value::Array(_)) => return Err(ApiError::invalid("`messages` must not be empty.", Some("messages"))),
-        None => return Err(ApiError::invalid("`messages` is required.", Some("messages"))),
-        Some(_) => return Err(ApiError::invalid("`messages` must be an array.", Some("messages"))),
+    match body.shape("messages") {
+        Shape::Array => {}
+        Shape::EmptyArray => return Err(ApiError::invalid("`messages` must not be empty.", Some("messages"))),
+        Shape::Absent => return Err(ApiError::invalid("`messages` is required.", Some("messages"))),
+        _ => return Err(ApiError::invalid("`messages` must be an array.", Some("messages"))),
     }
     let mut body = body;
     let stream = optional_bool(&body, "stream")?.unwrap_or(false);
@@ -44,7 +45,7 @@ pub fn parse_request(bytes: &[u8]) -> Result<ClientRequest, ApiError> {
             ))
         }
     };
-    let include_usage = match body.get("stream_options") {
+    let include_usage = match body.small("stream_options")? {
         None | Some(Value::Null) => false,
         Some(Value::Object(o)) => match o.get("include_usage") {
             None | Some(Value::Null) => false,
@@ -339,13 +340,16 @@ pub fn inspect_body(body: &[u8]) -> Result<BodyInfo, Verdict> {
 
 /// Sets `stream_options.include_usage` so the upstream reports usage at the end of a stream
 /// (SPEC §7); the relay drops that chunk again unless the client asked for it.
-pub fn request_usage(body: &mut serde_json::Map<String, Value>) {
-    let opts = body
-        .entry("stream_options")
-        .or_insert_with(|| Value::Object(Default::default()));
+pub fn request_usage(body: &mut Body) {
+    // `stream_options` was read (and found an object or absent) before this is called.
+    let mut opts = match body.hint("stream_options") {
+        Some(v @ Value::Object(_)) => v,
+        _ => Value::Object(Default::default()),
+    };
     if let Some(o) = opts.as_object_mut() {
         o.insert("include_usage".into(), Value::Bool(true));
     }
+    body.set("stream_options", &opts);
 }
 
 /// The chat error frame that ends a broken stream (SPEC §7), followed by `[DONE]`.

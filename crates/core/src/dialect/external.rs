@@ -12,123 +12,448 @@
 //! covers the request's messages (and system prompt), not its tools' parameter schemas, where a
 //! property may well be called `file_id`.
 
-use serde_json::{Map, Value};
+use std::fmt;
+
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
+
+use super::body::{Body, Shape};
 
 /// The first field whose input is not in the body, as a path (`previous_response_id`,
-/// `messages[0].content[1]`), if any.
-pub fn external_input(body: &Map<String, Value>) -> Option<String> {
+/// `messages[0].content[1]`), if any. The walk builds no tree of the messages (SPEC §18).
+pub fn external_input(body: &Body) -> Option<String> {
     for field in ["previous_response_id", "conversation", "cachedContent", "container"] {
-        if body.get(field).is_some_and(|v| !v.is_null()) {
+        if !matches!(body.shape(field), Shape::Absent | Shape::Null) {
             return Some(field.to_string());
         }
     }
-    // A Responses `prompt` object is a stored template (a Chat `prompt` does not exist, and a
-    // legacy completion prompt is a string).
-    if body.get("prompt").is_some_and(Value::is_object) {
+    // A Responses `prompt` object is a stored template (a legacy completion prompt is a string).
+    if body.shape("prompt") == Shape::Object {
         return Some("prompt".into());
     }
-    if body
-        .get("mcp_servers")
-        .and_then(Value::as_array)
-        .is_some_and(|s| !s.is_empty())
-    {
+    if body.shape("mcp_servers") == Shape::Array {
         return Some("mcp_servers".into());
     }
-    for field in ["messages", "input", "contents", "system", "instructions", "systemInstruction"] {
-        if let Some(v) = body.get(field) {
-            if let Some(at) = find_reference(v, field, 0) {
-                return Some(at);
-            }
-        }
-    }
-    None
+    ["messages", "input", "contents", "system", "instructions", "systemInstruction"]
+        .iter()
+        .find_map(|field| {
+            let raw = body.raw(field)?;
+            let mut de = serde_json::Deserializer::from_str(raw.get());
+            let found = Find.deserialize(&mut de).ok()??;
+            Some(path(field, &found))
+        })
 }
 
 /// The first tool the provider runs and bills per use, as (`tools[i]`, its kind), if any: every
 /// tool that is not the client's own function. Chat and Responses function tools have `type`
-/// `function` (or `custom`); Anthropic client tools have no `type` (or `custom`); a Gemini tool
-/// entry is the client's only when it declares functions alone.
-pub fn priced_tool(body: &Map<String, Value>) -> Option<(String, String)> {
-    let tools = body.get("tools")?.as_array()?;
-    tools.iter().enumerate().find_map(|(i, tool)| {
-        let obj = tool.as_object()?;
-        let kind = match obj.get("type") {
-            Some(Value::String(t)) if t == "function" || t == "custom" => return None,
-            Some(Value::String(t)) => t.clone(),
-            Some(_) => "unknown".to_string(),
-            // Gemini: `{functionDeclarations: […]}` is the client's; any other key is a Google tool.
-            // An Anthropic client tool: a name and an input schema, no type.
-            None if obj.contains_key("name") || obj.contains_key("input_schema") => return None,
-            // Gemini: `{functionDeclarations: […]}` is the client's; any other key is a Google tool.
-            None => obj.keys().find(|k| k.as_str() != "functionDeclarations")?.clone(),
-        };
-        Some((format!("tools[{i}]"), kind))
-    })
+/// `function` (or `custom`); Anthropic client tools have a name and an input schema and no `type`
+/// (or `custom`); a Gemini tool entry is the client's only when it declares functions alone.
+pub fn priced_tool(body: &Body) -> Option<(String, String)> {
+    let raw = body.raw("tools")?;
+    let mut de = serde_json::Deserializer::from_str(raw.get());
+    let (i, kind) = de.deserialize_any(FirstPricedTool).ok()??;
+    Some((format!("tools[{i}]"), kind))
 }
 
-/// Deep enough for any real message shape (tool results inside messages inside…); serde_json
-/// itself refuses nesting past 128.
-const MAX_DEPTH: usize = 12;
+/// The raw JSON of the first system (or developer) turn and of the first user turn of a
+/// `messages` / `input` / `contents` array: a conversation's name when it has no other (SPEC §8a).
+pub fn first_turns(raw: &RawValue) -> (Option<String>, Option<String>) {
+    let mut de = serde_json::Deserializer::from_str(raw.get());
+    de.deserialize_any(FirstTurns).unwrap_or_default()
+}
 
-fn find_reference(v: &Value, at: &str, depth: usize) -> Option<String> {
-    if depth > MAX_DEPTH {
-        return None;
-    }
-    match v {
-        Value::Array(items) => items
-            .iter()
-            .enumerate()
-            .find_map(|(i, item)| find_reference(item, &format!("{at}[{i}]"), depth + 1)),
-        Value::Object(obj) => {
-            if names_outside_input(obj) {
-                return Some(at.to_string());
+fn path(field: &str, segs: &[Seg]) -> String {
+    let mut out = field.to_string();
+    for seg in segs.iter().rev() {
+        match seg {
+            Seg::Index(i) => out.push_str(&format!("[{i}]")),
+            Seg::Key(k) => {
+                out.push('.');
+                out.push_str(k);
             }
-            obj.iter()
-                .filter(|(_, v)| v.is_array() || v.is_object())
-                .find_map(|(k, v)| find_reference(v, &format!("{at}.{k}"), depth + 1))
         }
-        _ => None,
+    }
+    out
+}
+
+/// One step of a path, innermost first.
+enum Seg {
+    Index(usize),
+    Key(String),
+}
+
+/// What one object says about itself, read field by field.
+#[derive(Default)]
+struct Head {
+    kind: Option<String>,
+    file_id: bool,
+    file_url: bool,
+    remote_image: bool,
+    source_type: Option<String>,
+    file_file_id: bool,
+    file_data: bool,
+}
+
+impl Head {
+    /// The part names input held elsewhere: an uploaded file (`file_id`, `file_url`, Gemini
+    /// `fileData`), a remote image (an `image_url` that is not a `data:` URL), an Anthropic
+    /// source of type `url` or `file`.
+    fn names_outside_input(&self) -> bool {
+        match self.kind.as_deref() {
+            // Chat: {"type":"image_url","image_url":{"url":…}}; Responses: {"type":"input_image","image_url":"…"}.
+            Some("image_url") => self.remote_image,
+            Some("input_image") => self.file_id || self.remote_image,
+            Some("input_file") | Some("file") => self.file_id || self.file_url || self.file_file_id,
+            Some("image") | Some("document") => matches!(self.source_type.as_deref(), Some("url" | "file")),
+            _ => self.file_data,
+        }
     }
 }
 
-fn is_remote(url: Option<&Value>) -> bool {
-    url.and_then(Value::as_str)
-        .is_some_and(|u| !u.trim_start().to_ascii_lowercase().starts_with("data:"))
+/// Walks any value for the first object that names outside input; builds nothing.
+struct Find;
+
+impl<'de> DeserializeSeed<'de> for Find {
+    type Value = Option<Vec<Seg>>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
 }
 
-/// One content part that names input held elsewhere: an uploaded file (`file_id`, `file_url`,
-/// Gemini `fileData`), a remote image (`image_url` that is not a `data:` URL), an Anthropic
-/// source of type `url` or `file`.
-fn names_outside_input(part: &Map<String, Value>) -> bool {
-    let kind = part.get("type").and_then(Value::as_str);
-    let string = |k: &str| part.get(k).is_some_and(Value::is_string);
-    match kind {
-        // Chat: {"type":"image_url","image_url":{"url":…}}; Responses: {"type":"input_image","image_url":"…"}.
-        Some("image_url") => is_remote(part.get("image_url").and_then(|i| i.get("url"))),
-        Some("input_image") => string("file_id") || is_remote(part.get("image_url")),
-        Some("input_file") | Some("file") => {
-            string("file_id")
-                || string("file_url")
-                || part.get("file").is_some_and(|f| f.get("file_id").is_some_and(Value::is_string))
+impl<'de> Visitor<'de> for Find {
+    type Value = Option<Vec<Seg>>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut found = None;
+        let mut i = 0;
+        while let Some(inner) = seq.next_element_seed(Find)? {
+            if let (None, Some(mut p)) = (&found, inner) {
+                p.push(Seg::Index(i));
+                found = Some(p);
+            }
+            i += 1;
         }
-        Some("image") | Some("document") => matches!(
-            part.get("source").and_then(|s| s.get("type")).and_then(Value::as_str),
-            Some("url" | "file")
-        ),
-        _ => part.contains_key("fileData"),
+        Ok(found)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut head = Head::default();
+        let mut found = None;
+        while let Some(key) = map.next_key::<String>()? {
+            match key.as_str() {
+                "type" => head.kind = map.next_value_seed(Text)?,
+                "file_id" => head.file_id = map.next_value_seed(Text)?.is_some(),
+                "file_url" => head.file_url = map.next_value_seed(Text)?.is_some(),
+                "image_url" => head.remote_image = map.next_value_seed(RemoteUrl)?,
+                "source" => head.source_type = map.next_value_seed(FieldText("type"))?,
+                "file" => head.file_file_id = map.next_value_seed(FieldText("file_id"))?.is_some(),
+                "fileData" => {
+                    map.next_value::<IgnoredAny>()?;
+                    head.file_data = true;
+                }
+                _ => {
+                    if let (None, Some(mut p)) = (&found, map.next_value_seed(Find)?) {
+                        p.push(Seg::Key(key));
+                        found = Some(p);
+                    }
+                }
+            }
+        }
+        Ok(if head.names_outside_input() { Some(Vec::new()) } else { found })
+    }
+}
+
+/// A string value as text, anything else consumed and `None`.
+struct Text;
+
+impl<'de> DeserializeSeed<'de> for Text {
+    type Value = Option<String>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+/// Consumes any value, keeping nothing.
+macro_rules! ignore_the_rest {
+    () => {
+        fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+            Ok(Default::default())
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+            Ok(Default::default())
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+            Ok(Default::default())
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+            Ok(Default::default())
+        }
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(Default::default())
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            while seq.next_element::<IgnoredAny>()?.is_some() {}
+            Ok(Default::default())
+        }
+    };
+}
+
+impl<'de> Visitor<'de> for Text {
+    type Value = Option<String>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_str<E>(self, s: &str) -> Result<Self::Value, E> {
+        Ok(Some(s.to_string()))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
+    ignore_the_rest!();
+}
+
+/// Whether an `image_url` (a string, or an object with `url`) points outside the body: any URL
+/// but a `data:` one. Reads the URL's first bytes only.
+struct RemoteUrl;
+
+fn is_remote(url: &str) -> bool {
+    !url.trim_start().get(..5).is_some_and(|p| p.eq_ignore_ascii_case("data:"))
+}
+
+impl<'de> DeserializeSeed<'de> for RemoteUrl {
+    type Value = bool;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for RemoteUrl {
+    type Value = bool;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_str<E>(self, s: &str) -> Result<Self::Value, E> {
+        Ok(is_remote(s))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut remote = false;
+        while let Some(key) = map.next_key::<String>()? {
+            if key == "url" {
+                remote = map.next_value_seed(RemoteUrl)?;
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(remote)
+    }
+    ignore_the_rest!();
+}
+
+/// One string field of an object value (`source.type`, `file.file_id`).
+struct FieldText(&'static str);
+
+impl<'de> DeserializeSeed<'de> for FieldText {
+    type Value = Option<String>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for FieldText {
+    type Value = Option<String>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut text = None;
+        while let Some(key) = map.next_key::<String>()? {
+            if key == self.0 {
+                text = map.next_value_seed(Text)?;
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(text)
+    }
+    ignore_the_rest!();
+}
+
+/// The first tool of a `tools` array that is not the client's own function: (index, kind).
+struct FirstPricedTool;
+
+impl<'de> Visitor<'de> for FirstPricedTool {
+    type Value = Option<(usize, String)>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an array of tools")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut found = None;
+        let mut i = 0;
+        while let Some(kind) = seq.next_element_seed(ToolKind)? {
+            if let (None, Some(kind)) = (&found, kind) {
+                found = Some((i, kind));
+            }
+            i += 1;
+        }
+        Ok(found)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+}
+
+/// One tool's kind when the provider runs it (`None`: the client's own function, or no object).
+struct ToolKind;
+
+impl<'de> DeserializeSeed<'de> for ToolKind {
+    type Value = Option<String>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ToolKind {
+    type Value = Option<String>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a tool object")
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let (mut kind, mut typed, mut client_tool, mut other_key) = (None, false, false, None);
+        while let Some(key) = map.next_key::<String>()? {
+            match key.as_str() {
+                "type" => {
+                    typed = true;
+                    kind = Some(map.next_value_seed(Text)?.unwrap_or_else(|| "unknown".into()));
+                }
+                "name" | "input_schema" => {
+                    map.next_value::<IgnoredAny>()?;
+                    client_tool = true;
+                }
+                "functionDeclarations" => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                    other_key.get_or_insert(key);
+                }
+            }
+        }
+        Ok(match kind {
+            Some(k) if k == "function" || k == "custom" => None,
+            Some(k) if typed => Some(k),
+            // An Anthropic client tool: a name and an input schema, no type.
+            _ if client_tool => None,
+            // Gemini: `{functionDeclarations: […]}` is the client's; any other key is a Google tool.
+            _ => other_key,
+        })
+    }
+    ignore_the_rest!();
+}
+
+/// The first system (or developer) turn and the first user turn of a conversation array, as raw
+/// JSON; every other turn is skipped unread.
+struct FirstTurns;
+
+impl<'de> Visitor<'de> for FirstTurns {
+    type Value = (Option<String>, Option<String>);
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an array of turns")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let (mut system, mut user) = (None, None);
+        while let Some(turn) = seq.next_element::<&'de RawValue>()? {
+            if system.is_some() && user.is_some() {
+                continue;
+            }
+            let mut de = serde_json::Deserializer::from_str(turn.get());
+            let role = FieldText("role").deserialize(&mut de).ok().flatten();
+            match role.as_deref() {
+                Some("system" | "developer") if system.is_none() => system = Some(turn.get().to_string()),
+                Some("user") if user.is_none() => user = Some(turn.get().to_string()),
+                _ => {}
+            }
+        }
+        Ok((system, user))
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+        Ok((None, None))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok((None, None))
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok((None, None))
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok((None, None))
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok((None, None))
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok((None, None))
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok((None, None))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
-    fn map(v: Value) -> Map<String, Value> {
-        match v {
-            Value::Object(m) => m,
-            _ => unreachable!(),
-        }
+    fn map(v: Value) -> Body {
+        Body::from_value(&v).unwrap()
     }
 
     #[test]

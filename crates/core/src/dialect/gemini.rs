@@ -13,6 +13,7 @@
 
 use serde_json::{json, Map, Value};
 
+use super::body::{Body, Shape};
 use super::{count, event_json, own_fields, parse_object, BodyInfo, ClientRequest, EventInfo, FinishReason, Reported};
 use crate::catalog::Api;
 use crate::classify::{classify_error_payload, is_error_payload, Verdict};
@@ -29,13 +30,14 @@ pub fn parse_request(bytes: &[u8], model: &str, stream: bool) -> Result<ClientRe
     }
     let mut body = parse_object(bytes)?;
     let provider = own_fields(&mut body, model)?;
-    match body.get("contents") {
-        Some(Value::Array(c)) if !c.is_empty() => {}
-        Some(Value::Array(_)) => return Err(ApiError::invalid("`contents` must not be empty.", Some("contents"))),
-        None => return Err(ApiError::invalid("`contents` is required.", Some("contents"))),
-        Some(_) => return Err(ApiError::invalid("`contents` must be an array.", Some("contents"))),
+    match body.shape("contents") {
+        Shape::Array => {}
+        Shape::EmptyArray => return Err(ApiError::invalid("`contents` must not be empty.", Some("contents"))),
+        Shape::Absent => return Err(ApiError::invalid("`contents` is required.", Some("contents"))),
+        _ => return Err(ApiError::invalid("`contents` must be an array.", Some("contents"))),
     }
-    let config = match body.get("generationConfig") {
+    let config = body.small("generationConfig")?;
+    let config = match &config {
         None | Some(Value::Null) => None,
         Some(Value::Object(c)) => Some(c),
         Some(_) => {
@@ -67,16 +69,16 @@ pub fn parse_request(bytes: &[u8], model: &str, stream: bool) -> Result<ClientRe
 }
 
 /// Sets `generationConfig.maxOutputTokens` (the client set none).
-pub(crate) fn limit_output(body: &mut Map<String, Value>, max_output_tokens: u64) {
-    let config = body
-        .entry("generationConfig")
-        .or_insert_with(|| Value::Object(Map::new()));
-    if !config.is_object() {
-        *config = Value::Object(Map::new());
-    }
+pub(crate) fn limit_output(body: &mut Body, max_output_tokens: u64) {
+    // `generationConfig` was read (an object, or absent) when the request was parsed.
+    let mut config = match body.hint("generationConfig") {
+        Some(c @ Value::Object(_)) => c,
+        _ => Value::Object(Map::new()),
+    };
     if let Some(c) = config.as_object_mut() {
         c.insert("maxOutputTokens".into(), Value::from(max_output_tokens));
     }
+    body.set("generationConfig", &config);
 }
 
 /// Output characters in a response's candidates: text parts (thoughts too) and function calls.

@@ -9,6 +9,7 @@
 
 use serde_json::Value;
 
+use super::body::Shape;
 use super::{
     count, event_json, optional_bool, optional_u64, parse_common, BodyInfo, ClientRequest, EventInfo, FinishReason, Reported,
 };
@@ -23,11 +24,11 @@ pub const DEFAULT_VERSION: &str = "2023-06-01";
 /// Parses and validates a Messages request body.
 pub fn parse_request(bytes: &[u8]) -> Result<ClientRequest, ApiError> {
     let (body, model, provider) = parse_common(bytes)?;
-    match body.get("messages") {
-        Some(Value::Array(m)) if !m.is_empty() => {}
-        Some(Value::Array(_)) => return Err(ApiError::invalid("`messages` must not be empty.", Some("messages"))),
-        None => return Err(ApiError::invalid("`messages` is required.", Some("messages"))),
-        Some(_) => return Err(ApiError::invalid("`messages` must be an array.", Some("messages"))),
+    match body.shape("messages") {
+        Shape::Array => {}
+        Shape::EmptyArray => return Err(ApiError::invalid("`messages` must not be empty.", Some("messages"))),
+        Shape::Absent => return Err(ApiError::invalid("`messages` is required.", Some("messages"))),
+        _ => return Err(ApiError::invalid("`messages` must be an array.", Some("messages"))),
     }
     let max_tokens = match optional_u64(&body, "max_tokens")? {
         Some(0) => {

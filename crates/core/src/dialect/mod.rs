@@ -5,6 +5,7 @@
 //! events ([`EventInfo`]) and whole bodies ([`BodyInfo`]); the driver in `src/` is
 //! dialect-agnostic and only sees those (and `relay::StreamDialect`).
 
+pub mod body;
 pub mod chat;
 pub mod external;
 pub mod gemini;
@@ -12,7 +13,9 @@ pub mod messages;
 pub mod responses;
 
 use serde::Deserialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
+
+use body::Body;
 
 use crate::catalog::{Api, AuthScheme};
 use crate::classify::Verdict;
@@ -247,8 +250,9 @@ pub struct ClientRequest {
     /// The first field naming input that is not in the body (a stored response, a file, a remote
     /// image): the hold then covers the whole context window (SPEC §17).
     pub external_input: Option<String>,
-    /// The body without Switchyard's own fields (`provider`, `models`), keys in the client's order.
-    body: Map<String, Value>,
+    /// The body without Switchyard's own fields (`provider`, `models`), keys in the client's order,
+    /// values as the client wrote them (SPEC §18: never built into a tree).
+    body: Body,
 }
 
 /// Parses and validates a request body in `api`'s dialect. Gemini names the model and the mode in
@@ -299,15 +303,15 @@ pub fn inspect_body(api: Api, body: &[u8], client_stop: bool) -> Result<BodyInfo
 
 /// Whether a body sets a stop sequence: chat `stop`, Anthropic `stop_sequences`, Gemini
 /// `generationConfig.stopSequences` (a non-empty string or list).
-fn has_stop_sequences(body: &Map<String, Value>) -> bool {
+fn has_stop_sequences(body: &Body) -> bool {
     let set = |v: Option<&Value>| match v {
         Some(Value::String(s)) => !s.is_empty(),
         Some(Value::Array(a)) => !a.is_empty(),
         _ => false,
     };
-    set(body.get("stop"))
-        || set(body.get("stop_sequences"))
-        || set(body.get("generationConfig").and_then(|g| g.get("stopSequences")))
+    set(body.hint("stop").as_ref())
+        || set(body.hint("stop_sequences").as_ref())
+        || set(body.hint("generationConfig").as_ref().and_then(|g| g.get("stopSequences")))
 }
 
 impl ClientRequest {
@@ -319,7 +323,7 @@ impl ClientRequest {
         model: String,
         stream: bool,
         provider: ProviderPrefs,
-        body: Map<String, Value>,
+        body: Body,
         body_len: usize,
     ) -> ClientRequest {
         ClientRequest {
@@ -357,9 +361,9 @@ impl ClientRequest {
         let named = session.map(str::to_string).or_else(|| {
             let b = &self.body;
             [
-                b.get("user"),
-                b.get("prompt_cache_key"),
-                b.get("metadata").and_then(|m| m.get("user_id")),
+                b.hint("user"),
+                b.hint("prompt_cache_key"),
+                b.hint("metadata").and_then(|m| m.get("user_id").cloned()),
             ]
             .into_iter()
             .flatten()
@@ -369,30 +373,17 @@ impl ClientRequest {
             return format!("id:{name}");
         }
         let b = &self.body;
-        let messages = ["messages", "input", "contents"]
+        let messages = ["messages", "input", "contents"].iter().find_map(|f| b.raw(f));
+        let (first_system, first_user) = messages.map(external::first_turns).unwrap_or_default();
+        let system = ["system", "instructions", "systemInstruction"]
             .iter()
-            .find_map(|f| b.get(*f))
-            .and_then(Value::as_array);
-        let is_system = |m: &&Value| matches!(m.get("role").and_then(Value::as_str), Some("system" | "developer"));
-        let system = b
-            .get("system")
-            .or_else(|| b.get("instructions"))
-            .or_else(|| b.get("systemInstruction"))
-            .cloned()
-            .or_else(|| messages.and_then(|ms| ms.iter().find(is_system)).cloned())
-            .unwrap_or(Value::Null);
-        let first_user = messages
-            .and_then(|ms| {
-                ms.iter()
-                    .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))
-                    .cloned()
-            })
-            .or_else(|| b.get("input").filter(|i| i.is_string()).cloned())
-            .unwrap_or(Value::Null);
-        format!(
-            "h:{:016x}",
-            crate::spread::hash64(&[&system.to_string(), &first_user.to_string()])
-        )
+            .find_map(|f| b.raw(f).map(|r| r.get().to_string()))
+            .or(first_system)
+            .unwrap_or_else(|| "null".into());
+        let first_user = first_user
+            .or_else(|| (b.shape("input") == body::Shape::String).then(|| b.raw("input").map(|r| r.get().to_string())).flatten())
+            .unwrap_or_else(|| "null".into());
+        format!("h:{:016x}", crate::spread::hash64(&[&system, &first_user]))
     }
 
     /// Where a route gets this request: its base URL and the dialect's path for `upstream_model`.
@@ -423,7 +414,7 @@ impl ClientRequest {
                 return model_max_output_tokens;
             }
         };
-        self.body.insert(field.into(), Value::from(model_max_output_tokens));
+        self.body.set(field, &Value::from(model_max_output_tokens));
         self.max_tokens = Some(model_max_output_tokens);
         model_max_output_tokens
     }
@@ -441,26 +432,7 @@ impl ClientRequest {
     /// (`provider` and `models` removed, a chat stream's usage asked for) or by
     /// [`ClientRequest::limit_output`].
     pub fn upstream_body(&self, upstream_model: &str) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.body_len + upstream_model.len());
-        out.push(b'{');
-        for (i, (key, value)) in self.body.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            let written = serde_json::to_writer(&mut out, key).and_then(|()| {
-                out.push(b':');
-                if key == "model" {
-                    serde_json::to_writer(&mut out, upstream_model)
-                } else {
-                    serde_json::to_writer(&mut out, value)
-                }
-            });
-            if written.is_err() {
-                return Vec::new(); // cannot happen for values that came from JSON
-            }
-        }
-        out.push(b'}');
-        out
+        self.body.write_with_model(upstream_model, self.body_len)
     }
 
     /// Headers a route gets besides content type, accept and its key: an `x-api-key`
@@ -486,10 +458,10 @@ impl ClientRequest {
 
 /// Shared first steps of the dialects that name the model in the body: size limit, JSON object,
 /// `model`, then Switchyard's own fields ([`own_fields`]).
-pub(crate) fn parse_common(bytes: &[u8]) -> Result<(Map<String, Value>, String, ProviderPrefs), ApiError> {
+pub(crate) fn parse_common(bytes: &[u8]) -> Result<(Body, String, ProviderPrefs), ApiError> {
     let mut body = parse_object(bytes)?;
-    let model = match body.get("model") {
-        Some(Value::String(m)) if !m.trim().is_empty() => m.clone(),
+    let model = match body.small("model")? {
+        Some(Value::String(m)) if !m.trim().is_empty() => m,
         Some(Value::String(_)) | None => {
             return Err(ApiError::invalid("`model` is required.", Some("model")));
         }
@@ -499,23 +471,20 @@ pub(crate) fn parse_common(bytes: &[u8]) -> Result<(Map<String, Value>, String, 
     Ok((body, model, provider))
 }
 
-/// The body as a JSON object, at most [`MAX_BODY_BYTES`].
-pub(crate) fn parse_object(bytes: &[u8]) -> Result<Map<String, Value>, ApiError> {
+/// The body as a JSON object's fields, at most [`MAX_BODY_BYTES`].
+pub(crate) fn parse_object(bytes: &[u8]) -> Result<Body, ApiError> {
     if bytes.len() > MAX_BODY_BYTES {
         return Err(ApiError::invalid("Request body is larger than 10 MiB.", None));
     }
-    let value: Value = serde_json::from_slice(bytes)
-        .map_err(|e| ApiError::invalid(format!("Request body is not valid JSON: {e}."), None))?;
-    match value {
-        Value::Object(body) => Ok(body),
-        _ => Err(ApiError::invalid("Request body must be a JSON object.", None)),
-    }
+    Body::parse(bytes)
 }
 
 /// Takes Switchyard's own fields out of the body: `models` (at most `model` itself) and the
 /// `provider` preferences.
-pub(crate) fn own_fields(body: &mut Map<String, Value>, model: &str) -> Result<ProviderPrefs, ApiError> {
-    match body.remove("models") {
+pub(crate) fn own_fields(body: &mut Body, model: &str) -> Result<ProviderPrefs, ApiError> {
+    let models = body.small("models")?;
+    body.remove("models");
+    match models {
         None | Some(Value::Null) => {}
         Some(Value::Array(list)) => {
             if list.len() > 1 {
@@ -537,7 +506,9 @@ pub(crate) fn own_fields(body: &mut Map<String, Value>, model: &str) -> Result<P
             ))
         }
     }
-    match body.remove("provider") {
+    let provider = body.small("provider")?;
+    body.remove("provider");
+    match provider {
         None | Some(Value::Null) => Ok(ProviderPrefs::default()),
         Some(v) => serde_json::from_value::<ProviderPrefs>(v)
             .map_err(|e| ApiError::invalid(format!("Invalid `provider`: {e}."), Some("provider"))),
@@ -587,8 +558,8 @@ pub(crate) fn frame_data(frame: &[u8]) -> Value {
 }
 
 /// Reads an optional non-negative integer field.
-pub(crate) fn optional_u64(body: &Map<String, Value>, field: &str) -> Result<Option<u64>, ApiError> {
-    match body.get(field) {
+pub(crate) fn optional_u64(body: &Body, field: &str) -> Result<Option<u64>, ApiError> {
+    match body.small(field)?.as_ref() {
         None | Some(Value::Null) => Ok(None),
         Some(v) => v
             .as_u64()
@@ -598,8 +569,8 @@ pub(crate) fn optional_u64(body: &Map<String, Value>, field: &str) -> Result<Opt
 }
 
 /// Reads an optional boolean field.
-pub(crate) fn optional_bool(body: &Map<String, Value>, field: &str) -> Result<Option<bool>, ApiError> {
-    match body.get(field) {
+pub(crate) fn optional_bool(body: &Body, field: &str) -> Result<Option<bool>, ApiError> {
+    match body.small(field)?.as_ref() {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Bool(b)) => Ok(Some(*b)),
         Some(_) => Err(ApiError::invalid(

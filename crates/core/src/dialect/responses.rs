@@ -10,6 +10,7 @@
 
 use serde_json::{json, Value};
 
+use super::body::Shape;
 use super::{
     count, event_json, optional_bool, optional_u64, parse_common, BodyInfo, ClientRequest, EventInfo, FinishReason, Reported,
 };
@@ -21,14 +22,13 @@ use crate::sse::SseEvent;
 /// Parses and validates a Responses request body.
 pub fn parse_request(bytes: &[u8]) -> Result<ClientRequest, ApiError> {
     let (body, model, provider) = parse_common(bytes)?;
-    match body.get("input") {
-        Some(Value::String(s)) if !s.is_empty() => {}
-        Some(Value::Array(items)) if !items.is_empty() => {}
-        Some(Value::String(_) | Value::Array(_)) => {
+    match body.shape("input") {
+        Shape::String | Shape::Array => {}
+        Shape::EmptyString | Shape::EmptyArray => {
             return Err(ApiError::invalid("`input` must not be empty.", Some("input")))
         }
-        None => return Err(ApiError::invalid("`input` is required.", Some("input"))),
-        Some(_) => {
+        Shape::Absent => return Err(ApiError::invalid("`input` is required.", Some("input"))),
+        _ => {
             return Err(ApiError::invalid(
                 "`input` must be a string or an array of input items.",
                 Some("input"),
