@@ -5,6 +5,7 @@
 
 mod batch;
 mod billing;
+mod budget;
 mod finish;
 mod health;
 mod http;

@@ -8,9 +8,11 @@
 
 use std::cell::Cell;
 use std::future::Future;
+use std::pin::pin;
 use std::rc::Rc;
 
 use futures_channel::oneshot;
+use futures_util::future::select;
 
 use switchyard_core::catalog::{Api, Balance, Catalog, Model, Policy, Price};
 use switchyard_core::dialect::{with_cost, ClientRequest};
@@ -28,7 +30,7 @@ use crate::finish::{self, Record};
 use crate::health;
 use crate::limits::{self, Slot};
 use crate::relay;
-use crate::runtime::clock::{in_request, now_ms};
+use crate::runtime::clock::{in_request, now_ms, sleep};
 use crate::store::KeyRecord;
 use crate::upstream::{self, Committed, Target};
 
@@ -43,10 +45,15 @@ pub struct Call {
     /// Counts the attempts made, for the `x-switchyard-attempts` header.
     pub attempts: Cell<u32>,
     pub request_id: String,
+    /// When the handler got the request (the departure drill counts from it).
+    pub started_ms: u64,
+    /// The departure drill (tests only, `SWITCHYARD_TEST_FAULTS`): the client counts as gone this
+    /// many ms after the request began, as if its signal had aborted.
+    pub depart_drill_ms: Option<u64>,
     /// The request body's share of the isolate's budget (SPEC §18): held, never read — dropping
     /// the call gives it back.
     #[allow(dead_code)]
-    pub body_share: Option<crate::http::body::BodyShare>,
+    pub body_share: Option<crate::budget::BodyShare>,
 }
 
 /// What the handler learns of a pass: its outcome and how many routes it tried.
@@ -358,7 +365,7 @@ async fn attempts(
             verify: route.verify(),
             started_ms: now_ms(),
         };
-        match upstream::attempt(&target, request, deadline_ms).await {
+        match upstream::attempt(&target, request, deadline_ms, departed(call, policy.disconnect_grace_ms)).await {
             Ok(committed) => {
                 let http_status = committed.http_status();
                 record.attempt(attempt, AttemptResult::Committed { http_status });
@@ -383,6 +390,21 @@ async fn attempts(
         .filter(|m| m != &model.id)
         .collect();
     Err(plan.final_error(available))
+}
+
+/// Resolves `grace_ms` after the client left (SPEC §18: an attempt before commit runs no longer,
+/// so the request ends — cancelled, its hold released, its record written — well within the
+/// runtime's window after a departure). In tests the departure drill may stand for the signal.
+async fn departed(call: &Call, grace_ms: u64) {
+    let gone = crate::runtime::abort::aborted(&call.client);
+    match call.depart_drill_ms {
+        Some(at_ms) => {
+            let wait = at_ms.saturating_sub(now_ms().saturating_sub(call.started_ms));
+            let _ = select(pin!(gone), pin!(sleep(wait))).await;
+        }
+        None => gone.await,
+    }
+    sleep(grace_ms).await;
 }
 
 /// Before an attempt on a model with capped routes: a slot on the first upcoming route with room,

@@ -61,8 +61,10 @@ export function relay(core) {
   );
   let closed = false; // the upstream body ended on its own
   let clientDone = false; // the client's stream is closed: nothing more is sent
+  // Closed even once the client is marked gone: a client that stopped reading must see its
+  // connection end, never hang open (SPEC §18).
   const closeClient = () => {
-    if (goneAt || clientDone) return;
+    if (clientDone) return;
     clientDone = true;
     try {
       client.close();

@@ -19,7 +19,7 @@ use switchyard_core::ApiError;
 use worker::{Env, Fetch, Headers, Method, Request, RequestInit, Response};
 
 use crate::runtime::abort::{Body, Canceller};
-use crate::runtime::clock::{sleep, Sleep};
+use crate::runtime::clock::sleep;
 
 /// Where an attempt goes: the route, its provider, and the provider's key.
 pub struct Target<'a> {
@@ -111,10 +111,19 @@ async fn read_up_to(response: &mut Response, cap: usize) -> Result<(Vec<u8>, boo
     }
 }
 
-/// One attempt in flight: its deadline, its abort handle, and the key to redact.
+/// Why an attempt stopped waiting.
+enum Stop {
+    /// Its first-content deadline passed.
+    Late,
+    /// Its client left, and the grace after that ended (SPEC §18).
+    Departed,
+}
+
+/// One attempt in flight: its deadline (or its client's departure), its abort handle, and the key
+/// to redact.
 struct Attempt<'t, 'd> {
     target: &'t Target<'t>,
-    deadline: Pin<&'d mut Sleep>,
+    deadline: Pin<&'d mut (dyn Future<Output = Stop> + 'd)>,
     controller: Canceller,
     status: Option<u16>,
 }
@@ -149,9 +158,13 @@ impl Attempt<'_, '_> {
                 self.controller.abort();
                 Err(self.failure(broken.0, broken.1))
             }
-            Either::Right(_) => {
+            Either::Right((Stop::Late, _)) => {
                 self.controller.abort();
                 Err(self.failure(FailureClass::Timeout, late))
+            }
+            Either::Right((Stop::Departed, _)) => {
+                self.controller.abort();
+                Err(self.failure(FailureClass::Cancelled, "the client left"))
             }
         }
     }
@@ -195,9 +208,21 @@ fn build_request(target: &Target, request: &ClientRequest) -> Result<Request, Ap
 }
 
 /// One attempt: fetch, then read until the first content (stream) or the whole body
-/// (non-stream), all within `deadline_ms`.
-pub async fn attempt(target: &Target<'_>, request: &ClientRequest, deadline_ms: u64) -> Result<Committed, Failed> {
-    let deadline = pin!(sleep(deadline_ms));
+/// (non-stream), all within `deadline_ms` — and no longer than `departed` (the client's leaving
+/// and its grace): then the upstream is aborted and the attempt is `cancelled`.
+pub async fn attempt(
+    target: &Target<'_>,
+    request: &ClientRequest,
+    deadline_ms: u64,
+    departed: impl Future<Output = ()>,
+) -> Result<Committed, Failed> {
+    let stop = async {
+        match select(pin!(sleep(deadline_ms)), pin!(departed)).await {
+            Either::Left(_) => Stop::Late,
+            Either::Right(_) => Stop::Departed,
+        }
+    };
+    let deadline: Pin<&mut dyn Future<Output = Stop>> = pin!(stop);
     let mut a = Attempt {
         target,
         deadline,

@@ -81,7 +81,7 @@ async fn send(
     let Ok(request) = verify::check_request(api, model) else {
         return refuse("the check request could not be built");
     };
-    match upstream::attempt(&target, &request, verify::deadline_ms(policy, model)).await {
+    match upstream::attempt(&target, &request, verify::deadline_ms(policy, model), std::future::pending()).await {
         Ok(Committed::Body {
             usage, output_chars, ..
         }) => {

@@ -4,57 +4,11 @@
 //! client's large bodies must not push the isolate, and every other request in it, past its
 //! memory.
 
-use std::cell::Cell;
-
 use switchyard_core::ApiError;
 use worker::Request;
 
+use crate::budget::BodyShare;
 use crate::runtime::abort::Body;
-
-/// Bytes of request bodies one isolate holds at once. A body lives about twice while its request
-/// runs (its fields, and the copy an attempt sends), under an isolate's 128 MB
-/// (https://developers.cloudflare.com/workers/platform/limits/#memory): two 10 MiB bodies fit.
-pub const BODY_BUDGET_BYTES: usize = 24 * 1024 * 1024;
-
-thread_local! {
-    static IN_FLIGHT: Cell<usize> = const { Cell::new(0) };
-}
-
-/// A body's share of the isolate's budget, given back when the request is done with it.
-pub struct BodyShare(usize);
-
-impl BodyShare {
-    /// Takes `bytes` of the budget, or `None` (503 `gateway_busy`) when it would go past it. A
-    /// body alone larger than the budget cannot happen: the cap is below it.
-    pub fn take(bytes: usize) -> Option<BodyShare> {
-        IN_FLIGHT.with(|used| {
-            let now = used.get();
-            if now > 0 && now.saturating_add(bytes) > BODY_BUDGET_BYTES {
-                return None;
-            }
-            used.set(now.saturating_add(bytes));
-            Some(BodyShare(bytes))
-        })
-    }
-
-    /// Takes more of the budget as a body without a declared length grows.
-    fn grow(&mut self, bytes: usize) -> bool {
-        match BodyShare::take(bytes) {
-            Some(more) => {
-                self.0 += more.0;
-                std::mem::forget(more);
-                true
-            }
-            None => false,
-        }
-    }
-}
-
-impl Drop for BodyShare {
-    fn drop(&mut self) {
-        IN_FLIGHT.with(|used| used.set(used.get().saturating_sub(self.0)));
-    }
-}
 
 /// The body and its share of the isolate's budget, or a 400 naming the limit once it has more than
 /// `limit` bytes, or a 503 `gateway_busy` when the isolate holds too many bodies already. Keep the
@@ -68,7 +22,7 @@ pub async fn read_budgeted(req: &mut Request, limit: usize) -> Result<(Vec<u8>, 
         .and_then(|v| v.parse::<usize>().ok());
     let mut share = BodyShare::take(declared.unwrap_or(0).min(limit)).ok_or(ApiError::GatewayBusy)?;
     let bytes = read_capped(req, limit).await?;
-    let unaccounted = bytes.len().saturating_sub(share.0);
+    let unaccounted = bytes.len().saturating_sub(share.bytes());
     if unaccounted > 0 && !share.grow(unaccounted) {
         return Err(ApiError::GatewayBusy);
     }

@@ -3,7 +3,7 @@
 //! [`response::error_response`], the one place that does it.
 
 mod admin;
-pub mod body;
+mod body;
 mod context;
 mod response;
 mod status;

@@ -242,6 +242,8 @@ pub async fn generate(
         client: rc.client.clone(),
         attempts: Cell::new(0),
         request_id: rc.request_id.clone(),
+        started_ms: now_ms(),
+        depart_drill_ms: test_fault(req, env, "depart-"),
         body_share,
     };
     let mut request = parsed.inspect_err(|error| proxy::reject(&call, api, "", false, error))?;
@@ -275,9 +277,16 @@ pub async fn generate(
 /// does to a departed client's handler — so a test can check the request still finishes (its
 /// hold settled or released, its record written) without the handler.
 fn abandon_drill(req: &Request, env: &Env) -> Option<u64> {
+    test_fault(req, env, "abandon-")
+}
+
+/// The `<ms>` of a drill `x-switchyard-test-fault: <prefix><ms>`, honoured only under
+/// `SWITCHYARD_TEST_FAULTS`. `depart-<ms>`: the client counts as gone `<ms>` after the request
+/// began — what a departed client's aborted signal does, which `wrangler dev` never delivers.
+fn test_fault(req: &Request, env: &Env, prefix: &str) -> Option<u64> {
     if !test_faults(env) {
         return None;
     }
     let fault = req.headers().get(TEST_FAULT).ok().flatten()?;
-    fault.strip_prefix("abandon-")?.parse().ok()
+    fault.strip_prefix(prefix)?.parse().ok()
 }

@@ -22,6 +22,14 @@ extern "C" {
     fn read_chunk(reader: &JsValue) -> Promise;
     #[wasm_bindgen(js_name = readUpTo)]
     fn read_up_to(reader: &JsValue, cap: f64) -> Promise;
+    #[wasm_bindgen(js_name = whenAborted)]
+    fn when_aborted(signal: &JsValue) -> Promise;
+}
+
+/// Resolves when `signal` aborts — the client of the request left (`enable_request_signal`).
+pub async fn aborted(signal: &worker::AbortSignal) {
+    let signal: &web_sys::AbortSignal = signal.as_ref();
+    let _ = JsFuture::from(when_aborted(signal)).await;
 }
 
 /// Aborts the upstream fetch it was given to.

@@ -61,6 +61,17 @@ export function abortFetch(controller) {
   }
 }
 
+/// A promise that settles when `signal` aborts (at once if it has); one that never settles where
+/// the signal cannot be watched.
+export function whenAborted(signal) {
+  try {
+    if (signal.aborted) return Promise.resolve();
+    return new Promise((resolve) => signal.addEventListener("abort", () => resolve(), { once: true }));
+  } catch {
+    return new Promise(noop);
+  }
+}
+
 /// A reader locked to `stream`, or `undefined`.
 export function readerOf(stream) {
   try {

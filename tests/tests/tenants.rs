@@ -187,3 +187,44 @@ fn ten_mib_of_tiny_json_values_leave_another_clients_stream_whole() {
         assert_eq!(g["outcome"], "answered", "{g}");
     });
 }
+
+#[test]
+fn a_client_that_leaves_before_the_answer_stops_the_attempt_and_frees_everything() {
+    // r0 answers a non-stream request only after 20 s. The client leaves at 300 ms (the
+    // departure drill: what an aborted request signal does in production, which `wrangler dev`
+    // never delivers); after the 500 ms grace the attempt is aborted — not left to run under a
+    // `waitUntil` the runtime ends 30 s after the client left, with the hold and the key's slot
+    // locked for an hour and no record.
+    let s = switchyard_e2e::Stack::from_env();
+    let policy = json!({"disconnect_grace_ms": 500, "nonstream_base_ms": 60000, "last_route_min_ms": 60000});
+    let (routes, _) = s.mock_routes(&[("first-content-after/20000", json!({}))]);
+    let model = s.model(routes, Some(policy));
+    let key = s.new_key_with(1.0, json!({"max_concurrent": 1}));
+    let started = std::time::Instant::now();
+    let r = s.send(
+        Api::Chat,
+        &key,
+        &Api::Chat.body(&model, false),
+        &[("x-switchyard-test-fault", "depart-300")],
+    );
+    let took = started.elapsed();
+    assert!(took < std::time::Duration::from_secs(5), "the attempt ended with the grace, not the answer: {took:?}");
+    let g = s.generation(&key, r.header("x-generation-id").unwrap());
+    assert_eq!(g["error_code"], "cancelled", "{g}");
+    assert_eq!(g["attempts"][0]["failure_class"], "cancelled", "{g}");
+    assert_eq!(g["total_cost"].as_f64(), Some(0.0));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let c = s.credits(&key);
+        if c["held_micros"] == 0 && c["open_holds_micros"] == 0 {
+            assert_eq!(c["charges_total_micros"], 0, "{c}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the hold was not released: {c}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // The key's only slot is free again at once.
+    let (ok_routes, _) = s.mock_routes(&[("ok", json!({}))]);
+    let ok = s.model(ok_routes, None);
+    assert_eq!(s.chat(&key, &switchyard_e2e::chat_body(&ok, false)).status, 200, "the key's slot was released");
+}

@@ -487,6 +487,7 @@ impl Plan {
                 });
             }
             FailureClass::Cancelled => {
+                self.cancelled = true;
                 self.stopped = Some(ApiError::ProviderError {
                     model: self.model_id.clone(),
                 });
