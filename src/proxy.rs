@@ -31,7 +31,7 @@ use crate::health;
 use crate::limits::{self, Slot};
 use crate::relay;
 use crate::runtime::clock::{in_request, now_ms, sleep};
-use crate::store::KeyRecord;
+use crate::store::{KeyRecord, Store};
 use crate::upstream::{self, Committed, Target};
 
 /// Who is asking, and where the request runs. Owned, so the pass can outlive the handler.
@@ -122,6 +122,7 @@ pub async fn serve(call: &Call, catalog: &Catalog, mut request: ClientRequest) -
     let Admitted {
         model,
         policy,
+        pinned,
         mut plan,
         started_ms,
         mut record,
@@ -155,6 +156,11 @@ pub async fn serve(call: &Call, catalog: &Catalog, mut request: ClientRequest) -
             Ok(Answer { response, route })
         }
         Err(error) => {
+            // A stored conversation's one route did not answer: no other can continue it.
+            let error = match error.status() {
+                500.. if pinned => ApiError::StateUnavailable { model: model.id.clone() },
+                _ => error,
+            };
             // No route answered: the hold is released in full, nothing is charged.
             let cancelled = plan.cancelled();
             call.ctx.wait_until(record.close(Ending::Failed {
@@ -171,6 +177,8 @@ pub async fn serve(call: &Call, catalog: &Catalog, mut request: ClientRequest) -
 struct Admitted<'c> {
     model: &'c Model,
     policy: Policy,
+    /// The request continues a stored response: only its route may answer (SPEC §17).
+    pinned: bool,
     plan: Plan,
     started_ms: u64,
     record: Record,
@@ -199,6 +207,13 @@ async fn admit<'c>(call: &Call, catalog: &'c Catalog, request: &mut ClientReques
     let policy = catalog.policy_for(model);
     let key = limits::admit_key(&call.env, &call.ctx, &call.key, &call.generation_id, &policy).await?;
     let (mut plan, started_ms) = plan(call, catalog, model, request, &policy).await?;
+    let pinned = match &request.previous_response_id {
+        Some(id) => {
+            pin(call, model, &mut plan, id).await?;
+            true
+        }
+        None => false,
+    };
     let mut queue = Queue::default();
     let slot = take_slot(call, model, &policy, &mut plan, &mut queue).await?;
     queue.reserved = plan.upcoming().first().map(|&route| (route, slot));
@@ -242,12 +257,40 @@ async fn admit<'c>(call: &Call, catalog: &'c Catalog, request: &mut ClientReques
     Ok(Admitted {
         model,
         policy,
+        pinned,
         plan,
         started_ms,
         record,
         window: key.window,
         queue,
     })
+}
+
+/// Record writes come just after an answer: an id relayed a moment ago is waited for this long.
+const PIN_WAIT_MS: u64 = 1_000;
+
+/// A request continuing a stored response (`previous_response_id`) goes only to the route that
+/// produced it — the one upstream that holds the conversation (SPEC §17); an id this account did
+/// not receive through Switchyard is a 400 naming the field.
+async fn pin(call: &Call, model: &Model, plan: &mut Plan, response_id: &str) -> Result<(), ApiError> {
+    let store = Store::new(&call.env)?;
+    let give_up = now_ms().saturating_add(PIN_WAIT_MS);
+    let route = loop {
+        match store.response_route(&call.key.account_id, response_id).await? {
+            Some(route) => break Some(route),
+            None if now_ms() < give_up => sleep(200).await,
+            None => break None,
+        }
+    };
+    let index = route.and_then(|route| model.routes.iter().position(|r| r.id == route));
+    let index = index.ok_or_else(|| {
+        ApiError::invalid(
+            "`previous_response_id` names no response of this model that this account received through this gateway.",
+            Some("previous_response_id"),
+        )
+    })?;
+    plan.keep_only(&[index]);
+    Ok(())
 }
 
 /// What every record of this call starts with.
@@ -470,6 +513,7 @@ fn deliver(
             bytes,
             usage,
             output_chars,
+            response_id,
             ..
         } => {
             // The answer's `usage` carries its charge, the same the ledger takes (SPEC §11).
@@ -483,6 +527,7 @@ fn deliver(
             call.ctx.wait_until(record.close(Ending::Delivered(Delivery {
                 usage,
                 output_chars,
+                response_id,
                 ..Delivery::default()
             })));
             // A whole answer is JSON with 200, whatever 2xx status and type the upstream used (SPEC §15).

@@ -21,6 +21,11 @@ use crate::runtime::clock::now_ms;
 
 /// How long an isolate may serve a cached catalog or key lookup.
 const CACHE_TTL_MS: u64 = 5_000;
+/// How long a catalog or key this isolate read may still serve while D1 cannot answer (SPEC §18):
+/// requests go on for ten minutes of an outage on what was last known, then get 503.
+const STALE_MAX_MS: u64 = 10 * 60_000;
+/// The longest a D1 read on the request path may take before it counts as D1 being down.
+const D1_DEADLINE_MS: u64 = 5_000;
 /// How long an isolate remembers that a key hash is unknown.
 const MISS_TTL_MS: u64 = 60_000;
 
@@ -140,6 +145,27 @@ pub struct Store {
     db: D1Database,
     /// The D1 outage drill is on (tests only, see [`Store::unreachable_for`]).
     drill: bool,
+    /// The request-path drill `d1-down` (tests only): the catalog and key reads find D1 down.
+    down: bool,
+}
+
+/// A D1 read within [`D1_DEADLINE_MS`]: an error or no answer in time is D1 being out of reach
+/// (`storage_unavailable`, logged with `label`), never a 500.
+async fn read<T>(fut: impl std::future::Future<Output = worker::Result<T>>, label: &'static str) -> Result<T, ApiError> {
+    use futures_util::future::{select, Either};
+    let fut = std::pin::pin!(fut);
+    let late = std::pin::pin!(crate::runtime::clock::sleep(D1_DEADLINE_MS));
+    match select(fut, late).await {
+        Either::Left((Ok(v), _)) => Ok(v),
+        Either::Left((Err(e), _)) => {
+            worker::console_error!("{{\"event\":\"store_error\",\"op\":\"{label}\",\"detail\":{:?}}}", e.to_string());
+            Err(ApiError::StorageUnavailable)
+        }
+        Either::Right(_) => {
+            worker::console_error!("{{\"event\":\"store_timeout\",\"op\":\"{label}\"}}");
+            Err(ApiError::StorageUnavailable)
+        }
+    }
 }
 
 /// One verification check, as the platform ledger records it.
@@ -166,8 +192,19 @@ impl Store {
     pub fn new(env: &Env) -> Result<Store, ApiError> {
         let drill = crate::runtime::test_faults(env);
         env.d1("DB")
-            .map(|db| Store { db, drill })
+            .map(|db| Store {
+                db,
+                drill,
+                down: false,
+            })
             .map_err(internal("d1_binding"))
+    }
+
+    /// The same store, its catalog and key reads failing as if D1 were down when `down` (the
+    /// `d1-down` drill; only under `SWITCHYARD_TEST_FAULTS`).
+    pub fn outage(mut self, down: bool) -> Store {
+        self.down = down && self.drill;
+        self
     }
 
     /// The D1 outage drill: when `SWITCHYARD_TEST_FAULTS` is `1` (`scripts/test` only, never a
@@ -195,29 +232,40 @@ impl Store {
 
     // ---- catalog ------------------------------------------------------------------------------
 
-    /// The catalog for the request path: this isolate's copy if younger than 5 s, else D1's.
+    /// The catalog for the request path: this isolate's copy if younger than 5 s, else D1's — and
+    /// while D1 cannot answer, the copy it last read for up to [`STALE_MAX_MS`] (SPEC §18).
     pub async fn catalog(&self) -> Result<Rc<Catalog>, ApiError> {
         let now = now_ms();
-        if let Some(c) = CATALOG.with(|c| {
-            c.borrow()
-                .as_ref()
-                .filter(|(_, _, at)| now.saturating_sub(*at) < CACHE_TTL_MS)
-                .map(|(c, _, _)| c.clone())
-        }) {
+        let cached = |max_age: u64| {
+            CATALOG.with(|c| {
+                c.borrow()
+                    .as_ref()
+                    .filter(|(_, _, at)| now.saturating_sub(*at) < max_age)
+                    .map(|(c, _, _)| c.clone())
+            })
+        };
+        if let Some(c) = cached(CACHE_TTL_MS) {
             return Ok(c);
         }
-        let (catalog, version) = self.load_catalog().await?;
-        Ok(remember_catalog(Rc::new(catalog), version, now))
+        match self.load_catalog().await {
+            Ok((catalog, version)) => Ok(remember_catalog(Rc::new(catalog), version, now)),
+            Err(ApiError::StorageUnavailable) => cached(STALE_MAX_MS)
+                .inspect(|_| worker::console_log!("{{\"event\":\"stale_catalog_served\"}}"))
+                .ok_or(ApiError::StorageUnavailable),
+            Err(other) => Err(other),
+        }
     }
 
     /// The stored catalog and its version (0 before the first `PUT /admin/catalog`), uncached.
     pub async fn load_catalog(&self) -> Result<(Catalog, i64), ApiError> {
-        let row: Option<CatalogRow> = self
-            .db
-            .prepare("SELECT doc, version FROM catalog WHERE id = 1")
-            .first(None)
-            .await
-            .map_err(internal("catalog_read"))?;
+        if self.down {
+            return Err(ApiError::StorageUnavailable);
+        }
+        let row: Option<CatalogRow> = read(
+            self.db.prepare("SELECT doc, version FROM catalog WHERE id = 1").first(None),
+            "catalog_read",
+        )
+        .await?;
         match row {
             None => Ok((Catalog::empty(), 0)),
             Some(row) => {
@@ -387,23 +435,40 @@ impl Store {
         }) {
             return Ok(Some(rec));
         }
-        let rec: Option<KeyRecord> = self
-            .stmt(
-                "SELECT k.id AS id, k.account_id AS account_id, k.allow_fallbacks AS key_fallbacks, \
-                 a.allow_fallbacks AS account_fallbacks, k.spend_limit_micros AS spend_limit_micros, \
-                 k.spent_micros AS spent_micros, k.rpm AS rpm, k.max_concurrent AS max_concurrent \
-                 FROM api_keys k JOIN accounts a ON a.id = k.account_id \
-                 WHERE k.key_hash = ?1 AND k.revoked_at IS NULL",
-                &[JsValue::from_str(hash)],
-            )?
-            .first(None)
-            .await
-            .map_err(internal("key_read"))?;
+        let query = self.stmt(
+            "SELECT k.id AS id, k.account_id AS account_id, k.allow_fallbacks AS key_fallbacks, \
+             a.allow_fallbacks AS account_fallbacks, k.spend_limit_micros AS spend_limit_micros, \
+             k.spent_micros AS spent_micros, k.rpm AS rpm, k.max_concurrent AS max_concurrent \
+             FROM api_keys k JOIN accounts a ON a.id = k.account_id \
+             WHERE k.key_hash = ?1 AND k.revoked_at IS NULL",
+            &[JsValue::from_str(hash)],
+        )?;
+        let fresh = if self.down {
+            Err(ApiError::StorageUnavailable)
+        } else {
+            read(query.first::<KeyRecord>(None), "key_read").await
+        };
+        let rec = match fresh {
+            Ok(rec) => rec,
+            // D1 out of reach: the key as this isolate last read it, for a bounded time (SPEC §18).
+            Err(ApiError::StorageUnavailable) => {
+                return KEYS
+                    .with(|k| {
+                        k.borrow()
+                            .get(hash)
+                            .filter(|(_, at)| now.saturating_sub(*at) < STALE_MAX_MS)
+                            .map(|(r, _)| r.clone())
+                    })
+                    .map(Some)
+                    .ok_or(ApiError::StorageUnavailable);
+            }
+            Err(other) => return Err(other),
+        };
         KEYS.with(|k| {
             let mut k = k.borrow_mut();
             // Bound the cache: expired entries go first, and it never grows past a few thousand.
             if k.len() > 4096 {
-                k.retain(|_, (_, at)| now.saturating_sub(*at) < CACHE_TTL_MS);
+                k.retain(|_, (_, at)| now.saturating_sub(*at) < STALE_MAX_MS);
             }
             match &rec {
                 Some(r) => {
@@ -542,9 +607,9 @@ impl Store {
             "INSERT OR IGNORE INTO generations (id, account_id, key_id, model, api, stream, outcome, route, provider, \
              input_tokens, output_tokens, estimated, delivered_output, error_code, total_cost_micros, created_at, duration_ms, \
              hold_path, attempts_json, overrun_micros, cache_read_tokens, cache_write_tokens, cache_write_1h_tokens, \
-             usage_clamped) \
+             usage_clamped, upstream_response_id) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, \
-             ?23, ?24)",
+             ?23, ?24, ?25)",
             &[
                 JsValue::from_str(&g.id),
                 JsValue::from_str(&g.account_id),
@@ -570,6 +635,7 @@ impl Store {
                 opt_u(g.usage.map(|u| u.cache_write_tokens)),
                 opt_u(g.usage.map(|u| u.cache_write_1h_tokens)),
                 opt_bool(Some(g.usage_clamped)),
+                opt_str(g.upstream_response_id.as_deref()),
             ],
         )?);
         Ok(statements)
@@ -580,14 +646,11 @@ impl Store {
     /// The account's available balance (balance − held), fresh from D1.
     pub async fn available(&self, account_id: &str) -> Result<Option<i64>, ApiError> {
         self.unreachable_for(account_id)?;
-        let v: Option<f64> = self
-            .stmt(
-                "SELECT balance_micros - held_micros AS available FROM accounts WHERE id = ?1",
-                &[JsValue::from_str(account_id)],
-            )?
-            .first(Some("available"))
-            .await
-            .map_err(internal("balance_read"))?;
+        let query = self.stmt(
+            "SELECT balance_micros - held_micros AS available FROM accounts WHERE id = ?1",
+            &[JsValue::from_str(account_id)],
+        )?;
+        let v: Option<f64> = read(query.first(Some("available")), "balance_read").await?;
         Ok(v.map(|v| v as i64))
     }
 
@@ -635,7 +698,7 @@ impl Store {
             )?,
             self.hold_row(h, "awaited", true, false)?,
         ];
-        let results = self.db.batch(statements).await.map_err(internal("hold"))?;
+        let results = read(self.db.batch(statements), "hold").await?;
         #[derive(Deserialize)]
         struct After {
             available: f64,
@@ -652,14 +715,11 @@ impl Store {
     /// Whether the key's spend limit (if any) refused a hold of `amount` — its spend and open holds
     /// leave less room than that.
     pub async fn spend_limit_refuses(&self, key_id: &str, amount: i64) -> Result<bool, ApiError> {
-        let room: Option<f64> = self
-            .stmt(
-                &format!("SELECT CASE WHEN {KEY_HAS_ROOM} THEN 1 ELSE 0 END AS room"),
-                &[JsValue::NULL, num(amount), JsValue::from_str(key_id)],
-            )?
-            .first(Some("room"))
-            .await
-            .map_err(internal("spend_limit_read"))?;
+        let query = self.stmt(
+            &format!("SELECT CASE WHEN {KEY_HAS_ROOM} THEN 1 ELSE 0 END AS room"),
+            &[JsValue::NULL, num(amount), JsValue::from_str(key_id)],
+        )?;
+        let room: Option<f64> = read(query.first(Some("room")), "spend_limit_read").await?;
         Ok(room == Some(0.0))
     }
 
@@ -720,6 +780,17 @@ impl Store {
         .first(None)
         .await
         .map_err(internal("credits_read"))
+    }
+
+    /// The route that produced the Responses answer `response_id` for `account_id` (SPEC §17), if
+    /// this gateway relayed it.
+    pub async fn response_route(&self, account_id: &str, response_id: &str) -> Result<Option<String>, ApiError> {
+        let query = self.stmt(
+            "SELECT route FROM generations WHERE account_id = ?1 AND upstream_response_id = ?2 \
+             AND route IS NOT NULL ORDER BY created_at DESC LIMIT 1",
+            &[JsValue::from_str(account_id), JsValue::from_str(response_id)],
+        )?;
+        read(query.first::<String>(Some("route")), "response_route").await
     }
 
     /// A generation with its attempts, if it belongs to `account_id`.

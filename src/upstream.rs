@@ -76,6 +76,8 @@ pub enum Committed {
         status: u16,
         usage: Reported,
         output_chars: usize,
+        /// The upstream's id of the answer (Responses), to remember which route holds it.
+        response_id: Option<String>,
     },
     Stream(Live),
 }
@@ -299,6 +301,7 @@ pub async fn attempt(
             status,
             usage: info.usage,
             output_chars: info.output_chars,
+            response_id: info.id,
         }),
         Err(verdict) => Err(a.fail(verdict)),
     }
@@ -318,7 +321,13 @@ async fn until_content(
     let mut body = body.ok_or_else(|| a.failure(FailureClass::BadResponse, "the response has no body"))?;
     let dialect = StreamDialect::of(request.api);
     let mut parser = SseParser::new();
-    let mut gate = Gate::new(dialect, request.include_usage, request.stop_sequences, a.target.key.clone());
+    let mut gate = Gate::new(
+        dialect,
+        request.include_usage,
+        request.stop_sequences,
+        request.completions,
+        a.target.key.clone(),
+    );
     let mut events = Vec::new();
     loop {
         let chunk = a

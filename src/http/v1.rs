@@ -221,7 +221,7 @@ pub async fn generate(
     api: Api,
     gemini: Option<(String, bool)>,
 ) -> HandlerResult {
-    let store = Store::new(env)?;
+    let store = Store::new(env)?.outage(test_fault(req, env, "d1-down").is_some());
     let key = authenticate(req, &store).await?;
     rc.key_id = Some(key.id.clone());
     rc.account_id = Some(key.account_id.clone());
@@ -253,7 +253,10 @@ pub async fn generate(
     request.session = header("x-switchyard-session").filter(|s| !s.is_empty() && s.len() <= 512);
     rc.model = Some(request.model.clone());
     let abandon_ms = abandon_drill(req, env);
-    let catalog = store.catalog().await?;
+    let catalog = store
+        .catalog()
+        .await
+        .inspect_err(|error| proxy::reject(&call, api, &request.model, request.stream, error))?;
     let pass = proxy::spawn(call, catalog, request);
     let served = match abandon_ms {
         None => pass.await,
@@ -280,13 +283,18 @@ fn abandon_drill(req: &Request, env: &Env) -> Option<u64> {
     test_fault(req, env, "abandon-")
 }
 
-/// The `<ms>` of a drill `x-switchyard-test-fault: <prefix><ms>`, honoured only under
-/// `SWITCHYARD_TEST_FAULTS`. `depart-<ms>`: the client counts as gone `<ms>` after the request
-/// began — what a departed client's aborted signal does, which `wrangler dev` never delivers.
+/// The `<ms>` of a drill `x-switchyard-test-fault: <prefix><ms>` (0 for a drill without a
+/// number), honoured only under `SWITCHYARD_TEST_FAULTS`. `depart-<ms>`: the client counts as
+/// gone `<ms>` after the request began — what a departed client's aborted signal does, which
+/// `wrangler dev` never delivers. `d1-down`: this request's catalog and key reads find D1 down.
 fn test_fault(req: &Request, env: &Env, prefix: &str) -> Option<u64> {
     if !test_faults(env) {
         return None;
     }
     let fault = req.headers().get(TEST_FAULT).ok().flatten()?;
-    fault.strip_prefix(prefix)?.parse().ok()
+    let rest = fault.strip_prefix(prefix)?;
+    if rest.is_empty() {
+        return Some(0);
+    }
+    rest.parse().ok()
 }

@@ -9,6 +9,14 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use switchyard_e2e::{sse_events, Api, Fixture, Stack, APIS};
 
+/// Deadlines that do not matter to these tests: generous, so a loaded machine fails none of them.
+fn relaxed() -> Value {
+    switchyard_e2e::with(
+        switchyard_e2e::fast_policy(),
+        json!({"stream_first_content_ms": 10000, "nonstream_base_ms": 10000, "last_route_min_ms": 10000}),
+    )
+}
+
 /// Input 3, output 15, cache reads 0.3, cache writes 3.75 (USD per million tokens = µ$ per token).
 fn cache_prices() -> Value {
     json!({"price": {"input_per_mtok": 3.0, "output_per_mtok": 15.0,
@@ -37,7 +45,7 @@ fn prompt_caching_is_charged_at_its_own_prices_in_every_dialect() {
     for api in APIS {
         // The mock reports 700 cache-read and 200 cache-write tokens beside the uncached prompt,
         // each dialect in its own fields (Anthropic: input_tokens uncached only).
-        let f = Fixture::build(api, &["cache/700/200"], &[cache_prices()], switchyard_e2e::fast_policy(), false);
+        let f = Fixture::build(api, &["cache/700/200"], &[cache_prices()], relaxed(), false);
         let mut charged = 0;
         for stream in [false, true] {
             let r = f.send(stream);
@@ -93,7 +101,7 @@ fn input_the_body_only_names_is_held_at_the_context_window() {
         Api::Chat,
         &["ok"],
         &[json!({"price": {"input_per_mtok": 100.0, "output_per_mtok": 1.0}})],
-        switchyard_e2e::fast_policy(),
+        relaxed(),
         false,
     );
     let key = f.s.new_key(0.10);
@@ -116,7 +124,7 @@ fn a_tool_billed_per_use_is_refused_naming_the_field() {
         (Api::Messages, json!([{"type": "web_search_20250305", "name": "web_search", "max_uses": 3}])),
         (Api::Gemini, json!([{"googleSearch": {}}])),
     ] {
-        let f = Fixture::build(api, &["ok"], &[json!({})], switchyard_e2e::fast_policy(), false);
+        let f = Fixture::build(api, &["ok"], &[json!({})], relaxed(), false);
         let r = f.send_with(json!({"tools": tools}));
         assert_eq!(r.status, 400, "{api:?}: {}", r.text());
         let body = r.text();
@@ -133,7 +141,7 @@ fn usage_the_request_cannot_have_caused_is_cut_and_flagged() {
     // The mock reports one output token per content event whatever the limit: 40 events against
     // a limit of 8 is output the request could not have caused.
     for stream in [false, true] {
-        let f = Fixture::build(Api::Chat, &["chunks/40/0"], &[json!({})], switchyard_e2e::fast_policy(), false);
+        let f = Fixture::build(Api::Chat, &["chunks/40/0"], &[json!({})], relaxed(), false);
         let r = f.send_with(json!({"stream": stream, "max_tokens": 8}));
         assert_eq!(r.status, 200, "{}", r.text());
         let g = f.generation(&r);
@@ -143,4 +151,29 @@ fn usage_the_request_cannot_have_caused_is_cut_and_flagged() {
         let g = f.generation(&normal);
         assert_eq!((g["usage"]["output_tokens"].as_i64(), g["usage"]["clamped"].as_bool()), (Some(40), Some(false)));
     }
+}
+
+#[test]
+fn a_request_continuing_a_stored_response_goes_only_to_the_route_that_holds_it() {
+    // SPEC §17: `previous_response_id` names state one upstream keeps. r0 fails requests that
+    // carry `first`, so the first answer comes from r1; r1 then fails every second request.
+    let f = Fixture::build(Api::Responses, &["reject-field/first/500", "flaky/2"], &[], relaxed(), false);
+    let unknown = f.send_with(json!({"previous_response_id": "resp_never_seen"}));
+    assert_eq!(unknown.status, 400, "{}", unknown.text());
+    assert!(unknown.text().contains("previous_response_id"), "{}", unknown.text());
+    assert_eq!((f.seen(0), f.seen(1)), (0, 0), "an unknown id reaches no route");
+    let first = f.send_with(json!({"first": true}));
+    assert_eq!(first.status, 200, "{}", first.text());
+    assert_eq!(f.generation(&first)["route"], "r1");
+    let id = first.json()["id"].as_str().unwrap().to_string();
+    // r1 fails this one: no fallback to r0, which cannot know the conversation.
+    let r = f.send_with(json!({"previous_response_id": id}));
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "upstream_state_unavailable", "{}", r.text());
+    assert_eq!(f.attempts(&r), switchyard_e2e::pairs(&[("r1", "upstream_5xx")]));
+    assert_eq!(f.generation(&r)["total_cost"].as_f64(), Some(0.0), "nothing charged");
+    assert_eq!(f.seen(0), 1, "r0 saw only the first request");
+    let r = f.send_with(json!({"previous_response_id": id}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(f.generation(&r)["route"], "r1", "the conversation goes on where it is kept");
 }

@@ -4,14 +4,24 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::disallowed_methods)]
 
 use serde_json::json;
-use switchyard_e2e::{fast_policy, pairs, Api, Fixture};
+use serde_json::Value;
+use switchyard_e2e::{fast_policy, pairs, with, Api, Fixture};
+
+/// Deadlines that do not matter to these tests: generous, so a loaded machine fails none of them.
+fn relaxed() -> Value {
+    with(
+        fast_policy(),
+        json!({"stream_first_content_ms": 10000, "nonstream_base_ms": 10000, "last_route_min_ms": 10000,
+               "idle_timeout_ms": 10000}),
+    )
+}
 
 #[test]
 fn a_field_named_billing_echoed_in_a_400_blames_no_account() {
     // r0's provider rejects an unknown argument the way OpenAI does, naming it: "Unrecognized
     // request argument supplied: billing". The word alone once read as a billing failure and put
     // r0's upstream account in cooldown for every model and every key.
-    let f = Fixture::build(Api::Chat, &["reject-field/billing/400", "ok"], &[], fast_policy(), false);
+    let f = Fixture::build(Api::Chat, &["reject-field/billing/400", "ok"], &[], relaxed(), false);
     let r = f.send_with(json!({"billing": 1}));
     assert_eq!(r.status, 200, "the route that takes the field answers: {}", r.text());
     assert_eq!(
@@ -44,7 +54,7 @@ fn an_empty_answer_the_clients_stop_sequence_explains_is_delivered_and_charged()
         (Api::Gemini, json!({"generationConfig": {"stopSequences": ["END"]}})),
     ] {
         for stream in [false, true] {
-            let f = Fixture::build(api, &["chunks/0/0", "ok"], &[], fast_policy(), false);
+            let f = Fixture::build(api, &["chunks/0/0", "ok"], &[], relaxed(), false);
             let r = f.send_with(switchyard_e2e::with(stop.clone(), json!({"stream": stream})));
             assert_eq!(r.status, 200, "{api:?} stream={stream}: {}", r.text());
             assert_eq!(
@@ -66,7 +76,7 @@ fn an_empty_answer_the_clients_stop_sequence_explains_is_delivered_and_charged()
 
 #[test]
 fn a_base_url_with_user_info_or_a_grace_past_the_runtimes_window_is_refused() {
-    let f = Fixture::build(Api::Chat, &["ok"], &[], fast_policy(), false);
+    let f = Fixture::build(Api::Chat, &["ok"], &[], relaxed(), false);
     for bad in ["http://127.0.0.1:80@evil.example/v1", "https://user:secret@api.example.com/v1"] {
         let r = f.s.admin(
             "PUT",
@@ -106,7 +116,7 @@ fn one_keys_content_that_breaks_a_route_does_not_move_it_for_the_next_key() {
     // content triggers. Four such requests from one key fall back to r1 each time; they prove
     // nothing against r0 for anyone else: the model's object checks r0 with its own known
     // request, which r0 answers, and the next key's requests still go to r0 first.
-    let f = Fixture::build(Api::Chat, &["reject-field/poison/500", "ok"], &[], fast_policy(), false);
+    let f = Fixture::build(Api::Chat, &["reject-field/poison/500", "ok"], &[], relaxed(), false);
     for _ in 0..4 {
         let r = f.send_with(json!({"poison": true}));
         assert_eq!(r.status, 200, "{}", r.text());
@@ -227,4 +237,23 @@ fn a_client_that_leaves_before_the_answer_stops_the_attempt_and_frees_everything
     let (ok_routes, _) = s.mock_routes(&[("ok", json!({}))]);
     let ok = s.model(ok_routes, None);
     assert_eq!(s.chat(&key, &switchyard_e2e::chat_body(&ok, false)).status, 200, "the key's slot was released");
+}
+
+#[test]
+fn with_d1_out_of_reach_requests_go_on_from_what_was_last_read_or_get_503() {
+    // The `d1-down` drill: this request's catalog and key reads find D1 down (SPEC §18).
+    let f = Fixture::build(Api::Chat, &["ok"], &[], relaxed(), false);
+    let body = Api::Chat.body(&f.model, false);
+    let down = [("x-switchyard-test-fault", "d1-down")];
+    assert_eq!(f.s.send(Api::Chat, &f.key, &body, &[]).status, 200, "the isolate reads the catalog and the key");
+    std::thread::sleep(std::time::Duration::from_millis(5_500)); // past the 5 s caches
+    let r = f.s.send(Api::Chat, &f.key, &body, &down);
+    assert_eq!(r.status, 200, "served from the last-known catalog and key: {}", r.text());
+    // A key this isolate never read cannot be checked: a clear 503, never a 500.
+    let fresh = f.s.new_key(1.0);
+    let r = f.s.send(Api::Chat, &fresh, &body, &down);
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "storage_unavailable", "{}", r.text());
+    assert_eq!(r.header("retry-after"), Some("1"));
+    assert_eq!(f.s.send(Api::Chat, &fresh, &body, &[]).status, 200, "and served once D1 answers");
 }

@@ -74,6 +74,9 @@ pub enum ApiError {
     ContentPolicy { message: String },
     /// 503: the ledger (D1) cannot be reached to place a hold; nothing was charged.
     StorageUnavailable,
+    /// 503: the route that holds a conversation's state (`previous_response_id`) did not answer;
+    /// no other route can continue it (SPEC §17).
+    StateUnavailable { model: String },
     /// 503: this isolate already holds as many request bodies as it safely can (SPEC §18); the
     /// request was not read.
     GatewayBusy,
@@ -105,6 +108,7 @@ impl ApiError {
             ApiError::SupplyNotConfigured { .. }
             | ApiError::CapacityExhausted { .. }
             | ApiError::StorageUnavailable
+            | ApiError::StateUnavailable { .. }
             | ApiError::GatewayBusy => 503,
         }
     }
@@ -130,6 +134,7 @@ impl ApiError {
             ApiError::ContentPolicy { .. } => "content_policy",
             ApiError::StorageUnavailable => "storage_unavailable",
             ApiError::GatewayBusy => "gateway_busy",
+            ApiError::StateUnavailable { .. } => "upstream_state_unavailable",
             ApiError::Internal { .. } => "internal_error",
         }
     }
@@ -161,6 +166,9 @@ impl ApiError {
             ApiError::StorageUnavailable => {
                 "Switchyard cannot reach its ledger right now. Nothing was charged. Retry in a moment.".into()
             }
+            ApiError::StateUnavailable { model } => format!(
+                "The route of model {model} that holds this conversation (`previous_response_id`) is not answering right now, and no other route can continue it. Nothing was charged. Retry in a moment."
+            ),
             ApiError::GatewayBusy => {
                 "This gateway instance is busy with other large requests. Nothing was charged. Retry in a moment.".into()
             }
@@ -228,7 +236,7 @@ impl ApiError {
             ApiError::CapacityExhausted { retry_after_s, .. }
             | ApiError::KeyRateLimited { retry_after_s, .. }
             | ApiError::CapacityBusy { retry_after_s } => Some(*retry_after_s),
-            ApiError::StorageUnavailable | ApiError::GatewayBusy => Some(1),
+            ApiError::StorageUnavailable | ApiError::GatewayBusy | ApiError::StateUnavailable { .. } => Some(1),
             _ => None,
         }
     }

@@ -89,6 +89,10 @@ pub struct GenerationRecord {
     /// The upstream reported more than the request could cause; the usage was cut (SPEC §17).
     #[serde(default)]
     pub usage_clamped: bool,
+    /// The id a Responses upstream gave the answer: a later `previous_response_id` naming it goes
+    /// only to `route` (SPEC §17).
+    #[serde(default)]
+    pub upstream_response_id: Option<String>,
     pub delivered_output: u64,
     pub error_code: Option<String>,
     pub total_cost_micros: i64,
@@ -269,6 +273,9 @@ pub struct Delivery {
     pub malformed: u32,
     /// Why a committed stream ended badly (error frame sent), if it did.
     pub broken: Option<String>,
+    /// The upstream's id of the answer (Responses: remembered, so a request continuing it goes
+    /// to the same route, SPEC §17).
+    pub response_id: Option<String>,
 }
 
 /// How a request ended.
@@ -316,6 +323,7 @@ impl Journal {
                 usage: None,
                 estimated: false,
                 usage_clamped: false,
+                upstream_response_id: None,
                 delivered_output: 0,
                 error_code: None,
                 total_cost_micros: 0,
@@ -445,6 +453,9 @@ impl Journal {
                     overrun_micros,
                 } = tariff.settle(d.usage, d.output_chars);
                 record.usage_clamped = clamped;
+                if record.api == Api::Responses {
+                    record.upstream_response_id = d.response_id.clone();
+                }
                 record.overrun_micros = overrun_micros;
                 record.outcome = if d.broken.is_some() {
                     Outcome::Broken
@@ -769,6 +780,7 @@ mod tests {
                 output_chars: 41,
                 malformed: 2,
                 broken: Some("cut".into()),
+                response_id: None,
             }),
             1_200,
         );

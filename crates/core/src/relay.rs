@@ -130,7 +130,11 @@ struct Seen {
     client_wants_usage: bool,
     usage: Reported,
     output_chars: usize,
+    /// Every choice finished (chat `n`, Gemini `candidateCount`: each needs its finish reason).
     finished: bool,
+    /// Choices finished so far, of `completions`.
+    finishes: u64,
+    completions: u64,
     id: String,
     model: String,
     /// The route's upstream key, never to reach the client.
@@ -158,7 +162,10 @@ impl Seen {
             }
         }
         self.usage.update(info.usage);
-        self.finished |= info.finished;
+        if info.finished {
+            self.finishes += u64::from(info.finishes.max(1));
+            self.finished = self.finishes >= self.completions;
+        }
         info
     }
 
@@ -180,8 +187,15 @@ pub struct Gate {
 
 impl Gate {
     /// `secret`: the route's upstream key, redacted from any upstream text the client sees.
-    /// `client_stop`: the request set a stop sequence.
-    pub fn new(dialect: &'static StreamDialect, client_wants_usage: bool, client_stop: bool, secret: Option<String>) -> Gate {
+    /// `client_stop`: the request set a stop sequence; `completions`: the choices it asked for
+    /// (the stream is finished when each has finished).
+    pub fn new(
+        dialect: &'static StreamDialect,
+        client_wants_usage: bool,
+        client_stop: bool,
+        completions: u64,
+        secret: Option<String>,
+    ) -> Gate {
         Gate {
             seen: Seen {
                 dialect,
@@ -189,6 +203,8 @@ impl Gate {
                 usage: Reported::default(),
                 output_chars: 0,
                 finished: false,
+                finishes: 0,
+                completions: completions.max(1),
                 id: String::new(),
                 model: String::new(),
                 secret,
@@ -349,6 +365,7 @@ impl Relay {
             output_chars: self.seen.output_chars,
             malformed: self.malformed_dropped,
             broken: None,
+            response_id: (!self.seen.id.is_empty()).then(|| self.seen.id.clone()),
         }
     }
 
@@ -380,7 +397,7 @@ mod tests {
 
     /// A relay committed on `events` (the last one must commit).
     fn committed(client_wants_usage: bool, events: &[&str]) -> Relay {
-        let mut g = Gate::new(&CHAT, client_wants_usage, false, None);
+        let mut g = Gate::new(&CHAT, client_wants_usage, false, 1, None);
         let mut last = Before::Hold;
         for e in events {
             last = g.on_event(ev(e));
@@ -390,8 +407,30 @@ mod tests {
     }
 
     #[test]
+    fn a_stream_of_several_choices_is_finished_only_when_each_has_finished() {
+        // SPEC §18: with `n` = 2 the first choice's finish reason is not the end of the answer.
+        let choice = |i: u32, delta: &str, finish: &str| {
+            ev(&format!(r#"{{"choices":[{{"index":{i},"delta":{delta},"finish_reason":{finish}}}]}}"#))
+        };
+        for (both, broken) in [(false, true), (true, false)] {
+            let mut g = Gate::new(&CHAT, false, false, 2, None);
+            assert!(matches!(g.on_event(choice(0, r#"{"content":"a"}"#, "null")), Before::Commit(_)));
+            let mut r = g.into_relay();
+            r.on_event(choice(1, r#"{"content":"b"}"#, "null"));
+            r.on_event(choice(0, "{}", r#""stop""#));
+            if both {
+                r.on_event(choice(1, "{}", r#""stop""#));
+            }
+            match r.on_close() {
+                After::End { broken: b, .. } => assert_eq!(b.is_some(), broken, "both finished: {both}"),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[test]
     fn keep_alives_never_reach_the_held_event_cap() {
-        let mut g = Gate::new(&MESSAGES, false, false, None);
+        let mut g = Gate::new(&MESSAGES, false, false, 1, None);
         for _ in 0..(MAX_HELD_EVENTS * 3) {
             assert_eq!(g.on_event(SseEvent::from_data(r#"{"type":"ping"}"#)), Before::Hold);
             let comment = SseEvent {
@@ -415,7 +454,7 @@ mod tests {
         for (reason, client_stop, commits) in
             [("length", false, true), ("content_filter", false, true), ("stop", true, true), ("stop", false, false)]
         {
-            let mut g = Gate::new(&CHAT, false, client_stop, None);
+            let mut g = Gate::new(&CHAT, false, client_stop, 1, None);
             assert_eq!(g.on_event(role.clone()), Before::Hold);
             let got = g.on_event(ended(reason));
             assert_eq!(matches!(got, Before::Commit(_)), commits, "{reason} client_stop={client_stop}: {got:?}");
@@ -424,7 +463,7 @@ mod tests {
 
     #[test]
     fn holds_until_content_then_releases_everything() {
-        let mut g = Gate::new(&CHAT, false, false, None);
+        let mut g = Gate::new(&CHAT, false, false, 1, None);
         let keepalive = SseEvent {
             raw: b": keep-alive\n\n".to_vec(),
             ..SseEvent::default()
@@ -515,7 +554,7 @@ mod tests {
 
     #[test]
     fn anthropic_and_responses_final_events_carry_the_charge() {
-        let mut g = Gate::new(&MESSAGES, false, false, None);
+        let mut g = Gate::new(&MESSAGES, false, false, 1, None);
         g.on_event(named(
             "message_start",
             r#"{"type":"message_start","message":{"id":"msg_1","model":"c","usage":{"input_tokens":7,"output_tokens":1}}}"#,
@@ -539,7 +578,7 @@ mod tests {
             "7 × 1.5 + 3 × 10, rounded"
         );
 
-        let mut g = Gate::new(&RESPONSES, false, false, None);
+        let mut g = Gate::new(&RESPONSES, false, false, 1, None);
         g.on_event(named(
             "response.output_text.delta",
             r#"{"type":"response.output_text.delta","delta":"Hi"}"#,
@@ -566,14 +605,14 @@ mod tests {
             ev("{oops"),
             ev("[DONE]"),
         ] {
-            let mut g = Gate::new(&CHAT, false, false, None);
+            let mut g = Gate::new(&CHAT, false, false, 1, None);
             g.on_event(ev(ROLE));
             assert!(matches!(g.on_event(bad_event), Before::Fail(_)));
         }
-        let mut g = Gate::new(&CHAT, false, false, None);
+        let mut g = Gate::new(&CHAT, false, false, 1, None);
         g.on_event(ev(ROLE));
         assert_eq!(g.on_close().class, FailureClass::BadResponse);
-        let mut g = Gate::new(&CHAT, false, false, None);
+        let mut g = Gate::new(&CHAT, false, false, 1, None);
         let overloaded = ev(r#"{"error":{"message":"The server is overloaded","type":"server_error"}}"#);
         assert!(matches!(g.on_event(overloaded), Before::Fail(v) if v.class == FailureClass::Overloaded));
     }
@@ -629,7 +668,7 @@ mod tests {
 
     #[test]
     fn commits_when_the_hold_cap_is_reached() {
-        let mut g = Gate::new(&CHAT, false, false, None);
+        let mut g = Gate::new(&CHAT, false, false, 1, None);
         for _ in 0..MAX_HELD_EVENTS - 1 {
             assert_eq!(g.on_event(ev(ROLE)), Before::Hold);
         }
@@ -661,7 +700,7 @@ mod tests {
             "content_block_delta",
             r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}"#,
         );
-        let mut g = Gate::new(&MESSAGES, false, false, None);
+        let mut g = Gate::new(&MESSAGES, false, false, 1, None);
         for held in [&start, &block, &ping] {
             assert_eq!(g.on_event(held.clone()), Before::Hold, "lifecycle is held back");
         }
@@ -689,7 +728,7 @@ mod tests {
 
     #[test]
     fn an_anthropic_stream_finished_without_message_stop_gets_it() {
-        let mut g = Gate::new(&MESSAGES, false, false, None);
+        let mut g = Gate::new(&MESSAGES, false, false, 1, None);
         g.on_event(named(
             "content_block_delta",
             r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}"#,
@@ -706,7 +745,7 @@ mod tests {
                 broken: None
             }
         );
-        let mut cut = Gate::new(&RESPONSES, false, false, None);
+        let mut cut = Gate::new(&RESPONSES, false, false, 1, None);
         cut.on_event(named(
             "response.output_text.delta",
             r#"{"type":"response.output_text.delta","delta":"Hi"}"#,
@@ -723,14 +762,14 @@ mod tests {
     #[test]
     fn an_error_after_commit_never_carries_a_key() {
         let leaky = r#"{"error":{"message":"Incorrect API key provided: sk-live-123 (key UPSTREAM-KEY-1)"}}"#;
-        let mut g = Gate::new(&CHAT, false, false, Some("UPSTREAM-KEY-1".into()));
+        let mut g = Gate::new(&CHAT, false, false, 1, Some("UPSTREAM-KEY-1".into()));
         g.on_event(ev(HI));
         let After::End { bytes, broken } = g.into_relay().on_event(ev(leaky)) else {
             panic!("an error ends the stream")
         };
         let text = String::from_utf8(bytes).unwrap() + &broken.unwrap();
         assert!(!text.contains("sk-live") && !text.contains("UPSTREAM-KEY-1"), "{text}");
-        let mut g = Gate::new(&MESSAGES, false, false, Some("UPSTREAM-KEY-1".into()));
+        let mut g = Gate::new(&MESSAGES, false, false, 1, Some("UPSTREAM-KEY-1".into()));
         g.on_event(named(
             "content_block_delta",
             r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}"#,

@@ -250,6 +250,7 @@ pub fn inspect_event(ev: &SseEvent) -> EventInfo {
         }
         if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
             info.finished = true;
+            info.finishes += 1;
             info.finish = Some(finish_reason(reason));
         }
     }
@@ -335,6 +336,7 @@ pub fn inspect_body(body: &[u8]) -> Result<BodyInfo, Verdict> {
             .iter()
             .find_map(|c| c.get("finish_reason").and_then(Value::as_str))
             .map(finish_reason),
+        id: None,
     })
 }
 

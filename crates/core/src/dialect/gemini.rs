@@ -104,13 +104,16 @@ fn output_chars(v: &Value) -> usize {
         .sum()
 }
 
-fn finished(v: &Value) -> bool {
-    v.get("candidates").and_then(Value::as_array).is_some_and(|cs| {
-        cs.iter().any(|c| {
-            c.get("finishReason")
-                .and_then(Value::as_str)
-                .is_some_and(|r| r != "FINISH_REASON_UNSPECIFIED")
-        })
+/// How many candidates of a chunk finished.
+fn finished(v: &Value) -> u32 {
+    v.get("candidates").and_then(Value::as_array).map_or(0, |cs| {
+        cs.iter()
+            .filter(|c| {
+                c.get("finishReason")
+                    .and_then(Value::as_str)
+                    .is_some_and(|r| r != "FINISH_REASON_UNSPECIFIED")
+            })
+            .count() as u32
     })
 }
 
@@ -183,7 +186,8 @@ pub fn inspect_event(ev: &SseEvent) -> EventInfo {
     EventInfo {
         content: chars > 0,
         output_chars: chars,
-        finished: finished(&v),
+        finished: finished(&v) > 0,
+        finishes: finished(&v),
         finish: finish(&v),
         done: false,
         usage: usage(&v),
@@ -210,6 +214,7 @@ pub fn inspect_body(body: &[u8]) -> Result<BodyInfo, Verdict> {
         usage: usage(&v),
         output_chars: output_chars(&v),
         finish: finish(&v),
+        id: None,
     })
 }
 

@@ -134,6 +134,7 @@ pub fn inspect_body(body: &[u8]) -> Result<BodyInfo, Verdict> {
         usage: usage_of(v.get("usage")),
         output_chars,
         finish: v.get("stop_reason").and_then(Value::as_str).map(finish_reason),
+        id: None,
     })
 }
 

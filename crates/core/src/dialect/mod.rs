@@ -128,8 +128,11 @@ pub struct EventInfo {
     pub content: bool,
     /// Characters of output it carries (for estimates when usage never comes).
     pub output_chars: usize,
-    /// A finish reason was given: the answer is complete.
+    /// A finish reason was given: the answer (or one of its choices) is complete.
     pub finished: bool,
+    /// How many choices (chat `n`, Gemini `candidateCount`) finished in this event; 0 is read as
+    /// 1 when `finished` (the dialects with one answer).
+    pub finishes: u32,
     /// Why it finished, when the event says (SPEC §18: an empty answer may be explained).
     pub finish: Option<FinishReason>,
     /// The end-of-stream sentinel (`[DONE]`, `message_stop`, `response.completed`).
@@ -157,6 +160,8 @@ pub struct BodyInfo {
     pub output_chars: usize,
     /// Why the answer ended, where the body says.
     pub finish: Option<FinishReason>,
+    /// The upstream's id of the answer (a Responses `resp_…`: state it keeps, SPEC §17).
+    pub id: Option<String>,
 }
 
 /// Why an answer ended, as far as it can explain an answer with no output (SPEC §18).
@@ -247,6 +252,9 @@ pub struct ClientRequest {
     pub anthropic_beta: Option<String>,
     /// The client's `x-switchyard-session` header: the conversation's name (SPEC §8a).
     pub session: Option<String>,
+    /// Responses `previous_response_id`: the stored response this request continues, which only
+    /// the route that produced it knows (SPEC §17).
+    pub previous_response_id: Option<String>,
     /// The first field naming input that is not in the body (a stored response, a file, a remote
     /// image): the hold then covers the whole context window (SPEC §17).
     pub external_input: Option<String>,
@@ -339,6 +347,7 @@ impl ClientRequest {
             anthropic_version: None,
             anthropic_beta: None,
             session: None,
+            previous_response_id: None,
             external_input: None,
             body,
         }

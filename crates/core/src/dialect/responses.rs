@@ -37,8 +37,19 @@ pub fn parse_request(bytes: &[u8]) -> Result<ClientRequest, ApiError> {
     }
     let stream = optional_bool(&body, "stream")?.unwrap_or(false);
     let max_tokens = optional_u64(&body, "max_output_tokens")?;
+    let previous_response_id = match body.small("previous_response_id")? {
+        None | Some(Value::Null) => None,
+        Some(Value::String(id)) if !id.is_empty() => Some(id),
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "`previous_response_id` must be a response id.",
+                Some("previous_response_id"),
+            ))
+        }
+    };
     Ok(ClientRequest {
         max_tokens,
+        previous_response_id,
         ..ClientRequest::parsed(Api::Responses, model, stream, provider, body, bytes.len())
     })
 }
@@ -154,6 +165,7 @@ pub fn inspect_body(body: &[u8]) -> Result<BodyInfo, Verdict> {
         usage: usage_of(Some(&v)),
         output_chars,
         finish: Some(finish_reason(Some(&v))),
+        id: v.get("id").and_then(Value::as_str).map(str::to_string),
     })
 }
 
