@@ -137,10 +137,21 @@ pub async fn place_hold(env: &Env, ctx: &Context, request: &HoldRequest<'_>) -> 
         let (deferred_row, deferred_claim) = (row.clone(), claimed.clone());
         let write: LocalBoxFuture<'static, bool> = async move {
             sleep(FAST_HOLD_DEFER_MS).await;
+            // Until it is written (or settlement takes it over), the account's next balance read
+            // cannot see it: it is carried into that snapshot (SPEC §18).
+            let carried_until_written = |row: &HoldRow| {
+                BALANCES.with(|s| {
+                    if let Some(snap) = s.borrow_mut().get_mut(&row.account) {
+                        snap.written(row.amount);
+                    }
+                })
+            };
             if deferred_claim.replace(true) {
+                carried_until_written(&deferred_row);
                 return true; // settlement writes it in its own batch
             }
             let written = store.hold_unchecked(&deferred_row).await.is_ok();
+            carried_until_written(&deferred_row);
             if !written {
                 worker::console_error!(
                     "{{\"event\":\"fast_hold_write_failed\",\"generation_id\":{:?}}}",
@@ -209,7 +220,11 @@ fn remember(account: &str, available: i64, now: u64) {
         if s.len() > 4096 {
             s.clear();
         }
-        s.insert(account.to_string(), BalanceSnapshot::new(available, now));
+        let next = match s.get(account) {
+            Some(old) => old.renewed(available, now),
+            None => BalanceSnapshot::new(available, now),
+        };
+        s.insert(account.to_string(), next);
     });
 }
 

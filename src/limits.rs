@@ -24,7 +24,7 @@ use switchyard_core::catalog::{Model, Policy};
 use switchyard_core::health_rpc::model_object;
 use switchyard_core::limits::{
     lease_ms, Capacity, CapacityAdmit, CapacityCall, CapacityReply, KeyAdmit, KeyCall, KeyLimit, KeyReply, KeyState,
-    KeyUsage, RateWindow, Want,
+    renew_every_ms, KeyUsage, RateWindow, Want,
 };
 use switchyard_core::ApiError;
 use worker::{durable_object, Context, DurableObject, Env, Request, Response, State, Storage};
@@ -204,6 +204,12 @@ impl DurableObject for LimitObject {
                 }
                 Response::from_json(&serde_json::Value::Null)
             }
+            KeyCall::Renew { id, lease_ms } => {
+                if self.desk.with(|k| k.renew(&id, now_ms(), lease_ms)) {
+                    self.desk.persist(&storage).await?;
+                }
+                Response::from_json(&serde_json::Value::Null)
+            }
             KeyCall::Usage => Response::from_json(&self.desk.with(|k| k.usage(now_ms()))),
         }
     }
@@ -253,6 +259,12 @@ impl CapacityDesk {
                 }
                 Response::from_json(&serde_json::Value::Null)
             }
+            CapacityCall::Renew { route, id, lease_ms } => {
+                if desk.with(|c| c.renew(&route, &id, now_ms(), lease_ms)) {
+                    desk.persist(storage).await?;
+                }
+                Response::from_json(&serde_json::Value::Null)
+            }
             CapacityCall::Report => Response::from_json(&desk.with(|c| c.report(now_ms()))),
         }
     }
@@ -260,11 +272,15 @@ impl CapacityDesk {
 
 // ---- a request's slots -----------------------------------------------------------------------------
 
-/// A slot a request holds: given back when dropped, from `ctx.wait_until` (a slot of no object —
-/// unlimited, or admitted while the object was unreachable — gives nothing back).
+/// A slot a request holds: renewed while the request lives and given back when dropped, from
+/// `ctx.wait_until` (a slot of no object — unlimited, or admitted while the object was
+/// unreachable — gives nothing back). A holder that vanishes stops renewing: its lease, short
+/// (SPEC §18), then frees the slot.
 #[derive(Default)]
 pub struct Slot {
     release: Option<Release>,
+    /// Set when the slot is given back (or abandoned): the renewals stop.
+    done: Rc<Cell<bool>>,
 }
 
 struct Release {
@@ -277,7 +293,8 @@ struct Release {
 }
 
 impl Slot {
-    /// The slot given back by sending `release` to object `object` of `binding` at `path`.
+    /// The slot given back by sending `release` to object `object` of `binding` at `path`, and
+    /// kept by sending `renew` every third of `lease_ms` until then.
     fn held(
         env: &Env,
         ctx: &Rc<Context>,
@@ -285,7 +302,31 @@ impl Slot {
         object: String,
         path: &'static str,
         release: &impl Serialize,
+        renew: &impl Serialize,
+        lease_ms: u64,
     ) -> Slot {
+        let done = Rc::new(Cell::new(false));
+        let renewals = Release {
+            env: env.clone(),
+            ctx: ctx.clone(),
+            binding,
+            object: object.clone(),
+            path,
+            body: serde_json::to_value(renew).unwrap_or_default(),
+        };
+        let stop = done.clone();
+        ctx.wait_until(async move {
+            let every = renew_every_ms(lease_ms);
+            loop {
+                sleep(every).await;
+                if stop.get() || !in_request() {
+                    return; // given back, or the holder's request is gone: let the lease run out
+                }
+                let r = &renewals;
+                let _: Result<serde_json::Value, _> =
+                    object::call(&r.env, r.binding, &r.object, r.path, &r.body, RELEASE_TIMEOUT_MS, None).await;
+            }
+        });
         Slot {
             release: Some(Release {
                 env: env.clone(),
@@ -295,28 +336,42 @@ impl Slot {
                 path,
                 body: serde_json::to_value(release).unwrap_or_default(),
             }),
+            done,
         }
+    }
+
+    /// The drill for a holder that dies (tests only): neither renewed nor given back, so only
+    /// its lease's expiry frees it.
+    pub fn abandon(mut self) {
+        self.done.set(true);
+        self.release = None;
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
+        self.done.set(true);
         let Some(r) = self.release.take() else { return };
         if !in_request() {
             return; // no I/O possible here: the lease expires instead
         }
-        let ctx = r.ctx.clone();
-        ctx.wait_until(async move {
-            let done: Result<serde_json::Value, _> =
-                object::call(&r.env, r.binding, &r.object, r.path, &r.body, RELEASE_TIMEOUT_MS, None).await;
-            if let Err(why) = done {
-                worker::console_error!(
-                    "{{\"event\":\"slot_release_failed\",\"object\":{:?},\"why\":\"{why}\",\"fallback\":\"lease_expiry\"}}",
-                    r.object
-                );
-            }
-        });
+        send_release(r);
     }
+}
+
+/// Gives a slot back from `ctx.wait_until`; a failure leaves it to its lease.
+fn send_release(r: Release) {
+    let ctx = r.ctx.clone();
+    ctx.wait_until(async move {
+        let done: Result<serde_json::Value, _> =
+            object::call(&r.env, r.binding, &r.object, r.path, &r.body, RELEASE_TIMEOUT_MS, None).await;
+        if let Err(why) = done {
+            worker::console_error!(
+                "{{\"event\":\"slot_release_failed\",\"object\":{:?},\"why\":\"{why}\",\"fallback\":\"lease_expiry\"}}",
+                r.object
+            );
+        }
+    });
 }
 
 fn key_object(key: &KeyRecord) -> String {
@@ -352,10 +407,11 @@ pub async fn admit_key(
         return Ok(KeyAdmission::default());
     }
     let name = key_object(key);
+    let lease = lease_ms(policy);
     let call = KeyCall::Acquire {
         id: id.to_string(),
         limit,
-        lease_ms: lease_ms(policy),
+        lease_ms: lease,
         wait_ms: policy.key_wait_ms,
     };
     let timeout = policy.key_wait_ms.saturating_add(CALL_MARGIN_MS);
@@ -365,7 +421,19 @@ pub async fn admit_key(
             ..
         }) => Ok(KeyAdmission {
             slot: match limit.max_concurrent {
-                Some(_) => Slot::held(env, ctx, "LIMITS", name, "/", &KeyCall::Release { id: id.to_string() }),
+                Some(_) => Slot::held(
+                    env,
+                    ctx,
+                    "LIMITS",
+                    name,
+                    "/",
+                    &KeyCall::Release { id: id.to_string() },
+                    &KeyCall::Renew {
+                        id: id.to_string(),
+                        lease_ms: lease,
+                    },
+                    lease,
+                ),
                 None => Slot::default(),
             },
             window,
@@ -382,6 +450,17 @@ pub async fn admit_key(
             worker::console_error!(
                 "{{\"event\":\"limit_object_unavailable\",\"object\":{name:?},\"why\":\"{why}\",\"fallback\":\"admit\"}}"
             );
+            // The object may have granted a lease after we stopped waiting: give it back anyway.
+            if limit.max_concurrent.is_some() {
+                send_release(Release {
+                    env: env.clone(),
+                    ctx: ctx.clone(),
+                    binding: "LIMITS",
+                    object: name,
+                    path: "/",
+                    body: serde_json::to_value(KeyCall::Release { id: id.to_string() }).unwrap_or_default(),
+                });
+            }
             Ok(KeyAdmission::default())
         }
     }
@@ -430,10 +509,11 @@ pub async fn admit_route(
         })
         .collect();
     let name = model_object(&model.id);
+    let lease = lease_ms(policy);
     let call = CapacityCall::Acquire {
         id: id.to_string(),
         wants,
-        lease_ms: lease_ms(policy),
+        lease_ms: lease,
         wait_ms,
     };
     let timeout = wait_ms.saturating_add(CALL_MARGIN_MS);
@@ -451,13 +531,18 @@ pub async fn admit_route(
                 return Ok(first);
             };
             let release = CapacityCall::Release {
+                route: route.clone(),
+                id: id.to_string(),
+            };
+            let renew = CapacityCall::Renew {
                 route,
                 id: id.to_string(),
+                lease_ms: lease,
             };
             Ok(RouteAdmission {
                 route: index,
                 slot: match capped {
-                    true => Slot::held(env, ctx, "HEALTH", name, "/capacity", &release),
+                    true => Slot::held(env, ctx, "HEALTH", name, "/capacity", &release, &renew, lease),
                     false => Slot::default(),
                 },
                 waited_ms,

@@ -9,7 +9,8 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
-use futures_util::future::{join, join_all};
+use futures_util::future::{join, join_all, LocalBoxFuture, Shared};
+use futures_util::FutureExt;
 use switchyard_core::catalog::Catalog;
 use switchyard_core::health::ModelHealth;
 use switchyard_core::status::{self, Report};
@@ -25,30 +26,61 @@ use crate::store::Store;
 /// calls every few seconds, not per hit (SPEC §15).
 const REPORT_CACHE_MS: u64 = 3_000;
 
+/// A build that takes longer than this is taken to have died with its request: the next one starts.
+const BUILD_GIVE_UP_MS: u64 = 10_000;
+
 /// A report, the catalog it was built for, and when.
 type Cached = (Rc<Report>, Rc<Catalog>, u64);
+
+/// The report being built, and when it started.
+type Building = (Shared<LocalBoxFuture<'static, Rc<Report>>>, u64);
 
 thread_local! {
     /// This isolate's last report.
     static LAST_REPORT: RefCell<Option<Cached>> = const { RefCell::new(None) };
+    /// The one build in flight (SPEC §18: a burst of status hits builds once per isolate).
+    static BUILDING: RefCell<Option<Building>> = const { RefCell::new(None) };
 }
 
 /// The report: this isolate's last one while it is younger than [`REPORT_CACHE_MS`] and of the same
-/// catalog, else a new one.
+/// catalog, else a new one — built once per isolate however many ask at once: while one request
+/// builds it the others get the last report of that catalog, or wait for the same build.
 pub(super) async fn report(env: &Env, catalog: &Rc<Catalog>) -> Rc<Report> {
     let now = now_ms();
-    let cached = LAST_REPORT.with(|c| {
+    let last = LAST_REPORT.with(|c| {
         c.borrow()
             .as_ref()
-            .filter(|(_, of, at)| Rc::ptr_eq(of, catalog) && now.saturating_sub(*at) < REPORT_CACHE_MS)
-            .map(|(r, _, _)| r.clone())
+            .filter(|(_, of, _)| Rc::ptr_eq(of, catalog))
+            .map(|(r, _, at)| (r.clone(), *at))
     });
-    if let Some(r) = cached {
-        return r;
+    if let Some((r, at)) = &last {
+        if now.saturating_sub(*at) < REPORT_CACHE_MS {
+            return r.clone();
+        }
     }
-    let r = Rc::new(build(env, catalog, now).await);
-    LAST_REPORT.with(|c| *c.borrow_mut() = Some((r.clone(), catalog.clone(), now)));
-    r
+    let in_flight = BUILDING.with(|b| {
+        b.borrow()
+            .as_ref()
+            .filter(|(_, started)| now.saturating_sub(*started) < BUILD_GIVE_UP_MS)
+            .map(|(f, _)| f.clone())
+    });
+    if let Some(build) = in_flight {
+        return match last {
+            Some((stale, _)) => stale,
+            None => build.await,
+        };
+    }
+    let (env, of) = (env.clone(), catalog.clone());
+    let build = async move {
+        let r = Rc::new(build(&env, &of, now).await);
+        LAST_REPORT.with(|c| *c.borrow_mut() = Some((r.clone(), of, now)));
+        BUILDING.with(|b| *b.borrow_mut() = None);
+        r
+    }
+    .boxed_local()
+    .shared();
+    BUILDING.with(|b| *b.borrow_mut() = Some((build.clone(), now)));
+    build.await
 }
 
 /// Every model's full health (fetched concurrently) and the accounts', then the report.

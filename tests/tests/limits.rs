@@ -337,3 +337,46 @@ fn admin_health_shows_each_routes_load_and_a_queued_request_holds_nothing() {
     let h = s.admin("GET", &format!("/admin/health/{model}"), None).json();
     assert_eq!(h["routes"][0]["queued"], 0, "{h}");
 }
+
+#[test]
+fn a_key_whose_slot_holders_vanished_is_usable_again_within_seconds() {
+    // SPEC §18: under the default policy a lease once lived as long as the longest possible
+    // request (≈ 70 min). Now it is short and renewed while its holder lives: the drill model
+    // (`fault-leak-slots`) neither renews nor gives back its slots, as a Worker that died would.
+    let s = Stack::from_env();
+    let provider = s.mock_provider(&unique("lim"), "ok", false);
+    let model = unique("fault-leak-slots");
+    let doc = json!({"context_window": 8192, "max_output_tokens": 1024,
+                     "routes": [route("r0", &provider, "u", json!({}))]});
+    assert_eq!(s.admin("PUT", &format!("/admin/models/{model}"), Some(doc)).status, 200);
+    let key = s.new_key_with(1.0, json!({"max_concurrent": 2}));
+    let start = Instant::now();
+    assert_eq!(send(&s, &key, &model, false).0.status, 200);
+    assert_eq!(send(&s, &key, &model, false).0.status, 200);
+    let (r, _) = send(&s, &key, &model, false);
+    assert_eq!((r.status, code(&r)), (429, "key_rate_limited".to_string()), "both slots are held by the dead");
+    std::thread::sleep(Duration::from_millis(15_500).saturating_sub(start.elapsed()));
+    let (r, _) = send(&s, &key, &model, false);
+    assert_eq!(r.status, 200, "the leases ran out within 15 s: {}", r.text());
+}
+
+#[test]
+fn a_slot_held_by_a_long_request_is_renewed_past_its_lease() {
+    // A live holder keeps its slot however long it runs: a 40 s stream on a key of one slot
+    // (lease 15 s) still holds it at 20 s, and gives it back when it ends.
+    let s = Stack::from_env();
+    let (routes, _) = s.mock_routes(&[("chunks/20/1000", json!({}))]);
+    let model = s.model(routes, Some(json!({"idle_timeout_ms": 5000})));
+    let (quick, _) = s.mock_routes(&[("ok", json!({}))]);
+    let quick = s.model(quick, None);
+    let key = s.new_key_with(1.0, json!({"max_concurrent": 1}));
+    std::thread::scope(|scope| {
+        let long = scope.spawn(|| send(&s, &key, &model, true));
+        std::thread::sleep(Duration::from_millis(17_000));
+        let (r, _) = send(&s, &key, &quick, false);
+        assert_eq!((r.status, code(&r)), (429, "key_rate_limited".to_string()), "the live stream keeps its slot: {}", r.text());
+        assert_eq!(long.join().unwrap().0.status, 200);
+    });
+    let (r, _) = send(&s, &key, &quick, false);
+    assert_eq!(r.status, 200, "given back at the end: {}", r.text());
+}

@@ -73,8 +73,11 @@ pub fn plan_hold(available: i64, candidates: &[(usize, &Price)], input_tokens: u
 pub struct BalanceSnapshot {
     pub available: i64,
     pub read_at_ms: u64,
-    /// Holds admitted on the fast path since the read.
+    /// Holds admitted on the fast path since the read (those carried over included).
     pub admitted: i64,
+    /// Fast holds of this account whose rows D1 may not have yet, whatever snapshot admitted
+    /// them: a newer read does not see them, so they are carried into it (SPEC §18).
+    pub unwritten: i64,
 }
 
 impl BalanceSnapshot {
@@ -83,7 +86,24 @@ impl BalanceSnapshot {
             available,
             read_at_ms,
             admitted: 0,
+            unwritten: 0,
         }
+    }
+
+    /// A fresh read of the balance: the fast holds still unwritten count as admitted on it, as
+    /// D1's `available` does not hold them yet.
+    pub fn renewed(&self, available: i64, read_at_ms: u64) -> BalanceSnapshot {
+        BalanceSnapshot {
+            available,
+            read_at_ms,
+            admitted: self.unwritten,
+            unwritten: self.unwritten,
+        }
+    }
+
+    /// A fast hold of `amount` reached D1 (or settlement took it over).
+    pub fn written(&mut self, amount: i64) {
+        self.unwritten = self.unwritten.saturating_sub(amount).max(0);
     }
 
     /// Whether the snapshot is young enough to plan with.
@@ -103,6 +123,7 @@ impl BalanceSnapshot {
             return false;
         }
         self.admitted += amount;
+        self.unwritten = self.unwritten.saturating_add(amount);
         true
     }
 }
@@ -184,6 +205,21 @@ mod tests {
             HoldPlan::Insufficient
         );
         assert_eq!(plan_hold(-5, &[(0, &cheap)], 100, 100), HoldPlan::Insufficient);
+    }
+
+    #[test]
+    fn fast_holds_not_yet_written_carry_into_the_next_read() {
+        // SPEC §18: a new read of the balance does not see fast holds D1 has not written yet.
+        let policy = Policy::default(); // 1 %
+        let mut snap = BalanceSnapshot::new(1_000_000, 0);
+        assert!(snap.admit_fast(8_000, 1_000, &policy));
+        let mut next = snap.renewed(1_000_000, 2_000);
+        assert_eq!(next.admitted, 8_000, "still counted against the fraction");
+        assert!(!next.admit_fast(3_000, 2_000, &policy), "8 000 + 3 000 is past 1 %");
+        next.written(8_000);
+        let mut after = next.renewed(992_000, 3_000);
+        assert_eq!(after.admitted, 0, "written: D1's read holds it now");
+        assert!(after.admit_fast(3_000, 3_000, &policy));
     }
 
     #[test]

@@ -18,9 +18,14 @@ pub const LEASE_MARGIN_MS: u64 = 5_000;
 /// At most this many requests wait in one queue; more are refused at once.
 pub const MAX_QUEUE: usize = 1_000;
 
-/// How long a slot taken under `policy` is kept if its holder never gives it back: the key and
-/// capacity waits, the pre-content budget, the stream cap and the disconnect grace, plus
-/// [`LEASE_MARGIN_MS`].
+/// The longest a lease lives without being renewed (SPEC §18): a holder that vanished (its
+/// Worker ended, its release lost) frees its slot within this, not after the longest possible
+/// request. A live holder renews its lease every [`renew_every_ms`].
+pub const MAX_LEASE_MS: u64 = 15_000;
+
+/// How long a slot taken under `policy` is kept if its holder neither renews nor gives it back:
+/// the key and capacity waits, the pre-content budget, the stream cap and the disconnect grace,
+/// plus [`LEASE_MARGIN_MS`] — at most [`MAX_LEASE_MS`].
 pub fn lease_ms(policy: &Policy) -> u64 {
     policy
         .key_wait_ms
@@ -29,6 +34,24 @@ pub fn lease_ms(policy: &Policy) -> u64 {
         .saturating_add(policy.stream_cap_ms)
         .saturating_add(policy.disconnect_grace_ms)
         .saturating_add(LEASE_MARGIN_MS)
+        .min(MAX_LEASE_MS)
+}
+
+/// How often a live holder renews a lease of `lease_ms`: three times per lease, so two renewals
+/// may be lost before it expires.
+pub fn renew_every_ms(lease_ms: u64) -> u64 {
+    (lease_ms / 3).max(1)
+}
+
+/// Extends lease `id` to `now_ms + lease_ms`; false when there is none (expired or released).
+fn renew(leases: &mut [Lease], id: &str, now_ms: u64, lease_ms: u64) -> bool {
+    match leases.iter_mut().find(|l| l.id == id) {
+        Some(l) => {
+            l.expires_ms = l.expires_ms.max(now_ms.saturating_add(lease_ms));
+            true
+        }
+        None => false,
+    }
 }
 
 /// Whole seconds for a `retry-after` header, at least 1.
@@ -66,6 +89,8 @@ pub enum KeyCall {
     },
     /// Give back request `id`'s slot.
     Release { id: String },
+    /// Keep request `id`'s slot `lease_ms` longer: its holder lives.
+    Renew { id: String, lease_ms: u64 },
     /// What the key uses now. Replies [`KeyUsage`].
     Usage,
 }
@@ -92,6 +117,8 @@ pub enum CapacityCall {
     },
     /// Give back request `id`'s slot on `route`.
     Release { route: String, id: String },
+    /// Keep request `id`'s slot on `route` `lease_ms` longer: its holder lives.
+    Renew { route: String, id: String, lease_ms: u64 },
     /// Each capped route's load. Replies a map of route id → [`RouteLoad`].
     Report,
 }
@@ -285,6 +312,12 @@ impl KeyState {
     }
 
     /// Gives back request `id`'s slot; true if it held one.
+    /// Renews request `id`'s lease (false: it has none any more).
+    pub fn renew(&mut self, id: &str, now_ms: u64, lease_ms: u64) -> bool {
+        self.expire(now_ms);
+        renew(&mut self.leases, id, now_ms, lease_ms)
+    }
+
     pub fn release(&mut self, id: &str) -> bool {
         let before = self.leases.len();
         self.leases.retain(|l| l.id != id);
@@ -405,6 +438,14 @@ impl Capacity {
     }
 
     /// Gives back the slot `id` holds on `route`; true if it held one.
+    /// Renews request `id`'s lease on `route` (false: it has none any more).
+    pub fn renew(&mut self, route: &str, id: &str, now_ms: u64, lease_ms: u64) -> bool {
+        self.expire(now_ms);
+        self.in_flight
+            .get_mut(route)
+            .is_some_and(|leases| renew(leases, id, now_ms, lease_ms))
+    }
+
     pub fn release(&mut self, route: &str, id: &str) -> bool {
         let Some(leases) = self.in_flight.get_mut(route) else {
             return false;
@@ -676,17 +717,35 @@ mod tests {
     }
 
     #[test]
-    fn a_lease_outlives_the_longest_request_by_the_margin() {
-        let p = Policy::default();
-        assert_eq!(
-            lease_ms(&p),
-            p.key_wait_ms
-                + p.capacity_wait_ms
-                + p.pre_content_budget_ms
-                + p.stream_cap_ms
-                + p.disconnect_grace_ms
-                + LEASE_MARGIN_MS
-        );
+    fn a_lease_is_short_and_renewed_while_its_holder_lives() {
+        // SPEC §18: a vanished holder's slot comes back within 15 s, not after the longest
+        // possible request (70 min under the defaults); a live one renews three times a lease.
+        assert_eq!(lease_ms(&Policy::default()), MAX_LEASE_MS);
+        let short = Policy {
+            key_wait_ms: 500,
+            capacity_wait_ms: 500,
+            pre_content_budget_ms: 1000,
+            stream_cap_ms: 1000,
+            disconnect_grace_ms: 0,
+            ..Policy::default()
+        };
+        assert_eq!(lease_ms(&short), 8_000, "the longest request of a short policy, and the margin");
+        assert_eq!(renew_every_ms(MAX_LEASE_MS), 5_000);
+        let mut k = KeyState::default();
+        let limit = KeyLimit {
+            max_concurrent: Some(1),
+            ..KeyLimit::default()
+        };
+        assert!(matches!(k.admit("a", limit, 1_000, 0), KeyAdmit::Granted { .. }));
+        assert!(k.renew("a", 900, 1_000), "renewed before it expired");
+        assert!(matches!(k.admit("b", limit, 1_000, 1_500), KeyAdmit::Wait { .. } | KeyAdmit::Refused { .. }));
+        assert!(!k.renew("a", 5_000, 1_000), "expired: nothing to renew");
+        assert!(matches!(k.admit("b", limit, 1_000, 5_000), KeyAdmit::Granted { .. }));
+        let mut c = Capacity::default();
+        let wants = [Want { route: "r".into(), max: Some(1) }];
+        assert!(matches!(c.admit("a", &wants, 1_000, 0), CapacityAdmit::Granted { .. }));
+        assert!(c.renew("r", "a", 900, 1_000));
+        assert!(!c.renew("r", "nobody", 900, 1_000));
         assert_eq!(retry_after_s(0), 1);
         assert_eq!(retry_after_s(1_001), 2);
     }
