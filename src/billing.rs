@@ -25,8 +25,8 @@ use worker::{Context, Env};
 
 use crate::batch;
 use crate::outbox;
-use crate::runtime::clock::{now_ms, sleep};
-use crate::store::{HoldRow, KeyRecord, Settlement, Store};
+use crate::runtime::clock::{in_request, now_ms, sleep};
+use crate::store::{HoldRow, KeyRecord, Settlement, Store, SETTLEMENT_VERSION};
 
 thread_local! {
     /// Per account: this isolate's last balance read and what it admitted on it since.
@@ -194,11 +194,25 @@ pub async fn place_hold(env: &Env, ctx: &Context, request: &HoldRequest<'_>) -> 
             now,
             expires_at,
         };
-        if let Some(after) = store
-            .hold_atomic(&hold)
-            .await
-            .map_err(|_| ApiError::StorageUnavailable)?
-        {
+        let placed = store.hold_atomic(&hold).await.inspect_err(|_| {
+            // The statement may have been applied with its reply lost: the request ends without a
+            // hold, so whatever D1 holds for it is released by its id, once D1 answers again.
+            let (env, id) = (env.clone(), generation_id.to_string());
+            ctx.wait_until(async move {
+                for backoff_ms in [1_000, 4_000, 10_000] {
+                    sleep(backoff_ms).await;
+                    if !in_request() {
+                        return;
+                    }
+                    if let Ok(store) = Store::new(&env) {
+                        if store.release_lost_hold(&id).await.is_ok() {
+                            return;
+                        }
+                    }
+                }
+            });
+        });
+        if let Some(after) = placed.map_err(|_| ApiError::StorageUnavailable)? {
             remember(account, after, now_ms());
             return Ok(Hold {
                 keep,
@@ -259,6 +273,7 @@ pub async fn settle(env: Env, hold: Option<Hold>, record: GenerationRecord) {
         }
     }
     let item = Settlement {
+        version: SETTLEMENT_VERSION,
         record,
         has_hold: hold.is_some(),
         unwritten,

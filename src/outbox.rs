@@ -1,5 +1,8 @@
-//! The settlement outbox (SPEC §11: no charge lost): a Durable Object that keeps, in its own
-//! storage, every settlement D1 refused, and replays them from an alarm until D1 takes them. A
+//! The settlement outbox (SPEC §11: no charge lost): Durable Objects that keep, in their own
+//! storage, every settlement D1 refused, and replay them from an alarm until D1 takes them. There
+//! are [`SHARDS`] of them, a settlement going to the one its generation id picks (SPEC §18: no
+//! single hot object); each call has a deadline, a replay settles its items concurrently, and a
+//! record no code can read any more is kept aside and logged, never deleted. A
 //! replay is applied exactly once because every money statement of a settlement is guarded by its
 //! hold being unsettled, the generation row is `INSERT OR IGNORE`, and a fast-path hold row is
 //! written idempotently — so a settlement that D1 did apply although it reported an error
@@ -11,10 +14,16 @@ use worker::{durable_object, DurableObject, Env, ListOptions, Method, Request, R
 use crate::runtime::clock::in_request;
 use crate::store::{Settlement, Store};
 
-/// The one outbox object.
-const NAME: &str = "outbox";
+/// Outbox objects, `outbox-0` … `outbox-15`.
+const SHARDS: u64 = 16;
 /// Storage keys of kept settlements: `s:<generation id>`.
 const PREFIX: &str = "s:";
+/// Where a record that no longer reads is kept (logged, for an operator): `unreadable:<id>`.
+const UNREADABLE: &str = "unreadable:";
+/// The most a caller waits for an outbox object to keep a settlement.
+const KEEP_DEADLINE_MS: u64 = 5_000;
+/// Settlements a replay sends to D1 at once.
+const REPLAY_TOGETHER: usize = 8;
 /// The first retry after a refusal, then doubling up to [`MAX_RETRY_MS`].
 const FIRST_RETRY_MS: i64 = 1_000;
 const MAX_RETRY_MS: i64 = 30_000;
@@ -55,6 +64,7 @@ impl DurableObject for SettlementOutbox {
         let store = Store::new(&self.env).map_err(|_| worker::Error::RustError("d1 binding".into()))?;
         let mut left = 0;
         let mut replayed = 0;
+        let mut readable: Vec<(String, Settlement)> = Vec::new();
         for entry in kept.entries() {
             let Ok(pair) = entry.and_then(|e| e.dyn_into::<js_sys::Array>()) else {
                 continue;
@@ -62,15 +72,29 @@ impl DurableObject for SettlementOutbox {
             let (Some(key), Some(text)) = (pair.get(0).as_string(), pair.get(1).as_string()) else {
                 continue;
             };
-            let Ok(item) = serde_json::from_str::<Settlement>(&text) else {
-                storage.delete(&key).await?; // unreadable: nothing can ever apply it
-                continue;
-            };
-            if store.settle(&[item.parts()]).await.is_ok() {
-                storage.delete(&key).await?;
-                replayed += 1;
-            } else {
-                left += 1;
+            match serde_json::from_str::<Settlement>(&text) {
+                Ok(item) => readable.push((key, item)),
+                Err(e) => {
+                    // A charge nobody can apply now is still a charge: kept aside for an operator.
+                    worker::console_error!(
+                        "{{\"event\":\"outbox_unreadable\",\"key\":{key:?},\"why\":{:?}}}",
+                        e.to_string()
+                    );
+                    let id = key.strip_prefix(PREFIX).unwrap_or(&key);
+                    storage.put(&format!("{UNREADABLE}{id}"), text).await?;
+                    storage.delete(&key).await?;
+                }
+            }
+        }
+        for group in readable.chunks(REPLAY_TOGETHER) {
+            let results = futures_util::future::join_all(group.iter().map(|(_, item)| store.settle_one(item))).await;
+            for ((key, _), ok) in group.iter().zip(results) {
+                if ok {
+                    storage.delete(key).await?;
+                    replayed += 1;
+                } else {
+                    left += 1;
+                }
             }
         }
         let more = left > 0 || kept.size() >= PER_ALARM;
@@ -101,13 +125,19 @@ pub async fn keep(env: &Env, item: &Settlement) -> bool {
     let Ok(body) = serde_json::to_string(&[item]) else {
         return false;
     };
+    let name = format!("outbox-{}", switchyard_core::spread::hash64(&[&item.record.id]) % SHARDS);
     let call = async {
-        let stub = env.durable_object("OUTBOX").ok()?.get_by_name(NAME).ok()?;
+        let stub = env.durable_object("OUTBOX").ok()?.get_by_name(&name).ok()?;
         let mut init = RequestInit::new();
         init.with_method(Method::Post).with_body(Some(body.into()));
         let req = Request::new_with_init("https://outbox/", &init).ok()?;
         let resp = stub.fetch_with_request(req).await.ok()?;
         Some(resp.status_code() == 200)
     };
-    call.await.unwrap_or(false)
+    let late = crate::runtime::clock::sleep(KEEP_DEADLINE_MS);
+    let kept = match futures_util::future::select(std::pin::pin!(call), std::pin::pin!(late)).await {
+        futures_util::future::Either::Left((kept, _)) => kept.unwrap_or(false),
+        futures_util::future::Either::Right(_) => false,
+    };
+    kept
 }

@@ -766,6 +766,26 @@ impl Store {
             .unwrap_or(0))
     }
 
+    /// Releases, uncharged, the hold of `generation_id` if D1 has it open: a hold statement whose
+    /// reply was lost may still have been applied, and its request ended without it (SPEC §18).
+    pub async fn release_lost_hold(&self, generation_id: &str) -> Result<(), ApiError> {
+        let id = JsValue::from_str(generation_id);
+        let statements = vec![
+            self.stmt(
+                "UPDATE accounts SET held_micros = held_micros - (SELECT COALESCE(SUM(amount_micros), 0) FROM holds \
+                 WHERE generation_id = ?1 AND state = 'open') \
+                 WHERE id IN (SELECT account_id FROM holds WHERE generation_id = ?1 AND state = 'open')",
+                std::slice::from_ref(&id),
+            )?,
+            self.stmt(
+                "UPDATE holds SET state = 'settled', charged_micros = 0, settled_at = ?2 \
+                 WHERE generation_id = ?1 AND state = 'open'",
+                &[id.clone(), num(now_ms() as i64)],
+            )?,
+        ];
+        read(self.db.batch(statements), "release_lost_hold").await.map(drop)
+    }
+
     /// `GET /v1/credits`: the account's balance and held amount, its ledger totals, the key's
     /// spend and limits.
     pub async fn credits(&self, account_id: &str, key_id: &str) -> Result<Option<CreditsRow>, ApiError> {
@@ -839,14 +859,30 @@ pub struct HoldRow {
 /// first (not written yet, or its write failed). Kept by the outbox when D1 refuses it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Settlement {
+    /// The shape it was written in ([`SETTLEMENT_VERSION`]); 0 for records from before it had
+    /// one. Fields added later default, so a record kept across a deploy still reads (SPEC §18).
+    #[serde(default)]
+    pub version: u32,
     pub record: GenerationRecord,
+    #[serde(default)]
     pub has_hold: bool,
+    #[serde(default)]
     pub unwritten: Option<HoldRow>,
 }
+
+/// The shape of a [`Settlement`] this code writes.
+pub const SETTLEMENT_VERSION: u32 = 1;
 
 impl Settlement {
     pub fn parts(&self) -> (&GenerationRecord, bool, Option<&HoldRow>) {
         (&self.record, self.has_hold, self.unwritten.as_ref())
+    }
+}
+
+impl Store {
+    /// One settlement in its own D1 batch; true when D1 took it.
+    pub async fn settle_one(&self, item: &Settlement) -> bool {
+        self.settle(&[item.parts()]).await.is_ok()
     }
 }
 

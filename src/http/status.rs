@@ -9,8 +9,7 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
-use futures_util::future::{join, join_all, LocalBoxFuture, Shared};
-use futures_util::FutureExt;
+use futures_util::future::{join, join_all};
 use switchyard_core::catalog::Catalog;
 use switchyard_core::health::ModelHealth;
 use switchyard_core::status::{self, Report};
@@ -32,19 +31,17 @@ const BUILD_GIVE_UP_MS: u64 = 10_000;
 /// A report, the catalog it was built for, and when.
 type Cached = (Rc<Report>, Rc<Catalog>, u64);
 
-/// The report being built, and when it started.
-type Building = (Shared<LocalBoxFuture<'static, Rc<Report>>>, u64);
-
 thread_local! {
     /// This isolate's last report.
     static LAST_REPORT: RefCell<Option<Cached>> = const { RefCell::new(None) };
-    /// The one build in flight (SPEC §18: a burst of status hits builds once per isolate).
-    static BUILDING: RefCell<Option<Building>> = const { RefCell::new(None) };
+    /// When the one build in flight started (SPEC §18: a burst of status hits builds once per
+    /// isolate; the others are served the last report meanwhile).
+    static BUILDING: RefCell<Option<u64>> = const { RefCell::new(None) };
 }
 
 /// The report: this isolate's last one while it is younger than [`REPORT_CACHE_MS`] and of the same
 /// catalog, else a new one — built once per isolate however many ask at once: while one request
-/// builds it the others get the last report of that catalog, or wait for the same build.
+/// builds it the others get the last report of that catalog.
 pub(super) async fn report(env: &Env, catalog: &Rc<Catalog>) -> Rc<Report> {
     let now = now_ms();
     let last = LAST_REPORT.with(|c| {
@@ -61,26 +58,21 @@ pub(super) async fn report(env: &Env, catalog: &Rc<Catalog>) -> Rc<Report> {
     let in_flight = BUILDING.with(|b| {
         b.borrow()
             .as_ref()
-            .filter(|(_, started)| now.saturating_sub(*started) < BUILD_GIVE_UP_MS)
-            .map(|(f, _)| f.clone())
+            .is_some_and(|started| now.saturating_sub(*started) < BUILD_GIVE_UP_MS)
     });
-    if let Some(build) = in_flight {
-        return match last {
-            Some((stale, _)) => stale,
-            None => build.await,
-        };
+    if in_flight {
+        if let Some((stale, _)) = last {
+            return stale;
+        }
+        // Nothing to serve meanwhile: this request builds its own (a request never waits on
+        // another's work — the runtime would take it for hung).
+        return Rc::new(build(env, catalog, now).await);
     }
-    let (env, of) = (env.clone(), catalog.clone());
-    let build = async move {
-        let r = Rc::new(build(&env, &of, now).await);
-        LAST_REPORT.with(|c| *c.borrow_mut() = Some((r.clone(), of, now)));
-        BUILDING.with(|b| *b.borrow_mut() = None);
-        r
-    }
-    .boxed_local()
-    .shared();
-    BUILDING.with(|b| *b.borrow_mut() = Some((build.clone(), now)));
-    build.await
+    BUILDING.with(|b| *b.borrow_mut() = Some(now));
+    let r = Rc::new(build(env, catalog, now).await);
+    LAST_REPORT.with(|c| *c.borrow_mut() = Some((r.clone(), catalog.clone(), now)));
+    BUILDING.with(|b| *b.borrow_mut() = None);
+    r
 }
 
 /// Every model's full health (fetched concurrently) and the accounts', then the report.

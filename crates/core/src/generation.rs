@@ -618,6 +618,29 @@ mod tests {
     }
 
     #[test]
+    fn a_record_written_before_the_newest_fields_still_reads() {
+        // SPEC §18: a settlement kept in the outbox across a deploy that added fields must read.
+        let f = committed(opening(false)).finish(
+            Ending::Delivered(Delivery {
+                usage: Reported::both(Usage::plain(10, 5)),
+                ..Delivery::default()
+            }),
+            1_020,
+        );
+        let mut v = serde_json::to_value(&f.record).unwrap();
+        let obj = v.as_object_mut().unwrap();
+        for newer in ["usage_clamped", "upstream_response_id"] {
+            assert!(obj.remove(newer).is_some(), "{newer}");
+        }
+        for part in ["cache_read_tokens", "cache_write_tokens", "cache_write_1h_tokens"] {
+            obj["usage"].as_object_mut().unwrap().remove(part);
+        }
+        let back: GenerationRecord = serde_json::from_value(v).unwrap();
+        assert_eq!(back.usage, f.record.usage);
+        assert!(!back.usage_clamped && back.upstream_response_id.is_none());
+    }
+
+    #[test]
     fn cost_is_usage_times_price_in_micros() {
         let p = Price::per_mtok(3.0, 15.0);
         assert_eq!(cost_micros(Usage::plain(1000, 100), &p), 4_500);
