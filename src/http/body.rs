@@ -14,13 +14,7 @@ use crate::runtime::abort::Body;
 /// `limit` bytes, or a 503 `gateway_busy` when the isolate holds too many bodies already. Keep the
 /// share for as long as the request holds its body.
 pub async fn read_budgeted(req: &mut Request, limit: usize) -> Result<(Vec<u8>, BodyShare), ApiError> {
-    let declared = req
-        .headers()
-        .get("content-length")
-        .ok()
-        .flatten()
-        .and_then(|v| v.parse::<usize>().ok());
-    let mut share = BodyShare::take(declared.unwrap_or(0).min(limit)).ok_or(ApiError::GatewayBusy)?;
+    let mut share = BodyShare::take(declared_length(req).unwrap_or(0).min(limit)).ok_or(ApiError::GatewayBusy)?;
     let bytes = read_capped(req, limit).await?;
     let unaccounted = bytes.len().saturating_sub(share.bytes());
     if unaccounted > 0 && !share.grow(unaccounted) {
@@ -32,13 +26,7 @@ pub async fn read_budgeted(req: &mut Request, limit: usize) -> Result<(Vec<u8>, 
 /// The body, or a 400 naming the limit once it has more than `limit` bytes.
 pub async fn read_capped(req: &mut Request, limit: usize) -> Result<Vec<u8>, ApiError> {
     let too_large = || ApiError::invalid(format!("Request body is larger than {} MiB.", limit >> 20), None);
-    let declared = req
-        .headers()
-        .get("content-length")
-        .ok()
-        .flatten()
-        .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > limit) {
+    if declared_length(req).is_some_and(|n| n > limit) {
         return Err(too_large());
     }
     let Some(stream) = req.inner().body() else {
@@ -50,6 +38,15 @@ pub async fn read_capped(req: &mut Request, limit: usize) -> Result<Vec<u8>, Api
         Ok((_, false)) => Err(too_large()),
         Err(()) => Err(unreadable()),
     }
+}
+
+/// The body's `content-length`, if the client declared one.
+fn declared_length(req: &Request) -> Option<usize> {
+    req.headers()
+        .get("content-length")
+        .ok()
+        .flatten()
+        .and_then(|v| v.parse::<usize>().ok())
 }
 
 fn unreadable() -> ApiError {

@@ -19,6 +19,38 @@ use serde_json::value::RawValue;
 
 use super::body::{Body, Shape};
 
+/// A visitor's answer to a scalar it has no use for: nothing (its `Value`'s default).
+macro_rules! ignore_scalars {
+    () => {
+        fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+            Ok(Default::default())
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+            Ok(Default::default())
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+            Ok(Default::default())
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+            Ok(Default::default())
+        }
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(Default::default())
+        }
+    };
+}
+
+/// Consumes any value but the ones the visitor reads, keeping nothing.
+macro_rules! ignore_the_rest {
+    () => {
+        ignore_scalars!();
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            while seq.next_element::<IgnoredAny>()?.is_some() {}
+            Ok(Default::default())
+        }
+    };
+}
+
 /// The first field whose input is not in the body, as a path (`previous_response_id`,
 /// `messages[0].content[1]`), if any. The walk builds no tree of the messages (SPEC §18).
 pub fn external_input(body: &Body) -> Option<String> {
@@ -126,24 +158,10 @@ impl<'de> Visitor<'de> for Find {
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("any JSON value")
     }
-    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-        Ok(None)
-    }
     fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
         Ok(None)
     }
-    fn visit_unit<E>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
+    ignore_scalars!();
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
         let mut found = None;
@@ -193,31 +211,6 @@ impl<'de> DeserializeSeed<'de> for Text {
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         d.deserialize_any(self)
     }
-}
-
-/// Consumes any value, keeping nothing.
-macro_rules! ignore_the_rest {
-    () => {
-        fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-            Ok(Default::default())
-        }
-        fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-            Ok(Default::default())
-        }
-        fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-            Ok(Default::default())
-        }
-        fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-            Ok(Default::default())
-        }
-        fn visit_unit<E>(self) -> Result<Self::Value, E> {
-            Ok(Default::default())
-        }
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-            while seq.next_element::<IgnoredAny>()?.is_some() {}
-            Ok(Default::default())
-        }
-    };
 }
 
 impl<'de> Visitor<'de> for Text {
@@ -330,21 +323,7 @@ impl<'de> Visitor<'de> for FirstPricedTool {
         while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
         Ok(None)
     }
-    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_unit<E>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
+    ignore_scalars!();
 }
 
 /// One tool's kind when the provider runs it (`None`: the client's own function, or no object).
@@ -430,21 +409,7 @@ impl<'de> Visitor<'de> for FirstTurns {
         while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
         Ok((None, None))
     }
-    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-        Ok((None, None))
-    }
-    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-        Ok((None, None))
-    }
-    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-        Ok((None, None))
-    }
-    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-        Ok((None, None))
-    }
-    fn visit_unit<E>(self) -> Result<Self::Value, E> {
-        Ok((None, None))
-    }
+    ignore_scalars!();
 }
 
 #[cfg(test)]
