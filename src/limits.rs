@@ -17,7 +17,8 @@ use std::pin::{pin, Pin};
 use std::rc::Rc;
 use std::task::{Context as TaskContext, Poll, Waker};
 
-use futures_util::future::select;
+use futures_channel::oneshot;
+use futures_util::future::{select, Either};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use switchyard_core::catalog::{Model, Policy};
@@ -279,8 +280,9 @@ impl CapacityDesk {
 #[derive(Default)]
 pub struct Slot {
     release: Option<Release>,
-    /// Set when the slot is given back (or abandoned): the renewals stop.
-    done: Rc<Cell<bool>>,
+    /// Dropped when the slot is given back (or abandoned): its renewals stop at once, their
+    /// timer with them.
+    renewing: Option<oneshot::Sender<()>>,
 }
 
 struct Release {
@@ -305,7 +307,7 @@ impl Slot {
         renew: &impl Serialize,
         lease_ms: u64,
     ) -> Slot {
-        let done = Rc::new(Cell::new(false));
+        let (renewing, mut stopped) = oneshot::channel::<()>();
         let renewals = Release {
             env: env.clone(),
             ctx: ctx.clone(),
@@ -314,13 +316,14 @@ impl Slot {
             path,
             body: serde_json::to_value(renew).unwrap_or_default(),
         };
-        let stop = done.clone();
         ctx.wait_until(async move {
             let every = renew_every_ms(lease_ms);
             loop {
-                sleep(every).await;
-                if stop.get() || !in_request() {
-                    return; // given back, or the holder's request is gone: let the lease run out
+                if let Either::Right(_) = select(pin!(sleep(every)), &mut stopped).await {
+                    return; // given back (or abandoned)
+                }
+                if !in_request() {
+                    return; // the holder's request is gone: let the lease run out
                 }
                 let r = &renewals;
                 let _: Result<serde_json::Value, _> =
@@ -336,21 +339,21 @@ impl Slot {
                 path,
                 body: serde_json::to_value(release).unwrap_or_default(),
             }),
-            done,
+            renewing: Some(renewing),
         }
     }
 
     /// The drill for a holder that dies (tests only): neither renewed nor given back, so only
     /// its lease's expiry frees it.
     pub fn abandon(mut self) {
-        self.done.set(true);
+        self.renewing = None;
         self.release = None;
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.done.set(true);
+        self.renewing = None;
         let Some(r) = self.release.take() else { return };
         if !in_request() {
             return; // no I/O possible here: the lease expires instead
