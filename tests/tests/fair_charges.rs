@@ -177,3 +177,19 @@ fn a_request_continuing_a_stored_response_goes_only_to_the_route_that_holds_it()
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(f.generation(&r)["route"], "r1", "the conversation goes on where it is kept");
 }
+
+#[test]
+fn a_stream_of_two_choices_is_whole_only_when_both_finished() {
+    // SPEC §18: with `n` = 2 one choice's finish reason is not the end of the answer. The mock
+    // answers one choice and closes without `[DONE]`: for `n` = 1 that is a finished answer (the
+    // sentinel is supplied), for `n` = 2 it is a broken stream, ended with the error frame.
+    for (n, outcome) in [(1, "answered"), (2, "broken")] {
+        let f = Fixture::build(Api::Chat, &["no-done"], &[], relaxed(), false);
+        let r = f.send_with(json!({"stream": true, "n": n}));
+        assert_eq!(r.status, 200, "{}", r.text());
+        let g = f.generation(&r);
+        assert_eq!(g["outcome"], outcome, "n = {n}: {g}");
+        let text = r.text();
+        assert_eq!(text.contains(r#""finish_reason":"error""#), n == 2, "n = {n}: {text}");
+    }
+}
