@@ -294,6 +294,27 @@ struct Release {
     body: serde_json::Value,
 }
 
+impl Release {
+    /// A call of `body` to object `object` of `binding` at `path`.
+    fn new(
+        env: &Env,
+        ctx: &Rc<Context>,
+        binding: &'static str,
+        object: String,
+        path: &'static str,
+        body: &impl Serialize,
+    ) -> Release {
+        Release {
+            env: env.clone(),
+            ctx: ctx.clone(),
+            binding,
+            object,
+            path,
+            body: serde_json::to_value(body).unwrap_or_default(),
+        }
+    }
+}
+
 impl Slot {
     /// The slot given back by sending `release` to object `object` of `binding` at `path`, and
     /// kept by sending `renew` every third of `lease_ms` until then.
@@ -308,14 +329,7 @@ impl Slot {
         lease_ms: u64,
     ) -> Slot {
         let (renewing, mut stopped) = oneshot::channel::<()>();
-        let renewals = Release {
-            env: env.clone(),
-            ctx: ctx.clone(),
-            binding,
-            object: object.clone(),
-            path,
-            body: serde_json::to_value(renew).unwrap_or_default(),
-        };
+        let renewals = Release::new(env, ctx, binding, object.clone(), path, renew);
         ctx.wait_until(async move {
             let every = renew_every_ms(lease_ms);
             loop {
@@ -331,14 +345,7 @@ impl Slot {
             }
         });
         Slot {
-            release: Some(Release {
-                env: env.clone(),
-                ctx: ctx.clone(),
-                binding,
-                object,
-                path,
-                body: serde_json::to_value(release).unwrap_or_default(),
-            }),
+            release: Some(Release::new(env, ctx, binding, object, path, release)),
             renewing: Some(renewing),
         }
     }
@@ -455,14 +462,7 @@ pub async fn admit_key(
             );
             // The object may have granted a lease after we stopped waiting: give it back anyway.
             if limit.max_concurrent.is_some() {
-                send_release(Release {
-                    env: env.clone(),
-                    ctx: ctx.clone(),
-                    binding: "LIMITS",
-                    object: name,
-                    path: "/",
-                    body: serde_json::to_value(KeyCall::Release { id: id.to_string() }).unwrap_or_default(),
-                });
+                send_release(Release::new(env, ctx, "LIMITS", name, "/", &KeyCall::Release { id: id.to_string() }));
             }
             Ok(KeyAdmission::default())
         }

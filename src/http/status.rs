@@ -5,7 +5,7 @@
 //! `switchyard_core::status` (both public surfaces render one `Report`, so they always say the
 //! same thing).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
@@ -36,7 +36,7 @@ thread_local! {
     static LAST_REPORT: RefCell<Option<Cached>> = const { RefCell::new(None) };
     /// When the one build in flight started (SPEC §18: a burst of status hits builds once per
     /// isolate; the others are served the last report meanwhile).
-    static BUILDING: RefCell<Option<u64>> = const { RefCell::new(None) };
+    static BUILDING: Cell<Option<u64>> = const { Cell::new(None) };
 }
 
 /// The report: this isolate's last one while it is younger than [`REPORT_CACHE_MS`] and of the same
@@ -55,11 +55,9 @@ pub(super) async fn report(env: &Env, catalog: &Rc<Catalog>) -> Rc<Report> {
             return r.clone();
         }
     }
-    let in_flight = BUILDING.with(|b| {
-        b.borrow()
-            .as_ref()
-            .is_some_and(|started| now.saturating_sub(*started) < BUILD_GIVE_UP_MS)
-    });
+    let in_flight = BUILDING
+        .get()
+        .is_some_and(|started| now.saturating_sub(started) < BUILD_GIVE_UP_MS);
     if in_flight {
         if let Some((stale, _)) = last {
             return stale;
@@ -68,10 +66,10 @@ pub(super) async fn report(env: &Env, catalog: &Rc<Catalog>) -> Rc<Report> {
         // another's work — the runtime would take it for hung).
         return Rc::new(build(env, catalog, now).await);
     }
-    BUILDING.with(|b| *b.borrow_mut() = Some(now));
+    BUILDING.set(Some(now));
     let r = Rc::new(build(env, catalog, now).await);
     LAST_REPORT.with(|c| *c.borrow_mut() = Some((r.clone(), catalog.clone(), now)));
-    BUILDING.with(|b| *b.borrow_mut() = None);
+    BUILDING.set(None);
     r
 }
 

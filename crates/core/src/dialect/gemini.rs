@@ -183,11 +183,12 @@ pub fn inspect_event(ev: &SseEvent) -> EventInfo {
         };
     }
     let chars = output_chars(&v);
+    let finishes = finished(&v);
     EventInfo {
         content: chars > 0,
         output_chars: chars,
-        finished: finished(&v) > 0,
-        finishes: finished(&v),
+        finished: finishes > 0,
+        finishes,
         finish: finish(&v),
         done: false,
         usage: usage(&v),
