@@ -23,7 +23,7 @@ use switchyard_core::generation::GenerationRecord;
 use switchyard_core::ApiError;
 use worker::{Context, Env};
 
-use crate::batch;
+use crate::batch::{self, Turn};
 use crate::outbox;
 use crate::runtime::clock::{in_request, now_ms, sleep};
 use crate::store::{HoldRow, KeyRecord, Settlement, Store, SETTLEMENT_VERSION};
@@ -245,11 +245,12 @@ fn remember(account: &str, available: i64, now: u64) {
 /// Waits before each settlement try: at once, then twice more if D1 refused the batch.
 const SETTLE_BACKOFF_MS: [u64; 3] = [0, 100, 400];
 /// An isolate's settlements within 10 ms share one D1 batch of at most 16 (each is about six
-/// statements).
+/// statements); a batch under way for 5 s is taken for lost by its riders.
 const SETTLE_BATCH: Rules = Rules {
     wait_ms: 10,
     max_items: 16,
     overdue_ms: 100,
+    lost_ms: 5_000,
 };
 
 thread_local! {
@@ -259,9 +260,9 @@ thread_local! {
 /// Settles a request: writes a fast-path hold not written yet (or waits for the write under way),
 /// releases the hold, charges `record.total_cost_micros`, writes the ledger row and the
 /// generation. Runs inside `ctx.wait_until`. Settlements of the same isolate share one D1 batch
-/// ([`SETTLE_BATCH`]): the first one queued waits and writes them all (the others' tasks end at
-/// once). The batch is one transaction; if it fails, each
-/// settlement is written on its own.
+/// ([`SETTLE_BATCH`]): the first one queued waits and writes them all; the others wait on their
+/// own timers until it is written, and write their own settlement alone if it failed or its
+/// writer's task died (`batch::gather`). The batch is one transaction.
 pub async fn settle(env: Env, hold: Option<Hold>, record: GenerationRecord) {
     let mut unwritten = None;
     if let Some(fast) = hold.as_ref().and_then(|h| h.fast.as_ref()) {
@@ -278,22 +279,78 @@ pub async fn settle(env: Env, hold: Option<Hold>, record: GenerationRecord) {
         has_hold: hold.is_some(),
         unwritten,
     };
-    let batch = batch::gather(&SETTLEMENTS, "", item, false, &SETTLE_BATCH).await;
-    for chunk in batch.chunks(SETTLE_BATCH.max_items) {
-        let parts: Vec<_> = chunk.iter().map(Settlement::parts).collect();
-        let together = match Store::new(&env) {
-            Ok(store) => store.settle(&parts).await,
-            Err(e) => Err(e),
-        };
-        for item in chunk {
-            if together.is_ok() {
-                Store::note_spend(&item.record.key_id, item.record.total_cost_micros);
-            } else {
-                settle_alone(&env, item).await;
-            }
+    let drill = writer_dies_drill(&env, &item);
+    let (key, rules) = match &drill {
+        Some(d) => (d.key.clone(), if d.dies { DRILL_BATCH } else { SETTLE_BATCH }),
+        None => (String::new(), SETTLE_BATCH),
+    };
+    let lead = match batch::gather(&SETTLEMENTS, &key, item, false, &rules).await {
+        Turn::Lead(lead) => lead,
+        Turn::Alone(item) => return settle_alone(&env, &item).await,
+        Turn::Done => return,
+    };
+    if drill.is_some_and(|d| d.dies) {
+        // The drill's writer dies with the batch in hand: its riders must not lose theirs.
+        worker::console_log!(
+            "{{\"event\":\"drill_settlement_writer_died\",\"items\":{}}}",
+            lead.items.len()
+        );
+        return;
+    }
+    let parts: Vec<_> = lead.items.iter().map(Settlement::parts).collect();
+    let together = match Store::new(&env) {
+        Ok(store) => store.settle(&parts).await,
+        Err(e) => Err(e),
+    };
+    batch::finished(&SETTLEMENTS, &lead, together.is_ok());
+    if together.is_ok() {
+        for item in &lead.items {
+            Store::note_spend(&item.record.key_id, item.record.total_cost_micros);
         }
+    } else if let Some(own) = lead.own.and_then(|i| lead.items.get(i)) {
+        // The riders write theirs alone, each from its own task.
+        settle_alone(&env, own).await;
     }
 }
+
+/// A settlement that could not be written from where it was polled (no I/O there, see
+/// `clock::in_request`): queued for the isolate's next settlement to write with its own.
+pub fn leave(hold: Option<Hold>, record: GenerationRecord) {
+    let unwritten = hold
+        .as_ref()
+        .and_then(|h| h.fast.as_ref())
+        .map(|fast| (*fast.row).clone());
+    let item = Settlement {
+        version: SETTLEMENT_VERSION,
+        record,
+        has_hold: hold.is_some(),
+        unwritten,
+    };
+    batch::leave(&SETTLEMENTS, "", item);
+}
+
+/// The settlement drill (test faults only): an account named `fault-settle-writer-dies…` has its
+/// settlements batched apart from everyone else's; one of them for a model of that name waits
+/// 1.5 s for riders, then its writer dies holding the batch.
+struct Drill {
+    key: String,
+    dies: bool,
+}
+
+fn writer_dies_drill(env: &Env, item: &Settlement) -> Option<Drill> {
+    const NAME: &str = "fault-settle-writer-dies";
+    let record = &item.record;
+    (crate::runtime::test_faults(env) && record.account_id.starts_with(NAME)).then(|| Drill {
+        key: record.account_id.clone(),
+        dies: record.model.contains(NAME),
+    })
+}
+
+const DRILL_BATCH: Rules = Rules {
+    wait_ms: 1_500,
+    overdue_ms: 5_000,
+    ..SETTLE_BATCH
+};
 
 /// Writes one settlement in its own batch, with retries. A failed batch may still have been
 /// applied (the reply was lost): retrying is safe because the batch charges only while the hold

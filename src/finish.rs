@@ -93,13 +93,15 @@ impl Record {
         async move {
             if !in_request() {
                 // Polled where the runtime allows no I/O (see `clock::in_request`): settlement
-                // cannot be written from here. The hold stays open and the cron sweep releases it
-                // at expiry — nothing is charged twice; this answer is not charged at all.
+                // cannot be written from here. It is queued for this isolate's next settlement to
+                // write with its own; should none come, the hold expires and the sweep releases it
+                // (nothing is charged twice). The health report is lost.
                 worker::console_error!(
                     "{{\"event\":\"relay_lost_context\",\"generation_id\":{:?},\"charge_micros\":{}}}",
                     finished.record.id,
                     finished.record.total_cost_micros
                 );
+                billing::leave(hold, finished.record);
                 return;
             }
             let report = health::report(&env, &model, config, finished.observations, finished.request);

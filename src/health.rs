@@ -31,7 +31,7 @@ use switchyard_core::verify::{self as checks, CheckRoute};
 
 use worker::{durable_object, DurableObject, Env, Request, Response, ScheduledTime, State};
 
-use crate::batch;
+use crate::batch::{self, Turn};
 use crate::limits::CapacityDesk;
 use crate::object;
 use crate::runtime::clock::{now_ms, sleep};
@@ -428,9 +428,11 @@ const REPORT_BATCH: Rules = Rules {
     wait_ms: 200,
     max_items: 64,
     overdue_ms: 2_000,
+    lost_ms: 5_000,
 };
 
 /// One request's outcomes, waiting to be sent.
+#[derive(Clone)]
 struct Report {
     config: HealthConfig,
     observations: Vec<Observation>,
@@ -460,7 +462,11 @@ pub async fn report(
         observations,
         request,
     };
-    let batch = batch::gather(&OUTBOX, model_id, item, urgent, &REPORT_BATCH).await;
+    let (batch, lead) = match batch::gather(&OUTBOX, model_id, item, urgent, &REPORT_BATCH).await {
+        Turn::Lead(mut lead) => (std::mem::take(&mut lead.items), Some(lead)),
+        Turn::Alone(item) => (vec![item], None),
+        Turn::Done => return,
+    };
     let Some(config) = batch.last().map(|r| r.config) else {
         return;
     };
@@ -480,7 +486,11 @@ pub async fn report(
         requests,
     };
     let model_report = async {
-        if let Some(reply) = call_object::<SnapshotReply>(env, &name, &model_call).await {
+        let reply = call_object::<SnapshotReply>(env, &name, &model_call).await;
+        if let Some(lead) = &lead {
+            batch::finished(&OUTBOX, lead, reply.is_some());
+        }
+        if let Some(reply) = reply {
             remember(&name, reply);
         }
     };

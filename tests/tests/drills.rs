@@ -52,7 +52,11 @@ fn unix_ms() -> u64 {
 
 /// An account whose money statements fail in D1 between `from` and `until` (the store's drill).
 fn outage_account(s: &Stack, from: u64, until: u64, credit_usd: f64) -> String {
-    let id = format!("d1-outage-{from}-{until}");
+    account_key(s, &format!("d1-outage-{from}-{until}"), credit_usd)
+}
+
+/// A new account named `id` with `credit_usd` and a key; returns the key.
+fn account_key(s: &Stack, id: &str, credit_usd: f64) -> String {
     let r = s.admin("POST", "/admin/accounts", Some(json!({"id": id})));
     assert_eq!(r.status, 201, "{}", r.text());
     let r = s.admin(
@@ -135,5 +139,78 @@ fn a_d1_outage_loses_no_charge_and_leaks_no_hold() {
     assert_eq!(
         (c_late["charges_total_micros"].as_i64(), c_late["held_micros"].as_i64()),
         (Some(0), Some(0))
+    );
+}
+
+/// SPEC §18 settlement survives its neighbours: the writer of a settlement batch whose task dies
+/// with the batch in hand takes nobody else's charge with it. The drill (an account and a model
+/// named `fault-settle-writer-dies…`): the model's settlement waits 1.5 s for riders — the same
+/// account's next answers — then its writer dies; each rider, seeing its batch never written,
+/// writes its own.
+#[test]
+fn a_settlement_writer_that_dies_takes_no_riders_charge_with_it() {
+    let s = Stack::from_env();
+    let label = unique("l");
+    let provider = s.mock_provider(&label, "ok", false);
+    let normal = s.model(vec![route("r0", &provider, "u", json!({}))], None);
+    let dying = format!("fault-settle-writer-dies-{}", unique("m"));
+    let doc = json!({"context_window": 8192, "max_output_tokens": 256,
+                     "routes": [route("r0", &provider, "u", json!({}))]});
+    let r = s.admin("PUT", &format!("/admin/models/{dying}"), Some(doc));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let key = account_key(&s, &unique("fault-settle-writer-dies"), 100.0);
+
+    let r = s.chat(&key, &chat_body(&dying, false));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let writer = r.header("x-generation-id").unwrap().to_string();
+    let started = Instant::now();
+    let mut riders = vec![];
+    for stream in [false, true, false] {
+        let r = s.chat(&key, &chat_body(&normal, stream));
+        assert_eq!(r.status, 200, "{}", r.text());
+        riders.push(r.header("x-generation-id").unwrap().to_string());
+    }
+    assert!(
+        started.elapsed() < Duration::from_millis(1_400),
+        "the riders joined the writer's batch"
+    );
+
+    let auth = format!("Bearer {key}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let costs: Vec<f64> = loop {
+        let records: Vec<_> = riders
+            .iter()
+            .map(|id| {
+                s.request(
+                    "GET",
+                    &format!("{}/v1/generation?id={id}", s.gateway),
+                    &[("authorization", &auth)],
+                    None,
+                )
+            })
+            .collect();
+        if records.iter().all(|r| r.status == 200) {
+            break records
+                .iter()
+                .map(|r| r.json()["total_cost"].as_f64().unwrap())
+                .collect();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a rider's charge was lost with its batch's writer"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let charged: i64 = costs.iter().map(|c| (c * 1e6).round() as i64).sum();
+    assert!(costs.iter().all(|c| *c > 0.0), "{costs:?}");
+    let c = s.credits(&key);
+    assert_eq!(
+        c["charges_total_micros"].as_i64(),
+        Some(charged),
+        "each rider charged once: {c}"
+    );
+    assert!(
+        s.generation_if_any(&key, &writer).is_none(),
+        "the drill fired: the writer's own settlement died with it"
     );
 }

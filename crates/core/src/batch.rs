@@ -3,21 +3,31 @@
 //! Settlements (D1) and health reports (Durable Objects) both use it.
 //!
 //! An urgent item, a full queue, or a queue whose flusher is overdue (its task was lost) is sent at
-//! once by the caller that finds it so: nothing waits for a flusher that will never come. Time is
-//! an argument; the waiting itself is the caller's (`src/batch.rs`).
+//! once by the caller that finds it so: nothing waits for a flusher that will never come. A rider
+//! does not trust the flusher either (SPEC §18: no write depends on another request's task
+//! finishing): it keeps a copy of its item and checks its ticket on its own timer — sent, it is
+//! done; still queued past the flusher's time, it sends the queue itself; the flusher's batch
+//! failed, or has been under way too long (its task died mid-send), it sends its copy alone (the
+//! writes are idempotent). Time is an argument; the waiting itself is the caller's
+//! (`src/batch.rs`).
 
 use std::collections::HashMap;
 
 /// How a kind of item is batched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rules {
-    /// How long the first item waits for others.
+    /// How long the first item waits for others; also how often a rider checks its ticket.
     pub wait_ms: u64,
     /// Items past which the queue is sent at once.
     pub max_items: usize,
-    /// Age of the oldest item past which the queue is sent at once.
+    /// Age of the oldest item past which the queue is sent at once (its flusher is gone).
     pub overdue_ms: u64,
+    /// How long a batch may be under way before its riders take it for lost and send their own.
+    pub lost_ms: u64,
 }
+
+/// An item's place in its key's batches: what a rider checks.
+pub type Ticket = u64;
 
 /// What the caller who queued an item does next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,50 +36,167 @@ pub enum Role {
     FlushAfter(u64),
     /// [`Batches::take`] and send now.
     FlushNow,
-    /// Nothing: another caller sends this item.
-    Ride,
+    /// Another caller means to send it: wait this long, then [`Batches::check`] the ticket.
+    Ride(u64),
+}
+
+/// What a rider learns from its ticket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Check {
+    /// Sent with its batch: nothing more to do.
+    Sent,
+    /// Not settled yet either way: check again after this long.
+    Wait(u64),
+    /// Still queued and its flusher is overdue: [`Batches::take`] the queue and send it.
+    Flush,
+    /// Its batch failed or was lost: send the rider's own copy alone.
+    Alone,
+}
+
+/// Where a taken ticket stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    Sending { since_ms: u64 },
+    Sent,
+    Failed,
 }
 
 struct Queue<T> {
-    items: Vec<T>,
-    since_ms: u64,
+    items: Vec<(Ticket, T)>,
+    /// When its flusher is overdue: set by the first item's rules.
+    due_ms: u64,
 }
 
-/// Queues by key (e.g. one per model).
+/// A batch taken to send.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Taken<T> {
+    pub items: Vec<T>,
+    /// Which of `items` is the sender's own (none when a rider took it for an overdue flusher).
+    pub own: Option<usize>,
+    /// The other items' tickets, to tell their riders with [`Batches::finished`].
+    pub riders: Vec<Ticket>,
+}
+
+/// Queues by key (e.g. one per model), and the fate of the tickets taken from them.
 pub struct Batches<T> {
     queues: HashMap<String, Queue<T>>,
+    fates: HashMap<Ticket, Fate>,
+    next_ticket: Ticket,
 }
 
 impl<T> Default for Batches<T> {
     fn default() -> Self {
-        Batches { queues: HashMap::new() }
+        Batches {
+            queues: HashMap::new(),
+            fates: HashMap::new(),
+            next_ticket: 0,
+        }
     }
 }
 
+/// Fates remembered at most; past it the oldest are forgotten and their riders send alone (a
+/// rider that died never reads its fate).
+const MAX_FATES: usize = 4096;
+
 impl<T> Batches<T> {
     /// Queues `item` under `key` at `now_ms` and says who sends it.
-    pub fn push(&mut self, key: &str, item: T, urgent: bool, now_ms: u64, rules: &Rules) -> Role {
+    pub fn push(&mut self, key: &str, item: T, urgent: bool, now_ms: u64, rules: &Rules) -> (Ticket, Role) {
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        let due_ms = now_ms.saturating_add(rules.overdue_ms);
         let queue = self.queues.entry(key.to_string()).or_insert_with(|| Queue {
             items: Vec::new(),
-            since_ms: now_ms,
+            due_ms,
         });
         let first = queue.items.is_empty();
         if first {
-            queue.since_ms = now_ms;
+            queue.due_ms = due_ms;
         }
-        queue.items.push(item);
-        if urgent || queue.items.len() >= rules.max_items || now_ms.saturating_sub(queue.since_ms) > rules.overdue_ms {
+        queue.items.push((ticket, item));
+        let role = if urgent || queue.items.len() >= rules.max_items || now_ms > queue.due_ms {
             Role::FlushNow
         } else if first {
             Role::FlushAfter(rules.wait_ms)
         } else {
-            Role::Ride
+            Role::Ride(rules.wait_ms.saturating_mul(2))
+        };
+        (ticket, role)
+    }
+
+    /// Queues `item` under `key` with no one to send it (its task can do no I/O): whoever queues
+    /// or checks under `key` next sends it.
+    pub fn leave(&mut self, key: &str, item: T) {
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        let queue = self.queues.entry(key.to_string()).or_insert_with(|| Queue {
+            items: Vec::new(),
+            due_ms: 0,
+        });
+        queue.due_ms = 0;
+        queue.items.push((ticket, item));
+    }
+
+    /// Everything queued under `key` (empty when another caller sent it already), for the caller
+    /// holding ticket `own` to send; the other tickets are under way from `now_ms` until
+    /// [`Batches::finished`].
+    pub fn take(&mut self, key: &str, own: Ticket, now_ms: u64) -> Taken<T> {
+        let queued = self.queues.remove(key).map(|q| q.items).unwrap_or_default();
+        if self.fates.len() + queued.len() > MAX_FATES {
+            self.fates.clear();
+        }
+        let mut taken = Taken {
+            items: Vec::with_capacity(queued.len()),
+            own: None,
+            riders: Vec::new(),
+        };
+        for (ticket, item) in queued {
+            if ticket == own {
+                taken.own = Some(taken.items.len());
+            } else {
+                self.fates.insert(ticket, Fate::Sending { since_ms: now_ms });
+                taken.riders.push(ticket);
+            }
+            taken.items.push(item);
+        }
+        taken
+    }
+
+    /// The batch holding `tickets` was written (`ok`) or not: its riders learn it.
+    pub fn finished(&mut self, tickets: &[Ticket], ok: bool) {
+        for ticket in tickets {
+            if let Some(fate) = self.fates.get_mut(ticket) {
+                *fate = if ok { Fate::Sent } else { Fate::Failed };
+            }
         }
     }
 
-    /// Everything queued under `key` (empty when another caller sent it already).
-    pub fn take(&mut self, key: &str) -> Vec<T> {
-        self.queues.remove(key).map(|q| q.items).unwrap_or_default()
+    /// What the rider holding `ticket` (queued under `key`) does now.
+    pub fn check(&mut self, key: &str, ticket: Ticket, now_ms: u64, rules: &Rules) -> Check {
+        if let Some(queue) = self
+            .queues
+            .get(key)
+            .filter(|q| q.items.iter().any(|(t, _)| *t == ticket))
+        {
+            return if now_ms > queue.due_ms {
+                Check::Flush
+            } else {
+                Check::Wait(rules.wait_ms)
+            };
+        }
+        match self.fates.get(&ticket).copied() {
+            Some(Fate::Sending { since_ms }) if now_ms.saturating_sub(since_ms) <= rules.lost_ms => {
+                Check::Wait(rules.wait_ms)
+            }
+            Some(Fate::Sent) => {
+                self.fates.remove(&ticket);
+                Check::Sent
+            }
+            // Failed, lost under way, or forgotten: the rider's copy goes alone.
+            _ => {
+                self.fates.remove(&ticket);
+                Check::Alone
+            }
+        }
     }
 }
 
@@ -81,22 +208,44 @@ mod tests {
         wait_ms: 10,
         max_items: 3,
         overdue_ms: 100,
+        lost_ms: 1_000,
     };
 
     #[test]
     fn the_first_item_waits_and_takes_those_that_came_meanwhile() {
         let mut b = Batches::default();
-        assert_eq!(b.push("k", 1, false, 0, &RULES), Role::FlushAfter(10));
-        assert_eq!(b.push("k", 2, false, 5, &RULES), Role::Ride);
+        let (t1, role) = b.push("k", 1, false, 0, &RULES);
+        assert_eq!(role, Role::FlushAfter(10));
+        let (t2, role) = b.push("k", 2, false, 5, &RULES);
+        assert_eq!(role, Role::Ride(20));
         assert_eq!(
-            b.push("other", 9, false, 5, &RULES),
+            b.push("other", 9, false, 5, &RULES).1,
             Role::FlushAfter(10),
             "keys are apart"
         );
-        assert_eq!(b.take("k"), vec![1, 2]);
-        assert_eq!(b.take("k"), Vec::<i32>::new(), "the late flusher finds nothing");
         assert_eq!(
-            b.push("k", 3, false, 20, &RULES),
+            b.check("k", t2, 8, &RULES),
+            Check::Wait(10),
+            "still queued, its flusher not late"
+        );
+        assert_eq!(
+            b.take("k", t1, 10),
+            Taken {
+                items: vec![1, 2],
+                own: Some(0),
+                riders: vec![t2]
+            }
+        );
+        assert_eq!(
+            b.take("k", t1, 10).items,
+            Vec::<i32>::new(),
+            "the late flusher finds nothing"
+        );
+        assert_eq!(b.check("k", t2, 20, &RULES), Check::Wait(10), "under way");
+        b.finished(&[t2], true);
+        assert_eq!(b.check("k", t2, 30, &RULES), Check::Sent);
+        assert_eq!(
+            b.push("k", 3, false, 40, &RULES).1,
             Role::FlushAfter(10),
             "a new batch starts"
         );
@@ -105,18 +254,92 @@ mod tests {
     #[test]
     fn urgent_full_or_overdue_queues_go_at_once() {
         let mut b = Batches::default();
-        assert_eq!(b.push("k", 1, true, 0, &RULES), Role::FlushNow, "urgent");
-        b.take("k");
+        let (t, role) = b.push("k", 1, true, 0, &RULES);
+        assert_eq!(role, Role::FlushNow, "urgent");
+        b.take("k", t, 0);
         b.push("k", 1, false, 0, &RULES);
         b.push("k", 2, false, 1, &RULES);
-        assert_eq!(b.push("k", 3, false, 2, &RULES), Role::FlushNow, "full");
-        b.take("k");
+        assert_eq!(b.push("k", 3, false, 2, &RULES).1, Role::FlushNow, "full");
+        b.take("k", 0, 2);
         b.push("k", 1, false, 0, &RULES);
         assert_eq!(
-            b.push("k", 2, false, 101, &RULES),
+            b.push("k", 2, false, 101, &RULES).1,
             Role::FlushNow,
             "its flusher is overdue: the task was lost"
         );
-        assert_eq!(b.take("k"), vec![1, 2]);
+        assert_eq!(b.take("k", 0, 101).items, vec![1, 2]);
+    }
+
+    #[test]
+    fn a_queue_is_overdue_by_its_first_items_rules() {
+        let mut b = Batches::default();
+        let slow = Rules {
+            wait_ms: 1_500,
+            overdue_ms: 5_000,
+            ..RULES
+        };
+        assert_eq!(b.push("k", 1, false, 0, &slow).1, Role::FlushAfter(1_500));
+        let (t2, role) = b.push("k", 2, false, 1_000, &RULES);
+        assert_eq!(role, Role::Ride(20), "not overdue: the flusher waits 1.5 s");
+        assert_eq!(b.check("k", t2, 4_000, &RULES), Check::Wait(10));
+        assert_eq!(b.check("k", t2, 5_001, &RULES), Check::Flush);
+    }
+
+    #[test]
+    fn a_rider_whose_flusher_never_came_sends_the_queue_itself() {
+        let mut b = Batches::default();
+        b.push("k", 1, false, 0, &RULES); // its flusher's task dies before taking
+        let (t2, _) = b.push("k", 2, false, 5, &RULES);
+        assert_eq!(b.check("k", t2, 50, &RULES), Check::Wait(10));
+        assert_eq!(b.check("k", t2, 101, &RULES), Check::Flush);
+        let taken = b.take("k", t2, 101);
+        assert_eq!(
+            (taken.items, taken.own, taken.riders),
+            (vec![1, 2], Some(1), vec![0]),
+            "the dead flusher's item goes too"
+        );
+    }
+
+    #[test]
+    fn a_rider_sends_its_own_copy_when_the_batch_failed_or_was_lost_under_way() {
+        let mut b = Batches::default();
+        let (t1, _) = b.push("k", 1, false, 0, &RULES);
+        let (t2, _) = b.push("k", 2, false, 1, &RULES);
+        let (t3, _) = b.push("k", 3, false, 2, &RULES);
+        let others = b.take("k", t1, 10).riders;
+        b.finished(&[t2], false);
+        assert_eq!(b.check("k", t2, 20, &RULES), Check::Alone, "the batch failed");
+        assert_eq!(others, vec![t2, t3]);
+        assert_eq!(
+            b.check("k", t3, 1_000, &RULES),
+            Check::Wait(10),
+            "still within its time"
+        );
+        assert_eq!(
+            b.check("k", t3, 1_011, &RULES),
+            Check::Alone,
+            "the flusher died mid-send"
+        );
+        assert_eq!(
+            b.check("k", 999, 0, &RULES),
+            Check::Alone,
+            "a ticket nobody knows goes alone"
+        );
+    }
+
+    #[test]
+    fn an_item_left_without_a_sender_goes_with_the_next_one_queued_or_checked() {
+        let mut b = Batches::default();
+        b.leave("k", 1);
+        assert_eq!(b.push("k", 2, false, 5_000, &RULES).1, Role::FlushNow);
+        assert_eq!(b.take("k", 1, 5_000).items, vec![1, 2]);
+        b.push("k", 3, false, 6_000, &RULES);
+        let (rider, _) = b.push("k", 4, false, 6_001, &RULES);
+        b.leave("k", 5);
+        assert_eq!(
+            b.check("k", rider, 6_002, &RULES),
+            Check::Flush,
+            "a rider checking sends it too"
+        );
     }
 }
