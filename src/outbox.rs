@@ -9,9 +9,9 @@
 //! changes nothing the second time.
 
 use wasm_bindgen::JsCast;
-use worker::{durable_object, DurableObject, Env, ListOptions, Method, Request, RequestInit, Response, State};
+use worker::{durable_object, DurableObject, Env, ListOptions, Request, Response, State};
 
-use crate::runtime::clock::in_request;
+use crate::object;
 use crate::store::{Settlement, Store};
 
 /// Outbox objects, `outbox-0` … `outbox-15`.
@@ -52,7 +52,7 @@ impl DurableObject for SettlementOutbox {
         if storage.get_alarm().await?.is_none() {
             storage.set_alarm(FIRST_RETRY_MS).await?;
         }
-        Response::ok("kept")
+        Response::from_json(&true)
     }
 
     /// Replays what is kept; what D1 still refuses waits for the next alarm, later each time.
@@ -119,25 +119,11 @@ impl DurableObject for SettlementOutbox {
 
 /// Hands a settlement D1 refused to the outbox; true when it is kept.
 pub async fn keep(env: &Env, item: &Settlement) -> bool {
-    if !in_request() {
-        return false;
-    }
-    let Ok(body) = serde_json::to_string(&[item]) else {
-        return false;
-    };
-    let name = format!("outbox-{}", switchyard_core::spread::hash64(&[&item.record.id]) % SHARDS);
-    let call = async {
-        let stub = env.durable_object("OUTBOX").ok()?.get_by_name(&name).ok()?;
-        let mut init = RequestInit::new();
-        init.with_method(Method::Post).with_body(Some(body.into()));
-        let req = Request::new_with_init("https://outbox/", &init).ok()?;
-        let resp = stub.fetch_with_request(req).await.ok()?;
-        Some(resp.status_code() == 200)
-    };
-    let late = crate::runtime::clock::sleep(KEEP_DEADLINE_MS);
-    let kept = match futures_util::future::select(std::pin::pin!(call), std::pin::pin!(late)).await {
-        futures_util::future::Either::Left((kept, _)) => kept.unwrap_or(false),
-        futures_util::future::Either::Right(_) => false,
-    };
-    kept
+    let name = format!(
+        "outbox-{}",
+        switchyard_core::spread::hash64(&[&item.record.id]) % SHARDS
+    );
+    object::call::<_, bool>(env, "OUTBOX", &name, "/", &[item], KEEP_DEADLINE_MS, None)
+        .await
+        .unwrap_or(false)
 }

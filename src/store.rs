@@ -151,14 +151,20 @@ pub struct Store {
 
 /// A D1 read within [`D1_DEADLINE_MS`]: an error or no answer in time is D1 being out of reach
 /// (`storage_unavailable`, logged with `label`), never a 500.
-async fn read<T>(fut: impl std::future::Future<Output = worker::Result<T>>, label: &'static str) -> Result<T, ApiError> {
+async fn read<T>(
+    fut: impl std::future::Future<Output = worker::Result<T>>,
+    label: &'static str,
+) -> Result<T, ApiError> {
     use futures_util::future::{select, Either};
     let fut = std::pin::pin!(fut);
     let late = std::pin::pin!(crate::runtime::clock::sleep(D1_DEADLINE_MS));
     match select(fut, late).await {
         Either::Left((Ok(v), _)) => Ok(v),
         Either::Left((Err(e), _)) => {
-            worker::console_error!("{{\"event\":\"store_error\",\"op\":\"{label}\",\"detail\":{:?}}}", e.to_string());
+            worker::console_error!(
+                "{{\"event\":\"store_error\",\"op\":\"{label}\",\"detail\":{:?}}}",
+                e.to_string()
+            );
             Err(ApiError::StorageUnavailable)
         }
         Either::Right(_) => {
@@ -192,11 +198,7 @@ impl Store {
     pub fn new(env: &Env) -> Result<Store, ApiError> {
         let drill = crate::runtime::test_faults(env);
         env.d1("DB")
-            .map(|db| Store {
-                db,
-                drill,
-                down: false,
-            })
+            .map(|db| Store { db, drill, down: false })
             .map_err(internal("d1_binding"))
     }
 
@@ -262,7 +264,9 @@ impl Store {
             return Err(ApiError::StorageUnavailable);
         }
         let row: Option<CatalogRow> = read(
-            self.db.prepare("SELECT doc, version FROM catalog WHERE id = 1").first(None),
+            self.db
+                .prepare("SELECT doc, version FROM catalog WHERE id = 1")
+                .first(None),
             "catalog_read",
         )
         .await?;
@@ -699,6 +703,12 @@ impl Store {
             self.hold_row(h, "awaited", true, false)?,
         ];
         let results = read(self.db.batch(statements), "hold").await?;
+        if self.drill && h.account.starts_with("hold-reply-lost") {
+            // The lost-reply drill (test faults only): D1 applied the hold, its answer never came.
+            return Err(ApiError::Internal {
+                label: "hold_reply_lost_drill",
+            });
+        }
         #[derive(Deserialize)]
         struct After {
             available: f64,

@@ -214,3 +214,29 @@ fn a_settlement_writer_that_dies_takes_no_riders_charge_with_it() {
         "the drill fired: the writer's own settlement died with it"
     );
 }
+
+/// SPEC §18: a hold statement D1 applied whose answer was lost (the drill: an account named
+/// `hold-reply-lost…`) fails the request with 503 `storage_unavailable`, and the hold it left is
+/// released by the generation id once D1 answers — not kept until the sweep.
+#[test]
+fn a_hold_whose_reply_was_lost_is_released_by_its_generation_id() {
+    let s = Stack::from_env();
+    let label = unique("l");
+    let provider = s.mock_provider(&label, "ok", false);
+    let model = s.model(vec![route("r0", &provider, "u", json!({}))], None);
+    let key = account_key(&s, &unique("hold-reply-lost"), 100.0);
+    let r = s.chat(&key, &chat_body(&model, false));
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "storage_unavailable");
+    assert_eq!(s.mock_stats(&label, "ok")["requests"], 0, "nothing was sent upstream");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let c = s.credits(&key);
+        if c["held_micros"] == 0 && c["open_holds_micros"] == 0 {
+            assert_eq!(c["charges_total_micros"], 0, "{c}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the lost hold is still held: {c}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
