@@ -21,7 +21,7 @@ fn a_field_named_billing_echoed_in_a_400_blames_no_account() {
     // r0's provider rejects an unknown argument the way OpenAI does, naming it: "Unrecognized
     // request argument supplied: billing". The word alone once read as a billing failure and put
     // r0's upstream account in cooldown for every model and every key.
-    let f = Fixture::build(Api::Chat, &["reject-field/billing/400", "ok"], &[], relaxed(), false);
+    let f = Fixture::build(Api::Chat, &["reject-field/billing/400", "lenient"], &[], relaxed(), false);
     let r = f.send_with(json!({"billing": 1}));
     assert_eq!(r.status, 200, "the route that takes the field answers: {}", r.text());
     assert_eq!(
@@ -116,7 +116,7 @@ fn one_keys_content_that_breaks_a_route_does_not_move_it_for_the_next_key() {
     // content triggers. Four such requests from one key fall back to r1 each time; they prove
     // nothing against r0 for anyone else: the model's object checks r0 with its own known
     // request, which r0 answers, and the next key's requests still go to r0 first.
-    let f = Fixture::build(Api::Chat, &["reject-field/poison/500", "ok"], &[], relaxed(), false);
+    let f = Fixture::build(Api::Chat, &["reject-field/poison/500", "lenient"], &[], relaxed(), false);
     for _ in 0..4 {
         let r = f.send_with(json!({"poison": true}));
         assert_eq!(r.status, 200, "{}", r.text());
@@ -169,7 +169,7 @@ fn ten_mib_of_tiny_json_values_leave_another_clients_stream_whole() {
     let (routes, _) = s.mock_routes(&[("chunks/40/100", json!({"price": {"input_per_mtok": 0.0, "output_per_mtok": 0.0}}))]);
     let model = s.model(routes, Some(policy));
     let doc = json!({"context_window": 100_000_000u64, "max_output_tokens": 64,
-                     "routes": s.mock_routes(&[("ok", json!({"price": {"input_per_mtok": 0.0, "output_per_mtok": 0.0}}))]).0});
+                     "routes": s.mock_routes(&[("lenient", json!({"price": {"input_per_mtok": 0.0, "output_per_mtok": 0.0}}))]).0});
     let big_model = switchyard_e2e::unique("m");
     assert_eq!(s.admin("PUT", &format!("/admin/models/{big_model}"), Some(doc)).status, 200);
     let key = s.new_key(10.0);

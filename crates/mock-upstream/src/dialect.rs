@@ -1,10 +1,13 @@
-//! Response bodies for the three provider dialects: normal answers
-//! (non-stream JSON and SSE stream plans), error bodies and error events.
+//! Response bodies for the four provider dialects: normal answers (non-stream JSON and SSE
+//! stream plans) — text, or tool calls ([`Answer`]) — error bodies and error events.
 //!
 //! Everything here is a pure function of the request and the scenario, so the
 //! same request always yields byte-identical output (fixed ids, fixed
 //! `created` times, no counters).
 
+use serde_json::Value;
+
+use crate::answer::{Answer, ToolCall};
 use crate::json::{array, string, Obj};
 use crate::scenario::{Api, Behavior, ErrorKind, Scenario};
 
@@ -32,18 +35,25 @@ pub struct ReqInfo {
     /// (read, write) prompt-cache tokens reported beside the uncached prompt, each in the
     /// dialect's own fields (scenario `cache/R/W`).
     pub cache: (u64, u64),
+    /// What the answer says (the usual words unless the request decides, see [`crate::answer`]).
+    pub answer: Answer,
 }
 
 impl ReqInfo {
     /// Reads the fields the mock uses; an unparseable body counts as `{}`.
     pub fn from_body(body: &[u8]) -> ReqInfo {
-        let v: serde_json::Value = serde_json::from_slice(body).unwrap_or(serde_json::Value::Null);
+        let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+        ReqInfo::from_json(&v, body.len())
+    }
+
+    /// Reads the fields the mock uses from a parsed body of `len` bytes.
+    pub fn from_json(v: &Value, len: usize) -> ReqInfo {
         let model = v.get("model");
         let model_json = model
             .and_then(|m| serde_json::to_string(m).ok())
             .unwrap_or_else(|| string("mock-model"));
         let model_name = match model {
-            Some(serde_json::Value::String(s)) => s.clone(),
+            Some(Value::String(s)) => s.clone(),
             Some(other) => other.to_string(),
             None => "mock-model".to_string(),
         };
@@ -56,8 +66,9 @@ impl ReqInfo {
                 .and_then(|o| o.get("include_usage"))
                 .and_then(|b| b.as_bool())
                 .unwrap_or(false),
-            prompt_tokens: ((body.len() / 4) as u64).max(1),
+            prompt_tokens: ((len / 4) as u64).max(1),
             cache: (0, 0),
+            answer: Answer::Words,
         }
     }
 
@@ -305,22 +316,135 @@ pub fn error_body(api: Api, e: &ErrSpec) -> String {
     }
 }
 
-// ---------------------------------------------------------------- non-stream
+// ---------------------------------------------------------------- answers
 
 fn total(a: u64, b: u64) -> u64 {
     a.saturating_add(b)
 }
 
+/// `text` cut into at most `n` pieces of about equal length (on character boundaries).
+fn split(text: &str, n: usize) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    if n == 0 || chars.is_empty() {
+        return Vec::new();
+    }
+    chars
+        .chunks(chars.len().div_ceil(n))
+        .map(|c| c.iter().collect())
+        .collect()
+}
+
+/// The content deltas of a text answer: the usual `n` words, or the answer's text in `n` pieces.
+fn text_pieces(answer: &Answer, n: usize) -> Vec<String> {
+    match answer {
+        Answer::Text(text) => split(text, n),
+        _ => content_pieces(n),
+    }
+}
+
+/// The calls of the answer (none for a text answer).
+fn calls(info: &ReqInfo) -> &[ToolCall] {
+    match &info.answer {
+        Answer::Calls(calls) => calls,
+        _ => &[],
+    }
+}
+
+/// Output tokens the usage reports: one per content event of a text answer; for calls, one per
+/// four characters of their names and arguments.
+fn output_tokens(info: &ReqInfo, sc: &Scenario) -> u64 {
+    match &info.answer {
+        Answer::Calls(calls) => {
+            let chars: usize = calls.iter().map(|c| c.name.len() + c.arguments.len()).sum();
+            chars.div_ceil(4).max(1) as u64
+        }
+        answer => text_pieces(answer, sc.chunks).len() as u64,
+    }
+}
+
+/// The id of call `i`: `toolu_mock_<i>` for Anthropic, `call_mock_<i>` for OpenAI (Gemini's
+/// calls carry none).
+fn call_id(api: Api, i: usize) -> String {
+    match api {
+        Api::Messages => format!("toolu_mock_{i}"),
+        _ => format!("call_mock_{i}"),
+    }
+}
+
+/// A Chat `tool_calls` entry; `index` and the arguments as given in streams.
+fn chat_tool_call(i: usize, call: &ToolCall, index: bool, arguments: &str) -> String {
+    let o = if index {
+        Obj::new().num("index", i as u64)
+    } else {
+        Obj::new()
+    };
+    o.str("id", &call_id(Api::Chat, i))
+        .str("type", "function")
+        .obj(
+            "function",
+            Obj::new().str("name", &call.name).str("arguments", arguments),
+        )
+        .build()
+}
+
+/// An Anthropic `tool_use` block with `input` (raw JSON).
+fn tool_use_block(i: usize, call: &ToolCall, input: &str) -> Obj {
+    Obj::new()
+        .str("type", "tool_use")
+        .str("id", &call_id(Api::Messages, i))
+        .str("name", &call.name)
+        .raw("input", input)
+}
+
+/// A Responses `function_call` output item.
+fn responses_call(i: usize, call: &ToolCall, arguments: &str, status: &str) -> Obj {
+    Obj::new()
+        .str("type", "function_call")
+        .str("id", &format!("fc_mock_{i}"))
+        .str("call_id", &call_id(Api::Responses, i))
+        .str("name", &call.name)
+        .str("arguments", arguments)
+        .str("status", status)
+}
+
+/// Gemini parts: the calls, each a whole `functionCall`, else one text part.
+fn gemini_parts(calls: &[ToolCall], text: &str) -> String {
+    if calls.is_empty() {
+        return array(vec![Obj::new().str("text", text).build()]);
+    }
+    array(calls.iter().map(|c| {
+        Obj::new()
+            .obj(
+                "functionCall",
+                Obj::new().str("name", &c.name).raw("args", &c.arguments),
+            )
+            .build()
+    }))
+}
+
+// ---------------------------------------------------------------- non-stream
+
 /// The normal non-stream answer.
 pub fn nonstream_body(api: Api, info: &ReqInfo, sc: &Scenario) -> String {
-    let n = sc.chunks as u64;
-    let text: String = content_pieces(sc.chunks).concat();
+    let usage = (!sc.no_usage).then(|| output_tokens(info, sc));
+    let text: String = text_pieces(&info.answer, sc.chunks).concat();
+    let calls = calls(info);
     match api {
         Api::Chat => {
+            let message = Obj::new().str("role", "assistant");
+            let (message, finish) = if calls.is_empty() {
+                (message.str("content", &text), "stop")
+            } else {
+                let list = calls
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| chat_tool_call(i, c, false, &c.arguments));
+                (message.null("content").raw("tool_calls", &array(list)), "tool_calls")
+            };
             let choice = Obj::new()
                 .num("index", 0)
-                .obj("message", Obj::new().str("role", "assistant").str("content", &text))
-                .str("finish_reason", "stop")
+                .obj("message", message)
+                .str("finish_reason", finish)
                 .build();
             let mut o = Obj::new()
                 .str("id", "chatcmpl-mock")
@@ -328,42 +452,46 @@ pub fn nonstream_body(api: Api, info: &ReqInfo, sc: &Scenario) -> String {
                 .num("created", CREATED)
                 .raw("model", &info.model_json)
                 .raw("choices", &array(vec![choice]));
-            if !sc.no_usage {
+            if let Some(n) = usage {
                 o = o.obj("usage", chat_usage(info, n));
             }
             o.build()
         }
         Api::Messages => {
+            let (content, stop) = if calls.is_empty() {
+                (
+                    array(vec![Obj::new().str("type", "text").str("text", &text).build()]),
+                    "end_turn",
+                )
+            } else {
+                let blocks = calls
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| tool_use_block(i, c, &c.arguments).build());
+                (array(blocks), "tool_use")
+            };
             let mut o = Obj::new()
                 .str("id", "msg_mock")
                 .str("type", "message")
                 .str("role", "assistant")
                 .raw("model", &info.model_json)
-                .raw(
-                    "content",
-                    &array(vec![Obj::new().str("type", "text").str("text", &text).build()]),
-                )
-                .str("stop_reason", "end_turn")
+                .raw("content", &content)
+                .str("stop_reason", stop)
                 .null("stop_sequence");
-            if !sc.no_usage {
+            if let Some(n) = usage {
                 o = o.obj("usage", messages_usage(info, n));
             }
             o.build()
         }
-        Api::Responses => responses_object(info, "completed", Some(&text), if sc.no_usage { None } else { Some(n) }),
-        Api::Gemini => gemini_chunk(info, &text, Some("STOP"), (!sc.no_usage).then_some(n)),
+        Api::Responses => responses_object(info, "completed", &responses_output(calls, &text), usage),
+        Api::Gemini => gemini_chunk(info, &gemini_parts(calls, &text), Some("STOP"), usage),
     }
 }
 
-/// A Gemini `GenerateContentResponse`: one candidate with `text`, its finish reason if any, and
+/// A Gemini `GenerateContentResponse`: one candidate with `parts`, its finish reason if any, and
 /// usage (`Some(output tokens)`) if any.
-fn gemini_chunk(info: &ReqInfo, text: &str, finish: Option<&str>, usage_n: Option<u64>) -> String {
-    let mut candidate = Obj::new().obj(
-        "content",
-        Obj::new()
-            .raw("parts", &array(vec![Obj::new().str("text", text).build()]))
-            .str("role", "model"),
-    );
+fn gemini_chunk(info: &ReqInfo, parts: &str, finish: Option<&str>, usage_n: Option<u64>) -> String {
+    let mut candidate = Obj::new().obj("content", Obj::new().raw("parts", parts).str("role", "model"));
     if let Some(reason) = finish {
         candidate = candidate.str("finishReason", reason); // Google omits it until the end
     }
@@ -449,20 +577,28 @@ fn responses_item(text: Option<&str>) -> Obj {
     }
 }
 
-/// A Responses `response` object. `text` None = no output yet; `usage_n`
-/// None = no usage field.
-fn responses_object(info: &ReqInfo, status: &str, text: Option<&str>, usage_n: Option<u64>) -> String {
-    let output = match text {
-        Some(t) => array(vec![responses_item(Some(t)).build()]),
-        None => "[]".to_string(),
-    };
+/// A finished Responses `output`: the calls, else the message with `text`.
+fn responses_output(calls: &[ToolCall], text: &str) -> String {
+    if calls.is_empty() {
+        return array(vec![responses_item(Some(text)).build()]);
+    }
+    array(
+        calls
+            .iter()
+            .enumerate()
+            .map(|(i, c)| responses_call(i, c, &c.arguments, "completed").build()),
+    )
+}
+
+/// A Responses `response` object with `output` (JSON); `usage_n` None = no usage field.
+fn responses_object(info: &ReqInfo, status: &str, output: &str, usage_n: Option<u64>) -> String {
     let mut o = Obj::new()
         .str("id", "resp_mock")
         .str("object", "response")
         .num("created_at", CREATED)
         .str("status", status)
         .raw("model", &info.model_json)
-        .raw("output", &output);
+        .raw("output", output);
     if let Some(n) = usage_n {
         o = o.obj("usage", responses_usage(info, n));
     }
@@ -478,8 +614,6 @@ pub fn malformed_nonstream_body(api: Api, info: &ReqInfo, sc: &Scenario) -> Stri
     }
     body[..cut].to_string()
 }
-
-// ---------------------------------------------------------------- streams
 
 /// One step of a stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -539,12 +673,49 @@ fn chat_chunk(info: &ReqInfo, delta: Obj, finish: Option<&str>) -> String {
         .build()
 }
 
+/// One content event of a stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Piece {
+    Text(String),
+    /// Call `i` starts (id and name; Gemini: the whole call).
+    CallStart(usize),
+    /// A fragment of call `i`'s arguments.
+    Args(usize, String),
+}
+
+/// The content events of the answer: its text pieces, or for each call its start and its
+/// arguments in at least two fragments (Gemini: whole calls).
+fn stream_pieces(api: Api, info: &ReqInfo, sc: &Scenario) -> Vec<Piece> {
+    let calls = calls(info);
+    if calls.is_empty() {
+        return text_pieces(&info.answer, sc.chunks)
+            .into_iter()
+            .map(Piece::Text)
+            .collect();
+    }
+    let mut pieces = Vec::new();
+    for (i, call) in calls.iter().enumerate() {
+        pieces.push(Piece::CallStart(i));
+        if api != Api::Gemini {
+            let fragments = split(&call.arguments, sc.chunks.max(2));
+            pieces.extend(fragments.into_iter().map(|f| Piece::Args(i, f)));
+        }
+    }
+    pieces
+}
+
 /// Events before the first content.
 fn preamble(api: Api, b: &mut Builder, info: &ReqInfo, sc: &Scenario) {
+    let text = calls(info).is_empty();
     match api {
         Api::Chat => {
-            let d = chat_chunk(info, Obj::new().str("role", "assistant").str("content", ""), None);
-            b.event(None, &d);
+            let role = Obj::new().str("role", "assistant");
+            let delta = if text {
+                role.str("content", "")
+            } else {
+                role.null("content")
+            };
+            b.event(None, &chat_chunk(info, delta, None));
         }
         Api::Messages => {
             let mut msg = Obj::new()
@@ -556,23 +727,16 @@ fn preamble(api: Api, b: &mut Builder, info: &ReqInfo, sc: &Scenario) {
                 .null("stop_reason")
                 .null("stop_sequence");
             if !sc.no_usage {
-                msg = msg.obj(
-                    "usage",
-                    messages_usage(info, 1),
-                );
+                msg = msg.obj("usage", messages_usage(info, 1));
             }
             b.event(
                 Some("message_start"),
                 &Obj::new().str("type", "message_start").obj("message", msg).build(),
             );
-            b.event(
-                Some("content_block_start"),
-                &Obj::new()
-                    .str("type", "content_block_start")
-                    .num("index", 0)
-                    .obj("content_block", Obj::new().str("type", "text").str("text", ""))
-                    .build(),
-            );
+            if text {
+                let block = Obj::new().str("type", "text").str("text", "");
+                block_start(b, 0, block);
+            }
             b.event(Some("ping"), &Obj::new().str("type", "ping").build());
         }
         Api::Responses => {
@@ -580,95 +744,200 @@ fn preamble(api: Api, b: &mut Builder, info: &ReqInfo, sc: &Scenario) {
                 let d = Obj::new()
                     .str("type", ty)
                     .num("sequence_number", b.seq())
-                    .raw("response", &responses_object(info, "in_progress", None, None))
+                    .raw("response", &responses_object(info, "in_progress", "[]", None))
                     .build();
                 b.event(Some(ty), &d);
             }
-            let d = Obj::new()
-                .str("type", "response.output_item.added")
-                .num("sequence_number", b.seq())
-                .num("output_index", 0)
-                .obj("item", responses_item(None))
-                .build();
-            b.event(Some("response.output_item.added"), &d);
-            let d = Obj::new()
-                .str("type", "response.content_part.added")
-                .num("sequence_number", b.seq())
-                .str("item_id", "msg_mock")
-                .num("output_index", 0)
-                .num("content_index", 0)
-                .obj("part", output_text_part(""))
-                .build();
-            b.event(Some("response.content_part.added"), &d);
+            if text {
+                output_item(b, "response.output_item.added", 0, responses_item(None));
+                let d = Obj::new()
+                    .str("type", "response.content_part.added")
+                    .num("sequence_number", b.seq())
+                    .str("item_id", "msg_mock")
+                    .num("output_index", 0)
+                    .num("content_index", 0)
+                    .obj("part", output_text_part(""))
+                    .build();
+                b.event(Some("response.content_part.added"), &d);
+            }
         }
         Api::Gemini => {} // the first chunk already carries content
     }
 }
 
+/// Anthropic `content_block_start` of block `index`.
+fn block_start(b: &mut Builder, index: usize, block: Obj) {
+    let d = Obj::new()
+        .str("type", "content_block_start")
+        .num("index", index as u64)
+        .obj("content_block", block)
+        .build();
+    b.event(Some("content_block_start"), &d);
+}
+
+/// Anthropic `content_block_delta` of block `index`.
+fn block_delta(b: &mut Builder, index: usize, delta: Obj) {
+    let d = Obj::new()
+        .str("type", "content_block_delta")
+        .num("index", index as u64)
+        .obj("delta", delta)
+        .build();
+    b.event(Some("content_block_delta"), &d);
+}
+
+/// Anthropic `content_block_stop` of block `index`.
+fn block_stop(b: &mut Builder, index: usize) {
+    let d = Obj::new()
+        .str("type", "content_block_stop")
+        .num("index", index as u64)
+        .build();
+    b.event(Some("content_block_stop"), &d);
+}
+
+/// Responses `response.output_item.added` / `.done` of output `index`.
+fn output_item(b: &mut Builder, ty: &str, index: usize, item: Obj) {
+    let d = Obj::new()
+        .str("type", ty)
+        .num("sequence_number", b.seq())
+        .num("output_index", index as u64)
+        .obj("item", item)
+        .build();
+    b.event(Some(ty), &d);
+}
+
+/// The end of Responses call `i`: its arguments, then the finished item.
+fn responses_call_done(b: &mut Builder, i: usize, call: &ToolCall) {
+    let d = Obj::new()
+        .str("type", "response.function_call_arguments.done")
+        .num("sequence_number", b.seq())
+        .str("item_id", &format!("fc_mock_{i}"))
+        .num("output_index", i as u64)
+        .str("name", &call.name)
+        .str("arguments", &call.arguments)
+        .build();
+    b.event(Some("response.function_call_arguments.done"), &d);
+    output_item(
+        b,
+        "response.output_item.done",
+        i,
+        responses_call(i, call, &call.arguments, "completed"),
+    );
+}
+
 /// One content event.
-fn content(api: Api, b: &mut Builder, info: &ReqInfo, text: &str) {
-    match api {
-        Api::Chat => {
-            let d = chat_chunk(info, Obj::new().str("content", text), None);
-            b.event(None, &d);
-        }
-        Api::Messages => {
-            let d = Obj::new()
-                .str("type", "content_block_delta")
-                .num("index", 0)
-                .obj("delta", Obj::new().str("type", "text_delta").str("text", text))
-                .build();
-            b.event(Some("content_block_delta"), &d);
-        }
-        Api::Responses => {
-            let d = Obj::new()
-                .str("type", "response.output_text.delta")
-                .num("sequence_number", b.seq())
-                .str("item_id", "msg_mock")
-                .num("output_index", 0)
-                .num("content_index", 0)
-                .str("delta", text)
-                .build();
-            b.event(Some("response.output_text.delta"), &d);
-        }
-        Api::Gemini => b.event(None, &gemini_chunk(info, text, None, None)),
+fn content(api: Api, b: &mut Builder, info: &ReqInfo, piece: &Piece) {
+    match piece {
+        Piece::Text(text) => match api {
+            Api::Chat => b.event(None, &chat_chunk(info, Obj::new().str("content", text), None)),
+            Api::Messages => block_delta(b, 0, Obj::new().str("type", "text_delta").str("text", text)),
+            Api::Responses => {
+                let d = Obj::new()
+                    .str("type", "response.output_text.delta")
+                    .num("sequence_number", b.seq())
+                    .str("item_id", "msg_mock")
+                    .num("output_index", 0)
+                    .num("content_index", 0)
+                    .str("delta", text)
+                    .build();
+                b.event(Some("response.output_text.delta"), &d);
+            }
+            Api::Gemini => b.event(None, &gemini_chunk(info, &gemini_parts(&[], text), None, None)),
+        },
+        Piece::CallStart(i) => call_start(api, b, info, *i),
+        Piece::Args(i, fragment) => match api {
+            Api::Chat => {
+                let call = Obj::new()
+                    .num("index", *i as u64)
+                    .obj("function", Obj::new().str("arguments", fragment))
+                    .build();
+                let delta = Obj::new().raw("tool_calls", &array(vec![call]));
+                b.event(None, &chat_chunk(info, delta, None));
+            }
+            Api::Messages => block_delta(
+                b,
+                *i,
+                Obj::new().str("type", "input_json_delta").str("partial_json", fragment),
+            ),
+            Api::Responses => {
+                let d = Obj::new()
+                    .str("type", "response.function_call_arguments.delta")
+                    .num("sequence_number", b.seq())
+                    .str("item_id", &format!("fc_mock_{i}"))
+                    .num("output_index", *i as u64)
+                    .str("delta", fragment)
+                    .build();
+                b.event(Some("response.function_call_arguments.delta"), &d);
+            }
+            Api::Gemini => {} // calls come whole
+        },
     }
 }
 
-/// One data event with no content in it: an empty delta (Anthropic: an empty text delta;
-/// Responses: `response.in_progress`; Gemini: a chunk with empty text).
-fn empty_event(api: Api, b: &mut Builder, info: &ReqInfo) {
+/// The start of call `i` (and the end of the one before, where the dialect closes it).
+fn call_start(api: Api, b: &mut Builder, info: &ReqInfo, i: usize) {
+    let calls = calls(info);
+    let Some(call) = calls.get(i) else {
+        return;
+    };
     match api {
         Api::Chat => {
-            let d = chat_chunk(info, Obj::new().str("content", ""), None);
-            b.event(None, &d);
+            let delta = Obj::new().raw("tool_calls", &array(vec![chat_tool_call(i, call, true, "")]));
+            b.event(None, &chat_chunk(info, delta, None));
         }
         Api::Messages => {
-            let d = Obj::new()
-                .str("type", "content_block_delta")
-                .num("index", 0)
-                .obj("delta", Obj::new().str("type", "text_delta").str("text", ""))
-                .build();
-            b.event(Some("content_block_delta"), &d);
+            if i > 0 {
+                block_stop(b, i - 1);
+            }
+            block_start(b, i, tool_use_block(i, call, "{}"));
         }
+        Api::Responses => {
+            if let Some(before) = i.checked_sub(1).and_then(|j| calls.get(j)) {
+                responses_call_done(b, i - 1, before);
+            }
+            output_item(
+                b,
+                "response.output_item.added",
+                i,
+                responses_call(i, call, "", "in_progress"),
+            );
+        }
+        Api::Gemini => {
+            let parts = gemini_parts(std::slice::from_ref(call), "");
+            b.event(None, &gemini_chunk(info, &parts, None, None));
+        }
+    }
+}
+
+/// One data event with no content in it: an empty delta (Anthropic: an empty text delta, or a
+/// ping when the answer is calls; Responses: `response.in_progress`; Gemini: a chunk with empty
+/// text).
+fn empty_event(api: Api, b: &mut Builder, info: &ReqInfo) {
+    match api {
+        Api::Chat => b.event(None, &chat_chunk(info, Obj::new().str("content", ""), None)),
+        Api::Messages if calls(info).is_empty() => {
+            block_delta(b, 0, Obj::new().str("type", "text_delta").str("text", ""))
+        }
+        Api::Messages => b.event(Some("ping"), &Obj::new().str("type", "ping").build()),
         Api::Responses => {
             let d = Obj::new()
                 .str("type", "response.in_progress")
                 .num("sequence_number", b.seq())
-                .raw("response", &responses_object(info, "in_progress", None, None))
+                .raw("response", &responses_object(info, "in_progress", "[]", None))
                 .build();
             b.event(Some("response.in_progress"), &d);
         }
-        Api::Gemini => b.event(None, &gemini_chunk(info, "", None, None)),
+        Api::Gemini => b.event(None, &gemini_chunk(info, &gemini_parts(&[], ""), None, None)),
     }
 }
 
-/// Events after the content: finish, usage, end marker.
+/// Events after the content: the end of the last block or call, finish, usage, end marker.
 fn finish(api: Api, b: &mut Builder, info: &ReqInfo, sc: &Scenario, text: &str) {
-    let n = sc.chunks as u64;
+    let n = output_tokens(info, sc);
+    let calls = calls(info);
     match api {
         Api::Chat => {
-            b.event(None, &chat_chunk(info, Obj::new(), Some("stop")));
+            let reason = if calls.is_empty() { "stop" } else { "tool_calls" };
+            b.event(None, &chat_chunk(info, Obj::new(), Some(reason)));
             if info.include_usage && !sc.no_usage {
                 let d = Obj::new()
                     .str("id", "chatcmpl-mock")
@@ -685,13 +954,11 @@ fn finish(api: Api, b: &mut Builder, info: &ReqInfo, sc: &Scenario, text: &str) 
             }
         }
         Api::Messages => {
-            b.event(
-                Some("content_block_stop"),
-                &Obj::new().str("type", "content_block_stop").num("index", 0).build(),
-            );
+            block_stop(b, calls.len().saturating_sub(1));
+            let reason = if calls.is_empty() { "end_turn" } else { "tool_use" };
             let mut d = Obj::new()
                 .str("type", "message_delta")
-                .obj("delta", Obj::new().str("stop_reason", "end_turn").null("stop_sequence"));
+                .obj("delta", Obj::new().str("stop_reason", reason).null("stop_sequence"));
             if !sc.no_usage {
                 d = d.obj("usage", Obj::new().num("output_tokens", n));
             }
@@ -701,43 +968,47 @@ fn finish(api: Api, b: &mut Builder, info: &ReqInfo, sc: &Scenario, text: &str) 
             }
         }
         Api::Responses => {
-            let common = |ty: &str, seq: u64| {
-                Obj::new()
-                    .str("type", ty)
-                    .num("sequence_number", seq)
-                    .str("item_id", "msg_mock")
-                    .num("output_index", 0)
-                    .num("content_index", 0)
-            };
-            let d = common("response.output_text.done", b.seq()).str("text", text).build();
-            b.event(Some("response.output_text.done"), &d);
-            let d = common("response.content_part.done", b.seq())
-                .obj("part", output_text_part(text))
-                .build();
-            b.event(Some("response.content_part.done"), &d);
-            let d = Obj::new()
-                .str("type", "response.output_item.done")
-                .num("sequence_number", b.seq())
-                .num("output_index", 0)
-                .obj("item", responses_item(Some(text)))
-                .build();
-            b.event(Some("response.output_item.done"), &d);
+            match calls.last() {
+                Some(last) => responses_call_done(b, calls.len() - 1, last),
+                None => {
+                    let common = |ty: &str, seq: u64| {
+                        Obj::new()
+                            .str("type", ty)
+                            .num("sequence_number", seq)
+                            .str("item_id", "msg_mock")
+                            .num("output_index", 0)
+                            .num("content_index", 0)
+                    };
+                    let d = common("response.output_text.done", b.seq()).str("text", text).build();
+                    b.event(Some("response.output_text.done"), &d);
+                    let d = common("response.content_part.done", b.seq())
+                        .obj("part", output_text_part(text))
+                        .build();
+                    b.event(Some("response.content_part.done"), &d);
+                    output_item(b, "response.output_item.done", 0, responses_item(Some(text)));
+                }
+            }
             if !sc.no_done {
                 let usage = if sc.no_usage { None } else { Some(n) };
                 let d = Obj::new()
                     .str("type", "response.completed")
                     .num("sequence_number", b.seq())
-                    .raw("response", &responses_object(info, "completed", Some(text), usage))
+                    .raw(
+                        "response",
+                        &responses_object(info, "completed", &responses_output(calls, text), usage),
+                    )
                     .build();
                 b.event(Some("response.completed"), &d);
             }
         }
         // No end marker: the finish reason (with the usage) is the last chunk.
-        Api::Gemini => b.event(None, &gemini_chunk(info, "", Some("STOP"), (!sc.no_usage).then_some(n))),
+        Api::Gemini => {
+            let usage = (!sc.no_usage).then_some(n);
+            b.event(None, &gemini_chunk(info, &gemini_parts(&[], ""), Some("STOP"), usage));
+        }
     }
 }
 
-/// The in-stream error event.
 fn error_event(api: Api, b: &mut Builder, e: &ErrSpec) {
     match api {
         Api::Chat => {
@@ -800,7 +1071,7 @@ pub fn stream_plan(api: Api, info: &ReqInfo, sc: &Scenario) -> Vec<Step> {
     if let Some(ms) = sc.first_content_after_ms {
         b.wait(ms, true);
     }
-    let pieces = content_pieces(sc.chunks);
+    let pieces = stream_pieces(api, info, sc);
     let limit = match sc.behavior {
         Behavior::CutAfter(n) | Behavior::ErrorEventAfter(n) => n.min(pieces.len()),
         _ => pieces.len(),
@@ -813,10 +1084,12 @@ pub fn stream_plan(api: Api, info: &ReqInfo, sc: &Scenario) -> Vec<Step> {
         if i > 0 {
             b.wait(sc.gap_ms, false);
         }
-        match sc.pad {
-            // `pad/N` on a stream: each content event carries N more bytes of text.
-            Some(n) => content(api, &mut b, info, &format!("{piece}{}", "x".repeat(n))),
-            None => content(api, &mut b, info, piece),
+        match (piece, sc.pad) {
+            // `pad/N` on a stream: each text event carries N more bytes of text.
+            (Piece::Text(text), Some(n)) => {
+                content(api, &mut b, info, &Piece::Text(format!("{text}{}", "x".repeat(n))))
+            }
+            _ => content(api, &mut b, info, piece),
         }
         if let Some((n, ms)) = stall {
             if n == i + 1 {
@@ -827,7 +1100,10 @@ pub fn stream_plan(api: Api, info: &ReqInfo, sc: &Scenario) -> Vec<Step> {
     match sc.behavior {
         Behavior::CutAfter(_) => b.steps.push(Step::Cut),
         Behavior::ErrorEventAfter(_) => error_event(api, &mut b, &event_error(sc.error_kind, &info.model_name)),
-        _ => finish(api, &mut b, info, sc, &pieces.concat()),
+        _ => {
+            let text: String = text_pieces(&info.answer, sc.chunks).concat();
+            finish(api, &mut b, info, sc, &text);
+        }
     }
     b.steps
 }
@@ -1164,5 +1440,254 @@ mod tests {
         let d = datas(&cut);
         let err: Value = serde_json::from_str(d.last().unwrap()).unwrap();
         assert_eq!(err["error"]["code"], 500);
+    }
+
+    fn calls_info(body: &str, n: usize) -> ReqInfo {
+        let call = ToolCall {
+            name: "get_weather".into(),
+            arguments: crate::answer::DEFAULT_ARGUMENTS.into(),
+        };
+        ReqInfo {
+            answer: Answer::Calls(vec![call; n]),
+            ..info(body)
+        }
+    }
+
+    fn parsed(d: &str) -> Value {
+        serde_json::from_str(d).unwrap()
+    }
+
+    /// Each call's arguments fragments joined, checked to be the whole arguments as JSON.
+    fn assert_fragments_make_the_arguments(fragments: &[Vec<String>]) {
+        for (i, f) in fragments.iter().enumerate() {
+            assert!(f.len() >= 2, "call {i}: arguments in two fragments at least: {f:?}");
+            let whole: Value = serde_json::from_str(&f.concat()).unwrap();
+            assert_eq!(
+                whole,
+                serde_json::json!({"city": "Paris", "unit": "celsius"}),
+                "call {i}"
+            );
+        }
+    }
+
+    #[test]
+    fn chat_streams_calls_as_tool_call_deltas() {
+        let i = calls_info(
+            r#"{"model":"m","stream":true,"stream_options":{"include_usage":true}}"#,
+            2,
+        );
+        let d = datas(&stream_plan(Api::Chat, &i, &Scenario::default()));
+        assert_eq!(
+            parsed(&d[0])["choices"][0]["delta"],
+            serde_json::json!({"role": "assistant", "content": null})
+        );
+        let mut fragments = vec![Vec::new(), Vec::new()];
+        let mut starts = Vec::new();
+        for chunk in &d[1..d.len() - 3] {
+            let call = &parsed(chunk)["choices"][0]["delta"]["tool_calls"][0];
+            let index = call["index"].as_u64().unwrap() as usize;
+            if let Some(id) = call["id"].as_str() {
+                assert_eq!(fragments[index].len(), 0, "id and name come first");
+                assert_eq!(
+                    (call["type"].as_str(), call["function"]["name"].as_str()),
+                    (Some("function"), Some("get_weather"))
+                );
+                starts.push((index, id.to_string()));
+            }
+            fragments[index].push(call["function"]["arguments"].as_str().unwrap().to_string());
+        }
+        assert_eq!(starts, [(0, "call_mock_0".to_string()), (1, "call_mock_1".to_string())]);
+        // The start's empty arguments take no part in the JSON.
+        let fragments: Vec<Vec<String>> = fragments
+            .into_iter()
+            .map(|f| f.into_iter().filter(|x| !x.is_empty()).collect())
+            .collect();
+        assert_fragments_make_the_arguments(&fragments);
+        let fin = parsed(&d[d.len() - 3]);
+        assert_eq!(fin["choices"][0]["finish_reason"], "tool_calls");
+        let usage = parsed(&d[d.len() - 2]);
+        // One token per four characters of name and arguments: 2 × (11 + 33) / 4.
+        assert_eq!(usage["usage"]["completion_tokens"], 22);
+        assert_eq!(d.last().unwrap(), "[DONE]");
+        let d = datas(&stream_plan(Api::Chat, &i, &parse_scenario("no-usage").unwrap()));
+        assert!(!d.iter().any(|x| x.contains("usage")), "no-usage holds for calls");
+    }
+
+    #[test]
+    fn messages_streams_calls_as_tool_use_blocks() {
+        let i = calls_info(r#"{"model":"claude","stream":true}"#, 2);
+        let steps = stream_plan(Api::Messages, &i, &Scenario::default());
+        let names = events(&steps);
+        let d = datas(&steps);
+        let mut want = vec!["message_start", "ping"];
+        for _ in 0..2 {
+            want.push("content_block_start");
+            want.extend(std::iter::repeat_n("content_block_delta", 5));
+            want.push("content_block_stop");
+        }
+        want.extend(["message_delta", "message_stop"]);
+        assert_eq!(names, want);
+        let mut fragments = vec![Vec::new(), Vec::new()];
+        for (name, data) in names.iter().zip(&d) {
+            let v = parsed(data);
+            match name.as_str() {
+                "content_block_start" => {
+                    let index = v["index"].as_u64().unwrap();
+                    assert_eq!(
+                        v["content_block"],
+                        serde_json::json!({"type": "tool_use", "id": format!("toolu_mock_{index}"), "name": "get_weather", "input": {}})
+                    );
+                }
+                "content_block_delta" => {
+                    assert_eq!(v["delta"]["type"], "input_json_delta");
+                    let index = v["index"].as_u64().unwrap() as usize;
+                    fragments[index].push(v["delta"]["partial_json"].as_str().unwrap().to_string());
+                }
+                "message_delta" => {
+                    assert_eq!(v["delta"]["stop_reason"], "tool_use");
+                    assert_eq!(v["usage"]["output_tokens"], 22);
+                }
+                _ => {}
+            }
+        }
+        assert_fragments_make_the_arguments(&fragments);
+        let stops: Vec<u64> = d
+            .iter()
+            .map(|x| parsed(x))
+            .filter(|v| v["type"] == "content_block_stop")
+            .map(|v| v["index"].as_u64().unwrap())
+            .collect();
+        assert_eq!(stops, [0, 1]);
+        // Empty events before the calls are pings: no text block is open.
+        let steps = stream_plan(Api::Messages, &i, &parse_scenario("empty-events/2").unwrap());
+        assert_eq!(&events(&steps)[..4], ["message_start", "ping", "ping", "ping"]);
+    }
+
+    #[test]
+    fn responses_streams_calls_as_function_call_items() {
+        let i = calls_info(r#"{"model":"gpt","input":"hi","stream":true}"#, 2);
+        let steps = stream_plan(Api::Responses, &i, &parse_scenario("chunks/2/0").unwrap());
+        let mut want = vec!["response.created", "response.in_progress"];
+        for _ in 0..2 {
+            want.push("response.output_item.added");
+            want.extend(["response.function_call_arguments.delta"; 2]);
+            want.extend(["response.function_call_arguments.done", "response.output_item.done"]);
+        }
+        want.push("response.completed");
+        assert_eq!(events(&steps), want);
+        let d: Vec<Value> = datas(&steps).iter().map(|x| parsed(x)).collect();
+        let mut fragments = vec![Vec::new(), Vec::new()];
+        for (k, v) in d.iter().enumerate() {
+            assert_eq!(v["sequence_number"], k as u64);
+            let Some(index) = v["output_index"].as_u64() else {
+                continue;
+            };
+            let item_id = format!("fc_mock_{index}");
+            match v["type"].as_str().unwrap() {
+                "response.output_item.added" | "response.output_item.done" => {
+                    assert_eq!(v["item"]["type"], "function_call");
+                    assert_eq!(v["item"]["id"], item_id.as_str());
+                    assert_eq!(v["item"]["call_id"], format!("call_mock_{index}"));
+                    assert_eq!(v["item"]["name"], "get_weather");
+                }
+                "response.function_call_arguments.delta" => {
+                    assert_eq!(v["item_id"], item_id.as_str());
+                    fragments[index as usize].push(v["delta"].as_str().unwrap().to_string());
+                }
+                _ => {
+                    assert_eq!(v["item_id"], item_id.as_str());
+                    assert_eq!(v["arguments"], crate::answer::DEFAULT_ARGUMENTS);
+                }
+            }
+        }
+        assert_fragments_make_the_arguments(&fragments);
+        let done = &d[d.len() - 1]["response"];
+        assert_eq!(done["status"], "completed");
+        assert_eq!(done["output"][1]["arguments"], crate::answer::DEFAULT_ARGUMENTS);
+        assert_eq!(done["output"][1]["status"], "completed");
+        assert_eq!(done["usage"]["output_tokens"], 22);
+    }
+
+    #[test]
+    fn gemini_streams_whole_function_calls() {
+        let i = calls_info(r#"{"contents":[]}"#, 2).for_gemini("gem", true);
+        let d: Vec<Value> = datas(&stream_plan(Api::Gemini, &i, &Scenario::default()))
+            .iter()
+            .map(|x| parsed(x))
+            .collect();
+        assert_eq!(d.len(), 3, "one chunk per call, then the finish");
+        for chunk in &d[..2] {
+            let call = &chunk["candidates"][0]["content"]["parts"][0]["functionCall"];
+            assert_eq!(call["name"], "get_weather");
+            assert_eq!(call["args"], serde_json::json!({"city": "Paris", "unit": "celsius"}));
+            assert!(chunk["candidates"][0].get("finishReason").is_none());
+        }
+        assert_eq!(d[2]["candidates"][0]["finishReason"], "STOP");
+        assert_eq!(d[2]["usageMetadata"]["candidatesTokenCount"], 22);
+    }
+
+    #[test]
+    fn calls_in_non_stream_answers() {
+        let i = calls_info(r#"{"model":"m"}"#, 1);
+        let sc = Scenario::default();
+        let v = parsed(&nonstream_body(Api::Chat, &i, &sc));
+        assert_eq!(v["choices"][0]["finish_reason"], "tool_calls");
+        let message = &v["choices"][0]["message"];
+        assert!(message["content"].is_null());
+        assert_eq!(
+            message["tool_calls"],
+            serde_json::json!([{"id": "call_mock_0", "type": "function",
+                                "function": {"name": "get_weather", "arguments": crate::answer::DEFAULT_ARGUMENTS}}])
+        );
+        assert_eq!(v["usage"]["completion_tokens"], 11);
+        let v = parsed(&nonstream_body(Api::Messages, &i, &sc));
+        assert_eq!(v["stop_reason"], "tool_use");
+        assert_eq!(
+            v["content"],
+            serde_json::json!([{"type": "tool_use", "id": "toolu_mock_0", "name": "get_weather",
+                                "input": {"city": "Paris", "unit": "celsius"}}])
+        );
+        let v = parsed(&nonstream_body(Api::Responses, &i, &sc));
+        assert_eq!(
+            v["output"],
+            serde_json::json!([{"type": "function_call", "id": "fc_mock_0", "call_id": "call_mock_0", "name": "get_weather",
+                                "arguments": crate::answer::DEFAULT_ARGUMENTS, "status": "completed"}])
+        );
+        let v = parsed(&nonstream_body(Api::Gemini, &i, &sc));
+        assert_eq!(
+            v["candidates"][0]["content"]["parts"][0]["functionCall"]["args"]["unit"],
+            "celsius"
+        );
+        assert_eq!(v["candidates"][0]["finishReason"], "STOP");
+        let nu = parse_scenario("no-usage").unwrap();
+        for api in [Api::Chat, Api::Messages, Api::Responses, Api::Gemini] {
+            let v = parsed(&nonstream_body(api, &i, &nu));
+            assert!(v.get("usage").is_none() && v.get("usageMetadata").is_none(), "{api:?}");
+        }
+    }
+
+    #[test]
+    fn a_text_answer_is_spread_over_the_content_events() {
+        let i = ReqInfo {
+            answer: Answer::Text("The tool said: 22C".into()),
+            ..info(r#"{"model":"m","stream":true}"#)
+        };
+        let sc = Scenario::default();
+        let d = datas(&stream_plan(Api::Chat, &i, &sc));
+        let text: String = d[1..6]
+            .iter()
+            .map(|x| {
+                parsed(x)["choices"][0]["delta"]["content"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(text, "The tool said: 22C");
+        let v = parsed(&nonstream_body(Api::Messages, &i, &sc));
+        assert_eq!(v["content"][0]["text"], "The tool said: 22C");
+        assert_eq!(v["usage"]["output_tokens"], 5);
+        assert_eq!(split("abc", 5), ["a", "b", "c"]);
+        assert!(split("abc", 0).is_empty());
     }
 }

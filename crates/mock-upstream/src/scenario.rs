@@ -28,6 +28,13 @@
 //!                                                message echoing the field; other bodies go on as usual)
 //!             | "retry-after" / SECS            (needs an error status)
 //!             | error-kind                      (needs an error to shape)
+//!             | "tool-call" [ / N ]             (N calls, default 1, at most 16, to the request's first
+//!                                                declared function tool — unless its last turn is a
+//!                                                tool result, or it declares no tool: then as usual)
+//!             | "json"                          (the answer text is a JSON object for the request's
+//!                                                response schema)
+//!             | "echo-images"                   (the answer text is `images: N`, N the request's image parts)
+//!             | "lenient"                       (no request validation)
 //! behaviour  := "status" / CODE | "hang" | "reset" | "cut-after" / N
 //!             | "error-event-first" | "error-event-after" / N | "error-body-200"
 //! gate       := "flaky" / K | "down-for" / MS | "flaky-until" / K / MS
@@ -35,6 +42,22 @@
 //!             | credit | quota | invalid_key | content_filter
 //!             | model_not_found | invalid
 //! ```
+//!
+//! Every provider request is validated first, in its dialect ([`crate::validate`]): a body the
+//! real provider would reject gets its 400 naming the field, whatever the scenario (only
+//! `reject-field`, which answers a field the test planted, comes before; `lenient` turns it off).
+//!
+//! Answers that use the request ([`crate::answer`]): `tool-call` answers with calls to the first
+//! declared tool, arguments following its parameters' schema (or
+//! `{"city":"Paris","unit":"celsius"}`), ids `call_mock_<i>` (Chat, Responses `call_id`, item id
+//! `fc_mock_<i>`), `toolu_mock_<i>` (Messages), none (Gemini), streamed as each dialect streams
+//! calls (arguments in at least two fragments; Gemini: whole `functionCall` parts), finished with
+//! `tool_calls` / `tool_use` / a `function_call` output / `STOP`. A request whose last turn is a
+//! tool result (Chat `tool` messages, Anthropic `tool_result` blocks, Responses
+//! `function_call_output` items, Gemini `functionResponse` parts) is always answered
+//! `The tool said: <each result's first 200 characters, joined by " | ">`. A text answer is spread
+//! over `chunks` content events, one output token each; calls count one output token per four
+//! characters of name and arguments (`no-usage` drops usage as ever).
 
 use std::fmt;
 
@@ -113,6 +136,8 @@ impl ErrorKind {
 pub const DEFAULT_CHUNKS: usize = 5;
 /// Upper bound for `chunks/<n>` and the `<n>` of other directives.
 pub const MAX_CHUNKS: usize = 100_000;
+/// Upper bound for `tool-call/<n>`.
+pub const MAX_TOOL_CALLS: usize = 16;
 
 /// A parsed scenario.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -144,6 +169,14 @@ pub struct Scenario {
     /// (field, status): a request whose body has this top-level field fails with the status, the
     /// way a provider rejects (400) or chokes on (5xx) one request's content.
     pub reject_field: Option<(String, u16)>,
+    /// `tool-call/N`: answer with N calls to the request's first declared tool.
+    pub tool_calls: Option<usize>,
+    /// `json`: answer with a JSON object for the request's schema.
+    pub json: bool,
+    /// `echo-images`: answer with the number of the request's image parts.
+    pub echo_images: bool,
+    /// `lenient`: do not validate the request.
+    pub lenient: bool,
 }
 
 impl Default for Scenario {
@@ -166,6 +199,10 @@ impl Default for Scenario {
             error_kind: None,
             cache: None,
             reject_field: None,
+            tool_calls: None,
+            json: false,
+            echo_images: false,
+            lenient: false,
         }
     }
 }
@@ -196,6 +233,10 @@ pub const KEYWORDS: &[&str] = &[
     "retry-after",
     "cache",
     "reject-field",
+    "tool-call",
+    "json",
+    "echo-images",
+    "lenient",
     "overloaded",
     "rate_limit",
     "context_length",
@@ -286,6 +327,13 @@ impl<'a> Cursor<'a> {
             self.pos += 1;
         }
         s
+    }
+
+    /// The next segment, if it is a number (an optional count), consumed.
+    fn optional_count(&mut self) -> Option<usize> {
+        let n = self.segs.get(self.pos)?.parse().ok()?;
+        self.pos += 1;
+        Some(n)
     }
 
     fn num<T: std::str::FromStr>(&mut self, after: &str, what: &str) -> Result<T, ScenarioError> {
@@ -443,16 +491,26 @@ pub fn parse_scenario(key: &str) -> Result<Scenario, ScenarioError> {
                 }
                 set_once(&mut sc.reject_field, (name.to_string(), code), "reject-field")?;
             }
-            "no-done" | "no-usage" => {
+            "tool-call" => {
+                let n = c.optional_count().unwrap_or(1);
+                if !(1..=MAX_TOOL_CALLS).contains(&n) {
+                    return Err(ScenarioError(format!("`tool-call/{n}`: 1 to {MAX_TOOL_CALLS} calls")));
+                }
+                set_once(&mut sc.tool_calls, n, "tool-call")?;
+            }
+            "no-done" | "no-usage" | "json" | "echo-images" | "lenient" => {
                 if seen_flags.contains(&seg) {
                     return Err(ScenarioError(format!("`{seg}` given twice")));
                 }
                 seen_flags.push(seg);
-                if seg == "no-done" {
-                    sc.no_done = true;
-                } else {
-                    sc.no_usage = true;
-                }
+                let flag = match seg {
+                    "no-done" => &mut sc.no_done,
+                    "no-usage" => &mut sc.no_usage,
+                    "json" => &mut sc.json,
+                    "echo-images" => &mut sc.echo_images,
+                    _ => &mut sc.lenient,
+                };
+                *flag = true;
             }
             other => match ErrorKind::from_segment(other) {
                 Some(kind) => set_once(&mut sc.error_kind, kind, "error kind")?,
@@ -586,6 +644,25 @@ mod tests {
             "error-body-200/retry-after/3",
             "no-done/no-done",
             "chunks/1000000/0",
+        ] {
+            assert!(parse_scenario(bad).is_err(), "{bad} should fail");
+        }
+    }
+
+    #[test]
+    fn answers_from_the_request() {
+        let s = parse_scenario("t/tool-call/no-usage").unwrap();
+        assert_eq!((s.tool_calls, s.no_usage), (Some(1), true));
+        let s = parse_scenario("tool-call/3/chunks/2/0/json/echo-images/lenient").unwrap();
+        assert_eq!(s.tool_calls, Some(3));
+        assert_eq!((s.chunks, s.json, s.echo_images, s.lenient), (2, true, true, true));
+        assert_eq!(split_label("lab/lenient").0, "lab");
+        for bad in [
+            "tool-call/0",
+            "tool-call/17",
+            "tool-call/tool-call",
+            "json/json",
+            "lenient/lenient",
         ] {
             assert!(parse_scenario(bad).is_err(), "{bad} should fail");
         }

@@ -3,6 +3,9 @@
 //! and carrying out a scenario on the socket (delays, streams, cuts, hangs,
 //! resets).
 //!
+//! A provider request goes: counted, scenario parsed, `reject-field`, validation in its dialect
+//! (unless `lenient`), the gate (`flaky`, `down-for`), then the behaviour.
+//!
 //! A broken client socket only ends that connection's thread: every write
 //! error is turned into closing the connection.
 
@@ -11,12 +14,16 @@ use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use serde_json::Value;
+
+use crate::answer;
 use crate::dialect::{self, ReqInfo, Step, KEEPALIVE};
 use crate::http::{self, ReadError, Request};
 use crate::json::Obj;
 use crate::scenario::{self, Api, Behavior, Gate, Scenario};
 use crate::sock;
 use crate::state::Shared;
+use crate::validate;
 
 /// Longest a `hang` connection is kept open.
 pub const HANG_MAX: Duration = Duration::from_secs(600);
@@ -234,11 +241,40 @@ fn run_scenario(
             return json(w, 400, &body, &[], close);
         }
     };
-    let mut info = match scenario::gemini_call(req.path()) {
-        Some((model, stream)) if api == Api::Gemini => ReqInfo::from_body(&req.body).for_gemini(&model, stream),
-        _ => ReqInfo::from_body(&req.body),
-    };
+    // One parse of the body serves every step below.
+    let body = serde_json::from_slice::<Value>(&req.body);
+    let value = body.as_ref().unwrap_or(&Value::Null);
+    let mut info = ReqInfo::from_json(value, req.body.len());
+    if let Some((model, stream)) = scenario::gemini_call(req.path()).filter(|_| api == Api::Gemini) {
+        info = info.for_gemini(&model, stream);
+    }
     info.cache = sc.cache.unwrap_or_default();
+
+    if let Some((field, code)) = &sc.reject_field {
+        if value.get(field).is_some() {
+            // OpenAI's words for an argument it does not know (400), or an error only this
+            // content triggers (5xx): both echo the client's own field name.
+            let (ty, msg) = if *code < 500 {
+                (
+                    "invalid_request_error",
+                    format!("Unrecognized request argument supplied: {field}"),
+                )
+            } else {
+                (
+                    "server_error",
+                    format!("The server had an error processing field {field}"),
+                )
+            };
+            return json(w, *code, &simple_error(ty, &msg), &[], close);
+        }
+    }
+    if !sc.lenient {
+        if let Err(problem) = validate::check(api, &body) {
+            let e = validate::error(api, &problem);
+            return json(w, 400, &padded(dialect::error_body(api, &e), &sc), &[], close);
+        }
+    }
+    info.answer = answer::decide(api, value, &sc);
 
     let gated = match sc.gate {
         Some(Gate::Flaky(k)) => count % k == 0,
@@ -250,21 +286,6 @@ fn run_scenario(
         return error_status(w, api, 503, &sc, &info, close);
     }
 
-    if let Some((field, code)) = &sc.reject_field {
-        let has_field = serde_json::from_slice::<serde_json::Value>(&req.body)
-            .ok()
-            .is_some_and(|v| v.get(field).is_some());
-        if has_field {
-            // OpenAI's words for an argument it does not know (400), or an error only this
-            // content triggers (5xx): both echo the client's own field name.
-            let (ty, msg) = if *code < 500 {
-                ("invalid_request_error", format!("Unrecognized request argument supplied: {field}"))
-            } else {
-                ("server_error", format!("The server had an error processing field {field}"))
-            };
-            return json(w, *code, &simple_error(ty, &msg), &[], close);
-        }
-    }
     match sc.behavior {
         Behavior::Hang => {
             hang(reader);

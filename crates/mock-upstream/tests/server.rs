@@ -157,7 +157,7 @@ fn status_429_overloaded_retry_after() {
         addr,
         "POST",
         "/t2/status/529/overloaded/messages",
-        r#"{"model":"c","max_tokens":5,"messages":[]}"#,
+        r#"{"model":"c","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}"#,
     );
     assert_eq!(r.status, 529);
     assert_eq!(
@@ -232,7 +232,7 @@ fn keep_alive_and_chunked_request_body() {
         &mut s,
         "POST",
         "/t6/messages",
-        r#"{"model":"claude","max_tokens":9,"messages":[],"stream":true}"#,
+        r#"{"model":"claude","max_tokens":9,"messages":[{"role":"user","content":"hi"}],"stream":true}"#,
     );
     let a = read_resp(&mut r);
     assert!(a.complete);
@@ -341,7 +341,7 @@ fn error_events_and_bodies() {
         addr,
         "POST",
         "/t11/error-event-after/2/messages",
-        r#"{"model":"c","max_tokens":5,"messages":[],"stream":true}"#,
+        r#"{"model":"c","max_tokens":5,"messages":[{"role":"user","content":"hi"}],"stream":true}"#,
     );
     assert!(r.text().ends_with("event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n"));
     assert_eq!(r.text().matches("content_block_delta").count(), 2 * 2);
@@ -380,4 +380,187 @@ fn binary_prints_port_and_serves() {
     let _ = child.wait();
     assert_eq!(r.status, 200);
     assert!(r.json().get("usage").is_none());
+}
+
+/// A 400 whose body is exactly `want` (the dialect's shape, naming the field).
+fn assert_rejected(addr: SocketAddr, path: &str, body: &str, want: Value) {
+    let r = call(addr, "POST", path, body);
+    assert_eq!((r.status, r.json()), (400, want), "{path} {body}");
+}
+
+#[test]
+fn invalid_requests_get_the_dialects_400_naming_the_field() {
+    let addr = server();
+    assert_rejected(
+        addr,
+        "/v1/chat/completions",
+        r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"billing":1}"#,
+        serde_json::json!({"error": {"message": "Unrecognized request argument supplied: billing",
+                                     "type": "invalid_request_error", "param": "billing", "code": null}}),
+    );
+    assert_rejected(
+        addr,
+        "/v1/messages",
+        r#"{"model":"c","messages":[{"role":"user","content":"hi"}]}"#,
+        serde_json::json!({"type": "error", "error": {"type": "invalid_request_error", "message": "max_tokens: Field required"}}),
+    );
+    assert_rejected(
+        addr,
+        "/v1/responses",
+        r#"{"model":"m","input":"hi","tools":[{"type":"function","function":{"name":"f"}}]}"#,
+        serde_json::json!({"error": {"message": "Missing required parameter: 'tools[0].name'.", "type": "invalid_request_error",
+                                     "param": "tools[0].name", "code": "missing_required_parameter"}}),
+    );
+    assert_rejected(
+        addr,
+        "/v1beta/models/g:generateContent",
+        r#"{"model":"g","contents":[{"role":"user","parts":[{"text":"hi"}]}]}"#,
+        serde_json::json!({"error": {"code": 400, "message": "Invalid JSON payload received. Unknown name \"model\": Cannot find field.",
+                                     "status": "INVALID_ARGUMENT"}}),
+    );
+    let r = call(addr, "POST", "/v1/messages", "{not json");
+    assert_eq!((r.status, r.json()["type"].as_str()), (400, Some("error")));
+    // Before the scenario: a route that would fail still rejects the body first, and counts it.
+    let r = call(
+        addr,
+        "POST",
+        "/v/status/503/chat/completions",
+        r#"{"model":"m","messages":[]}"#,
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.json()["error"]["message"].as_str().unwrap().contains("'messages'"));
+    assert_eq!(call(addr, "GET", "/_stats/v/status/503", "").json()["requests"], 1);
+}
+
+#[test]
+fn lenient_turns_validation_off_and_reject_field_comes_first() {
+    let addr = server();
+    let odd = r#"{"model":"m","messages":[{"role":"user","content":[0,0]}],"first":true}"#;
+    assert_eq!(call(addr, "POST", "/l/chat/completions", odd).status, 400);
+    let r = call(addr, "POST", "/l/lenient/chat/completions", odd);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = call(
+        addr,
+        "POST",
+        "/l/reject-field/first/500/responses",
+        r#"{"model":"m","input":"hi","first":true}"#,
+    );
+    assert_eq!(r.status, 500, "{}", r.text());
+    assert!(r.text().contains("first"));
+}
+
+const WEATHER_TOOL: &str = r#"{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"},"unit":{"type":"string","enum":["celsius","fahrenheit"]}},"required":["city","unit"]}}}"#;
+
+#[test]
+fn a_chat_tool_round_trip() {
+    let addr = server();
+    // Turn 1: the model calls the tool (streamed).
+    let ask = format!(
+        r#"{{"model":"m","stream":true,"stream_options":{{"include_usage":true}},"messages":[{{"role":"user","content":"Weather in Paris?"}}],"tools":[{WEATHER_TOOL}]}}"#
+    );
+    let r = call(addr, "POST", "/rt/tool-call/chat/completions", &ask);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let (mut id, mut name, mut arguments) = (String::new(), String::new(), String::new());
+    let mut finish = None;
+    for d in r.datas().iter().filter(|d| *d != "[DONE]") {
+        let v: Value = serde_json::from_str(d).unwrap();
+        let choice = &v["choices"][0];
+        if let Some(call) = choice["delta"]["tool_calls"].get(0) {
+            id.push_str(call["id"].as_str().unwrap_or(""));
+            name.push_str(call["function"]["name"].as_str().unwrap_or(""));
+            arguments.push_str(call["function"]["arguments"].as_str().unwrap_or(""));
+        }
+        if let Some(f) = choice["finish_reason"].as_str() {
+            finish = Some(f.to_string());
+        }
+    }
+    assert_eq!(
+        (id.as_str(), name.as_str(), finish.as_deref()),
+        ("call_mock_0", "get_weather", Some("tool_calls"))
+    );
+    let args: Value = serde_json::from_str(&arguments).unwrap();
+    assert_eq!(
+        args,
+        serde_json::json!({"city": "mock", "unit": "celsius"}),
+        "the arguments follow the tool's schema"
+    );
+    // Turn 2: the result goes back; the answer repeats it (and the same scenario still applies).
+    let answer = format!(
+        r#"{{"model":"m","messages":[{{"role":"user","content":"Weather in Paris?"}},
+            {{"role":"assistant","content":null,"tool_calls":[{{"id":"{id}","type":"function","function":{{"name":"{name}","arguments":{}}}}}]}},
+            {{"role":"tool","tool_call_id":"{id}","content":"22C and sunny"}}],"tools":[{WEATHER_TOOL}]}}"#,
+        serde_json::to_string(&arguments).unwrap()
+    );
+    let r = call(addr, "POST", "/rt/tool-call/chat/completions", &answer);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["choices"][0]["message"]["content"], "The tool said: 22C and sunny");
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    // A result for a call that was never made is the client's bug: 400.
+    let wrong = answer.replace(r#""tool_call_id":"call_mock_0""#, r#""tool_call_id":"call_other""#);
+    assert_eq!(call(addr, "POST", "/rt/tool-call/chat/completions", &wrong).status, 400);
+}
+
+#[test]
+fn an_anthropic_tool_round_trip_with_parallel_calls() {
+    let addr = server();
+    let tools = r#"[{"name":"get_weather","input_schema":{"type":"object","properties":{"city":{"type":"string"}}}}]"#;
+    let ask = format!(
+        r#"{{"model":"c","max_tokens":256,"messages":[{{"role":"user","content":"Weather?"}}],"tools":{tools}}}"#
+    );
+    let r = call(addr, "POST", "/art/tool-call/2/no-usage/messages", &ask);
+    let v = r.json();
+    assert_eq!(v["stop_reason"], "tool_use", "{v}");
+    assert!(v.get("usage").is_none());
+    let uses = v["content"].as_array().unwrap();
+    assert_eq!(uses.len(), 2);
+    let results: Vec<Value> = uses
+        .iter()
+        .enumerate()
+        .map(|(i, u)| serde_json::json!({"type": "tool_result", "tool_use_id": u["id"], "content": format!("result {i}")}))
+        .collect();
+    let answer = serde_json::json!({"model": "c", "max_tokens": 256, "tools": serde_json::from_str::<Value>(tools).unwrap(),
+        "messages": [{"role": "user", "content": "Weather?"}, {"role": "assistant", "content": uses},
+                     {"role": "user", "content": results}]});
+    let r = call(addr, "POST", "/art/tool-call/2/no-usage/messages", &answer.to_string());
+    assert_eq!(
+        r.json()["content"][0]["text"],
+        "The tool said: result 0 | result 1",
+        "{}",
+        r.text()
+    );
+    // Answering only one of the two calls is refused, naming the turn.
+    let mut partial = answer.clone();
+    partial["messages"][2]["content"].as_array_mut().unwrap().pop();
+    let r = call(addr, "POST", "/art/tool-call/2/no-usage/messages", &partial.to_string());
+    assert_eq!(r.status, 400);
+    assert!(
+        r.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("messages.1:"),
+        "{}",
+        r.text()
+    );
+}
+
+#[test]
+fn json_and_image_answers() {
+    let addr = server();
+    let body = r#"{"model":"m","input":"?","stream":true,"text":{"format":{"type":"json_schema","name":"w","schema":{"type":"object","properties":{"answer":{"type":"string"},"score":{"type":"number"}},"required":["answer","score"]}}}}"#;
+    let r = call(addr, "POST", "/j/json/responses", body);
+    let last: Value = serde_json::from_str(r.datas().last().unwrap()).unwrap();
+    let text = last["response"]["output"][0]["content"][0]["text"].as_str().unwrap();
+    assert_eq!(
+        serde_json::from_str::<Value>(text).unwrap(),
+        serde_json::json!({"answer": "mock", "score": 1})
+    );
+    let body = r#"{"contents":[{"role":"user","parts":[{"text":"what is this?"},{"inlineData":{"mimeType":"image/png","data":"iVBORw0KGgo="}}]}]}"#;
+    let r = call(addr, "POST", "/j/echo-images/models/g:generateContent", body);
+    assert_eq!(
+        r.json()["candidates"][0]["content"]["parts"][0]["text"],
+        "images: 1",
+        "{}",
+        r.text()
+    );
 }
