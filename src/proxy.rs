@@ -21,6 +21,7 @@ use switchyard_core::health::HealthConfig;
 use switchyard_core::limits::{rate_headers, RateWindow};
 use switchyard_core::money::micros_to_usd;
 use switchyard_core::plan::{Attempt, Plan, PlanInput};
+use switchyard_core::translate::{self, answer::AnswerContext};
 use switchyard_core::ApiError;
 use wasm_bindgen::JsCast;
 use worker::{Context, Env, Headers, Response, ResponseBuilder};
@@ -32,7 +33,7 @@ use crate::limits::{self, Slot};
 use crate::relay;
 use crate::runtime::clock::{in_request, now_ms, sleep};
 use crate::store::{KeyRecord, Store};
-use crate::upstream::{self, Committed, Target};
+use crate::upstream::{self, Committed, Target, Wire};
 
 /// Who is asking, and where the request runs. Owned, so the pass can outlive the handler.
 pub struct Call {
@@ -158,7 +159,9 @@ pub async fn serve(call: &Call, catalog: &Catalog, mut request: ClientRequest) -
         Err(error) => {
             // A stored conversation's one route did not answer: no other can continue it.
             let error = match error.status() {
-                500.. if pinned => ApiError::StateUnavailable { model: model.id.clone() },
+                500.. if pinned => ApiError::StateUnavailable {
+                    model: model.id.clone(),
+                },
                 _ => error,
             };
             // No route answered: the hold is released in full, nothing is charged.
@@ -373,6 +376,7 @@ async fn attempts(
         // A client that left (request.signal, `enable_request_signal`) gets no further attempt.
         let Some(Attempt {
             route: route_idx,
+            api,
             deadline_ms,
             extra_try,
             probe,
@@ -394,8 +398,20 @@ async fn attempts(
         let provider = catalog.provider(&route.provider).ok_or(ApiError::Internal {
             label: "route_provider",
         })?;
-        let target = Target::new(&call.env, provider, route)?;
+        let target = Target::new(&call.env, provider)?;
         call.attempts.set(call.attempts.get() + 1);
+        // The request in the route's dialect: as the client wrote it, or translated (SPEC §19).
+        let outgoing = translate::outgoing(
+            request,
+            api,
+            &provider.base_url,
+            &route.upstream_model,
+            model.max_output_tokens,
+        );
+        let (translated, dropped) = match &outgoing {
+            Ok(o) => (o.translated, o.dropped.clone()),
+            Err(_) => (true, Vec::new()),
+        };
         let attempt = AttemptTarget {
             route: route.id.clone(),
             provider: provider.id.clone(),
@@ -407,8 +423,38 @@ async fn attempts(
             last_resort,
             verify: route.verify(),
             started_ms: now_ms(),
+            api,
+            translated,
+            dropped,
         };
-        match upstream::attempt(&target, request, deadline_ms, departed(call, policy.disconnect_grace_ms)).await {
+        let outgoing = match outgoing {
+            Ok(o) => o,
+            Err(unable) => {
+                // Not representable in this route's dialect: not sent, held against nothing.
+                let verdict = unable.verdict();
+                record.attempt(
+                    attempt,
+                    AttemptResult::Failed {
+                        verdict: verdict.clone(),
+                        http_status: None,
+                    },
+                );
+                plan.record_failure(route_idx, verdict);
+                continue;
+            }
+        };
+        let wire = Wire {
+            outgoing: &outgoing,
+            api,
+            answer: AnswerContext {
+                id: call.generation_id.clone(),
+                model: request.model.clone(),
+                created: now_ms() / 1000,
+                choices: u32::try_from(request.completions).unwrap_or(u32::MAX),
+            },
+        };
+        let departure = departed(call, policy.disconnect_grace_ms);
+        match upstream::attempt(&target, request, &wire, deadline_ms, departure).await {
             Ok(committed) => {
                 let http_status = committed.http_status();
                 record.attempt(attempt, AttemptResult::Committed { http_status });

@@ -17,8 +17,8 @@ use std::rc::Rc;
 use js_sys::{Array, Promise};
 use switchyard_core::catalog::Policy;
 use switchyard_core::generation::{Delivery, Tariff};
-use switchyard_core::relay::{After, Break, Relay};
-use switchyard_core::sse::{SseEvent, SseParser};
+use switchyard_core::relay::{After, Break, Incoming, Relay};
+use switchyard_core::sse::SseEvent;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 
@@ -34,7 +34,7 @@ extern "C" {
 
 /// What one committed stream has relayed so far.
 struct State {
-    parser: SseParser,
+    incoming: Incoming,
     relay: Relay,
     events: Vec<SseEvent>,
     /// Bytes to forward instead of the last chunk (or, before the loop, the head).
@@ -50,6 +50,9 @@ struct State {
 impl State {
     /// Runs the parsed events through the relay into `out`; sets `over` at the last one.
     fn drain(&mut self) {
+        if let Some(usage) = self.incoming.upstream_usage() {
+            self.relay.note_upstream_usage(usage);
+        }
         for ev in std::mem::take(&mut self.events) {
             if self.over {
                 return;
@@ -149,7 +152,7 @@ impl RelayCore {
             return Some(Vec::new());
         };
         let s = &mut *s;
-        s.parser.push(chunk, &mut s.events);
+        s.incoming.push(chunk, &mut s.events);
         s.drain();
         if !s.over && s.out.as_slice() == chunk {
             s.out.clear();
@@ -164,8 +167,8 @@ impl RelayCore {
         let Ok(mut s) = self.state.try_borrow_mut() else {
             return Vec::new();
         };
-        let last = s.parser.finish();
-        s.events.extend(last);
+        let s = &mut *s;
+        s.incoming.close(&mut s.events);
         s.drain();
         if !s.over {
             let step = s.relay.on_close();
@@ -224,7 +227,7 @@ pub fn start(
 ) -> Result<(JsValue, impl Future<Output = Delivery>), ()> {
     let Live {
         body,
-        parser,
+        incoming,
         relay,
         pending,
         head,
@@ -236,7 +239,7 @@ pub fn start(
         relay.price_with(t); // the final usage event carries the charge
     }
     let mut state = State {
-        parser,
+        incoming,
         relay,
         events: pending,
         out: head,
@@ -270,6 +273,9 @@ pub fn start(
             return Delivery::default();
         };
         let mut delivery = s.relay.delivery();
+        if s.incoming.translated() {
+            delivery.response_id = None; // the client's id, not the upstream's: nothing to continue
+        }
         delivery.broken = s
             .broken
             .clone()

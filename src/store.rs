@@ -12,7 +12,7 @@ use std::rc::Rc;
 use serde::{Deserialize, Serialize};
 use switchyard_core::admin::{NewAccount, NewKey};
 use switchyard_core::catalog::Catalog;
-use switchyard_core::generation::GenerationRecord;
+use switchyard_core::generation::{AttemptRecord, GenerationRecord};
 use switchyard_core::ApiError;
 use wasm_bindgen::JsValue;
 use worker::{D1Database, D1PreparedStatement, Env};
@@ -828,7 +828,7 @@ impl Store {
         &self,
         id: &str,
         account_id: &str,
-    ) -> Result<Option<(GenerationRow, Vec<AttemptRow>)>, ApiError> {
+    ) -> Result<Option<(GenerationRow, Vec<AttemptRecord>)>, ApiError> {
         let row: Option<GenerationRow> = self
             .stmt(
                 "SELECT id, model, api, outcome, route, provider, input_tokens, output_tokens, cache_read_tokens, \
@@ -842,9 +842,10 @@ impl Store {
             .await
             .map_err(internal("generation_read"))?;
         let Some(row) = row else { return Ok(None) };
-        let attempts: Vec<AttemptRow> = serde_json::from_str(&row.attempts_json).map_err(|_| ApiError::Internal {
-            label: "attempts_decode",
-        })?;
+        let attempts: Vec<AttemptRecord> =
+            serde_json::from_str(&row.attempts_json).map_err(|_| ApiError::Internal {
+                label: "attempts_decode",
+            })?;
         Ok(Some((row, attempts)))
     }
 }
@@ -934,25 +935,4 @@ pub struct GenerationRow {
     pub duration_ms: f64,
     pub hold_path: Option<String>,
     pub attempts_json: String,
-}
-
-/// One attempt as `GenerationRecord::attempts` serialises it.
-#[derive(Debug, Deserialize)]
-pub struct AttemptRow {
-    pub ordinal: u64,
-    pub route: String,
-    pub provider: String,
-    pub outcome: String,
-    pub failure_class: Option<String>,
-    pub http_status: Option<u64>,
-    pub ttfb_ms: Option<u64>,
-    pub duration_ms: u64,
-    pub delivered_output: u64,
-    pub cost_micros: i64,
-    pub extra_try: bool,
-    /// Absent in records written before it existed.
-    #[serde(default)]
-    pub last_resort: bool,
-    pub malformed_events: u64,
-    pub message: Option<String>,
 }

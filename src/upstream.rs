@@ -10,28 +10,30 @@ use std::pin::{pin, Pin};
 
 use futures_util::future::{select, Either};
 use js_sys::Uint8Array;
-use switchyard_core::catalog::{AuthScheme, Provider, Route};
+use switchyard_core::catalog::Api;
+use switchyard_core::catalog::{AuthScheme, Provider};
 use switchyard_core::classify::{classify_error_payload, classify_status, is_error_payload, FailureClass, Verdict};
 use switchyard_core::dialect::{self, redact, ClientRequest, Reported};
-use switchyard_core::relay::{Before, Gate, Relay, StreamDialect};
-use switchyard_core::sse::{SseEvent, SseParser};
+use switchyard_core::relay::{Before, Gate, Incoming, Relay, StreamDialect};
+use switchyard_core::sse::SseEvent;
+use switchyard_core::translate::answer::{self, AnswerContext, StreamTranslator};
+use switchyard_core::translate::Outgoing;
 use switchyard_core::ApiError;
 use worker::{Env, Fetch, Headers, Method, Request, RequestInit, Response};
 
 use crate::runtime::abort::{Body, Canceller};
 use crate::runtime::clock::sleep;
 
-/// Where an attempt goes: the route, its provider, and the provider's key.
+/// Whom an attempt goes to: the route's provider, and the provider's key.
 pub struct Target<'a> {
     pub provider: &'a Provider,
-    pub route: &'a Route,
     key: Option<String>,
 }
 
 impl<'a> Target<'a> {
-    /// The target for `route`, with the key named by the provider's `key_secret` read from the
-    /// Worker's secrets (a missing secret is our configuration error, logged by name only).
-    pub fn new(env: &Env, provider: &'a Provider, route: &'a Route) -> Result<Target<'a>, ApiError> {
+    /// The target `provider`, with the key named by its `key_secret` read from the Worker's
+    /// secrets (a missing secret is our configuration error, logged by name only).
+    pub fn new(env: &Env, provider: &'a Provider) -> Result<Target<'a>, ApiError> {
         let key = match &provider.key_secret {
             None => None,
             Some(name) => match env
@@ -52,14 +54,15 @@ impl<'a> Target<'a> {
                 }
             },
         };
-        Ok(Target { provider, route, key })
+        Ok(Target { provider, key })
     }
 }
 
 /// A committed stream, ready to relay: the body being read, what the gate saw, and what it held.
 pub struct Live {
     pub body: Body,
-    pub parser: SseParser,
+    /// The upstream's events as the client's (translated when the route speaks another dialect).
+    pub incoming: Incoming,
     pub relay: Relay,
     /// Events read in the chunk that committed, after the committing one.
     pub pending: Vec<SseEvent>,
@@ -76,7 +79,8 @@ pub enum Committed {
         status: u16,
         usage: Reported,
         output_chars: usize,
-        /// The upstream's id of the answer (Responses), to remember which route holds it.
+        /// The upstream's id of the answer (Responses, sent as it is), to remember which route
+        /// holds it.
         response_id: Option<String>,
     },
     Stream(Live),
@@ -172,8 +176,7 @@ impl Attempt<'_, '_> {
     }
 }
 
-fn build_request(target: &Target, request: &ClientRequest) -> Result<Request, ApiError> {
-    let url = request.upstream_url(&target.provider.base_url, &target.route.upstream_model);
+fn build_request(target: &Target, request: &ClientRequest, outgoing: &Outgoing) -> Result<Request, ApiError> {
     let headers = Headers::new();
     let set = |name: &str, value: &str| {
         headers
@@ -199,14 +202,22 @@ fn build_request(target: &Target, request: &ClientRequest) -> Result<Request, Ap
     for (name, value) in request.upstream_headers(target.provider.auth) {
         set(name, &value)?;
     }
-    let body = request.upstream_body(&target.route.upstream_model);
     let mut init = RequestInit::new();
     init.with_method(Method::Post)
         .with_headers(headers)
-        .with_body(Some(Uint8Array::from(body.as_slice()).into()));
-    Request::new_with_init(&url, &init).map_err(|_| ApiError::Internal {
+        .with_body(Some(Uint8Array::from(outgoing.body.as_slice()).into()));
+    Request::new_with_init(&outgoing.url, &init).map_err(|_| ApiError::Internal {
         label: "upstream_request",
     })
+}
+
+/// What an attempt sends, and — when translated — what the answer is turned back into.
+pub struct Wire<'a> {
+    pub outgoing: &'a Outgoing,
+    /// The dialect the route speaks here.
+    pub api: Api,
+    /// The client's answer's ids, model and time, for a translated answer.
+    pub answer: AnswerContext,
 }
 
 /// One attempt: fetch, then read until the first content (stream) or the whole body
@@ -215,6 +226,7 @@ fn build_request(target: &Target, request: &ClientRequest) -> Result<Request, Ap
 pub async fn attempt(
     target: &Target<'_>,
     request: &ClientRequest,
+    wire: &Wire<'_>,
     deadline_ms: u64,
     departed: impl Future<Output = ()>,
 ) -> Result<Committed, Failed> {
@@ -231,7 +243,7 @@ pub async fn attempt(
         controller: Canceller::new(),
         status: None,
     };
-    let upstream = build_request(target, request)
+    let upstream = build_request(target, request, wire.outgoing)
         .map_err(|_| a.failure(FailureClass::Connect, "could not build the upstream request"))?;
     let fetch = Fetch::Request(upstream);
     let signal = a.controller.signal();
@@ -273,7 +285,7 @@ pub async fn attempt(
         return Err(a.fail(classify_status(status, retry_after.as_deref(), &body)));
     }
     if request.stream && content_type.starts_with("text/event-stream") {
-        return until_content(a, response, request, content_type).await;
+        return until_content(a, response, request, wire, content_type).await;
     }
 
     // Non-stream, or a stream request answered with a plain body (often an error object).
@@ -295,16 +307,23 @@ pub async fn attempt(
         };
         return Err(a.fail(verdict));
     }
-    match dialect::inspect_body(request.api, &body, request.stop_sequences) {
-        Ok(info) => Ok(Committed::Body {
-            bytes: body,
-            status,
-            usage: info.usage,
-            output_chars: info.output_chars,
-            response_id: info.id,
-        }),
-        Err(verdict) => Err(a.fail(verdict)),
-    }
+    // What the answer means is read in the route's own dialect (SPEC §19); a translated answer
+    // then reaches the client in its own.
+    let info = dialect::inspect_body(wire.api, &body, request.stop_sequences).map_err(|v| a.fail(v))?;
+    let (bytes, response_id) = match wire.outgoing.translated {
+        false => (body, info.id),
+        true => {
+            let bytes = answer::body(wire.api, request.api, &body, &wire.answer).map_err(|v| a.fail(v))?;
+            (bytes, None) // no route can continue a translated answer
+        }
+    };
+    Ok(Committed::Body {
+        bytes,
+        status,
+        usage: info.usage,
+        output_chars: info.output_chars,
+        response_id,
+    })
 }
 
 /// Reads a stream until the gate commits (SPEC §6) or fails it.
@@ -312,6 +331,7 @@ async fn until_content(
     mut a: Attempt<'_, '_>,
     response: Response,
     request: &ClientRequest,
+    wire: &Wire<'_>,
     content_type: String,
 ) -> Result<Committed, Failed> {
     let body = match response.body() {
@@ -320,7 +340,11 @@ async fn until_content(
     };
     let mut body = body.ok_or_else(|| a.failure(FailureClass::BadResponse, "the response has no body"))?;
     let dialect = StreamDialect::of(request.api);
-    let mut parser = SseParser::new();
+    let translator = wire
+        .outgoing
+        .translated
+        .then(|| StreamTranslator::new(wire.api, request.api, wire.answer.clone()));
+    let mut incoming = Incoming::new(translator);
     let mut gate = Gate::new(
         dialect,
         request.include_usage,
@@ -342,14 +366,17 @@ async fn until_content(
             .await?;
         let ended = match chunk {
             Some(bytes) => {
-                parser.push(&bytes, &mut events);
+                incoming.push(&bytes, &mut events);
                 false
             }
             None => {
-                events.extend(parser.finish());
+                incoming.close(&mut events);
                 true
             }
         };
+        if let Some(usage) = incoming.upstream_usage() {
+            gate.note_upstream_usage(usage);
+        }
         let mut drained = events.drain(..);
         for ev in drained.by_ref() {
             match gate.on_event(ev) {
@@ -358,7 +385,7 @@ async fn until_content(
                     return Ok(Committed::Stream(Live {
                         pending: drained.collect(),
                         body,
-                        parser,
+                        incoming,
                         relay: gate.into_relay(),
                         head,
                         controller: a.controller,

@@ -8,12 +8,13 @@
 use switchyard_core::catalog::{Catalog, Model, Policy, Route};
 use switchyard_core::classify::FailureClass;
 use switchyard_core::generation::{Charge, Tariff, UsageLimits};
+use switchyard_core::translate::{self, answer::AnswerContext};
 use switchyard_core::verify::{self, CheckKind, CheckResult};
 use worker::Env;
 
 use crate::runtime::clock::now_ms;
 use crate::store::{CheckEntry, Store};
-use crate::upstream::{self, Committed, Target};
+use crate::upstream::{self, Committed, Target, Wire};
 
 /// Checks `route` of `model` once and books the check; returns its result.
 pub async fn check(
@@ -75,13 +76,23 @@ async fn send(
     let (Some(provider), Some(api)) = (catalog.provider(&route.provider), route.apis.first().copied()) else {
         return refuse("the route has no provider or no dialect");
     };
-    let Ok(target) = Target::new(env, provider, route) else {
+    let Ok(target) = Target::new(env, provider) else {
         return refuse("the provider's upstream key is not configured");
     };
     let Ok(request) = verify::check_request(api, model) else {
         return refuse("the check request could not be built");
     };
-    match upstream::attempt(&target, &request, verify::deadline_ms(policy, model), std::future::pending()).await {
+    // The check speaks the route's own dialect: nothing to translate.
+    let Ok(outgoing) = translate::outgoing(&request, api, &provider.base_url, &route.upstream_model, 0) else {
+        return refuse("the check request could not be built");
+    };
+    let wire = Wire {
+        outgoing: &outgoing,
+        api,
+        answer: AnswerContext::default(),
+    };
+    let deadline_ms = verify::deadline_ms(policy, model);
+    match upstream::attempt(&target, &request, &wire, deadline_ms, std::future::pending()).await {
         Ok(Committed::Body {
             usage, output_chars, ..
         }) => {

@@ -113,6 +113,9 @@ pub async fn generation(req: &Request, env: &Env) -> HandlerResult {
                 "last_resort": a.last_resort,
                 "malformed_events": a.malformed_events,
                 "message": a.message,
+                "api": a.api,
+                "translated": a.translated,
+                "dropped": a.dropped,
             })
         })
         .collect();

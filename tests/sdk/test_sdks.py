@@ -53,24 +53,26 @@ def admin(method, path, body=None):
 
 
 class Setup:
-    """A model for `api` whose routes are mock scenarios, and a key with credit."""
+    """A model whose routes are mock scenarios speaking `api` (a scenario may be an `(api,
+    scenario)` pair for a route of another dialect), and a key with credit."""
 
-    def __init__(self, api, scenarios):
-        auth = {"messages": "x-api-key", "gemini": "x-goog-api-key"}.get(api, "bearer")
+    def __init__(self, api, scenarios, policy=None):
         self.routes = []
         self._gemini = {}
         routes = []
         for i, scenario in enumerate(scenarios):
+            route_api, scenario = scenario if isinstance(scenario, tuple) else (api, scenario)
+            auth = {"messages": "x-api-key", "gemini": "x-goog-api-key"}.get(route_api, "bearer")
             label = unique("l")
             provider = unique("p")
             admin("PUT", f"/admin/providers/{provider}",
                   {"base_url": f"{MOCK}/{label}/{scenario}", "auth": auth, "key_secret": UPSTREAM_KEY_NAME})
-            routes.append({"id": f"r{i}", "provider": provider, "upstream_model": f"up{i}", "apis": [api],
+            routes.append({"id": f"r{i}", "provider": provider, "upstream_model": f"up{i}", "apis": [route_api],
                            "price": {"input_per_mtok": 1.0, "output_per_mtok": 2.0}})
             self.routes.append((label, scenario))
         self.model = unique("m")
         admin("PUT", f"/admin/models/{self.model}",
-              {"context_window": 8192, "max_output_tokens": 1024, "routes": routes, "policy": POLICY})
+              {"context_window": 8192, "max_output_tokens": 1024, "routes": routes, "policy": {**POLICY, **(policy or {})}})
         account = admin("POST", "/admin/accounts", {})["id"]
         admin("POST", f"/admin/accounts/{account}/credit", {"amount_usd": 10})
         self.key = admin("POST", "/admin/keys", {"account_id": account})["key"]

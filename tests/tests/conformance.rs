@@ -23,7 +23,11 @@ fn a_request_refused_before_any_route_is_on_the_record() {
     let label = unique("l");
     let provider = s.mock_provider(&label, "ok", false);
     let model = s.model(vec![route("r0", &provider, "u", json!({}))], None);
-    let messages_only = s.model(vec![route("r0", &provider, "u", json!({"apis": ["messages"]}))], None);
+    // A model that forbids translation (SPEC §19) has no route for a chat request.
+    let messages_only = s.model(
+        vec![route("r0", &provider, "u", json!({"apis": ["messages"]}))],
+        Some(json!({"translate": false})),
+    );
     let key = s.new_key(1.0);
     let broke = s.new_key(0.000_001);
     let (k, b) = (key.as_str(), broke.as_str());

@@ -379,10 +379,14 @@ fn every_route_overloaded_is_a_503_with_retry_after_in_the_clients_dialect() {
 
 #[test]
 fn a_model_without_a_route_for_the_api_is_503_supply_not_configured() {
+    // Only a model that forbids translation (SPEC §19) lacks a route for an API.
     let s = Stack::from_env();
     let label = unique("l");
     let provider = s.mock_provider(&label, "ok", false);
-    let model = s.model(vec![route("r0", &provider, "u", json!({}))], None);
+    let model = s.model(
+        vec![route("r0", &provider, "u", json!({}))],
+        Some(json!({"translate": false})),
+    );
     let key = s.new_key(1.0);
     for api in [Api::Messages, Api::Responses] {
         let r = s.send(api, &key, &api.body(&model, false), &[]);

@@ -193,3 +193,37 @@ fn a_stream_of_two_choices_is_whole_only_when_both_finished() {
         assert_eq!(text.contains(r#""finish_reason":"error""#), n == 2, "n = {n}: {text}");
     }
 }
+
+/// SPEC §18 output is what the model generated: a streamed tool call whose upstream never reports
+/// usage is estimated from its name and arguments — the characters the model produced — not from
+/// the JSON of the deltas that carry them (10–20 times more).
+#[test]
+fn a_tool_call_without_usage_is_estimated_from_its_name_and_arguments() {
+    let f = Fixture::build(Api::Chat, &["tool-call/no-usage"], &[], relaxed(), false);
+    let tools = json!([{"type": "function", "function": {"name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string"}},
+                       "required": ["city", "unit"]}}}]);
+    let r = f.send_with(json!({"stream": true, "tools": tools}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let (mut name, mut arguments, mut delta_bytes) = (String::new(), String::new(), 0);
+    for (_, data) in sse_events(&r.text()) {
+        let Ok(v) = serde_json::from_str::<Value>(&data) else {
+            continue;
+        };
+        for call in v["choices"][0]["delta"]["tool_calls"].as_array().into_iter().flatten() {
+            name += call["function"]["name"].as_str().unwrap_or_default();
+            arguments += call["function"]["arguments"].as_str().unwrap_or_default();
+            delta_bytes += data.len();
+        }
+    }
+    assert_eq!(name, "get_weather");
+    assert!(serde_json::from_str::<Value>(&arguments).is_ok(), "{arguments}");
+    let g = f.generation(&r);
+    assert_eq!(g["estimated"], true, "{g}");
+    let expected = (name.len() + arguments.len()).div_ceil(4) as i64;
+    assert_eq!(
+        tokens(&g["usage"], "output_tokens"),
+        expected,
+        "name + arguments, {delta_bytes} bytes of deltas"
+    );
+}

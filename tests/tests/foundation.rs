@@ -297,7 +297,9 @@ fn models_lists_the_catalog() {
         (&m["context_window"], &m["max_output_tokens"]),
         (&json!(8192), &json!(1024))
     );
-    assert_eq!(m["supported_apis"], json!(["chat"]));
+    // Every API reaches the model, its one route translating the others (SPEC §19).
+    assert_eq!(m["supported_apis"], json!(["chat", "gemini", "messages", "responses"]));
+    assert_eq!(m["native_apis"], json!(["chat"]));
     assert_eq!(m["pricing"], json!({"prompt": "0.000001", "completion": "0.000002"}));
     assert_eq!(m["pricing_max"], m["pricing"]);
     let word = m["status"].as_str().unwrap_or_default();

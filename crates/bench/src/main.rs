@@ -529,6 +529,7 @@ fn gateway_mode(o: &Opts) -> Result<Value, String> {
     let m_out = format!("{label}-outage");
     let m_capped = format!("{label}-capped");
     let m_spread = format!("{label}-spread");
+    let m_translated = format!("{label}-translated");
     let model = |routes: Vec<Value>, policy: Option<Value>| {
         let mut m = json!({"context_window": 8192, "max_output_tokens": 1024, "routes": routes});
         if let Some(p) = policy {
@@ -570,6 +571,16 @@ fn gateway_mode(o: &Opts) -> Result<Value, String> {
         "PUT",
         &format!("/admin/models/{m_capped}"),
         model(vec![capped_route], None),
+        200,
+    )?;
+    // SPEC §19: a chat client on a route that speaks only Anthropic Messages (the same mock
+    // provider): the request and every event translated.
+    let mut messages_route = route("r0", &p_ok);
+    messages_route["apis"] = json!(["messages"]);
+    admin.call(
+        "PUT",
+        &format!("/admin/models/{m_translated}"),
+        model(vec![messages_route], None),
         200,
     )?;
     // SPEC §8a: three routes spread by conversation (all over the same mock provider).
@@ -625,6 +636,8 @@ fn gateway_mode(o: &Opts) -> Result<Value, String> {
     let a_spread = Call::post_json(through_url.clone(), spread_headers, &chat_body(&m_spread, false), false);
     let b_ok = direct(&p_ok, "ok", false)?;
     let a_ok_s = through(&m_ok, true);
+    let a_translated = through(&m_translated, false);
+    let a_translated_s = through(&m_translated, true);
     let b_ok_s = direct(&p_ok, "ok", true)?;
     let a_200 = through(&m_200, true);
     let b_200 = direct(&p_200, "chunks/200/0", true)?;
@@ -640,6 +653,8 @@ fn gateway_mode(o: &Opts) -> Result<Value, String> {
         (&a_spread, Metric::Total),
         (&a_ok_s, Metric::FirstContent),
         (&a_200, Metric::FirstContent),
+        (&a_translated, Metric::Total),
+        (&a_translated_s, Metric::FirstContent),
     ] {
         checked(&mut probe, call, metric)?;
     }
@@ -669,6 +684,20 @@ fn gateway_mode(o: &Opts) -> Result<Value, String> {
         )?,
         measure(o, &spec("nonstream_c8", &a_ok, &b_ok, Metric::Total, 8))?,
         measure(o, &spec("stream_ttfc", &a_ok_s, &b_ok_s, Metric::FirstContent, 1))?,
+        measure(
+            o,
+            &spec("nonstream_c1_translated", &a_translated, &b_ok, Metric::Total, 1),
+        )?,
+        measure(
+            o,
+            &spec(
+                "stream_ttfc_translated",
+                &a_translated_s,
+                &b_ok_s,
+                Metric::FirstContent,
+                1,
+            ),
+        )?,
         measure(o, &spec("stream_200_total", &a_200, &b_200, Metric::Total, 1))?,
         measure(o, &spec("stream_2000_total", &a_2000, &b_2000, Metric::Total, 1))?,
     ];

@@ -198,6 +198,14 @@ pub fn render(runs: &[Value], primary: usize) -> String {
         ("non-stream, concurrency 8: added", added("nonstream_c8")),
         ("stream: added time to first content", added("stream_ttfc")),
         (
+            "non-stream, concurrency 1, a chat client on a Messages route (translated, SPEC §19): added",
+            added("nonstream_c1_translated"),
+        ),
+        (
+            "stream, the same translated: added time to first content",
+            added("stream_ttfc_translated"),
+        ),
+        (
             "stream of 200 chunks: total time through vs direct (p50)",
             rel("stream_200_total"),
         ),

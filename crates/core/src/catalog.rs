@@ -34,6 +34,9 @@ pub enum Api {
 }
 
 impl Api {
+    /// Every dialect, in the order their names sort.
+    pub const ALL: [Api; 4] = [Api::Chat, Api::Gemini, Api::Messages, Api::Responses];
+
     /// The name as the catalog and the generation record spell it.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -44,15 +47,30 @@ impl Api {
         }
     }
 
-    /// Path appended to a provider's `base_url` for `model` (Gemini names it in the path; the
-    /// others in the body), stream or not.
-    pub fn upstream_path(self, model: &str, stream: bool) -> String {
+    /// The dialect a request in this one is sent in to a route that speaks `speaks` natively: its
+    /// own when the route speaks it (bytes through), else the closest the route speaks (SPEC §19:
+    /// the chat family first — every pair goes through one neutral form, so closeness is only
+    /// how much of each request both sides can say).
+    pub fn wire_for(self, speaks: &[Api]) -> Option<Api> {
+        let preference: [Api; 4] = match self {
+            Api::Chat => [Api::Chat, Api::Responses, Api::Messages, Api::Gemini],
+            Api::Messages => [Api::Messages, Api::Chat, Api::Responses, Api::Gemini],
+            Api::Responses => [Api::Responses, Api::Chat, Api::Messages, Api::Gemini],
+            Api::Gemini => [Api::Gemini, Api::Chat, Api::Messages, Api::Responses],
+        };
+        preference.into_iter().find(|a| speaks.contains(a))
+    }
+
+    /// Where a route speaking this dialect is sent a request for `model` at its provider's
+    /// `base_url` (Gemini names the model and the mode in the path; the others in the body).
+    pub fn upstream_url(self, base_url: &str, model: &str, stream: bool) -> String {
+        let base = base_url.trim_end_matches('/');
         match self {
-            Api::Chat => "/chat/completions".into(),
-            Api::Messages => "/messages".into(),
-            Api::Responses => "/responses".into(),
-            Api::Gemini if stream => format!("/models/{model}:streamGenerateContent?alt=sse"),
-            Api::Gemini => format!("/models/{model}:generateContent"),
+            Api::Chat => format!("{base}/chat/completions"),
+            Api::Messages => format!("{base}/messages"),
+            Api::Responses => format!("{base}/responses"),
+            Api::Gemini if stream => format!("{base}/models/{model}:streamGenerateContent?alt=sse"),
+            Api::Gemini => format!("{base}/models/{model}:generateContent"),
         }
     }
 }
@@ -123,9 +141,14 @@ impl Price {
     /// The highest price any input token of a request can cost here: what the hold charges its
     /// input at (a body's tokens may all be cache writes, SPEC §17).
     pub fn max_input(&self) -> f64 {
-        [self.input_per_mtok, self.cache_read(), self.cache_write(), self.cache_write_1h()]
-            .into_iter()
-            .fold(0.0, f64::max)
+        [
+            self.input_per_mtok,
+            self.cache_read(),
+            self.cache_write(),
+            self.cache_write_1h(),
+        ]
+        .into_iter()
+        .fold(0.0, f64::max)
     }
 }
 
@@ -247,6 +270,8 @@ pub struct PolicyOverrides {
     pub optimistic_hold_fraction: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verify_idle_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub translate: Option<bool>,
 }
 
 /// The effective policy for one model: SPEC §16 defaults, then the top-level overrides, then the
@@ -277,6 +302,8 @@ pub struct Policy {
     pub optimistic_hold_fraction: f64,
     /// A healthy route with no traffic and no check for this long is checked (SPEC §8a); 0: never.
     pub verify_idle_ms: u64,
+    /// A request may go to a route that does not speak its dialect, translated (SPEC §19).
+    pub translate: bool,
 }
 
 impl Default for Policy {
@@ -305,6 +332,7 @@ impl Default for Policy {
             balance_snapshot_ms: 5_000,
             optimistic_hold_fraction: 0.01,
             verify_idle_ms: 900_000,
+            translate: true,
         }
     }
 }
@@ -345,6 +373,7 @@ impl Policy {
             balance_snapshot_ms,
             optimistic_hold_fraction,
             verify_idle_ms,
+            translate,
         );
     }
 }
@@ -668,7 +697,10 @@ pub const MAX_AFTER_RESPONSE_MS: u64 = 20_000;
 fn check_base_url(base_url: &str, at: &str) -> Result<(), CatalogError> {
     let parsed = url::Url::parse(base_url).map_err(|_| err(at, "must be an https:// URL with a host"))?;
     if !parsed.username().is_empty() || parsed.password().is_some() {
-        return Err(err(at, "must not carry user info (`user@`): the host is what follows the `@`"));
+        return Err(err(
+            at,
+            "must not carry user info (`user@`): the host is what follows the `@`",
+        ));
     }
     if parsed.query().is_some() || parsed.fragment().is_some() {
         return Err(err(at, "must not carry a query or a fragment"));

@@ -29,6 +29,9 @@ pub enum FailureClass {
     ContentPolicy,
     InvalidRequest,
     Cancelled,
+    /// The request cannot be said in the route's dialect (SPEC §19): not sent, counts against
+    /// nothing.
+    Unable,
 }
 
 /// What a failure counts against (route health, the upstream account, or nothing).
@@ -55,6 +58,7 @@ impl FailureClass {
             FailureClass::UnsupportedParam => "unsupported_param",
             FailureClass::ContentPolicy => "content_policy",
             FailureClass::InvalidRequest => "invalid_request",
+            FailureClass::Unable => "unable",
             FailureClass::Cancelled => "cancelled",
         }
     }
@@ -74,7 +78,8 @@ impl FailureClass {
             | FailureClass::UnsupportedParam
             | FailureClass::ContentPolicy
             | FailureClass::InvalidRequest
-            | FailureClass::Cancelled => Blame::Nothing,
+            | FailureClass::Cancelled
+            | FailureClass::Unable => Blame::Nothing,
         }
     }
 
@@ -107,6 +112,7 @@ impl FailureClass {
                 | FailureClass::ContextLength
                 | FailureClass::UnsupportedParam
                 | FailureClass::ContentPolicy
+                | FailureClass::Unable
         )
     }
 
@@ -705,7 +711,7 @@ mod tests {
     use serde_json::json;
     use FailureClass::*;
 
-    const ALL: [FailureClass; 13] = [
+    const ALL: [FailureClass; 14] = [
         Connect,
         Timeout,
         Upstream5xx,
@@ -719,6 +725,7 @@ mod tests {
         ContentPolicy,
         InvalidRequest,
         Cancelled,
+        Unable,
     ];
 
     /// Real provider error bodies (ids and keys redacted) and the class each must get.
@@ -1011,18 +1018,31 @@ mod tests {
         ];
         for body in echoes {
             let class = classify_status(400, None, body.as_bytes()).class;
-            assert!(class.blame() == Blame::Nothing && class.is_client_caused(), "{body}: {class:?}");
+            assert!(
+                class.blame() == Blame::Nothing && class.is_client_caused(),
+                "{body}: {class:?}"
+            );
         }
         let structured = [
             (400, r#"{"error":{"message":"no","type":"billing_error"}}"#),
-            (429, r#"{"error":{"message":"no","type":"insufficient_quota","code":"insufficient_quota"}}"#),
-            (400, r#"{"error":{"code":400,"message":"no","status":"INVALID_ARGUMENT","details":[{"reason":"API_KEY_INVALID"}]}}"#),
-            (400, r#"{"type":"error","error":{"type":"invalid_request_error","message":"Your credit balance is too low to access the Anthropic API."}}"#),
+            (
+                429,
+                r#"{"error":{"message":"no","type":"insufficient_quota","code":"insufficient_quota"}}"#,
+            ),
+            (
+                400,
+                r#"{"error":{"code":400,"message":"no","status":"INVALID_ARGUMENT","details":[{"reason":"API_KEY_INVALID"}]}}"#,
+            ),
+            (
+                400,
+                r#"{"type":"error","error":{"type":"invalid_request_error","message":"Your credit balance is too low to access the Anthropic API."}}"#,
+            ),
         ];
         for (status, body) in structured {
             assert_eq!(classify_status(status, None, body.as_bytes()).class, Account, "{body}");
         }
-        let payload = serde_json::json!({"error": {"message": "field billing is unknown", "type": "invalid_request_error"}});
+        let payload =
+            serde_json::json!({"error": {"message": "field billing is unknown", "type": "invalid_request_error"}});
         assert_eq!(classify_error_payload(&payload).class, BadResponse);
     }
 
@@ -1328,6 +1348,7 @@ mod tests {
             (ContentPolicy, "content_policy", true, Blame::Nothing, false),
             (InvalidRequest, "invalid_request", false, Blame::Nothing, false),
             (Cancelled, "cancelled", false, Blame::Nothing, false),
+            (Unable, "unable", true, Blame::Nothing, false),
         ];
         assert_eq!(table.len(), ALL.len());
         for (class, name, falls_back, blame, capacity) in table {

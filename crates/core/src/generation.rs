@@ -65,12 +65,23 @@ pub struct AttemptRecord {
     pub delivered_output: u64,
     pub cost_micros: i64,
     pub extra_try: bool,
-    /// The route's account was in cooldown and no other route was left (SPEC §8, §9).
+    /// The route's account was in cooldown and no other route was left (SPEC §8, §9); absent in
+    /// records from before.
+    #[serde(default)]
     pub last_resort: bool,
     /// Malformed events dropped after commit.
     pub malformed_events: u32,
     /// The upstream's message for a failure, secrets redacted, at most 500 characters.
     pub message: Option<String>,
+    /// The dialect the route was sent the request in (SPEC §19); absent in records from before.
+    #[serde(default)]
+    pub api: Option<Api>,
+    /// The request was translated from the client's dialect into `api`.
+    #[serde(default)]
+    pub translated: bool,
+    /// Client fields left out in translation because they have no effect on the answer.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -252,6 +263,11 @@ pub struct AttemptTarget {
     /// The route's `verify` (SPEC §8a), carried into its health observation.
     pub verify: bool,
     pub started_ms: u64,
+    /// The dialect the route is sent the request in, and whether that is a translation.
+    pub api: Api,
+    pub translated: bool,
+    /// Client fields left out in translation (no effect on the answer).
+    pub dropped: Vec<String>,
 }
 
 /// How one attempt ended.
@@ -395,6 +411,9 @@ impl Journal {
             last_resort: target.last_resort,
             malformed_events: 0,
             message: message.flatten(),
+            api: Some(target.api),
+            translated: target.translated,
+            dropped: target.dropped,
         });
         self.observations.push(Observation {
             route: target.route,
@@ -612,7 +631,10 @@ mod tests {
             cache_write_tokens: 30,
             cache_write_1h_tokens: 10,
         });
-        assert!(!settle_usage(fair, 0, limits(64, 30)).2, "counts within the bounds are kept as they are");
+        assert!(
+            !settle_usage(fair, 0, limits(64, 30)).2,
+            "counts within the bounds are kept as they are"
+        );
         let price = Price::per_mtok(1.0, 1.0);
         assert_eq!(cost_micros(u, &price), 100_064, "the cost of a cut usage is finite");
     }
@@ -674,7 +696,11 @@ mod tests {
             ..Price::per_mtok(3.0, 15.0)
         };
         assert_eq!(cost_micros(u, &write_only), 600 + 1500 + 750 + 375 + 150);
-        assert_eq!(priced.max_input(), 6.0, "the hold's input rate is the dearest input price");
+        assert_eq!(
+            priced.max_input(),
+            6.0,
+            "the hold's input rate is the dearest input price"
+        );
     }
 
     fn opening(stream: bool) -> Opening {
@@ -705,6 +731,9 @@ mod tests {
             last_resort: false,
             verify: false,
             started_ms,
+            api: Api::Chat,
+            translated: false,
+            dropped: Vec::new(),
         }
     }
 

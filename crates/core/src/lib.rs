@@ -23,6 +23,7 @@ pub mod relay;
 pub mod spread;
 pub mod sse;
 pub mod status;
+pub mod translate;
 pub mod verify;
 
 pub use error::ApiError;

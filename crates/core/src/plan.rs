@@ -36,6 +36,9 @@ fn sort_by_measure(order: &mut [(usize, RouteHealth)], measure: impl Fn(usize) -
 pub struct Attempt {
     /// Index into the model's `routes`.
     pub route: usize,
+    /// The dialect the route is sent the request in: the client's own, or another it speaks,
+    /// translated (SPEC §19).
+    pub api: Api,
     /// First-content limit for this attempt, in ms (already cut to the remaining budget).
     pub deadline_ms: u64,
     /// This is the one more try for a slow route (SPEC §5).
@@ -49,6 +52,7 @@ pub struct Attempt {
 #[derive(Debug, Clone)]
 struct Candidate {
     route: usize,
+    wire: Api,
     health: RouteHealth,
     account: String,
     context_window: u64,
@@ -218,11 +222,16 @@ impl Plan {
         now_ms: u64,
     ) -> Result<Plan, ApiError> {
         let prefs = &request.provider;
-        let serving: Vec<(usize, RouteHealth)> = order
-            .iter()
-            .copied()
-            .filter(|(i, _)| model.routes.get(*i).is_some_and(|r| r.apis.contains(&request.api)))
-            .collect();
+        // The routes that can take the request, each with the dialect it is sent in (SPEC §19).
+        let wire = |i: usize| {
+            let speaks = &model.routes.get(i)?.apis;
+            if policy.translate {
+                request.api.wire_for(speaks)
+            } else {
+                speaks.contains(&request.api).then_some(request.api)
+            }
+        };
+        let serving: Vec<(usize, RouteHealth)> = order.iter().copied().filter(|(i, _)| wire(*i).is_some()).collect();
         if serving.is_empty() {
             return Err(ApiError::SupplyNotConfigured {
                 model: model.id.clone(),
@@ -302,6 +311,7 @@ impl Plan {
                 let r = model.routes.get(i)?;
                 Some(Candidate {
                     route: i,
+                    wire: wire(i)?,
                     health,
                     account: catalog
                         .provider(&r.provider)
@@ -466,6 +476,7 @@ impl Plan {
             let limit = self.first_content_limit(route, is_last);
             return Some(Attempt {
                 route,
+                api: c.wire,
                 deadline_ms: limit.min(self.budget_ends_ms - now_ms),
                 extra_try: false,
                 probe: self.probes.contains(&route),
@@ -513,6 +524,9 @@ impl Plan {
                     self.excluded_accounts.push(c.account.clone());
                 }
             }
+            // The request could not be said in the route's dialect (SPEC §19): nothing was sent,
+            // so the route's place in the attempt limit goes to the next one.
+            FailureClass::Unable => self.attempts = self.attempts.saturating_sub(1),
             _ => {}
         }
         self.failures.push(Failure { route, verdict });
@@ -542,8 +556,10 @@ impl Plan {
         self.extra_try_used = true;
         let base = self.policy.last_route_min_ms;
         let limit = if self.stream { base } else { self.nonstream_limit(base) };
+        let api = self.candidates.iter().find(|c| c.route == route)?.wire;
         Some(Attempt {
             route,
+            api,
             deadline_ms: limit.min(self.budget_ends_ms - now_ms),
             extra_try: true,
             probe: self.probes.contains(&route),
@@ -557,22 +573,33 @@ impl Plan {
         if let Some(e) = &self.stopped {
             return e.clone();
         }
-        let Some(last) = self.failures.last() else {
-            return ApiError::ProviderError {
-                model: self.model_id.clone(),
+        // Routes the request could not be translated for were never tried: they decide the
+        // answer only when no route could take it (SPEC §19: 400 naming the field).
+        let (unable, failures): (Vec<&Failure>, Vec<&Failure>) = self
+            .failures
+            .iter()
+            .partition(|f| f.verdict.class == FailureClass::Unable);
+        let Some(last) = failures.last() else {
+            return match unable.first() {
+                Some(f) => ApiError::invalid(
+                    f.verdict
+                        .message
+                        .clone()
+                        .unwrap_or_else(|| "No route of this model can take the request.".into()),
+                    f.verdict.param.as_deref(),
+                ),
+                None => ApiError::ProviderError {
+                    model: self.model_id.clone(),
+                },
             };
         };
-        let all_client = self.failures.iter().all(|f| {
+        let all_client = failures.iter().all(|f| {
             matches!(
                 f.verdict.class,
                 FailureClass::ContextLength | FailureClass::UnsupportedParam | FailureClass::ContentPolicy
             )
         });
-        if self
-            .failures
-            .iter()
-            .all(|f| f.verdict.class == FailureClass::ContentPolicy)
-        {
+        if failures.iter().all(|f| f.verdict.class == FailureClass::ContentPolicy) {
             return ApiError::ContentPolicy {
                 message: last
                     .verdict
@@ -590,9 +617,8 @@ impl Plan {
                     .unwrap_or_else(|| "The provider refused the request.".into()),
             };
         }
-        if self.failures.iter().all(|f| f.verdict.class.is_capacity()) {
-            let retry_after_ms = self
-                .failures
+        if failures.iter().all(|f| f.verdict.class.is_capacity()) {
+            let retry_after_ms = failures
                 .iter()
                 .filter_map(|f| f.verdict.retry_after_ms)
                 .max()
@@ -672,6 +698,98 @@ mod tests {
         fn next_usual(&mut self, now_ms: u64) -> Option<Attempt> {
             self.next_attempt(now_ms)
         }
+    }
+
+    #[test]
+    fn a_route_of_another_dialect_is_sent_the_request_translated_unless_the_model_forbids_it() {
+        let routes = json!([
+            route("r0", "a", json!({"apis": ["messages"]})),
+            route("r1", "b", json!({"apis": ["gemini", "responses"]})),
+            route("r2", "a2", json!({"apis": ["chat", "messages"]}))
+        ]);
+        let c = catalog(routes.clone(), false);
+        let mut p = plan_with(&c, json!({}), &[], true);
+        let wires: Vec<(usize, Api)> = std::iter::from_fn(|| p.next_usual(0))
+            .map(|a| (a.route, a.api))
+            .collect();
+        assert_eq!(
+            wires,
+            vec![(0, Api::Messages), (1, Api::Responses), (2, Api::Chat)],
+            "order stays the catalog's; each route gets the closest dialect it speaks"
+        );
+
+        let mut doc: serde_json::Value = serde_json::to_value(c.doc()).unwrap();
+        doc["models"][0]["policy"] = json!({"translate": false});
+        let strict = Catalog::parse(doc.to_string().as_bytes()).unwrap();
+        let mut p = plan_with(&strict, json!({}), &[], true);
+        assert_eq!(p.candidates(), vec![2], "only the route that speaks chat");
+        assert_eq!(p.next_usual(0).map(|a| a.api), Some(Api::Chat));
+        doc["models"][0]["routes"] = json!([routes[0].clone()]);
+        let none = Catalog::parse(doc.to_string().as_bytes()).unwrap();
+        let model = none.model("m").unwrap();
+        let err = Plan::with_order(
+            &none,
+            model,
+            &request(json!({})),
+            &none.policy_for(model),
+            &[(0, RouteHealth::default())],
+            true,
+            0,
+        )
+        .unwrap_err();
+        assert!(matches!(err, ApiError::SupplyNotConfigured { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn a_route_the_request_cannot_be_translated_for_costs_no_attempt_and_names_the_field_when_none_can() {
+        let c = catalog(
+            json!([
+                route("r0", "a", json!({"apis": ["messages"]})),
+                route("r1", "b", json!({"apis": ["gemini"]}))
+            ]),
+            false,
+        );
+        let unable = Verdict {
+            class: FailureClass::Unable,
+            message: Some("`logprobs` cannot be sent to a route that speaks messages.".into()),
+            param: Some("logprobs".into()),
+            retry_after_ms: None,
+        };
+        let mut doc: serde_json::Value = serde_json::to_value(c.doc()).unwrap();
+        doc["models"][0]["policy"] = json!({"max_attempts": 1});
+        let one = Catalog::parse(doc.to_string().as_bytes()).unwrap();
+        let mut p = plan_with(&one, json!({}), &[], true);
+        let a = p.next_usual(0).unwrap();
+        p.record_failure(a.route, unable.clone());
+        assert_eq!(
+            p.next_usual(0).map(|a| a.route),
+            Some(1),
+            "the untried route's attempt goes to the next"
+        );
+        p.record_failure(1, unable);
+        assert_eq!(p.next(0, false), None);
+        let err = p.final_error(vec![]);
+        assert_eq!((err.status(), err.code()), (400, "invalid_request"));
+        assert!(err.message().contains("logprobs"), "{}", err.message());
+
+        let mut p = plan_with(&c, json!({}), &[], true);
+        let a = p.next_usual(0).unwrap();
+        p.record_failure(
+            a.route,
+            Verdict {
+                class: FailureClass::Unable,
+                message: None,
+                param: Some("x".into()),
+                retry_after_ms: None,
+            },
+        );
+        let b = p.next_usual(0).unwrap();
+        p.record_failure(b.route, verdict(FailureClass::Upstream5xx));
+        assert_eq!(
+            p.final_error(vec![]).status(),
+            502,
+            "a route that was tried decides the answer"
+        );
     }
 
     fn verdict(class: FailureClass) -> Verdict {
@@ -956,6 +1074,7 @@ mod tests {
             p.next(0, false),
             Some(Attempt {
                 route: 2,
+                api: Api::Chat,
                 deadline_ms: 60_000,
                 extra_try: true,
                 probe: false,

@@ -14,7 +14,8 @@ use crate::classify::{classify_error_payload, Verdict};
 use crate::dialect::{chat, gemini, messages, redact, responses, with_cost, EventInfo, Reported};
 use crate::generation::{Delivery, Tariff};
 use crate::money::micros_to_usd;
-use crate::sse::SseEvent;
+use crate::sse::{SseEvent, SseParser};
+use crate::translate::answer::StreamTranslator;
 
 /// Held-back events past which the route commits anyway (SPEC §6).
 pub const MAX_HELD_EVENTS: usize = 64;
@@ -119,6 +120,66 @@ impl StreamDialect {
             Api::Responses => &RESPONSES,
             Api::Gemini => &GEMINI,
         }
+    }
+}
+
+/// An upstream stream's bytes as the client's events: parsed, and — when the route speaks another
+/// dialect — translated as they arrive (SPEC §19), so the [`Gate`] and the [`Relay`] only ever see
+/// the client's dialect.
+pub struct Incoming {
+    parser: SseParser,
+    translator: Option<StreamTranslator>,
+    /// Upstream events of the chunk being translated.
+    scratch: Vec<SseEvent>,
+}
+
+impl Incoming {
+    /// A stream of the client's own dialect (`None`), or one to translate.
+    pub fn new(translator: Option<StreamTranslator>) -> Incoming {
+        Incoming {
+            parser: SseParser::new(),
+            translator,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// The client's events in `chunk`, appended to `out`.
+    pub fn push(&mut self, chunk: &[u8], out: &mut Vec<SseEvent>) {
+        match &mut self.translator {
+            None => self.parser.push(chunk, out),
+            Some(t) => {
+                self.parser.push(chunk, &mut self.scratch);
+                for ev in self.scratch.drain(..) {
+                    out.extend(t.on_event(&ev));
+                }
+            }
+        }
+    }
+
+    /// The upstream closed its body: its last event without a blank line, and (translated) the
+    /// closing events of an answer that finished.
+    pub fn close(&mut self, out: &mut Vec<SseEvent>) {
+        let last = self.parser.finish();
+        match &mut self.translator {
+            None => out.extend(last),
+            Some(t) => {
+                if let Some(ev) = last {
+                    out.extend(t.on_event(&ev));
+                }
+                out.extend(t.on_end());
+            }
+        }
+    }
+
+    /// The usage the upstream reported so far, in its own fields, when translated: the client's
+    /// dialect may have no field for part of it (a cache write), and the charge counts every part
+    /// (SPEC §17).
+    pub fn upstream_usage(&self) -> Option<Reported> {
+        self.translator.as_ref().map(StreamTranslator::usage)
+    }
+
+    pub fn translated(&self) -> bool {
+        self.translator.is_some()
     }
 }
 
@@ -249,6 +310,12 @@ impl Gate {
         Before::Hold
     }
 
+    /// Usage the upstream reported in fields the client's dialect lacks (see
+    /// [`Incoming::upstream_usage`]), taken before the chunk's events.
+    pub fn note_upstream_usage(&mut self, usage: Reported) {
+        self.seen.usage.update(usage);
+    }
+
     /// The upstream closed before any content.
     pub fn on_close(&self) -> Verdict {
         Verdict::bad("stream closed before the first content")
@@ -341,6 +408,12 @@ impl Relay {
         After::Send(self.priced(ev, &info))
     }
 
+    /// Usage the upstream reported in fields the client's dialect lacks (see
+    /// [`Incoming::upstream_usage`]), taken before the chunk's events.
+    pub fn note_upstream_usage(&mut self, usage: Reported) {
+        self.seen.usage.update(usage);
+    }
+
     /// The upstream closed its body normally: finalised at once when the answer finished without
     /// its sentinel (SPEC §7), else a cut.
     pub fn on_close(&mut self) -> After {
@@ -410,11 +483,16 @@ mod tests {
     fn a_stream_of_several_choices_is_finished_only_when_each_has_finished() {
         // SPEC §18: with `n` = 2 the first choice's finish reason is not the end of the answer.
         let choice = |i: u32, delta: &str, finish: &str| {
-            ev(&format!(r#"{{"choices":[{{"index":{i},"delta":{delta},"finish_reason":{finish}}}]}}"#))
+            ev(&format!(
+                r#"{{"choices":[{{"index":{i},"delta":{delta},"finish_reason":{finish}}}]}}"#
+            ))
         };
         for (both, broken) in [(false, true), (true, false)] {
             let mut g = Gate::new(&CHAT, false, false, 2, None);
-            assert!(matches!(g.on_event(choice(0, r#"{"content":"a"}"#, "null")), Before::Commit(_)));
+            assert!(matches!(
+                g.on_event(choice(0, r#"{"content":"a"}"#, "null")),
+                Before::Commit(_)
+            ));
             let mut r = g.into_relay();
             r.on_event(choice(1, r#"{"content":"b"}"#, "null"));
             r.on_event(choice(0, "{}", r#""stop""#));
@@ -450,14 +528,25 @@ mod tests {
         // SPEC §18: the client's max_tokens, its stop sequence or a content filter explain an
         // answer with no content; it is delivered, not failed as bad_response.
         let role = ev(r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}"#);
-        let ended = |reason: &str| ev(&format!(r#"{{"choices":[{{"index":0,"delta":{{}},"finish_reason":"{reason}"}}]}}"#));
-        for (reason, client_stop, commits) in
-            [("length", false, true), ("content_filter", false, true), ("stop", true, true), ("stop", false, false)]
-        {
+        let ended = |reason: &str| {
+            ev(&format!(
+                r#"{{"choices":[{{"index":0,"delta":{{}},"finish_reason":"{reason}"}}]}}"#
+            ))
+        };
+        for (reason, client_stop, commits) in [
+            ("length", false, true),
+            ("content_filter", false, true),
+            ("stop", true, true),
+            ("stop", false, false),
+        ] {
             let mut g = Gate::new(&CHAT, false, client_stop, 1, None);
             assert_eq!(g.on_event(role.clone()), Before::Hold);
             let got = g.on_event(ended(reason));
-            assert_eq!(matches!(got, Before::Commit(_)), commits, "{reason} client_stop={client_stop}: {got:?}");
+            assert_eq!(
+                matches!(got, Before::Commit(_)),
+                commits,
+                "{reason} client_stop={client_stop}: {got:?}"
+            );
         }
     }
 

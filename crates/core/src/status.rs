@@ -306,7 +306,7 @@ fn per_token(per_mtok: f64) -> String {
 }
 
 /// The body of `GET /v1/models`: the OpenAI list shape, each model with its context window and
-/// output limit, the APIs its routes serve, `pricing` (USD per token) of its usual first route and
+/// output limit, the APIs it can be called with and those its routes speak natively, `pricing` (USD per token) of its usual first route and
 /// `pricing_max` (the highest of any route: what a request can be charged at most), and its status
 /// word from `report`.
 pub fn model_list(catalog: &Catalog, report: &Report) -> serde_json::Value {
@@ -315,9 +315,15 @@ pub fn model_list(catalog: &Catalog, report: &Report) -> serde_json::Value {
         .models
         .iter()
         .map(|m| {
-            let mut apis: Vec<Api> = m.routes.iter().flat_map(|r| r.apis.iter().copied()).collect();
-            apis.sort_by_key(|a| a.as_str());
-            apis.dedup();
+            let mut native: Vec<Api> = m.routes.iter().flat_map(|r| r.apis.iter().copied()).collect();
+            native.sort_by_key(|a| a.as_str());
+            native.dedup();
+            // Every API reaches a route of another dialect translated, unless the model forbids it
+            // (SPEC §19).
+            let apis = match catalog.policy_for(m).translate && !native.is_empty() {
+                true => Api::ALL.to_vec(),
+                false => native.clone(),
+            };
             let max = |f: fn(&Price) -> f64| m.routes.iter().map(|r| f(&r.price)).fold(0.0, f64::max);
             let pricing = m.routes.first().map(|r| {
                 serde_json::json!({"prompt": per_token(r.price.input_per_mtok), "completion": per_token(r.price.output_per_mtok)})
@@ -331,6 +337,7 @@ pub fn model_list(catalog: &Catalog, report: &Report) -> serde_json::Value {
                 "context_window": m.context_window,
                 "max_output_tokens": m.max_output_tokens,
                 "supported_apis": apis.iter().map(|a| a.as_str()).collect::<Vec<_>>(),
+                "native_apis": native.iter().map(|a| a.as_str()).collect::<Vec<_>>(),
                 "pricing": pricing,
                 "pricing_max": {"prompt": per_token(max(|p| p.input_per_mtok)), "completion": per_token(max(|p| p.output_per_mtok))},
                 "status": status.map(|s| s.status),
@@ -761,7 +768,20 @@ mod tests {
         let m = &list["data"][0];
         assert_eq!(list["object"], "list");
         assert_eq!((&m["id"], &m["context_window"]), (&json!("m"), &json!(8000)));
-        assert_eq!(m["supported_apis"], json!(["chat", "messages", "responses"]));
+        assert_eq!(
+            m["supported_apis"],
+            json!(["chat", "gemini", "messages", "responses"]),
+            "translated"
+        );
+        assert_eq!(m["native_apis"], json!(["chat", "messages", "responses"]));
+        let mut strict = doc.clone();
+        strict["models"][0]["policy"] = json!({"translate": false});
+        let strict = Catalog::parse(strict.to_string().as_bytes()).unwrap();
+        assert_eq!(
+            model_list(&strict, &r)["data"][0]["supported_apis"],
+            json!(["chat", "messages", "responses"]),
+            "a model that forbids translation is called only natively"
+        );
         assert_eq!(m["pricing"], json!({"prompt": "0.00000015", "completion": "0.0000006"}));
         assert_eq!(
             m["pricing_max"],

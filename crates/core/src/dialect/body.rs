@@ -73,6 +73,11 @@ impl Body {
         Body::parse(&bytes)
     }
 
+    /// Every field in the client's order, values as raw JSON (translation reads each one, SPEC §19).
+    pub(crate) fn fields(&self) -> impl Iterator<Item = (&str, &RawValue)> {
+        self.fields.iter().map(|(k, v)| (k.as_str(), v.as_ref()))
+    }
+
     pub fn raw(&self, name: &str) -> Option<&RawValue> {
         self.fields.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_ref())
     }
@@ -193,9 +198,16 @@ mod tests {
         let text = br#"{"b": [1, 2,  3], "model":"m", "a":{"x":"y"}, "b": "last"}"#;
         let body = Body::parse(text).unwrap();
         assert_eq!(body.raw("a").unwrap().get(), r#"{"x":"y"}"#);
-        assert_eq!(body.small("b").unwrap(), Some(json!("last")), "a repeated key keeps its last value");
+        assert_eq!(
+            body.small("b").unwrap(),
+            Some(json!("last")),
+            "a repeated key keeps its last value"
+        );
         let out = body.write_with_model("up", text.len());
-        assert_eq!(String::from_utf8(out).unwrap(), r#"{"b":"last","model":"up","a":{"x":"y"}}"#);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#"{"b":"last","model":"up","a":{"x":"y"}}"#
+        );
     }
 
     #[test]
@@ -206,13 +218,19 @@ mod tests {
             .map(|f| body.shape(f))
             .collect();
         use Shape::*;
-        assert_eq!(shapes, vec![EmptyArray, Array, EmptyString, String, Object, Null, Scalar, Absent]);
+        assert_eq!(
+            shapes,
+            vec![EmptyArray, Array, EmptyString, String, Object, Null, Scalar, Absent]
+        );
     }
 
     #[test]
     fn bad_bodies_are_400s_and_large_settings_are_refused_by_name() {
         for bad in [&b"[1]"[..], b"not json", b"{\"a\":1", b"{\"a\":1} x", b"\"s\""] {
-            assert!(matches!(Body::parse(bad), Err(ApiError::InvalidRequest { .. })), "{bad:?}");
+            assert!(
+                matches!(Body::parse(bad), Err(ApiError::InvalidRequest { .. })),
+                "{bad:?}"
+            );
         }
         let mut big = String::from(r#"{"metadata":["#);
         big.push_str(&vec!["0"; SMALL_FIELD_BYTES].join(","));
@@ -235,7 +253,10 @@ mod tests {
         text.push_str("]}]}");
         let r = crate::dialect::parse_request(crate::catalog::Api::Chat, text.as_bytes(), None).unwrap();
         let sent = r.upstream_body("m");
-        assert_eq!(sent.len(), text.len() - text.find(r#""messages""#).unwrap() + r#"{"model":"m","#.len());
+        assert_eq!(
+            sent.len(),
+            text.len() - text.find(r#""messages""#).unwrap() + r#"{"model":"m","#.len()
+        );
         assert!(sent.ends_with(b"0,0]}]}"));
     }
 
@@ -246,6 +267,9 @@ mod tests {
         body.set("max_tokens", &json!(10));
         body.remove("n");
         let out = String::from_utf8(body.write_with_model("m", 0)).unwrap();
-        assert_eq!(out, r#"{"model":"m","stream_options":{"include_usage":true},"max_tokens":10}"#);
+        assert_eq!(
+            out,
+            r#"{"model":"m","stream_options":{"include_usage":true},"max_tokens":10}"#
+        );
     }
 }

@@ -4,7 +4,9 @@
 use serde_json::Value;
 
 use super::body::{Body, Shape};
-use super::{count, optional_bool, optional_u64, parse_common, BodyInfo, ClientRequest, EventInfo, FinishReason, Reported};
+use super::{
+    count, optional_bool, optional_u64, parse_common, BodyInfo, ClientRequest, EventInfo, FinishReason, Reported,
+};
 use crate::catalog::Api;
 use crate::classify::Verdict;
 use crate::error::ApiError;
@@ -283,7 +285,9 @@ fn message_chars(m: &Value) -> usize {
 }
 
 fn has_tool_call(m: &Value) -> bool {
-    m.get("tool_calls").and_then(Value::as_array).is_some_and(|c| !c.is_empty())
+    m.get("tool_calls")
+        .and_then(Value::as_array)
+        .is_some_and(|c| !c.is_empty())
 }
 
 /// Audio output (`audio: {id, data, transcript}`) is content even with no text.
@@ -291,7 +295,7 @@ fn has_audio(m: &Value) -> bool {
     m.get("audio").is_some_and(Value::is_object)
 }
 
-fn finish_reason(reason: &str) -> FinishReason {
+pub(crate) fn finish_reason(reason: &str) -> FinishReason {
     match reason {
         "stop" => FinishReason::Natural,
         "length" => FinishReason::Limit,
@@ -303,7 +307,7 @@ fn finish_reason(reason: &str) -> FinishReason {
 /// A Chat usage object (SPEC §17): `prompt_tokens` is every input token, of which
 /// `prompt_tokens_details.cached_tokens` were read from the cache; `completion_tokens` includes
 /// reasoning.
-fn usage_from(u: &Value) -> Reported {
+pub(crate) fn usage_from(u: &Value) -> Reported {
     let u = Some(u);
     Reported {
         input_tokens: count(u, "/prompt_tokens"),
@@ -432,7 +436,10 @@ mod stream_tests {
             r#"{"choices":[],"usage":{"prompt_tokens":1000,"completion_tokens":7,"prompt_tokens_details":{"cached_tokens":800}}}"#,
         ))
         .usage;
-        assert_eq!((u.input_tokens, u.cache_read_tokens, u.output_tokens), (Some(1000), Some(800), Some(7)));
+        assert_eq!(
+            (u.input_tokens, u.cache_read_tokens, u.output_tokens),
+            (Some(1000), Some(800), Some(7))
+        );
     }
 
     #[test]
@@ -477,18 +484,26 @@ mod stream_tests {
             r#"{"choices":[{"message":{"role":"assistant","content":null}}]}"#,
         ] {
             assert_eq!(
-                super::super::inspect_body(Api::Chat, empty.as_bytes(), false).unwrap_err().class,
+                super::super::inspect_body(Api::Chat, empty.as_bytes(), false)
+                    .unwrap_err()
+                    .class,
                 FailureClass::BadResponse,
                 "{empty}"
             );
         }
         // SPEC §18: an empty answer the client's parameters explain is an answer.
-        let judged = |body: &str, client_stop: bool| super::super::inspect_body(Api::Chat, body.as_bytes(), client_stop);
-        let ended = |reason: &str| format!(r#"{{"choices":[{{"message":{{"role":"assistant","content":""}},"finish_reason":"{reason}"}}]}}"#);
+        let judged =
+            |body: &str, client_stop: bool| super::super::inspect_body(Api::Chat, body.as_bytes(), client_stop);
+        let ended = |reason: &str| {
+            format!(r#"{{"choices":[{{"message":{{"role":"assistant","content":""}},"finish_reason":"{reason}"}}]}}"#)
+        };
         assert!(judged(&ended("length"), false).is_ok(), "its max_tokens");
         assert!(judged(&ended("content_filter"), false).is_ok(), "a content filter");
         assert!(judged(&ended("stop"), true).is_ok(), "its stop sequence");
-        assert!(judged(&ended("stop"), false).is_err(), "an empty end with no stop sequence is no answer");
+        assert!(
+            judged(&ended("stop"), false).is_err(),
+            "an empty end with no stop sequence is no answer"
+        );
         assert!(
             judged(r#"{"choices":[{"message":{"role":"assistant","content":null,"audio":{"id":"a","data":"UklGR"}},"finish_reason":"stop"}]}"#, false).is_ok(),
             "audio is output"

@@ -125,20 +125,25 @@ fn finish(v: &Value) -> Option<FinishReason> {
         .and_then(Value::as_array)?
         .iter()
         .find_map(|c| c.get("finishReason").and_then(Value::as_str))?;
-    Some(match reason {
+    Some(finish_reason(reason))
+}
+
+/// One candidate's `finishReason`: `STOP`, the output limit, or one of Google's filters.
+pub(crate) fn finish_reason(reason: &str) -> FinishReason {
+    match reason {
         "STOP" => FinishReason::Natural,
         "MAX_TOKENS" => FinishReason::Limit,
         "SAFETY" | "RECITATION" | "BLOCKLIST" | "PROHIBITED_CONTENT" | "SPII" | "IMAGE_SAFETY" => {
             FinishReason::Filtered
         }
         _ => FinishReason::Other,
-    })
+    }
 }
 
 /// A chunk's `usageMetadata` (SPEC §17): input is `promptTokenCount` (of which
 /// `cachedContentTokenCount` came from the cache) plus `toolUsePromptTokenCount`; output is
 /// `candidatesTokenCount` plus `thoughtsTokenCount` (candidates exclude thoughts). Sums saturate.
-fn usage(v: &Value) -> Reported {
+pub(crate) fn usage(v: &Value) -> Reported {
     let Some(u) = v.get("usageMetadata") else {
         return Reported::default();
     };
@@ -158,7 +163,7 @@ fn usage(v: &Value) -> Reported {
 
 /// A prompt the provider refused to answer, as an error payload the classifier reads as
 /// `content_policy`.
-fn blocked(v: &Value) -> Option<Value> {
+pub(crate) fn blocked(v: &Value) -> Option<Value> {
     let reason = v.pointer("/promptFeedback/blockReason").and_then(Value::as_str)?;
     Some(json!({"error": {"code": 400, "status": "INVALID_ARGUMENT",
                           "message": format!("content_policy: the provider blocked the prompt ({reason})")}}))
@@ -256,12 +261,12 @@ mod tests {
         let up: Value = serde_json::from_slice(&r.upstream_body("upstream-model")).unwrap();
         assert!(up.get("model").is_none() && up.get("provider").is_none(), "{up}");
         assert_eq!(
-            r.upstream_url("https://g/v1beta/", "u-1"),
+            r.api.upstream_url("https://g/v1beta/", "u-1", r.stream),
             "https://g/v1beta/models/u-1:streamGenerateContent?alt=sse"
         );
         let mut plain = parse_request(br#"{"contents":[{"parts":[{"text":"hi"}]}]}"#, "gem", false).unwrap();
         assert_eq!(
-            plain.upstream_url("https://g/v1beta", "u"),
+            plain.api.upstream_url("https://g/v1beta", "u", plain.stream),
             "https://g/v1beta/models/u:generateContent"
         );
         assert_eq!(plain.limit_output(300), 300);
@@ -357,13 +362,18 @@ mod tests {
         );
         let empty = json!({"candidates": [{"content": {"parts": [{"text": ""}]}, "finishReason": "STOP"}]});
         assert_eq!(
-            super::super::inspect_body(Api::Gemini, empty.to_string().as_bytes(), false).unwrap_err().class,
+            super::super::inspect_body(Api::Gemini, empty.to_string().as_bytes(), false)
+                .unwrap_err()
+                .class,
             FailureClass::BadResponse
         );
         let limited = json!({"candidates": [{"content": {"parts": [{"text": ""}]}, "finishReason": "MAX_TOKENS"}]});
         assert!(super::super::inspect_body(Api::Gemini, limited.to_string().as_bytes(), false).is_ok());
         let image = json!({"candidates": [{"content": {"parts": [{"inlineData": {"mimeType": "image/png", "data": "iVBOR"}}]}, "finishReason": "STOP"}]});
-        assert!(super::super::inspect_body(Api::Gemini, image.to_string().as_bytes(), false).is_ok(), "an image is output");
+        assert!(
+            super::super::inspect_body(Api::Gemini, image.to_string().as_bytes(), false).is_ok(),
+            "an image is output"
+        );
         let overloaded =
             json!({"error": {"code": 503, "message": "The model is overloaded.", "status": "UNAVAILABLE"}});
         assert_eq!(

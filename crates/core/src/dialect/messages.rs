@@ -11,7 +11,8 @@ use serde_json::Value;
 
 use super::body::Shape;
 use super::{
-    count, event_json, optional_bool, optional_u64, parse_common, BodyInfo, ClientRequest, EventInfo, FinishReason, Reported,
+    count, event_json, optional_bool, optional_u64, parse_common, BodyInfo, ClientRequest, EventInfo, FinishReason,
+    Reported,
 };
 use crate::catalog::Api;
 use crate::classify::{classify_error_payload, is_error_payload, Verdict};
@@ -138,7 +139,7 @@ pub fn inspect_body(body: &[u8]) -> Result<BodyInfo, Verdict> {
     })
 }
 
-fn finish_reason(reason: &str) -> FinishReason {
+pub(crate) fn finish_reason(reason: &str) -> FinishReason {
     match reason {
         "end_turn" => FinishReason::Natural,
         "stop_sequence" => FinishReason::StopSequence,
@@ -153,7 +154,7 @@ fn finish_reason(reason: &str) -> FinishReason {
 /// split by `cache_creation.ephemeral_5m_input_tokens` / `ephemeral_1h_input_tokens` when given.
 /// The input counts are taken only from an object that has `input_tokens` (a `message_delta`
 /// may carry output alone). Sums saturate.
-fn usage_of(u: Option<&Value>) -> Reported {
+pub(crate) fn usage_of(u: Option<&Value>) -> Reported {
     let output_tokens = count(u, "/output_tokens");
     let Some(uncached) = count(u, "/input_tokens") else {
         return Reported {
@@ -170,7 +171,12 @@ fn usage_of(u: Option<&Value>) -> Reported {
         None => (count(u, "/cache_creation_input_tokens").unwrap_or(0), 0),
     };
     Reported {
-        input_tokens: Some(uncached.saturating_add(read).saturating_add(write_5m).saturating_add(write_1h)),
+        input_tokens: Some(
+            uncached
+                .saturating_add(read)
+                .saturating_add(write_5m)
+                .saturating_add(write_1h),
+        ),
         output_tokens,
         cache_read_tokens: Some(read),
         cache_write_tokens: Some(write_5m),
@@ -218,7 +224,10 @@ mod usage_tests {
         // A message_delta with output alone keeps the input of message_start.
         let mut r = usage_of(Some(&flat));
         r.update(usage_of(Some(&json!({"output_tokens": 42}))));
-        assert_eq!((r.input_tokens, r.output_tokens, r.cache_read_tokens), (Some(910), Some(42), Some(700)));
+        assert_eq!(
+            (r.input_tokens, r.output_tokens, r.cache_read_tokens),
+            (Some(910), Some(42), Some(700))
+        );
         // The stream's message_start carries the cache counts.
         let start = inspect_event(&SseEvent::from_data(
             &json!({"type": "message_start", "message": {"id": "m", "usage": flat}}).to_string(),
@@ -354,12 +363,17 @@ mod tests {
             inspect_body(br#"{"type":"message","content":[{"type":"tool_use","name":"f","input":{"a":1}}]}"#).is_ok()
         );
         assert_eq!(
-            super::super::inspect_body(Api::Messages, br#"{"type":"message","content":[]}"#, false).unwrap_err().class,
+            super::super::inspect_body(Api::Messages, br#"{"type":"message","content":[]}"#, false)
+                .unwrap_err()
+                .class,
             FailureClass::BadResponse
         );
         for reason in ["max_tokens", "stop_sequence", "refusal"] {
             let body = format!(r#"{{"type":"message","content":[],"stop_reason":"{reason}"}}"#);
-            assert!(super::super::inspect_body(Api::Messages, body.as_bytes(), false).is_ok(), "{reason}");
+            assert!(
+                super::super::inspect_body(Api::Messages, body.as_bytes(), false).is_ok(),
+                "{reason}"
+            );
         }
         assert_eq!(
             inspect_body(br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#)

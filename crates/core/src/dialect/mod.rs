@@ -319,7 +319,10 @@ fn has_stop_sequences(body: &Body) -> bool {
     };
     set(body.hint("stop").as_ref())
         || set(body.hint("stop_sequences").as_ref())
-        || set(body.hint("generationConfig").as_ref().and_then(|g| g.get("stopSequences")))
+        || set(body
+            .hint("generationConfig")
+            .as_ref()
+            .and_then(|g| g.get("stopSequences")))
 }
 
 impl ClientRequest {
@@ -390,18 +393,18 @@ impl ClientRequest {
             .or(first_system)
             .unwrap_or_else(|| "null".into());
         let first_user = first_user
-            .or_else(|| (b.shape("input") == body::Shape::String).then(|| b.raw("input").map(|r| r.get().to_string())).flatten())
+            .or_else(|| {
+                (b.shape("input") == body::Shape::String)
+                    .then(|| b.raw("input").map(|r| r.get().to_string()))
+                    .flatten()
+            })
             .unwrap_or_else(|| "null".into());
         format!("h:{:016x}", crate::spread::hash64(&[&system, &first_user]))
     }
 
-    /// Where a route gets this request: its base URL and the dialect's path for `upstream_model`.
-    pub fn upstream_url(&self, base_url: &str, upstream_model: &str) -> String {
-        format!(
-            "{}{}",
-            base_url.trim_end_matches('/'),
-            self.api.upstream_path(upstream_model, self.stream)
-        )
+    /// The body as parsed (Switchyard's own fields removed), for translation (SPEC §19).
+    pub(crate) fn body(&self) -> &Body {
+        &self.body
     }
 
     /// The body to send to a route: the client's, with `model` set to the route's upstream model.

@@ -12,7 +12,8 @@ use serde_json::{json, Value};
 
 use super::body::Shape;
 use super::{
-    count, event_json, optional_bool, optional_u64, parse_common, BodyInfo, ClientRequest, EventInfo, FinishReason, Reported,
+    count, event_json, optional_bool, optional_u64, parse_common, BodyInfo, ClientRequest, EventInfo, FinishReason,
+    Reported,
 };
 use crate::catalog::Api;
 use crate::classify::{classify_error_payload, is_error_payload, Verdict};
@@ -57,7 +58,7 @@ pub fn parse_request(bytes: &[u8]) -> Result<ClientRequest, ApiError> {
 /// The usage of a `response` object (SPEC §17): `input_tokens` is every input token, of which
 /// `input_tokens_details.cached_tokens` were read from the cache; `output_tokens` includes
 /// reasoning.
-fn usage_of(response: Option<&Value>) -> Reported {
+pub(crate) fn usage_of(response: Option<&Value>) -> Reported {
     let usage = response.and_then(|r| r.get("usage"));
     Reported {
         input_tokens: count(usage, "/input_tokens"),
@@ -69,7 +70,7 @@ fn usage_of(response: Option<&Value>) -> Reported {
 
 /// Why a `response` object ended: `completed`, or `incomplete` for its
 /// `incomplete_details.reason` (the output limit or a content filter).
-fn finish_reason(response: Option<&Value>) -> FinishReason {
+pub(crate) fn finish_reason(response: Option<&Value>) -> FinishReason {
     let status = response.and_then(|r| r.get("status")).and_then(Value::as_str);
     let why = response
         .and_then(|r| r.pointer("/incomplete_details/reason"))
@@ -83,7 +84,7 @@ fn finish_reason(response: Option<&Value>) -> FinishReason {
 }
 
 /// A `response.failed` event's error as an error payload the classifier reads.
-fn failed_payload(response: Option<&Value>) -> Value {
+pub(crate) fn failed_payload(response: Option<&Value>) -> Value {
     let error = response
         .and_then(|r| r.get("error"))
         .filter(|e| e.is_object())
@@ -259,7 +260,10 @@ mod tests {
     fn cached_input_tokens_are_part_of_the_input() {
         let body = br#"{"object":"response","status":"completed","output":[{"type":"message","content":[{"type":"output_text","text":"Hi"}]}],"usage":{"input_tokens":500,"input_tokens_details":{"cached_tokens":400},"output_tokens":3}}"#;
         let u = inspect_body(body).unwrap().usage;
-        assert_eq!((u.input_tokens, u.cache_read_tokens, u.output_tokens), (Some(500), Some(400), Some(3)));
+        assert_eq!(
+            (u.input_tokens, u.cache_read_tokens, u.output_tokens),
+            (Some(500), Some(400), Some(3))
+        );
     }
 
     #[test]
@@ -289,9 +293,13 @@ mod tests {
         assert_eq!((ok.output_chars, ok.usage.output_tokens), (5, Some(1)));
         assert!(inspect_body(br#"{"object":"response","status":"completed","output":[{"type":"function_call","name":"f","arguments":"{}"}]}"#).is_ok());
         assert_eq!(
-            super::super::inspect_body(Api::Responses, br#"{"object":"response","status":"completed","output":[]}"#, false)
-                .unwrap_err()
-                .class,
+            super::super::inspect_body(
+                Api::Responses,
+                br#"{"object":"response","status":"completed","output":[]}"#,
+                false
+            )
+            .unwrap_err()
+            .class,
             FailureClass::BadResponse
         );
         let limited = br#"{"object":"response","status":"incomplete","incomplete_details":{"reason":"max_output_tokens"},"output":[]}"#;
