@@ -21,7 +21,8 @@ use switchyard_core::health::HealthConfig;
 use switchyard_core::limits::{rate_headers, RateWindow};
 use switchyard_core::money::micros_to_usd;
 use switchyard_core::plan::{Attempt, Plan, PlanInput};
-use switchyard_core::translate::{self, answer::AnswerContext};
+use switchyard_core::translate::answer::AnswerContext;
+use switchyard_core::wire;
 use switchyard_core::ApiError;
 use wasm_bindgen::JsCast;
 use worker::{Context, Env, Headers, Response, ResponseBuilder};
@@ -401,13 +402,7 @@ async fn attempts(
         let target = Target::new(&call.env, provider)?;
         call.attempts.set(call.attempts.get() + 1);
         // The request in the route's dialect: as the client wrote it, or translated (SPEC §19).
-        let outgoing = translate::outgoing(
-            request,
-            api,
-            &provider.base_url,
-            &route.upstream_model,
-            model.max_output_tokens,
-        );
+        let outgoing = wire::outgoing(request, api, provider, &route.upstream_model, model.max_output_tokens);
         let (translated, dropped) = match &outgoing {
             Ok(o) => (o.translated, o.dropped.clone()),
             Err(_) => (true, Vec::new()),

@@ -11,50 +11,81 @@ use std::pin::{pin, Pin};
 use futures_util::future::{select, Either};
 use js_sys::Uint8Array;
 use switchyard_core::catalog::Api;
-use switchyard_core::catalog::{AuthScheme, Provider};
+use switchyard_core::catalog::{Kind, Provider};
 use switchyard_core::classify::{classify_error_payload, classify_status, is_error_payload, FailureClass, Verdict};
+use switchyard_core::cloud::bedrock::classify_bedrock;
+use switchyard_core::cloud::sigv4::{self, Credentials};
 use switchyard_core::dialect::{self, redact, ClientRequest, Reported};
-use switchyard_core::relay::{Before, Gate, Incoming, Relay, StreamDialect};
+use switchyard_core::relay::{Before, Framing, Gate, Incoming, Relay, StreamDialect};
 use switchyard_core::sse::SseEvent;
 use switchyard_core::translate::answer::{self, AnswerContext, StreamTranslator};
-use switchyard_core::translate::Outgoing;
+use switchyard_core::wire::{self, Outgoing};
 use switchyard_core::ApiError;
 use worker::{Env, Fetch, Headers, Method, Request, RequestInit, Response};
 
 use crate::runtime::abort::{Body, Canceller};
-use crate::runtime::clock::sleep;
+use crate::runtime::clock::{now_ms, sleep};
 
-/// Whom an attempt goes to: the route's provider, and the provider's key.
+/// Whom an attempt goes to: the route's provider, and its credentials — a key, or (Bedrock) an
+/// AWS access key the request is signed with.
 pub struct Target<'a> {
     pub provider: &'a Provider,
     key: Option<String>,
+    aws: Option<Credentials>,
 }
 
 impl<'a> Target<'a> {
-    /// The target `provider`, with the key named by its `key_secret` read from the Worker's
-    /// secrets (a missing secret is our configuration error, logged by name only).
+    /// The target `provider`, with the credentials its `*_secret` fields name, read from the
+    /// Worker's secrets (a missing secret is our configuration error, logged by name only).
     pub fn new(env: &Env, provider: &'a Provider) -> Result<Target<'a>, ApiError> {
-        let key = match &provider.key_secret {
-            None => None,
-            Some(name) => match env
+        let secret = |name: &Option<String>| -> Result<Option<String>, ApiError> {
+            let Some(name) = name else { return Ok(None) };
+            match env
                 .secret(name)
                 .map(|s| s.to_string())
                 .or_else(|_| env.var(name).map(|v| v.to_string()))
             {
-                Ok(key) => Some(key),
+                Ok(value) => Ok(Some(value)),
                 Err(_) => {
                     worker::console_error!(
                         "{{\"event\":\"missing_upstream_secret\",\"provider\":{:?},\"secret\":{:?}}}",
                         provider.id,
                         name
                     );
-                    return Err(ApiError::Internal {
+                    Err(ApiError::Internal {
                         label: "missing_upstream_secret",
-                    });
+                    })
                 }
-            },
+            }
         };
-        Ok(Target { provider, key })
+        let aws = match (
+            secret(&provider.access_key_secret)?,
+            secret(&provider.secret_key_secret)?,
+        ) {
+            (Some(access_key_id), Some(secret_access_key)) => Some(Credentials {
+                access_key_id,
+                secret_access_key,
+                session_token: secret(&provider.session_token_secret)?,
+            }),
+            _ => None,
+        };
+        Ok(Target {
+            provider,
+            key: secret(&provider.key_secret)?,
+            aws,
+        })
+    }
+
+    /// Its secrets, to keep out of any message that leaves this module.
+    fn secrets(&self) -> impl Iterator<Item = &str> {
+        let aws = self.aws.as_ref();
+        [
+            self.key.as_deref(),
+            aws.map(|c| c.secret_access_key.as_str()),
+            aws.and_then(|c| c.session_token.as_deref()),
+        ]
+        .into_iter()
+        .flatten()
     }
 }
 
@@ -101,6 +132,9 @@ pub struct Failed {
     pub http_status: Option<u16>,
 }
 
+/// Bedrock's stream framing (SPEC §20); the client gets it as server-sent events.
+const EVENT_STREAM: &str = "application/vnd.amazon.eventstream";
+
 /// The largest whole answer read from an upstream (SPEC §15): past it, `bad_response`.
 const MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;
 /// How much of an error body is read to classify it.
@@ -139,7 +173,9 @@ impl Attempt<'_, '_> {
     fn fail(&self, verdict: Verdict) -> Failed {
         Failed {
             verdict: Verdict {
-                message: verdict.message.map(|m| redact(&m, self.target.key.as_deref())),
+                message: verdict
+                    .message
+                    .map(|m| self.target.secrets().fold(m, |m, secret| redact(&m, Some(secret)))),
                 ..verdict
             },
             http_status: self.status,
@@ -177,34 +213,49 @@ impl Attempt<'_, '_> {
 }
 
 fn build_request(target: &Target, request: &ClientRequest, outgoing: &Outgoing) -> Result<Request, ApiError> {
-    let headers = Headers::new();
-    let set = |name: &str, value: &str| {
-        headers
-            .set(name, value)
-            .map_err(|_| ApiError::Internal { label: "header" })
+    let kind = target.provider.kind();
+    // Bedrock's `accept` is the answer body's type; the stream's framing is its own.
+    let accept = if request.stream && kind != Kind::Bedrock {
+        "text/event-stream"
+    } else {
+        "application/json"
     };
-    set("content-type", "application/json")?;
-    set(
-        "accept",
-        if request.stream {
-            "text/event-stream"
-        } else {
-            "application/json"
-        },
-    )?;
+    let mut list: Vec<(&str, String)> = vec![("content-type", "application/json".into()), ("accept", accept.into())];
     if let Some(key) = &target.key {
-        match target.provider.auth {
-            AuthScheme::Bearer => set("authorization", &format!("Bearer {key}"))?,
-            AuthScheme::XApiKey => set("x-api-key", key)?,
-            AuthScheme::XGoogApiKey => set("x-goog-api-key", key)?,
-        }
+        list.extend(wire::key_headers(target.provider, key));
     }
-    for (name, value) in request.upstream_headers(target.provider.auth) {
-        set(name, &value)?;
+    list.extend(request.upstream_headers(kind));
+    if let (Some(credentials), Some(region)) = (&target.aws, &target.provider.region) {
+        // Signed last, over exactly the headers and the body sent (SPEC §20).
+        let unsigned: Vec<(&str, &str)> = list.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        let signed = sigv4::sign(
+            &sigv4::Request {
+                method: "POST",
+                url: &outgoing.url,
+                headers: &unsigned,
+                body: &outgoing.body,
+            },
+            credentials,
+            region,
+            "bedrock",
+            now_ms(),
+        )
+        .map_err(|_| ApiError::Internal { label: "sigv4" })?;
+        let signed: Vec<(&str, String)> = signed.headers.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
+        return send(list.into_iter().chain(signed), outgoing);
+    }
+    send(list.into_iter(), outgoing)
+}
+
+fn send<'n>(headers: impl Iterator<Item = (&'n str, String)>, outgoing: &Outgoing) -> Result<Request, ApiError> {
+    let h = Headers::new();
+    for (name, value) in headers {
+        h.set(name, &value)
+            .map_err(|_| ApiError::Internal { label: "header" })?;
     }
     let mut init = RequestInit::new();
     init.with_method(Method::Post)
-        .with_headers(headers)
+        .with_headers(h)
         .with_body(Some(Uint8Array::from(outgoing.body.as_slice()).into()));
     Request::new_with_init(&outgoing.url, &init).map_err(|_| ApiError::Internal {
         label: "upstream_request",
@@ -282,10 +333,27 @@ pub async fn attempt(
             .map(|(bytes, _)| bytes)
             .unwrap_or_default();
         a.controller.abort();
-        return Err(a.fail(classify_status(status, retry_after.as_deref(), &body)));
+        let verdict = match target.provider.kind() {
+            Kind::Bedrock => {
+                let error_type = response.headers().get("x-amzn-errortype").ok().flatten();
+                classify_bedrock(status, error_type.as_deref(), &body)
+            }
+            _ => classify_status(status, retry_after.as_deref(), &body),
+        };
+        return Err(a.fail(verdict));
     }
-    if request.stream && content_type.starts_with("text/event-stream") {
-        return until_content(a, response, request, wire, content_type).await;
+    let framing = match content_type.as_str() {
+        t if t.starts_with("text/event-stream") => Some(Framing::Sse),
+        t if t.starts_with(EVENT_STREAM) => Some(Framing::BedrockEventStream),
+        _ => None,
+    };
+    if let (true, Some(framing)) = (request.stream, framing) {
+        // The client gets server-sent events, whatever framing the route used.
+        let content_type = match framing {
+            Framing::Sse => content_type,
+            Framing::BedrockEventStream => "text/event-stream".to_string(),
+        };
+        return until_content(a, response, request, wire, framing, content_type).await;
     }
 
     // Non-stream, or a stream request answered with a plain body (often an error object).
@@ -332,6 +400,7 @@ async fn until_content(
     response: Response,
     request: &ClientRequest,
     wire: &Wire<'_>,
+    framing: Framing,
     content_type: String,
 ) -> Result<Committed, Failed> {
     let body = match response.body() {
@@ -344,7 +413,7 @@ async fn until_content(
         .outgoing
         .translated
         .then(|| StreamTranslator::new(wire.api, request.api, wire.answer.clone()));
-    let mut incoming = Incoming::new(translator);
+    let mut incoming = Incoming::new(framing, translator);
     let mut gate = Gate::new(
         dialect,
         request.include_usage,

@@ -8,8 +8,9 @@
 use switchyard_core::catalog::{Catalog, Model, Policy, Route};
 use switchyard_core::classify::FailureClass;
 use switchyard_core::generation::{Charge, Tariff, UsageLimits};
-use switchyard_core::translate::{self, answer::AnswerContext};
+use switchyard_core::translate::answer::AnswerContext;
 use switchyard_core::verify::{self, CheckKind, CheckResult};
+use switchyard_core::wire;
 use worker::Env;
 
 use crate::runtime::clock::now_ms;
@@ -83,7 +84,7 @@ async fn send(
         return refuse("the check request could not be built");
     };
     // The check speaks the route's own dialect: nothing to translate.
-    let Ok(outgoing) = translate::outgoing(&request, api, &provider.base_url, &route.upstream_model, 0) else {
+    let Ok(outgoing) = wire::outgoing(&request, api, provider, &route.upstream_model, 0) else {
         return refuse("the check request could not be built");
     };
     let wire = Wire {

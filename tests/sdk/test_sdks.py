@@ -52,22 +52,34 @@ def admin(method, path, body=None):
     return reply
 
 
+class Cloud(tuple):
+    """A route on a cloud provider (SPEC §20): its dialect, the mock scenario, the provider's fields
+    (`path`: what follows the scenario in its base URL) and the route's upstream model."""
+
+    def __new__(cls, api, scenario, fields, upstream_model):
+        return super().__new__(cls, (api, scenario, dict(fields), upstream_model))
+
+
 class Setup:
-    """A model whose routes are mock scenarios speaking `api` (a scenario may be an `(api,
-    scenario)` pair for a route of another dialect), and a key with credit."""
+    """A model whose routes are mock scenarios speaking `api`, and a key with credit. A scenario
+    may be an `(api, scenario)` pair for a route of another dialect, or a `Cloud` route."""
 
     def __init__(self, api, scenarios, policy=None):
         self.routes = []
         self._gemini = {}
         routes = []
         for i, scenario in enumerate(scenarios):
-            route_api, scenario = scenario if isinstance(scenario, tuple) else (api, scenario)
-            auth = {"messages": "x-api-key", "gemini": "x-goog-api-key"}.get(route_api, "bearer")
+            if isinstance(scenario, Cloud):
+                route_api, scenario, fields, upstream_model = scenario
+            else:
+                route_api, scenario = scenario if isinstance(scenario, tuple) else (api, scenario)
+                auth = {"messages": "x-api-key", "gemini": "x-goog-api-key"}.get(route_api, "bearer")
+                fields, upstream_model = {"auth": auth, "key_secret": UPSTREAM_KEY_NAME}, f"up{i}"
             label = unique("l")
             provider = unique("p")
-            admin("PUT", f"/admin/providers/{provider}",
-                  {"base_url": f"{MOCK}/{label}/{scenario}", "auth": auth, "key_secret": UPSTREAM_KEY_NAME})
-            routes.append({"id": f"r{i}", "provider": provider, "upstream_model": f"up{i}", "apis": [route_api],
+            suffix = fields.pop("path", "")
+            admin("PUT", f"/admin/providers/{provider}", {"base_url": f"{MOCK}/{label}/{scenario}{suffix}", **fields})
+            routes.append({"id": f"r{i}", "provider": provider, "upstream_model": upstream_model, "apis": [route_api],
                            "price": {"input_per_mtok": 1.0, "output_per_mtok": 2.0}})
             self.routes.append((label, scenario))
         self.model = unique("m")

@@ -75,24 +75,111 @@ impl Api {
     }
 }
 
+/// What a provider is (SPEC §20): its address, how it authenticates and how it frames answers.
+/// Absent from a catalog, it follows from `auth` (`bearer` → `openai`, `x-api-key` → `anthropic`,
+/// `x-goog-api-key` → `gemini`), so catalogs written before kinds read unchanged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    Openai,
+    Anthropic,
+    Gemini,
+    /// Azure OpenAI: chat and responses on the resource's v1 API or a deployment URL, with an
+    /// `api-key` header.
+    Azure,
+    /// AWS Bedrock: Anthropic models through InvokeModel, signed with Signature Version 4.
+    Bedrock,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Openai => "openai",
+            Kind::Anthropic => "anthropic",
+            Kind::Gemini => "gemini",
+            Kind::Azure => "azure",
+            Kind::Bedrock => "bedrock",
+        }
+    }
+
+    /// The dialects a route of this kind can speak; `None`: any.
+    pub fn apis(self) -> Option<&'static [Api]> {
+        match self {
+            Kind::Openai | Kind::Anthropic | Kind::Gemini => None,
+            Kind::Azure => Some(&[Api::Chat, Api::Responses]),
+            Kind::Bedrock => Some(&[Api::Messages]),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Provider {
     pub id: String,
+    /// Where requests go; for `bedrock` it may be left out: the region's own endpoint.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub base_url: String,
-    pub auth: AuthScheme,
+    /// How the key is sent (the three header kinds); implied by `kind` for the others.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<AuthScheme>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<Kind>,
     /// Name of the Worker secret holding the upstream key; `None` for upstreams that need none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_secret: Option<String>,
     /// Upstream billing account; defaults to the provider id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub account: Option<String>,
+    /// Azure deployment URLs: the `api-version` query parameter (the v1 API needs none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_version: Option<String>,
+    /// Bedrock: the AWS region (its endpoint and the signature's scope).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    /// Bedrock: the secrets holding the access key id, the secret access key and (temporary
+    /// credentials) the session token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access_key_secret: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_key_secret: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_token_secret: Option<String>,
 }
 
 impl Provider {
     /// The upstream billing account this provider bills to (SPEC §9).
     pub fn account(&self) -> &str {
         self.account.as_deref().unwrap_or(&self.id)
+    }
+
+    /// Its kind: as written, else what `auth` implies (validation guarantees one of the two).
+    pub fn kind(&self) -> Kind {
+        match (self.kind, self.auth) {
+            (Some(kind), _) => kind,
+            (None, Some(AuthScheme::XApiKey)) => Kind::Anthropic,
+            (None, Some(AuthScheme::XGoogApiKey)) => Kind::Gemini,
+            (None, _) => Kind::Openai,
+        }
+    }
+
+    /// Where its requests go: `base_url`, or for Bedrock without one the region's endpoint.
+    pub fn base(&self) -> String {
+        match (self.kind(), self.base_url.is_empty(), &self.region) {
+            (Kind::Bedrock, true, Some(region)) => format!("https://bedrock-runtime.{region}.amazonaws.com"),
+            _ => self.base_url.trim_end_matches('/').to_string(),
+        }
+    }
+
+    /// Every Worker secret it names, with the field naming it.
+    pub fn secrets(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        [
+            ("key_secret", &self.key_secret),
+            ("access_key_secret", &self.access_key_secret),
+            ("secret_key_secret", &self.secret_key_secret),
+            ("session_token_secret", &self.session_token_secret),
+        ]
+        .into_iter()
+        .filter_map(|(field, name)| name.as_deref().map(|n| (field, n)))
     }
 }
 
@@ -448,17 +535,18 @@ impl Catalog {
             if provider_index.insert(p.id.clone(), i).is_some() {
                 return Err(err(format!("{at}.id"), format!("duplicate provider id `{}`", p.id)));
             }
-            check_base_url(&p.base_url, &format!("{at}.base_url"))?;
-            if let Some(name) = &p.key_secret {
+            check_kind(p, &at)?;
+            check_base_url(&p.base(), &format!("{at}.base_url"))?;
+            for (field, name) in p.secrets() {
                 if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
                     return Err(err(
-                        format!("{at}.key_secret"),
+                        format!("{at}.{field}"),
                         "must name a secret: letters, digits and _",
                     ));
                 }
                 if is_reserved_secret(name) {
                     return Err(err(
-                        format!("{at}.key_secret"),
+                        format!("{at}.{field}"),
                         "names one of Switchyard's own secrets (ADMIN_TOKEN, SWITCHYARD_*), not an upstream key",
                     ));
                 }
@@ -505,8 +593,17 @@ impl Catalog {
                 if r.apis.is_empty() {
                     return Err(err(
                         format!("{at}.apis"),
-                        "must list at least one of chat, messages, responses",
+                        "must list at least one of chat, messages, responses, gemini",
                     ));
+                }
+                let kind = doc.providers[provider_index[&r.provider]].kind();
+                if let Some(speaks) = kind.apis() {
+                    if let Some(k) = r.apis.iter().position(|a| !speaks.contains(a)) {
+                        return Err(err(
+                            format!("{at}.apis[{k}]"),
+                            format!("a `{}` provider does not speak `{}`", kind.as_str(), r.apis[k].as_str()),
+                        ));
+                    }
                 }
                 for (name, v) in [
                     ("input_per_mtok", Some(r.price.input_per_mtok)),
@@ -689,6 +786,73 @@ pub const MAX_TIMER_MS: u64 = (1 << 31) - 1;
 /// `waitUntil` window after a response is 30 s, and settling, the record and the health report
 /// must still fit in it after the grace ends (SPEC §18).
 pub const MAX_AFTER_RESPONSE_MS: u64 = 20_000;
+
+/// A provider's kind and the fields it needs (SPEC §20): `auth` for the three header kinds (or
+/// implied by `kind`), an Azure key and URL, a Bedrock region and credentials; a field another
+/// kind needs is refused rather than ignored.
+fn check_kind(p: &Provider, at: &str) -> Result<(), CatalogError> {
+    let kind = p.kind();
+    let header_auth = match kind {
+        Kind::Openai => Some(AuthScheme::Bearer),
+        Kind::Anthropic => Some(AuthScheme::XApiKey),
+        Kind::Gemini => Some(AuthScheme::XGoogApiKey),
+        Kind::Azure | Kind::Bedrock => None,
+    };
+    match (p.auth, header_auth) {
+        (None, None) => {}
+        (None, Some(_)) if p.kind.is_some() => {}
+        (None, Some(_)) => return Err(err(format!("{at}.auth"), "required (or a `kind`)")),
+        (Some(a), Some(h)) if a == h || p.kind.is_none() => {}
+        (Some(_), _) => {
+            return Err(err(
+                format!("{at}.auth"),
+                format!("does not go with kind `{}`: leave it out", kind.as_str()),
+            ))
+        }
+    }
+    let bedrock = kind == Kind::Bedrock;
+    let misplaced = [
+        ("api_version", p.api_version.is_some() && kind != Kind::Azure),
+        ("region", p.region.is_some() && !bedrock),
+        ("access_key_secret", p.access_key_secret.is_some() && !bedrock),
+        ("secret_key_secret", p.secret_key_secret.is_some() && !bedrock),
+        ("session_token_secret", p.session_token_secret.is_some() && !bedrock),
+        ("key_secret", p.key_secret.is_some() && bedrock),
+    ];
+    if let Some((field, _)) = misplaced.iter().find(|(_, bad)| *bad) {
+        return Err(err(
+            format!("{at}.{field}"),
+            format!("is not a field of kind `{}`", kind.as_str()),
+        ));
+    }
+    match kind {
+        Kind::Azure if p.key_secret.is_none() => Err(err(format!("{at}.key_secret"), "required for kind `azure`")),
+        Kind::Bedrock => {
+            let region = p.region.as_deref().unwrap_or_default();
+            if region.is_empty()
+                || !region
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            {
+                return Err(err(
+                    format!("{at}.region"),
+                    "required for kind `bedrock`: an AWS region like us-east-1",
+                ));
+            }
+            for (field, name) in [
+                ("access_key_secret", &p.access_key_secret),
+                ("secret_key_secret", &p.secret_key_secret),
+            ] {
+                if name.is_none() {
+                    return Err(err(format!("{at}.{field}"), "required for kind `bedrock`"));
+                }
+            }
+            Ok(())
+        }
+        _ if p.base_url.is_empty() => Err(err(format!("{at}.base_url"), "required")),
+        _ => Ok(()),
+    }
+}
 
 /// `https://`, or `http://` to a loopback host (local development and tests only).
 /// A provider's `base_url`, read by the same (WHATWG) rules the runtime's `fetch` reads it by

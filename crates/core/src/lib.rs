@@ -9,6 +9,7 @@ pub mod batch;
 pub mod billing;
 pub mod catalog;
 pub mod classify;
+pub mod cloud;
 pub mod dialect;
 pub mod error;
 pub mod generation;
@@ -25,5 +26,6 @@ pub mod sse;
 pub mod status;
 pub mod translate;
 pub mod verify;
+pub mod wire;
 
 pub use error::ApiError;

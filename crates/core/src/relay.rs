@@ -11,6 +11,7 @@
 
 use crate::catalog::Api;
 use crate::classify::{classify_error_payload, Verdict};
+use crate::cloud::invoke_stream::InvokeStream;
 use crate::dialect::{chat, gemini, messages, redact, responses, with_cost, EventInfo, Reported};
 use crate::generation::{Delivery, Tariff};
 use crate::money::micros_to_usd;
@@ -123,21 +124,38 @@ impl StreamDialect {
     }
 }
 
-/// An upstream stream's bytes as the client's events: parsed, and — when the route speaks another
-/// dialect — translated as they arrive (SPEC §19), so the [`Gate`] and the [`Relay`] only ever see
-/// the client's dialect.
+/// How an upstream frames its stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// Server-sent events (every dialect over HTTP).
+    Sse,
+    /// Bedrock's `application/vnd.amazon.eventstream` binary frames (SPEC §20).
+    BedrockEventStream,
+}
+
+/// An upstream stream's bytes as the client's events: read from its framing and — when the route
+/// speaks another dialect — translated as they arrive (SPEC §19), so the [`Gate`] and the
+/// [`Relay`] only ever see the client's dialect.
 pub struct Incoming {
-    parser: SseParser,
+    frames: Frames,
     translator: Option<StreamTranslator>,
     /// Upstream events of the chunk being translated.
     scratch: Vec<SseEvent>,
 }
 
+enum Frames {
+    Sse(SseParser),
+    Bedrock(InvokeStream),
+}
+
 impl Incoming {
-    /// A stream of the client's own dialect (`None`), or one to translate.
-    pub fn new(translator: Option<StreamTranslator>) -> Incoming {
+    /// A stream in `framing`, of the client's own dialect (`None`) or one to translate.
+    pub fn new(framing: Framing, translator: Option<StreamTranslator>) -> Incoming {
         Incoming {
-            parser: SseParser::new(),
+            frames: match framing {
+                Framing::Sse => Frames::Sse(SseParser::new()),
+                Framing::BedrockEventStream => Frames::Bedrock(InvokeStream::new()),
+            },
             translator,
             scratch: Vec::new(),
         }
@@ -145,28 +163,38 @@ impl Incoming {
 
     /// The client's events in `chunk`, appended to `out`.
     pub fn push(&mut self, chunk: &[u8], out: &mut Vec<SseEvent>) {
-        match &mut self.translator {
-            None => self.parser.push(chunk, out),
-            Some(t) => {
-                self.parser.push(chunk, &mut self.scratch);
-                for ev in self.scratch.drain(..) {
-                    out.extend(t.on_event(&ev));
-                }
-            }
+        let upstream = match self.translator {
+            None => &mut *out,
+            Some(_) => &mut self.scratch,
+        };
+        match &mut self.frames {
+            Frames::Sse(parser) => parser.push(chunk, upstream),
+            Frames::Bedrock(stream) => stream.push(chunk, upstream),
         }
+        self.translate(out);
     }
 
     /// The upstream closed its body: its last event without a blank line, and (translated) the
     /// closing events of an answer that finished.
     pub fn close(&mut self, out: &mut Vec<SseEvent>) {
-        let last = self.parser.finish();
-        match &mut self.translator {
-            None => out.extend(last),
-            Some(t) => {
-                if let Some(ev) = last {
-                    out.extend(t.on_event(&ev));
-                }
-                out.extend(t.on_end());
+        let upstream = match self.translator {
+            None => &mut *out,
+            Some(_) => &mut self.scratch,
+        };
+        if let Frames::Sse(parser) = &mut self.frames {
+            upstream.extend(parser.finish());
+        }
+        self.translate(out);
+        if let Some(t) = &mut self.translator {
+            out.extend(t.on_end());
+        }
+    }
+
+    /// Translates the events waiting in `scratch` into `out`.
+    fn translate(&mut self, out: &mut Vec<SseEvent>) {
+        if let Some(t) = &mut self.translator {
+            for ev in self.scratch.drain(..) {
+                out.extend(t.on_event(&ev));
             }
         }
     }

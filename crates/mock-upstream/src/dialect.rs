@@ -1,5 +1,7 @@
 //! Response bodies for the four provider dialects: normal answers (non-stream JSON and SSE
-//! stream plans) — text, or tool calls ([`Answer`]) — error bodies and error events.
+//! stream plans) — text, or tool calls ([`Answer`]) — error bodies and error events. Chat answers
+//! carry Azure's content-filter annotations when [`ReqInfo::content_filters`] says so; the
+//! Bedrock fake reframes the Messages stream plan ([`crate::bedrock`]).
 //!
 //! Everything here is a pure function of the request and the scenario, so the
 //! same request always yields byte-identical output (fixed ids, fixed
@@ -8,6 +10,7 @@
 use serde_json::Value;
 
 use crate::answer::{Answer, ToolCall};
+use crate::azure;
 use crate::json::{array, string, Obj};
 use crate::scenario::{Api, Behavior, ErrorKind, Scenario};
 
@@ -37,6 +40,9 @@ pub struct ReqInfo {
     pub cache: (u64, u64),
     /// What the answer says (the usual words unless the request decides, see [`crate::answer`]).
     pub answer: Answer,
+    /// Chat on Azure: `prompt_filter_results` (a first stream chunk of its own, without choices)
+    /// and each choice's `content_filter_results`.
+    pub content_filters: bool,
 }
 
 impl ReqInfo {
@@ -69,11 +75,12 @@ impl ReqInfo {
             prompt_tokens: ((len / 4) as u64).max(1),
             cache: (0, 0),
             answer: Answer::Words,
+            content_filters: false,
         }
     }
 
-    /// A Gemini request: the model and the mode come from the path.
-    pub fn for_gemini(mut self, model: &str, stream: bool) -> ReqInfo {
+    /// A request whose model and mode come from the path (Gemini, Bedrock, an Azure deployment).
+    pub fn model_from_path(mut self, model: &str, stream: bool) -> ReqInfo {
         self.model_json = string(model);
         self.model_name = model.to_string();
         self.stream = stream;
@@ -352,7 +359,7 @@ fn calls(info: &ReqInfo) -> &[ToolCall] {
 
 /// Output tokens the usage reports: one per content event of a text answer; for calls, one per
 /// four characters of their names and arguments.
-fn output_tokens(info: &ReqInfo, sc: &Scenario) -> u64 {
+pub fn output_tokens(info: &ReqInfo, sc: &Scenario) -> u64 {
     match &info.answer {
         Answer::Calls(calls) => {
             let chars: usize = calls.iter().map(|c| c.name.len() + c.arguments.len()).sum();
@@ -441,17 +448,22 @@ pub fn nonstream_body(api: Api, info: &ReqInfo, sc: &Scenario) -> String {
                     .map(|(i, c)| chat_tool_call(i, c, false, &c.arguments));
                 (message.null("content").raw("tool_calls", &array(list)), "tool_calls")
             };
-            let choice = Obj::new()
+            let mut choice = Obj::new()
                 .num("index", 0)
                 .obj("message", message)
-                .str("finish_reason", finish)
-                .build();
+                .str("finish_reason", finish);
+            if info.content_filters {
+                choice = choice.obj("content_filter_results", azure::filter_results(false));
+            }
             let mut o = Obj::new()
                 .str("id", "chatcmpl-mock")
                 .str("object", "chat.completion")
                 .num("created", CREATED)
                 .raw("model", &info.model_json)
-                .raw("choices", &array(vec![choice]));
+                .raw("choices", &array(vec![choice.build()]));
+            if info.content_filters {
+                o = o.raw("prompt_filter_results", &azure::prompt_filter_results());
+            }
             if let Some(n) = usage {
                 o = o.obj("usage", chat_usage(info, n));
             }
@@ -620,6 +632,9 @@ pub fn malformed_nonstream_body(api: Api, info: &ReqInfo, sc: &Scenario) -> Stri
 pub enum Step {
     /// A complete SSE event (or comment), written and flushed as one chunk.
     Event(String),
+    /// Bytes of a binary stream (an eventstream frame, or part of one), written and flushed as
+    /// one chunk.
+    Frame(Vec<u8>),
     /// Wait this long; with `keepalive`, send [`KEEPALIVE`] every 200 ms meanwhile.
     Wait { ms: u64, keepalive: bool },
     /// Close the connection now, without the terminating chunk.
@@ -659,11 +674,14 @@ impl Builder {
 }
 
 fn chat_chunk(info: &ReqInfo, delta: Obj, finish: Option<&str>) -> String {
-    let choice = Obj::new()
+    let mut choice = Obj::new()
         .num("index", 0)
         .obj("delta", delta)
-        .opt_str("finish_reason", finish)
-        .build();
+        .opt_str("finish_reason", finish);
+    if info.content_filters {
+        choice = choice.obj("content_filter_results", azure::filter_results(false));
+    }
+    let choice = choice.build();
     Obj::new()
         .str("id", "chatcmpl-mock")
         .str("object", "chat.completion.chunk")
@@ -709,6 +727,18 @@ fn preamble(api: Api, b: &mut Builder, info: &ReqInfo, sc: &Scenario) {
     let text = calls(info).is_empty();
     match api {
         Api::Chat => {
+            if info.content_filters {
+                // Azure's first chunk: the prompt's filter results, no choices, empty fields.
+                let d = Obj::new()
+                    .str("id", "")
+                    .raw("choices", "[]")
+                    .num("created", 0)
+                    .str("model", "")
+                    .str("object", "")
+                    .raw("prompt_filter_results", &azure::prompt_filter_results())
+                    .build();
+                b.event(None, &d);
+            }
             let role = Obj::new().str("role", "assistant");
             let delta = if text {
                 role.str("content", "")
@@ -1410,7 +1440,7 @@ mod tests {
 
     #[test]
     fn gemini_answers_streams_and_errors() {
-        let i = info(r#"{"contents":[{"parts":[{"text":"hi"}]}]}"#).for_gemini("gem-1", true);
+        let i = info(r#"{"contents":[{"parts":[{"text":"hi"}]}]}"#).model_from_path("gem-1", true);
         let sc = Scenario::default();
         let v: Value = serde_json::from_str(&nonstream_body(Api::Gemini, &i, &sc)).unwrap();
         assert_eq!(
@@ -1610,7 +1640,7 @@ mod tests {
 
     #[test]
     fn gemini_streams_whole_function_calls() {
-        let i = calls_info(r#"{"contents":[]}"#, 2).for_gemini("gem", true);
+        let i = calls_info(r#"{"contents":[]}"#, 2).model_from_path("gem", true);
         let d: Vec<Value> = datas(&stream_plan(Api::Gemini, &i, &Scenario::default()))
             .iter()
             .map(|x| parsed(x))

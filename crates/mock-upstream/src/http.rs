@@ -43,6 +43,22 @@ impl Request {
         }
     }
 
+    /// The query string (after `?`, empty when there is none), as sent.
+    pub fn query(&self) -> &str {
+        self.target.split_once('?').map_or("", |(_, q)| q)
+    }
+
+    /// Every value of a query parameter, percent-decoded, in order.
+    pub fn query_values(&self, name: &str) -> Vec<String> {
+        self.query()
+            .split('&')
+            .filter_map(|pair| {
+                let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+                (percent_decode(k) == name.as_bytes()).then(|| String::from_utf8_lossy(&percent_decode(v)).into_owned())
+            })
+            .collect()
+    }
+
     /// True when the connection must be closed after this request.
     pub fn wants_close(&self) -> bool {
         let conn = self.header("connection").map(|v| v.to_ascii_lowercase());
@@ -57,6 +73,57 @@ impl Request {
             has("close")
         }
     }
+}
+
+/// A whole JSON answer decided before anything is written: status, extra headers, body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JsonReply {
+    pub status: u16,
+    pub headers: Vec<(&'static str, String)>,
+    pub body: String,
+}
+
+impl JsonReply {
+    pub fn new(status: u16, body: String) -> JsonReply {
+        JsonReply {
+            status,
+            headers: Vec::new(),
+            body,
+        }
+    }
+
+    /// The same answer with one more header.
+    pub fn header(mut self, name: &'static str, value: impl Into<String>) -> JsonReply {
+        self.headers.push((name, value.into()));
+        self
+    }
+}
+
+/// Decodes `%XX` escapes (a `%` not followed by two hex digits stays as it is; `+` is not a
+/// space).
+pub fn percent_decode(s: &str) -> Vec<u8> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let escaped = match bytes.get(i + 1..i + 3) {
+            Some(hex) if bytes[i] == b'%' && hex.iter().all(u8::is_ascii_hexdigit) => std::str::from_utf8(hex)
+                .ok()
+                .and_then(|h| u8::from_str_radix(h, 16).ok()),
+            _ => None,
+        };
+        match escaped {
+            Some(b) => {
+                out.push(b);
+                i += 3;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    out
 }
 
 /// Why a request could not be read.
@@ -371,6 +438,18 @@ mod tests {
             read_request(&mut Cursor::new(truncated.as_bytes().to_vec())),
             Err(ReadError::Io(_))
         ));
+    }
+
+    #[test]
+    fn query_and_percent_decoding() {
+        let r = parse("POST /a/b?api-version=2024-10-21&x=%41%2&api-version=v1 HTTP/1.1\r\n\r\n");
+        assert_eq!(r.query(), "api-version=2024-10-21&x=%41%2&api-version=v1");
+        assert_eq!(r.query_values("api-version"), ["2024-10-21", "v1"]);
+        assert_eq!(r.query_values("x"), ["A%2"]);
+        assert!(r.query_values("y").is_empty());
+        assert_eq!(percent_decode("v1%3A0+%zz%"), b"v1:0+%zz%");
+        assert_eq!(percent_decode("%+1%2f"), b"%+1/");
+        assert_eq!(parse("GET /a HTTP/1.1\r\n\r\n").query(), "");
     }
 
     #[test]

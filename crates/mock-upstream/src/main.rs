@@ -3,13 +3,25 @@
 //! serves forever.
 //!
 //! Usage: `mock-upstream [--port N]` (default: `$MOCK_PORT`, else 9100;
-//! `--port 0` picks a free port).
+//! `--port 0` picks a free port). The cloud fakes' credentials are read from the environment
+//! at start (see [`mock_upstream::scenario`]).
 
 use std::io::Write;
 use std::process::ExitCode;
 
 const DEFAULT_PORT: u16 = 9100;
-const USAGE: &str = "usage: mock-upstream [--port N]   (default $MOCK_PORT, else 9100; 0 = any free port)";
+const USAGE: &str = "usage: mock-upstream [--port N]   (default $MOCK_PORT, else 9100; 0 = any free port)
+
+Paths: /<label>/<scenario…>/ then chat/completions, messages, responses,
+  models/<model>:generateContent | :streamGenerateContent,
+  openai/v1/chat/completions, openai/v1/responses,
+  openai/deployments/<deployment>/chat/completions?api-version=YYYY-MM-DD   (Azure OpenAI),
+  model/<model id>/invoke | invoke-with-response-stream                      (AWS Bedrock).
+Environment (read at start):
+  MOCK_AZURE_API_KEY          Azure `api-key` accepted            (default mock-azure-key)
+  MOCK_AWS_ACCESS_KEY_ID      Bedrock SigV4 access key id         (default AKIAMOCKSWITCHYARD)
+  MOCK_AWS_SECRET_ACCESS_KEY  Bedrock SigV4 secret                (default mock-secret-key-for-switchyard-tests)
+  MOCK_AWS_SESSION_TOKEN      Bedrock x-amz-security-token, if any (default none)";
 
 fn parse_port(s: &str, what: &str) -> Result<u16, String> {
     s.trim()

@@ -7,6 +7,35 @@
 //! that is a keyword (see [`KEYWORDS`]). The whole prefix (label + scenario,
 //! no leading/trailing slash) is the *key* for stats and per-key state.
 //!
+//! Cloud hosts ([`route`], [`Host`]) take the same prefix before their own suffixes, check their
+//! own credentials first, and answer every scenario in their shapes:
+//!
+//! ```text
+//! Azure OpenAI (crate::azure) — Chat / Responses bodies, `api-key: <MOCK_AZURE_API_KEY>`
+//!   <prefix>/openai/v1/chat/completions[?api-version=v1|preview]
+//!   <prefix>/openai/v1/responses[?api-version=v1|preview]
+//!   <prefix>/openai/deployments/<deployment>/chat/completions?api-version=YYYY-MM-DD[-preview]
+//! AWS Bedrock (crate::bedrock) — Anthropic bodies with anthropic_version, SigV4 for `bedrock`
+//!   <prefix>/model/<model id, percent-encoded>/invoke
+//!   <prefix>/model/<model id, percent-encoded>/invoke-with-response-stream
+//! ```
+//!
+//! Their credentials come from the environment at start: `MOCK_AZURE_API_KEY` (default
+//! `mock-azure-key`), `MOCK_AWS_ACCESS_KEY_ID` (default `AKIAMOCKSWITCHYARD`),
+//! `MOCK_AWS_SECRET_ACCESS_KEY` (default `mock-secret-key-for-switchyard-tests`) and
+//! `MOCK_AWS_SESSION_TOKEN` (default: none; when set, requests must carry it, signed). Azure
+//! refuses a missing or wrong `api-key` (a bearer token too) with 401, a deployment URL without
+//! a dated `api-version` with 404; Bedrock refuses a signature that does not hold with 403 and
+//! `x-amzn-errortype` (`MissingAuthenticationTokenException`, `IncompleteSignatureException`,
+//! `UnrecognizedClientException`, `InvalidSignatureException`), a body with `model` or `stream`
+//! or without `anthropic_version: bedrock-2023-05-31` with a 400 `ValidationException`. Scenario
+//! errors on Bedrock are `x-amzn-errortype: <Exception>:…` + `{"message": …}` (by status:
+//! 400 Validation, 404 ResourceNotFound, 424 ModelError, 429 Throttling, 500 InternalServer,
+//! 503 ServiceUnavailable); its stream is `application/vnd.amazon.eventstream`, mid-stream errors
+//! are exception messages by kind (see [`crate::bedrock::stream_exception`]), and `cut-after/N`
+//! cuts in the middle of a frame. On Azure, `content_filter` answers in Azure's shape
+//! (`innererror.code` `ResponsibleAIPolicyViolation`), e.g. `status/400/content_filter`.
+//!
 //! Scenario grammar (segments after the start, in any order, each at most once):
 //!
 //! ```text
@@ -60,6 +89,8 @@
 //! characters of name and arguments (`no-usage` drops usage as ever).
 
 use std::fmt;
+
+use crate::http::percent_decode;
 
 /// Which provider API a path addresses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -264,26 +295,71 @@ fn segments(path: &str) -> Vec<&str> {
     path.split('/').filter(|s| !s.is_empty()).collect()
 }
 
-/// Splits a provider path into its API and key (prefix). `None` when the
-/// path does not end in one of the three API suffixes, or is a control path.
-pub fn split_api(path: &str) -> Option<(Api, String)> {
+/// Who answers a provider path: the provider itself, or a cloud that hosts its models.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Host {
+    /// The provider's own API.
+    Direct,
+    /// Azure OpenAI ([`crate::azure`]): the v1 API (`deployment` `None`, the body's `model` names
+    /// the deployment) or a deployment's URL.
+    Azure { deployment: Option<String> },
+    /// AWS Bedrock InvokeModel ([`crate::bedrock`]): the model id from the path
+    /// (percent-decoded), and whether it is `invoke-with-response-stream`.
+    Bedrock { model: String, stream: bool },
+}
+
+/// Where a provider path goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    /// The dialect of the body and of the answer.
+    pub api: Api,
+    /// The prefix before the API suffix (label + scenario): the key for stats and state.
+    pub key: String,
+    pub host: Host,
+}
+
+/// Routes a provider path (the query, if any, is ignored). `None` when the path does not end in
+/// one of the API suffixes, or is a control path.
+pub fn route(path: &str) -> Option<Route> {
     let segs = segments(path);
-    if segs.first().map(|s| s.starts_with("_")).unwrap_or(false) {
+    if segs.first().is_some_and(|s| s.starts_with('_')) {
         return None;
     }
     let n = segs.len();
-    let (api, prefix_len) = if n >= 2 && segs[n - 2] == "chat" && segs[n - 1] == "completions" {
-        (Api::Chat, n - 2)
-    } else if n >= 1 && segs[n - 1] == "messages" {
-        (Api::Messages, n - 1)
-    } else if n >= 1 && segs[n - 1] == "responses" {
-        (Api::Responses, n - 1)
-    } else if gemini_call(path).is_some() {
-        (Api::Gemini, n - 2)
-    } else {
-        return None;
-    };
-    Some((api, segs[..prefix_len].join("/")))
+    let ends = |tail: &[&str]| n >= tail.len() && segs[n - tail.len()..] == *tail;
+    let decoded = |seg: &str| String::from_utf8_lossy(&percent_decode(seg)).into_owned();
+    let (api, prefix_len, host) =
+        if n >= 3 && segs[n - 3] == "model" && matches!(segs[n - 1], "invoke" | "invoke-with-response-stream") {
+            let host = Host::Bedrock {
+                model: decoded(segs[n - 2]),
+                stream: segs[n - 1] != "invoke",
+            };
+            (Api::Messages, n - 3, host)
+        } else if ends(&["openai", "v1", "chat", "completions"]) {
+            (Api::Chat, n - 4, Host::Azure { deployment: None })
+        } else if ends(&["openai", "v1", "responses"]) {
+            (Api::Responses, n - 3, Host::Azure { deployment: None })
+        } else if n >= 5 && segs[n - 5..n - 3] == ["openai", "deployments"] && ends(&["chat", "completions"]) {
+            let host = Host::Azure {
+                deployment: Some(decoded(segs[n - 3])),
+            };
+            (Api::Chat, n - 5, host)
+        } else if ends(&["chat", "completions"]) {
+            (Api::Chat, n - 2, Host::Direct)
+        } else if ends(&["messages"]) {
+            (Api::Messages, n - 1, Host::Direct)
+        } else if ends(&["responses"]) {
+            (Api::Responses, n - 1, Host::Direct)
+        } else if gemini_call(path).is_some() {
+            (Api::Gemini, n - 2, Host::Direct)
+        } else {
+            return None;
+        };
+    Some(Route {
+        api,
+        key: segs[..prefix_len].join("/"),
+        host,
+    })
 }
 
 /// A Gemini path's (model, stream): `…/models/<model>:generateContent` or
@@ -548,6 +624,11 @@ pub fn parse_scenario(key: &str) -> Result<Scenario, ScenarioError> {
 mod tests {
     use super::*;
 
+    /// The API and key of a path.
+    fn split_api(path: &str) -> Option<(Api, String)> {
+        route(path).map(|r| (r.api, r.key))
+    }
+
     #[test]
     fn split_api_paths() {
         assert_eq!(
@@ -574,6 +655,64 @@ mod tests {
         assert_eq!(split_api("/a/chat"), None);
         assert_eq!(split_api("/_stats/a/messages"), None);
         assert_eq!(split_api("/"), None);
+        assert_eq!(route("/a/chat/completions").map(|r| r.host), Some(Host::Direct));
+    }
+
+    #[test]
+    fn cloud_paths() {
+        let bedrock = |path: &str| route(path).map(|r| (r.api, r.key, r.host));
+        assert_eq!(
+            bedrock("/br/status/503/model/anthropic.claude-3-haiku-20240307-v1%3A0/invoke"),
+            Some((
+                Api::Messages,
+                "br/status/503".into(),
+                Host::Bedrock {
+                    model: "anthropic.claude-3-haiku-20240307-v1:0".into(),
+                    stream: false
+                }
+            ))
+        );
+        assert_eq!(
+            bedrock(
+                "/model/arn%3Aaws%3Abedrock%3Aus-east-1%3A1%3Ainference-profile%2Fus.x/invoke-with-response-stream"
+            ),
+            Some((
+                Api::Messages,
+                "".into(),
+                Host::Bedrock {
+                    model: "arn:aws:bedrock:us-east-1:1:inference-profile/us.x".into(),
+                    stream: true
+                }
+            ))
+        );
+        assert_eq!(bedrock("/a/model/m/converse"), None);
+        assert_eq!(
+            bedrock("/az/tool-call/openai/v1/chat/completions?api-version=preview"),
+            Some((Api::Chat, "az/tool-call".into(), Host::Azure { deployment: None }))
+        );
+        assert_eq!(
+            bedrock("/openai/v1/responses"),
+            Some((Api::Responses, "".into(), Host::Azure { deployment: None }))
+        );
+        assert_eq!(
+            bedrock("/az/openai/deployments/gpt-4o%20mini/chat/completions?api-version=2024-10-21"),
+            Some((
+                Api::Chat,
+                "az".into(),
+                Host::Azure {
+                    deployment: Some("gpt-4o mini".into())
+                }
+            ))
+        );
+        // Not Azure's shapes: the plain dialects, their prefix a label.
+        assert_eq!(
+            bedrock("/openai/chat/completions"),
+            Some((Api::Chat, "openai".into(), Host::Direct))
+        );
+        assert_eq!(
+            bedrock("/deployments/d/chat/completions"),
+            Some((Api::Chat, "deployments/d".into(), Host::Direct))
+        );
     }
 
     #[test]

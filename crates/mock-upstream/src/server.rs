@@ -3,8 +3,9 @@
 //! and carrying out a scenario on the socket (delays, streams, cuts, hangs,
 //! resets).
 //!
-//! A provider request goes: counted, scenario parsed, `reject-field`, validation in its dialect
-//! (unless `lenient`), the gate (`flaky`, `down-for`), then the behaviour.
+//! A provider request goes: counted, scenario parsed, the host's admission (Azure's URL and key,
+//! Bedrock's signature), `reject-field`, validation in its dialect as its host takes it (unless
+//! `lenient`), the gate (`flaky`, `down-for`), then the behaviour. Errors take the host's shape.
 //!
 //! A broken client socket only ends that connection's thread: every write
 //! error is turned into closing the connection.
@@ -12,15 +13,17 @@
 use std::io::{self, BufReader, Read};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
 use crate::answer;
-use crate::dialect::{self, ReqInfo, Step, KEEPALIVE};
-use crate::http::{self, ReadError, Request};
+use crate::azure;
+use crate::bedrock;
+use crate::dialect::{self, ErrSpec, ReqInfo, Step, KEEPALIVE};
+use crate::http::{self, JsonReply, ReadError, Request};
 use crate::json::Obj;
-use crate::scenario::{self, Api, Behavior, Gate, Scenario};
+use crate::scenario::{self, Api, Behavior, Gate, Host, Route, Scenario};
 use crate::sock;
 use crate::state::Shared;
 use crate::validate;
@@ -70,12 +73,16 @@ pub fn serve(listener: TcpListener, state: Shared) {
     }
 }
 
-/// Binds `port` and serves in a background thread (for in-process tests).
-/// Returns the bound address and the state.
+/// Binds `port` and serves in a background thread (for in-process tests), the secrets from the
+/// environment. Returns the bound address and the state.
 pub fn spawn(port: u16) -> io::Result<(SocketAddr, Shared)> {
+    spawn_with(port, Shared::new())
+}
+
+/// [`spawn`] with a state of the caller's (other secrets).
+pub fn spawn_with(port: u16, state: Shared) -> io::Result<(SocketAddr, Shared)> {
     let listener = bind(port)?;
     let addr = listener.local_addr()?;
-    let state = Shared::new();
     let st = state.clone();
     thread::Builder::new()
         .name("mock-accept".into())
@@ -116,6 +123,11 @@ fn handle_connection(stream: TcpStream, state: Shared) {
             return;
         }
     }
+}
+
+/// Writes a decided JSON answer.
+fn reply(w: &mut TcpStream, r: &JsonReply, close: bool) -> Action {
+    json(w, r.status, &r.body, &r.headers, close)
 }
 
 fn json(w: &mut TcpStream, status: u16, body: &str, extra: &[(&str, String)], close: bool) -> Action {
@@ -180,10 +192,10 @@ fn dispatch(
         let key = scenario::normalize_key(path.strip_prefix("/_stats").unwrap_or(""));
         return json(w, 200, &state.stats_json(&key), &[], close);
     }
-    match scenario::split_api(&path) {
-        Some((api, key)) => {
-            let action = run_scenario(req, api, &key, w, reader, state, close);
-            state.done(&key);
+    match scenario::route(&path) {
+        Some(route) => {
+            let action = run_scenario(req, &route, w, reader, state, close);
+            state.done(&route.key);
             action
         }
         None => {
@@ -206,14 +218,38 @@ fn sleep_until(t: Instant) {
     }
 }
 
-/// Answers with an HTTP error status in the dialect's shape.
-fn error_status(w: &mut TcpStream, api: Api, status: u16, sc: &Scenario, info: &ReqInfo, close: bool) -> Action {
-    let e = dialect::status_error(sc.error_kind, status, &info.model_name);
-    let mut extra = Vec::new();
-    if let Some(s) = sc.retry_after {
-        extra.push(("retry-after", s.to_string()));
+/// An error answer with `status` in the shape of the route's host (and dialect).
+fn error_reply(route: &Route, status: u16, e: &ErrSpec, kind: Option<scenario::ErrorKind>) -> JsonReply {
+    match route.host {
+        Host::Bedrock { .. } => bedrock::error_reply(status, &e.an_message),
+        Host::Azure { .. } => JsonReply::new(status, azure::error_body(route.api, kind, e)),
+        Host::Direct => JsonReply::new(status, dialect::error_body(route.api, e)),
     }
-    json(w, status, &padded(dialect::error_body(api, &e), sc), &extra, close)
+}
+
+/// Answers with an HTTP error status in the route's shape.
+fn error_status(w: &mut TcpStream, route: &Route, status: u16, sc: &Scenario, info: &ReqInfo, close: bool) -> Action {
+    let e = dialect::status_error(sc.error_kind, status, &info.model_name);
+    let mut r = error_reply(route, status, &e, sc.error_kind);
+    r.body = padded(r.body, sc);
+    if let Some(s) = sc.retry_after {
+        r = r.header("retry-after", s.to_string());
+    }
+    reply(w, &r, close)
+}
+
+/// The host's admission: Azure's URL rules and key, Bedrock's signature.
+fn admit(req: &Request, host: &Host, state: &Shared) -> Result<(), JsonReply> {
+    match host {
+        Host::Direct => Ok(()),
+        Host::Azure { deployment } => azure::admit(req, deployment.as_deref(), &state.secrets.azure_key),
+        Host::Bedrock { .. } => {
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+            bedrock::authenticate(req, &state.secrets.aws, now)
+        }
+    }
 }
 
 /// `body` (a JSON object) with `pad/N`'s N bytes of padding in an extra field.
@@ -226,13 +262,13 @@ fn padded(body: String, sc: &Scenario) -> String {
 
 fn run_scenario(
     req: &Request,
-    api: Api,
-    key: &str,
+    route: &Route,
     w: &mut TcpStream,
     reader: &mut BufReader<TcpStream>,
     state: &Shared,
     close: bool,
 ) -> Action {
+    let (api, key) = (route.api, route.key.as_str());
     let (count, first_seen) = state.record(key, req);
     let sc = match scenario::parse_scenario(key) {
         Ok(sc) => sc,
@@ -241,12 +277,27 @@ fn run_scenario(
             return json(w, 400, &body, &[], close);
         }
     };
+    if let Err(refusal) = admit(req, &route.host, state) {
+        return reply(w, &refusal, close);
+    }
     // One parse of the body serves every step below.
     let body = serde_json::from_slice::<Value>(&req.body);
     let value = body.as_ref().unwrap_or(&Value::Null);
     let mut info = ReqInfo::from_json(value, req.body.len());
-    if let Some((model, stream)) = scenario::gemini_call(req.path()).filter(|_| api == Api::Gemini) {
-        info = info.for_gemini(&model, stream);
+    match &route.host {
+        Host::Direct => {
+            if let Some((model, stream)) = scenario::gemini_call(req.path()).filter(|_| api == Api::Gemini) {
+                info = info.model_from_path(&model, stream);
+            }
+        }
+        Host::Azure { deployment } => {
+            info.content_filters = api == Api::Chat;
+            if let (Some(d), None) = (deployment, value.get("model")) {
+                let stream = info.stream;
+                info = info.model_from_path(d, stream);
+            }
+        }
+        Host::Bedrock { model, stream } => info = info.model_from_path(model, *stream),
     }
     info.cache = sc.cache.unwrap_or_default();
 
@@ -265,13 +316,21 @@ fn run_scenario(
                     format!("The server had an error processing field {field}"),
                 )
             };
-            return json(w, *code, &simple_error(ty, &msg), &[], close);
+            let r = match route.host {
+                Host::Bedrock { .. } => bedrock::error_reply(*code, &msg),
+                _ => JsonReply::new(*code, simple_error(ty, &msg)),
+            };
+            return reply(w, &r, close);
         }
     }
     if !sc.lenient {
-        if let Err(problem) = validate::check(api, &body) {
-            let e = validate::error(api, &problem);
-            return json(w, 400, &padded(dialect::error_body(api, &e), &sc), &[], close);
+        if let Err(problem) = validate::check_on(api, &route.host, &body) {
+            let mut r = match route.host {
+                Host::Bedrock { .. } => bedrock::validation_reply(&problem),
+                _ => error_reply(route, 400, &validate::error(api, &problem), None),
+            };
+            r.body = padded(r.body, &sc);
+            return reply(w, &r, close);
         }
     }
     info.answer = answer::decide(api, value, &sc);
@@ -283,7 +342,7 @@ fn run_scenario(
         None => false,
     };
     if gated {
-        return error_status(w, api, 503, &sc, &info, close);
+        return error_status(w, route, 503, &sc, &info, close);
     }
 
     match sc.behavior {
@@ -297,7 +356,7 @@ fn run_scenario(
         }
         Behavior::Status(code) => {
             sleep_ms(sc.first_content_after_ms.unwrap_or(0));
-            error_status(w, api, code, &sc, &info, close)
+            error_status(w, route, code, &sc, &info, close)
         }
         Behavior::ErrorBody200 | Behavior::ErrorEventFirst | Behavior::ErrorEventAfter(_)
             if sc.behavior == Behavior::ErrorBody200 || !info.stream =>
@@ -305,9 +364,13 @@ fn run_scenario(
             let e = dialect::event_error(sc.error_kind, &info.model_name);
             json(w, 200, &dialect::error_body(api, &e), &[], close)
         }
-        _ if info.stream => run_stream(w, &dialect::stream_plan(api, &info, &sc), close, &|| {
-            state.wrote_event(key)
-        }),
+        _ if info.stream => {
+            let (head, steps) = match route.host {
+                Host::Bedrock { .. } => (bedrock::stream_headers(), bedrock::stream_plan(&info, &sc)),
+                _ => (sse_headers(), dialect::stream_plan(api, &info, &sc)),
+            };
+            run_stream(w, head, &steps, close, &|| state.wrote_event(key))
+        }
         Behavior::CutAfter(_) => {
             sleep_ms(dialect::nonstream_delay_ms(&sc));
             let body = dialect::nonstream_body(api, &info, &sc);
@@ -330,7 +393,13 @@ fn run_scenario(
                     let body = if matches!(status, 204 | 205) { "" } else { body.as_str() };
                     after_write(http::write_full(w, status, "text/plain", &[], body.as_bytes(), close))
                 }
-                None => json(w, 200, &body, &[], close),
+                None => {
+                    let extra = match route.host {
+                        Host::Bedrock { .. } => bedrock::invoke_headers(&info, &sc),
+                        _ => Vec::new(),
+                    };
+                    json(w, 200, &body, &extra, close)
+                }
             }
         }
     }
@@ -350,14 +419,25 @@ fn write_truncated(w: &mut TcpStream, body: &[u8]) -> io::Result<()> {
     w.flush()
 }
 
-/// Writes a stream plan as a chunked `text/event-stream` body; `wrote` is called after each event
-/// is written (the key's `stream_events` count, which shows how far a reader has let it get).
-fn run_stream(w: &mut TcpStream, steps: &[Step], close: bool, wrote: &dyn Fn()) -> Action {
-    let headers = [
+/// The head of an SSE stream.
+fn sse_headers() -> Vec<(&'static str, String)> {
+    vec![
         ("Content-Type", "text/event-stream".to_string()),
         ("Cache-Control", "no-cache".to_string()),
-        ("Transfer-Encoding", "chunked".to_string()),
-    ];
+    ]
+}
+
+/// Writes a stream plan as a chunked body under `headers` (its content type among them); `wrote`
+/// is called after each event or frame is written (the key's `stream_events` count, which shows
+/// how far a reader has let it get).
+fn run_stream(
+    w: &mut TcpStream,
+    mut headers: Vec<(&'static str, String)>,
+    steps: &[Step],
+    close: bool,
+    wrote: &dyn Fn(),
+) -> Action {
+    headers.push(("Transfer-Encoding", "chunked".to_string()));
     let head = http::write_head(w, 200, &headers, close).and_then(|_| {
         use std::io::Write;
         w.flush()
@@ -368,6 +448,7 @@ fn run_stream(w: &mut TcpStream, steps: &[Step], close: bool, wrote: &dyn Fn()) 
     for step in steps {
         let r = match step {
             Step::Event(text) => http::write_chunk(w, text.as_bytes()).map(|()| wrote()),
+            Step::Frame(bytes) => http::write_chunk(w, bytes).map(|()| wrote()),
             Step::Wait { ms, keepalive: false } => {
                 sleep_ms(*ms);
                 Ok(())

@@ -1,7 +1,8 @@
 //! Shared per-key state: request counters (in all, by prompt, and the most
 //! in flight at once), the last request seen, and the first-request time used
 //! by `down-for`. One map for the whole server,
-//! behind a mutex (`POST /_reset` clears it).
+//! behind a mutex (`POST /_reset` clears it). Beside it, the [`Secrets`] the cloud fakes accept,
+//! read once at start.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -10,7 +11,9 @@ use std::time::Instant;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use crate::azure;
 use crate::http::Request;
+use crate::sigv4;
 
 /// A recorded request as reported by `/_stats/<key>`.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -83,19 +86,67 @@ fn prompt_of(body: &Value) -> String {
     text.unwrap_or("").chars().take(80).collect()
 }
 
+/// The credentials the cloud fakes accept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Secrets {
+    /// AWS credentials for Bedrock's SigV4 ([`sigv4::Credentials::from_env`]).
+    pub aws: sigv4::Credentials,
+    /// Azure's `api-key` ([`azure::key_from_env`]).
+    pub azure_key: String,
+}
+
+impl Default for Secrets {
+    fn default() -> Self {
+        Secrets {
+            aws: sigv4::Credentials::default(),
+            azure_key: azure::DEFAULT_API_KEY.to_string(),
+        }
+    }
+}
+
+impl Secrets {
+    /// `MOCK_AWS_ACCESS_KEY_ID`, `MOCK_AWS_SECRET_ACCESS_KEY`, `MOCK_AWS_SESSION_TOKEN` and
+    /// `MOCK_AZURE_API_KEY`, each defaulted when unset.
+    pub fn from_env() -> Secrets {
+        Secrets {
+            aws: sigv4::Credentials::from_env(),
+            azure_key: azure::key_from_env(),
+        }
+    }
+}
+
 /// The server's shared state.
-#[derive(Debug, Clone, Default)]
-pub struct Shared(pub Arc<Mutex<HashMap<String, KeyState>>>);
+#[derive(Debug, Clone)]
+pub struct Shared {
+    keys: Arc<Mutex<HashMap<String, KeyState>>>,
+    pub secrets: Arc<Secrets>,
+}
+
+impl Default for Shared {
+    /// [`Shared::new`].
+    fn default() -> Self {
+        Shared::new()
+    }
+}
 
 impl Shared {
+    /// Empty state; the secrets from the environment.
     pub fn new() -> Shared {
-        Shared::default()
+        Shared::with_secrets(Secrets::from_env())
+    }
+
+    /// Empty state with these secrets.
+    pub fn with_secrets(secrets: Secrets) -> Shared {
+        Shared {
+            keys: Arc::default(),
+            secrets: Arc::new(secrets),
+        }
     }
 
     /// Locks the map; a panic in another connection thread must not make
     /// the state unusable, so poisoning is ignored.
     fn lock(&self) -> MutexGuard<'_, HashMap<String, KeyState>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        self.keys.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Counts a request to `key`; returns (this request's 1-based number,

@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use body::Body;
 
-use crate::catalog::{Api, AuthScheme};
+use crate::catalog::{Api, Kind};
 use crate::classify::Verdict;
 use crate::error::ApiError;
 use crate::sse::SseEvent;
@@ -447,24 +447,21 @@ impl ClientRequest {
         self.body.write_with_model(upstream_model, self.body_len)
     }
 
-    /// Headers a route gets besides content type, accept and its key: an `x-api-key`
-    /// (Anthropic-style) provider gets `anthropic-version` (the client's, else the default) and
-    /// the client's `anthropic-beta`.
-    pub fn upstream_headers(&self, auth: AuthScheme) -> Vec<(&'static str, String)> {
-        match auth {
-            AuthScheme::Bearer | AuthScheme::XGoogApiKey => Vec::new(),
-            AuthScheme::XApiKey => {
-                let version = self
-                    .anthropic_version
-                    .clone()
-                    .unwrap_or_else(|| messages::DEFAULT_VERSION.to_string());
-                let mut headers = vec![("anthropic-version", version)];
-                if let Some(beta) = &self.anthropic_beta {
-                    headers.push(("anthropic-beta", beta.clone()));
-                }
-                headers
-            }
+    /// Headers a route gets besides content type, accept and its key: an Anthropic provider gets
+    /// `anthropic-version` (the client's, else the default) and the client's `anthropic-beta`.
+    pub fn upstream_headers(&self, kind: Kind) -> Vec<(&'static str, String)> {
+        if kind != Kind::Anthropic {
+            return Vec::new();
         }
+        let version = self
+            .anthropic_version
+            .clone()
+            .unwrap_or_else(|| messages::DEFAULT_VERSION.to_string());
+        let mut headers = vec![("anthropic-version", version)];
+        if let Some(beta) = &self.anthropic_beta {
+            headers.push(("anthropic-beta", beta.clone()));
+        }
+        headers
     }
 }
 

@@ -49,9 +49,14 @@ const TEXT_PARTS: &[&str] = &["text"];
 const USER_PARTS: &[&str] = &["text", "image_url", "input_audio", "file"];
 const ASSISTANT_PARTS: &[&str] = &["text", "refusal"];
 
-pub(super) fn check(body: &Node) -> Check {
+/// A Chat body; `model_required` is false where the URL names the model (an Azure deployment's).
+pub(super) fn check(body: &Node, model_required: bool) -> Check {
     body.only(FIELDS)?;
-    body.req("model")?.str()?;
+    if model_required {
+        body.req("model")?.str()?;
+    } else {
+        body.opt("model", Node::str)?;
+    }
     messages(&body.req("messages")?)?;
     let stream = body.opt("stream", Node::bool)?.unwrap_or(false);
     for limit in ["max_tokens", "max_completion_tokens", "n"] {

@@ -53,14 +53,51 @@ const BLOCKS: &[&str] = &[
 ];
 const IMAGE_TYPES: &[&str] = &["image/jpeg", "image/png", "image/gif", "image/webp"];
 
+/// The `anthropic_version` a Bedrock InvokeModel body must carry.
+pub const BEDROCK_VERSION: &str = "bedrock-2023-05-31";
+/// Fields of the Messages API that a Bedrock body must not have: the model is in the URL, the
+/// stream is the operation (`invoke-with-response-stream`), the rest are Anthropic-only.
+const NOT_ON_BEDROCK: &[&str] = &[
+    "model",
+    "stream",
+    "service_tier",
+    "container",
+    "mcp_servers",
+    "inference_geo",
+];
+
 pub(super) fn check(body: &Node) -> Check {
     body.only(FIELDS)?;
     body.req("model")?.str()?;
+    body.opt("stream", Node::bool)?;
+    request(body)
+}
+
+/// An Anthropic body for Bedrock's InvokeModel: `anthropic_version` (required, the one
+/// version), `anthropic_beta` (flags), no `model`, no `stream`, then the Messages rules.
+pub(super) fn check_bedrock(body: &Node) -> Check {
+    let version = body.req("anthropic_version")?;
+    if version.str()? != BEDROCK_VERSION {
+        return version.invalid(format!("{} is not a valid enum value", version.str()?));
+    }
+    let fields: Vec<&str> = FIELDS
+        .iter()
+        .copied()
+        .filter(|f| !NOT_ON_BEDROCK.contains(f))
+        .chain(["anthropic_version", "anthropic_beta"])
+        .collect();
+    body.only(&fields)?;
+    body.opt("anthropic_beta", Node::strings)?;
+    request(body)
+}
+
+/// What the Messages API and Bedrock check alike: the limit, the turns, the sampling and the
+/// tools.
+fn request(body: &Node) -> Check {
     let max_tokens = body.req("max_tokens")?.int(1)?;
     messages(&body.req("messages")?)?;
     body.opt("system", |s| if s.is_str() { Ok(()) } else { text_blocks(s) })?;
     body.opt("stop_sequences", Node::strings)?;
-    body.opt("stream", Node::bool)?;
     body.opt("temperature", |t| t.number(0.0, 1.0))?;
     body.opt("top_p", |t| t.number(0.0, 1.0))?;
     body.opt("top_k", |t| t.int(0))?;

@@ -14,6 +14,11 @@
 //!
 //! Google's JSON takes both camelCase and snake_case keys, as the real API does: Gemini bodies
 //! are looked up and checked by their camelCase names.
+//!
+//! A cloud that hosts a dialect changes a little ([`check_on`]): Bedrock's Anthropic bodies carry
+//! `anthropic_version` and neither `model` nor `stream`, and say what is wrong in their own
+//! words ([`bedrock_message`]); a Chat body sent to an Azure deployment's URL need not name its
+//! model.
 
 mod chat;
 mod gemini;
@@ -23,7 +28,7 @@ mod responses;
 use serde_json::{Map, Value};
 
 use crate::dialect::ErrSpec;
-use crate::scenario::Api;
+use crate::scenario::{Api, Host};
 
 /// One step of a field path.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,7 +72,19 @@ impl Path {
         out
     }
 
-    /// The last key and the path of its parent (Google names an unknown field that way).
+    /// A JSON pointer as JSON-schema validators write it: `#/messages/0/content` (`#`: the body).
+    fn pointer(&self) -> String {
+        let mut out = String::from("#");
+        for seg in &self.0 {
+            match seg {
+                Seg::Key(k) => out.push_str(&format!("/{k}")),
+                Seg::Index(i) => out.push_str(&format!("/{i}")),
+            }
+        }
+        out
+    }
+
+    /// The last key and the path of its parent (Google and Bedrock name an unknown field that way).
     fn split_last(&self) -> (String, Path) {
         let mut parent = self.clone();
         match parent.0.pop() {
@@ -103,8 +120,14 @@ pub struct Problem {
 /// The result of a check.
 pub type Check<T = ()> = Result<T, Problem>;
 
-/// Validates a request body (as parsed, or the parser's error) in `api`'s dialect.
+/// Validates a request body (as parsed, or the parser's error) in `api`'s dialect, as the
+/// provider itself takes it.
 pub fn check(api: Api, body: &Result<Value, serde_json::Error>) -> Check {
+    check_on(api, &Host::Direct, body)
+}
+
+/// Validates a request body in `api`'s dialect as `host` takes it.
+pub fn check_on(api: Api, host: &Host, body: &Result<Value, serde_json::Error>) -> Check {
     let value = body.as_ref().map_err(|e| Problem {
         path: Path::default(),
         kind: Kind::NotJson(e.to_string()),
@@ -115,11 +138,13 @@ pub fn check(api: Api, body: &Result<Value, serde_json::Error>) -> Check {
         google: api == Api::Gemini,
     };
     root.object()?;
-    match api {
-        Api::Chat => chat::check(&root),
-        Api::Messages => messages::check(&root),
-        Api::Responses => responses::check(&root),
-        Api::Gemini => gemini::check(&root),
+    match (api, host) {
+        (Api::Chat, Host::Azure { deployment: Some(_) }) => chat::check(&root, false),
+        (Api::Chat, _) => chat::check(&root, true),
+        (Api::Messages, Host::Bedrock { .. }) => messages::check_bedrock(&root),
+        (Api::Messages, _) => messages::check(&root),
+        (Api::Responses, _) => responses::check(&root),
+        (Api::Gemini, _) => gemini::check(&root),
     }
 }
 
@@ -162,6 +187,36 @@ pub fn message(api: Api, p: &Problem) -> String {
             ),
         },
     }
+}
+
+/// The problem in Bedrock's words (its JSON-schema validator's, framed as its
+/// `ValidationException` says them): `Malformed input request: #/max_tokens: expected type:
+/// Integer, found: String, please reformat your input and try again.`
+pub fn bedrock_message(p: &Problem) -> String {
+    let (name, parent) = p.path.split_last();
+    let java_type = |t: &'static str| match t {
+        "a string" => "String",
+        "an integer" => "Integer",
+        "a number" => "Number",
+        "a boolean" => "Boolean",
+        "an array" => "JSONArray",
+        "an object" => "JSONObject",
+        "null" => "Null",
+        other => other,
+    };
+    let detail = match &p.kind {
+        Kind::NotJson(e) => format!("#: {e}"),
+        Kind::Missing => format!("{}: required key [{name}] not found", parent.pointer()),
+        Kind::Unknown => format!("{}: extraneous key [{name}] is not permitted", parent.pointer()),
+        Kind::Type(want, got) => format!(
+            "{}: expected type: {}, found: {}",
+            p.path.pointer(),
+            java_type(want),
+            java_type(got)
+        ),
+        Kind::Value(why) => format!("{}: {why}", p.path.pointer()),
+    };
+    format!("Malformed input request: {detail}, please reformat your input and try again.")
 }
 
 /// The 400 for a problem, for [`crate::dialect::error_body`].
@@ -478,6 +533,64 @@ mod tests {
         assert_eq!((e.oa_param.as_deref(), e.oa_code), (Some("foo"), None));
         let e = error(Api::Responses, &missing);
         assert_eq!(e.oa_code.as_deref(), Some("missing_required_parameter"));
+    }
+
+    #[test]
+    fn bedrock_bodies_and_words() {
+        let bedrock = Host::Bedrock {
+            model: "anthropic.claude-3-haiku-20240307-v1:0".into(),
+            stream: false,
+        };
+        let hello = json!([{"role": "user", "content": "hi"}]);
+        let refused = |body: Value| {
+            let p =
+                check_on(Api::Messages, &bedrock, &Ok(body.clone())).expect_err(&format!("{body} should be rejected"));
+            bedrock_message(&p)
+        };
+        let ok = json!({"anthropic_version": "bedrock-2023-05-31", "max_tokens": 64, "messages": hello,
+                        "anthropic_beta": ["computer-use-2024-10-22"], "system": "be brief", "temperature": 0.5});
+        assert_eq!(check_on(Api::Messages, &bedrock, &Ok(ok.clone())), Ok(()));
+        // The same body is not one Anthropic's own API takes.
+        assert!(check(Api::Messages, &Ok(ok.clone())).is_err());
+        let mut with_model = ok.clone();
+        with_model["model"] = json!("claude");
+        assert_eq!(
+            refused(with_model),
+            "Malformed input request: #: extraneous key [model] is not permitted, please reformat your input and try again."
+        );
+        let mut streamed = ok.clone();
+        streamed["stream"] = json!(true);
+        assert!(refused(streamed).contains("extraneous key [stream]"));
+        let mut unversioned = ok.clone();
+        unversioned.as_object_mut().unwrap().remove("anthropic_version");
+        assert!(refused(unversioned).contains("#: required key [anthropic_version] not found"));
+        let mut dated = ok.clone();
+        dated["anthropic_version"] = json!("2023-06-01");
+        assert!(refused(dated).contains("#/anthropic_version: 2023-06-01 is not a valid enum value"));
+        // The Messages rules still hold, in Bedrock's words.
+        let mut bad = ok.clone();
+        bad["max_tokens"] = json!("64");
+        assert!(refused(bad).contains("#/max_tokens: expected type: Integer, found: String"));
+        let mut bad = ok.clone();
+        bad["messages"][0]["extra"] = json!(1);
+        assert!(refused(bad).contains("#/messages/0: extraneous key [extra] is not permitted"));
+    }
+
+    #[test]
+    fn an_azure_deployment_needs_no_model() {
+        let body = json!({"messages": [{"role": "user", "content": "hi"}]});
+        let deployment = Host::Azure {
+            deployment: Some("gpt-4o".into()),
+        };
+        assert_eq!(check_on(Api::Chat, &deployment, &Ok(body.clone())), Ok(()));
+        let v1 = Host::Azure { deployment: None };
+        assert_eq!(
+            check_on(Api::Chat, &v1, &Ok(body.clone())).map_err(|p| p.kind),
+            Err(Kind::Missing)
+        );
+        let mut numbered = body;
+        numbered["model"] = json!(4);
+        assert!(check_on(Api::Chat, &deployment, &Ok(numbered)).is_err());
     }
 
     /// Bodies as the gateway forwards them in the end-to-end suite (`tests/`), the SDK tests, the

@@ -1,0 +1,220 @@
+//! Bedrock's InvokeModelWithResponseStream read as the Anthropic stream it carries (SPEC §20): each
+//! `chunk` frame holds one Messages event, base64 in `{"bytes": …}`, and becomes that event as
+//! the Anthropic API would have sent it over SSE; an exception or error frame becomes the Anthropic
+//! `error` event of its class (so the gate fails the route before content and the relay ends a
+//! committed stream with the client's error, as for any provider); a frame that fails its CRC
+//! ends the stream the same way. From there the answer is a Messages stream: relayed to a Messages
+//! client, translated for the others.
+
+use base64::Engine;
+use serde_json::{json, Value};
+
+use super::bedrock::classify_frame;
+use super::eventstream::{Decoder, Frame};
+use crate::classify::FailureClass;
+use crate::sse::SseEvent;
+
+/// One Bedrock response stream, decoded as it arrives.
+#[derive(Debug, Default)]
+pub struct InvokeStream {
+    decoder: Decoder,
+    frames: Vec<Frame>,
+    /// A frame failed: nothing after it can be read.
+    failed: bool,
+}
+
+impl InvokeStream {
+    pub fn new() -> InvokeStream {
+        InvokeStream::default()
+    }
+
+    /// The Anthropic events of the frames `bytes` completes, appended to `out`.
+    pub fn push(&mut self, bytes: &[u8], out: &mut Vec<SseEvent>) {
+        if self.failed {
+            return;
+        }
+        let decoded = self.decoder.push(bytes, &mut self.frames);
+        out.extend(self.frames.drain(..).filter_map(|f| event_of(&f)));
+        if let Err(e) = decoded {
+            self.failed = true;
+            out.push(error_event(FailureClass::BadResponse, &e.to_string()));
+        }
+    }
+}
+
+/// The Anthropic event a frame stands for; `None` for an event of no meaning to the answer.
+fn event_of(frame: &Frame) -> Option<SseEvent> {
+    if let Some(verdict) = classify_frame(frame) {
+        let message = verdict
+            .message
+            .unwrap_or_else(|| "The provider's stream reported an error.".into());
+        return Some(error_event(verdict.class, &message));
+    }
+    if frame.event_type() != Some("chunk") {
+        return None;
+    }
+    let inner = serde_json::from_slice::<Value>(&frame.payload)
+        .ok()
+        .and_then(|v| v.get("bytes")?.as_str().map(str::to_string))
+        .and_then(|b64| base64::engine::general_purpose::STANDARD.decode(b64).ok())
+        .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok());
+    Some(match inner {
+        Some(event) => named(event.get("type").and_then(Value::as_str).unwrap_or("message"), &event),
+        // Unreadable: a malformed event, as a provider's broken SSE line would be.
+        None => SseEvent {
+            raw: b"data: {\n\n".to_vec(),
+            data: "{".into(),
+            has_data: true,
+            ..SseEvent::default()
+        },
+    })
+}
+
+/// The Anthropic `error` event whose type the classifier reads as `class`.
+fn error_event(class: FailureClass, message: &str) -> SseEvent {
+    let kind = match class {
+        FailureClass::Overloaded => "overloaded_error",
+        FailureClass::RateLimited => "rate_limit_error",
+        FailureClass::Account => "permission_error",
+        FailureClass::ModelUnavailable => "not_found_error",
+        FailureClass::InvalidRequest | FailureClass::ContextLength => "invalid_request_error",
+        _ => "api_error",
+    };
+    named(
+        "error",
+        &json!({"type": "error", "error": {"type": kind, "message": message}}),
+    )
+}
+
+/// `event: <name>` with `data` on one line, as Anthropic's SSE carries it.
+fn named(name: &str, data: &Value) -> SseEvent {
+    let data = data.to_string();
+    SseEvent {
+        raw: format!("event: {name}\ndata: {data}\n\n").into_bytes(),
+        event: Some(name.to_string()),
+        data,
+        has_data: true,
+        oversize: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::classify::classify_error_payload;
+    use crate::dialect::messages;
+
+    /// A frame as Bedrock encodes it (headers of string type), CRCs and all.
+    fn frame(headers: &[(&str, &str)], payload: &[u8]) -> Vec<u8> {
+        let mut h = Vec::new();
+        for (name, value) in headers {
+            h.push(name.len() as u8);
+            h.extend_from_slice(name.as_bytes());
+            h.push(7);
+            h.extend_from_slice(&(value.len() as u16).to_be_bytes());
+            h.extend_from_slice(value.as_bytes());
+        }
+        let total = (12 + h.len() + payload.len() + 4) as u32;
+        let mut out = Vec::new();
+        out.extend_from_slice(&total.to_be_bytes());
+        out.extend_from_slice(&(h.len() as u32).to_be_bytes());
+        out.extend_from_slice(&crc32(&out).to_be_bytes());
+        out.extend_from_slice(&h);
+        out.extend_from_slice(payload);
+        out.extend_from_slice(&crc32(&out).to_be_bytes());
+        out
+    }
+
+    fn crc32(bytes: &[u8]) -> u32 {
+        let mut crc = !0u32;
+        for b in bytes {
+            crc ^= u32::from(*b);
+            for _ in 0..8 {
+                crc = if crc & 1 == 1 {
+                    (crc >> 1) ^ 0xEDB8_8320
+                } else {
+                    crc >> 1
+                };
+            }
+        }
+        !crc
+    }
+
+    fn chunk(event: &Value) -> Vec<u8> {
+        let b64 = base64::engine::general_purpose::STANDARD.encode(event.to_string());
+        let payload = json!({"bytes": b64, "p": "abcdef"}).to_string();
+        frame(
+            &[
+                (":event-type", "chunk"),
+                (":content-type", "application/json"),
+                (":message-type", "event"),
+            ],
+            payload.as_bytes(),
+        )
+    }
+
+    #[test]
+    fn chunks_become_the_anthropic_events_they_carry_however_the_bytes_are_split() {
+        let events = [
+            json!({"type": "message_start", "message": {"id": "msg_1", "role": "assistant", "content": [],
+                   "model": "claude", "usage": {"input_tokens": 12, "output_tokens": 1}}}),
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hi"}}),
+            json!({"type": "message_stop"}),
+        ];
+        let bytes: Vec<u8> = events.iter().flat_map(chunk).collect();
+        for step in [1, 7, bytes.len()] {
+            let mut stream = InvokeStream::new();
+            let mut out = Vec::new();
+            for piece in bytes.chunks(step) {
+                stream.push(piece, &mut out);
+            }
+            let names: Vec<_> = out.iter().map(|e| e.event.clone().unwrap()).collect();
+            assert_eq!(
+                names,
+                [
+                    "message_start",
+                    "content_block_start",
+                    "content_block_delta",
+                    "message_stop"
+                ]
+            );
+            let delta = messages::inspect_event(&out[2]);
+            assert!(delta.content && delta.output_chars == 2, "{delta:?}");
+            assert_eq!(messages::inspect_event(&out[0]).usage.input_tokens, Some(12));
+            assert!(messages::inspect_event(&out[3]).done);
+        }
+    }
+
+    #[test]
+    fn exceptions_and_broken_frames_end_the_stream_as_errors_of_their_class() {
+        let cases = [
+            ("throttlingException", FailureClass::RateLimited),
+            ("serviceUnavailableException", FailureClass::Overloaded),
+            // A server error inside a stream is what any provider's error event is (SPEC §4).
+            ("modelStreamErrorException", FailureClass::BadResponse),
+        ];
+        for (exception, class) in cases {
+            let mut out = Vec::new();
+            InvokeStream::new().push(
+                &frame(
+                    &[(":exception-type", exception), (":message-type", "exception")],
+                    br#"{"message":"slow down"}"#,
+                ),
+                &mut out,
+            );
+            let info = messages::inspect_event(&out[0]);
+            let payload = info.error.expect("an error event");
+            assert_eq!(classify_error_payload(&payload).class, class, "{exception}");
+        }
+        let mut bad = chunk(&json!({"type": "ping"}));
+        let last = bad.len() - 1;
+        bad[last] ^= 1;
+        let mut stream = InvokeStream::new();
+        let mut out = Vec::new();
+        stream.push(&bad, &mut out);
+        stream.push(&chunk(&json!({"type": "message_stop"})), &mut out);
+        assert_eq!(out.len(), 1, "nothing is read after a broken frame");
+        assert!(messages::inspect_event(&out[0]).error.is_some());
+    }
+}

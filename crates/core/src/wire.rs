@@ -1,0 +1,245 @@
+//! What one attempt sends a provider (SPEC §19, §20): the URL its kind wants for the dialect, the
+//! body — the client's own with the route's model, or translated — and the headers that carry its
+//! key. Signing (Bedrock) is the caller's, over exactly these bytes.
+
+use serde_json::Value;
+
+use crate::catalog::{Api, Kind, Provider};
+use crate::cloud::sigv4::path_segment;
+use crate::dialect::body::Body;
+use crate::dialect::ClientRequest;
+use crate::translate::{request, Unable};
+
+/// The `anthropic_version` Bedrock's InvokeModel takes in an Anthropic body (the version goes in
+/// the body there, not in a header).
+pub const BEDROCK_ANTHROPIC_VERSION: &str = "bedrock-2023-05-31";
+
+/// What one attempt sends a route: where, what, and which client fields it leaves out.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outgoing {
+    pub url: String,
+    pub body: Vec<u8>,
+    /// The request was translated into the route's dialect (not sent as the client wrote it).
+    pub translated: bool,
+    /// Client fields left out in translation because they have no effect on the answer.
+    pub dropped: Vec<String>,
+}
+
+/// The request as a route of `provider` speaking `wire` gets it for `upstream_model`: the client's
+/// own body with the model replaced when `wire` is the client's dialect, else translated — or the
+/// client field the route's dialect cannot carry.
+pub fn outgoing(
+    request: &ClientRequest,
+    wire: Api,
+    provider: &Provider,
+    upstream_model: &str,
+    model_max_output_tokens: u64,
+) -> Result<Outgoing, Unable> {
+    let url = url(provider, wire, upstream_model, request.stream);
+    let (body, translated, dropped) = if wire == request.api {
+        (request.upstream_body(upstream_model), false, Vec::new())
+    } else {
+        let written = request::translate_request(request, wire, upstream_model, model_max_output_tokens)?;
+        (written.body, true, written.dropped)
+    };
+    let body = match provider.kind() {
+        Kind::Bedrock => bedrock_body(&body),
+        _ => body,
+    };
+    Ok(Outgoing {
+        url,
+        body,
+        translated,
+        dropped,
+    })
+}
+
+/// Where a route of `provider` speaking `api` is sent a request for `model`.
+pub fn url(provider: &Provider, api: Api, model: &str, stream: bool) -> String {
+    let base = provider.base();
+    match provider.kind() {
+        Kind::Bedrock => {
+            let action = if stream {
+                "invoke-with-response-stream"
+            } else {
+                "invoke"
+            };
+            format!("{base}/model/{}/{action}", path_segment(model))
+        }
+        Kind::Azure => match &provider.api_version {
+            Some(version) => format!(
+                "{}?api-version={}",
+                api.upstream_url(&base, model, stream),
+                path_segment(version)
+            ),
+            None => api.upstream_url(&base, model, stream),
+        },
+        Kind::Openai | Kind::Anthropic | Kind::Gemini => api.upstream_url(&base, model, stream),
+    }
+}
+
+/// The headers that carry a provider's key; none for Bedrock, whose requests are signed instead.
+pub fn key_headers(provider: &Provider, key: &str) -> Vec<(&'static str, String)> {
+    match provider.kind() {
+        Kind::Openai => vec![("authorization", format!("Bearer {key}"))],
+        Kind::Anthropic => vec![("x-api-key", key.to_string())],
+        Kind::Gemini => vec![("x-goog-api-key", key.to_string())],
+        Kind::Azure => vec![("api-key", key.to_string())],
+        Kind::Bedrock => Vec::new(),
+    }
+}
+
+/// An Anthropic body as Bedrock's InvokeModel takes it: the model is in the URL and the mode in the
+/// action, so neither `model` nor `stream` is in the body, and `anthropic_version` is Bedrock's.
+fn bedrock_body(body: &[u8]) -> Vec<u8> {
+    let Ok(mut fields) = Body::parse(body) else {
+        return body.to_vec(); // written by this gateway: always an object
+    };
+    fields.remove("model");
+    fields.remove("stream");
+    fields.set("anthropic_version", &Value::from(BEDROCK_ANTHROPIC_VERSION));
+    fields.write_with_model("", body.len()) // no `model` left to set
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::Catalog;
+    use crate::dialect;
+    use serde_json::json;
+
+    fn provider(fields: Value) -> Provider {
+        let mut p = json!({"id": "p"});
+        for (k, v) in fields.as_object().unwrap() {
+            p[k] = v.clone();
+        }
+        serde_json::from_value(p).unwrap()
+    }
+
+    fn messages_request(stream: bool) -> ClientRequest {
+        let body = json!({"model": "m", "max_tokens": 64, "stream": stream,
+                          "messages": [{"role": "user", "content": "hi"}]});
+        dialect::parse_request(Api::Messages, body.to_string().as_bytes(), None).unwrap()
+    }
+
+    #[test]
+    fn each_kind_has_its_own_address_and_key_header() {
+        let openai = provider(json!({"base_url": "https://api.example/v1", "auth": "bearer"}));
+        assert_eq!(
+            url(&openai, Api::Chat, "gpt", false),
+            "https://api.example/v1/chat/completions"
+        );
+        assert_eq!(
+            key_headers(&openai, "k"),
+            vec![("authorization", "Bearer k".to_string())]
+        );
+
+        let v1 = provider(
+            json!({"kind": "azure", "base_url": "https://r.openai.azure.com/openai/v1/",
+                                 "key_secret": "AZ"}),
+        );
+        assert_eq!(
+            url(&v1, Api::Responses, "dep", true),
+            "https://r.openai.azure.com/openai/v1/responses"
+        );
+        assert_eq!(key_headers(&v1, "k"), vec![("api-key", "k".to_string())]);
+        let deployment = provider(json!({"kind": "azure", "key_secret": "AZ", "api_version": "2024-10-21",
+            "base_url": "https://r.openai.azure.com/openai/deployments/gpt-4o"}));
+        assert_eq!(
+            url(&deployment, Api::Chat, "gpt-4o", false),
+            "https://r.openai.azure.com/openai/deployments/gpt-4o/chat/completions?api-version=2024-10-21"
+        );
+
+        let bedrock = provider(json!({"kind": "bedrock", "region": "us-west-2",
+                                      "access_key_secret": "A", "secret_key_secret": "S"}));
+        assert_eq!(
+            url(&bedrock, Api::Messages, "anthropic.claude-3-haiku-20240307-v1:0", true),
+            "https://bedrock-runtime.us-west-2.amazonaws.com/model/anthropic.claude-3-haiku-20240307-v1%3A0/invoke-with-response-stream"
+        );
+        assert!(key_headers(&bedrock, "k").is_empty(), "signed, not keyed");
+    }
+
+    #[test]
+    fn a_bedrock_body_has_no_model_and_no_stream_and_bedrocks_version() {
+        let bedrock = provider(
+            json!({"kind": "bedrock", "region": "eu-west-1", "base_url": "http://127.0.0.1:9/x",
+                                      "access_key_secret": "A", "secret_key_secret": "S"}),
+        );
+        for stream in [false, true] {
+            let o = outgoing(
+                &messages_request(stream),
+                Api::Messages,
+                &bedrock,
+                "anthropic.claude-v2:1",
+                64,
+            )
+            .unwrap();
+            let body: Value = serde_json::from_slice(&o.body).unwrap();
+            assert!(body.get("model").is_none() && body.get("stream").is_none(), "{body}");
+            assert_eq!(body["anthropic_version"], BEDROCK_ANTHROPIC_VERSION);
+            assert_eq!(body["max_tokens"], 64);
+            assert!(!o.translated);
+            assert!(
+                o.url
+                    .starts_with("http://127.0.0.1:9/x/model/anthropic.claude-v2%3A1/invoke"),
+                "{}",
+                o.url
+            );
+        }
+    }
+
+    #[test]
+    fn the_catalog_refuses_a_kind_without_what_it_needs_naming_the_field() {
+        let doc = |provider: Value, apis: Value| {
+            json!({"providers": [provider], "models": [{"id": "m", "context_window": 100, "max_output_tokens": 10,
+                "routes": [{"id": "r", "provider": "p", "upstream_model": "u", "apis": apis,
+                            "price": {"input_per_mtok": 1, "output_per_mtok": 1}}]}]})
+        };
+        let refused = |provider: Value, apis: Value| {
+            Catalog::parse(doc(provider, apis).to_string().as_bytes())
+                .unwrap_err()
+                .field
+        };
+        let bedrock = json!({"id": "p", "kind": "bedrock", "region": "us-east-1",
+                             "access_key_secret": "AWS_ID", "secret_key_secret": "AWS_SECRET"});
+        assert!(Catalog::parse(doc(bedrock.clone(), json!(["messages"])).to_string().as_bytes()).is_ok());
+        assert_eq!(
+            refused(bedrock.clone(), json!(["messages", "chat"])),
+            "models[0].routes[0].apis[1]"
+        );
+        let mut no_region = bedrock.clone();
+        no_region.as_object_mut().unwrap().remove("region");
+        assert_eq!(refused(no_region, json!(["messages"])), "providers[0].region");
+        let mut no_secret = bedrock.clone();
+        no_secret.as_object_mut().unwrap().remove("secret_key_secret");
+        assert_eq!(
+            refused(no_secret, json!(["messages"])),
+            "providers[0].secret_key_secret"
+        );
+        let mut keyed = bedrock;
+        keyed["key_secret"] = json!("K");
+        assert_eq!(refused(keyed, json!(["messages"])), "providers[0].key_secret");
+
+        let azure = json!({"id": "p", "kind": "azure", "base_url": "https://r.openai.azure.com/openai/v1"});
+        assert_eq!(refused(azure.clone(), json!(["chat"])), "providers[0].key_secret");
+        let mut with_region = azure;
+        with_region["key_secret"] = json!("AZ");
+        assert!(Catalog::parse(
+            doc(with_region.clone(), json!(["chat", "responses"]))
+                .to_string()
+                .as_bytes()
+        )
+        .is_ok());
+        with_region["region"] = json!("eastus");
+        assert_eq!(refused(with_region, json!(["chat"])), "providers[0].region");
+
+        let old = json!({"id": "p", "base_url": "https://a/v1"});
+        assert_eq!(
+            refused(old, json!(["chat"])),
+            "providers[0].auth",
+            "the three header kinds need auth or a kind"
+        );
+        let mixed = json!({"id": "p", "base_url": "https://a/v1", "kind": "openai", "auth": "x-api-key"});
+        assert_eq!(refused(mixed, json!(["chat"])), "providers[0].auth");
+    }
+}

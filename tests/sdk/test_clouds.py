@@ -1,0 +1,153 @@
+"""The clouds users fail over between (SPEC §20), through the official SDKs: a model per cloud kind
+— text and stream, failover from a throttled cloud route to another route, a mid-stream error ending
+with the client's error frame, usage and cost on /v1/generation as the fake reported them, and a
+wrong credential answered by the provider's own auth error, classified `account`.
+
+The mock's fakes check what the real services check: Azure's `api-key` header and URL shapes;
+Bedrock's Signature Version 4 recomputed from the request as received, its body rules and its
+event-stream frames with both CRCs.
+"""
+
+import anthropic
+import openai
+import pytest
+
+from test_sdks import Cloud, Setup
+
+AZURE = {"kind": "azure", "key_secret": "E2E_AZURE_KEY", "path": "/openai/v1"}
+AZURE_DEPLOYMENT = {"kind": "azure", "key_secret": "E2E_AZURE_KEY", "api_version": "2024-10-21",
+                    "path": "/openai/deployments/gpt-4o-deployment"}
+BEDROCK = {"kind": "bedrock", "region": "us-east-1", "access_key_secret": "E2E_AWS_ACCESS_KEY_ID",
+           "secret_key_secret": "E2E_AWS_SECRET_ACCESS_KEY"}
+CLAUDE = "anthropic.claude-3-5-haiku-20241022-v1:0"
+MESSAGES = [{"role": "user", "content": "Say hello"}]
+
+
+def azure(scenario, api="chat", fields=AZURE):
+    return Cloud(api, scenario, fields, "gpt-4o-deployment")
+
+
+def bedrock(scenario, fields=BEDROCK):
+    return Cloud("messages", scenario, fields, CLAUDE)
+
+
+def charged_as_reported(s, generation_id, output_tokens):
+    g = s.generation(generation_id)
+    assert not g["estimated"], g
+    assert g["usage"]["output_tokens"] == output_tokens, g["usage"]
+    assert abs(g["total_cost"] - (g["usage"]["input_tokens"] * 1.0 + output_tokens * 2.0) / 1e6) < 1e-9, g
+    return g
+
+
+# ---- Azure OpenAI --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fields", [AZURE, AZURE_DEPLOYMENT], ids=["v1", "deployment"])
+def test_azure_answers_chat_whole_and_streamed(fields):
+    s = Setup("chat", [azure("ok", fields=fields)])
+    raw = s.openai().chat.completions.with_raw_response.create(model=s.model, messages=MESSAGES)
+    completion = raw.parse()
+    assert completion.choices[0].message.content.startswith("Hello")
+    charged_as_reported(s, raw.headers["x-generation-id"], completion.usage.completion_tokens)
+    with s.openai().chat.completions.with_streaming_response.create(
+            model=s.model, messages=MESSAGES, stream=True, stream_options={"include_usage": True}) as raw:
+        chunks = list(raw.parse())
+        generation_id = raw.headers["x-generation-id"]
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices).startswith("Hello")
+    charged_as_reported(s, generation_id, chunks[-1].usage.completion_tokens)
+
+
+def test_azure_serves_responses_and_other_dialects_translated():
+    s = Setup("responses", [azure("ok", api="responses")])
+    assert s.openai().responses.create(model=s.model, input="Say hello").output_text.startswith("Hello")
+    message = s.anthropic().messages.create(model=s.model, max_tokens=64, messages=MESSAGES)
+    assert message.content[0].text.startswith("Hello")
+
+
+def test_a_throttled_azure_route_fails_over():
+    s = Setup("chat", [azure("status/429/rate_limit"), "ok"])
+    raw = s.openai().chat.completions.with_raw_response.create(model=s.model, messages=MESSAGES)
+    assert raw.parse().choices[0].message.content.startswith("Hello")
+    assert s.attempts(raw.headers["x-generation-id"]) == [("r0", "rate_limited"), ("r1", "answered")]
+
+
+def test_a_broken_azure_stream_ends_with_the_clients_error():
+    s = Setup("chat", [azure("cut-after/2"), "ok"])
+    with pytest.raises(openai.APIError) as raised:
+        for _ in s.openai().chat.completions.create(model=s.model, messages=MESSAGES, stream=True):
+            pass
+    assert "broke" in str(raised.value)
+    assert s.seen(1) == 0
+
+
+def test_a_wrong_azure_key_is_the_accounts_failure():
+    s = Setup("chat", [azure("ok", fields={**AZURE, "key_secret": "E2E_UPSTREAM_KEY"}), "ok"])
+    raw = s.openai().chat.completions.with_raw_response.create(model=s.model, messages=MESSAGES)
+    assert raw.parse().choices[0].message.content.startswith("Hello")
+    assert s.attempts(raw.headers["x-generation-id"]) == [("r0", "account"), ("r1", "answered")]
+
+
+# ---- AWS Bedrock (Anthropic models through InvokeModel, signed with SigV4) ---------------------
+
+def test_bedrock_answers_an_anthropic_client_whole_and_streamed():
+    s = Setup("messages", [bedrock("ok")])
+    raw = s.anthropic().messages.with_raw_response.create(model=s.model, max_tokens=256, messages=MESSAGES)
+    message = raw.parse()
+    assert message.content[0].text.startswith("Hello")
+    charged_as_reported(s, raw.headers["x-generation-id"], message.usage.output_tokens)
+    with s.anthropic().messages.stream(model=s.model, max_tokens=256, messages=MESSAGES) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+        generation_id = stream.response.headers["x-generation-id"]
+    assert text.startswith("Hello") and final.stop_reason == "end_turn"
+    charged_as_reported(s, generation_id, final.usage.output_tokens)
+
+
+def test_bedrock_serves_an_openai_client_translated():
+    s = Setup("messages", [bedrock("ok")])
+    completion = s.openai().chat.completions.create(model=s.model, messages=MESSAGES)
+    assert completion.choices[0].message.content.startswith("Hello")
+    chunks = list(s.openai().chat.completions.create(model=s.model, messages=MESSAGES, stream=True))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices).startswith("Hello")
+    assert chunks[-1].choices[0].finish_reason == "stop"
+
+
+def test_a_throttled_bedrock_route_fails_over():
+    s = Setup("messages", [bedrock("status/429"), "ok"])
+    raw = s.anthropic().messages.with_raw_response.create(model=s.model, max_tokens=64, messages=MESSAGES)
+    assert raw.parse().content[0].text.startswith("Hello")
+    assert s.attempts(raw.headers["x-generation-id"]) == [("r0", "rate_limited"), ("r1", "answered")]
+
+
+def test_a_bedrock_exception_mid_stream_ends_with_the_clients_error():
+    s = Setup("messages", [bedrock("error-event-after/2/overloaded"), "ok"])
+    kinds = []
+    with pytest.raises(anthropic.APIStatusError) as raised:
+        for event in s.anthropic().messages.create(model=s.model, max_tokens=64, messages=MESSAGES, stream=True):
+            kinds.append(event.type)
+    assert "content_block_delta" in kinds, "content came before the exception"
+    assert raised.value.body["error"]["type"] == "overloaded_error"
+    with pytest.raises(openai.APIError):
+        for _ in s.openai().chat.completions.create(model=s.model, messages=MESSAGES, stream=True):
+            pass
+    assert s.seen(1) == 0, "never a splice from another route"
+
+
+def test_a_wrong_aws_secret_is_the_accounts_failure():
+    s = Setup("messages", [bedrock("ok", fields={**BEDROCK, "secret_key_secret": "E2E_UPSTREAM_KEY"}), "ok"])
+    raw = s.anthropic().messages.with_raw_response.create(model=s.model, max_tokens=64, messages=MESSAGES)
+    assert raw.parse().content[0].text.startswith("Hello")
+    assert s.attempts(raw.headers["x-generation-id"]) == [("r0", "account"), ("r1", "answered")]
+
+
+def test_a_cloud_provider_missing_what_its_kind_needs_is_refused_naming_the_field():
+    from test_sdks import call, ADMIN
+    status, reply = call("PUT", "/admin/providers/azure-without-key",
+                         {"kind": "azure", "base_url": "https://r.openai.azure.com/openai/v1"},
+                         {"authorization": f"Bearer {ADMIN}"})
+    assert status == 400, reply
+    assert "key_secret" in reply["error"]["message"], reply
+    status, reply = call("PUT", "/admin/providers/bedrock-without-region",
+                         {"kind": "bedrock", "access_key_secret": "A", "secret_key_secret": "S"},
+                         {"authorization": f"Bearer {ADMIN}"})
+    assert status == 400, reply
+    assert "region" in reply["error"]["message"], reply
