@@ -15,6 +15,9 @@
 //! its model from its name (`object::OBJECT_NAME` on every call), sets the alarm for the next due
 //! check whenever a call leaves one earlier than the alarm, and at the alarm reads the catalog,
 //! checks every due route at once (`crate::verify`), records the results and sets the next alarm.
+//! Due checks include the rechecks of a demoted route while its cooldown runs (SPEC §8b): a call
+//! that demotes a route moves the alarm up to its first recheck, and a pass ends the cooldown so
+//! the next request probes the route.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
@@ -238,8 +241,9 @@ impl HealthObject {
         self.state.storage().put(STORAGE_KEY, text).await
     }
 
-    /// After a call changed the state: a route now waiting for its cooldown's check gets the alarm
-    /// moved up to that check if it would come later (idle checks are the alarm's own business).
+    /// After a call changed the state: a route now waiting for its cooldown's check or its next
+    /// recheck gets the alarm moved up to that check if it would come later (idle checks are the
+    /// alarm's own business).
     async fn schedule_pending(&self) -> worker::Result<()> {
         if self.model.borrow().is_none() {
             return Ok(());

@@ -1,9 +1,9 @@
-//! Verification checks (SPEC §8a), run by a model's health object from its alarm: one check sends
-//! the core's known request (`verify::check_body`) to a route in the route's first dialect, with
-//! the route's key, within the non-stream limit, and books it — one log line and one row of the
-//! platform ledger, never a customer's. Whether the answer is a real one is the same judgement a
-//! request's answer gets (`upstream::attempt`: status, error objects, empty output); what a check's
-//! result does to the route is the core's (`ModelHealth::record_check`).
+//! Verification checks (SPEC §8a, and the rechecks of §8b), run by a model's health object from
+//! its alarm: one check sends the core's known request (`verify::check_body`) to a route in the
+//! route's first dialect, with the route's key, within the non-stream limit, and books it — one log
+//! line and one row of the platform ledger, never a customer's. Whether the answer is a real one is
+//! the same judgement a request's answer gets (`upstream::attempt`: status, error objects, empty
+//! output); what a check's result does to the route is the core's (`ModelHealth::record_check`).
 
 use switchyard_core::catalog::{Catalog, Model, Policy, Route};
 use switchyard_core::classify::FailureClass;

@@ -1,14 +1,15 @@
 //! Verification (issue 14, SPEC §8a) end to end: a demoted route comes back only after a check —
 //! one small known request from the model's Durable Object alarm — passes; an idle route is
 //! checked once per `verify_idle_ms`, never twice at once; checks are paid by the platform, and the
-//! status surfaces say when a route was last verified.
+//! status surfaces say when a route was last verified. Rechecks (SPEC §8b): a demoted route that
+//! recovers is back long before its cooldown would have ended, and one that flaps backs off.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::disallowed_methods)]
 
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use switchyard_e2e::{unique, Reply, Stack};
+use switchyard_e2e::{unique, with, Reply, Stack};
 
 /// The known prompt of every check (the core's `verify::VERIFY_PROMPT`).
 const CHECK_PROMPT: &str = "Reply with the single word: ready";
@@ -28,11 +29,26 @@ struct Model {
     prompt: String,
 }
 
+/// Demoted at the first failure for a 20 s cooldown, rechecked every `recheck_ms` meanwhile
+/// (doubling with each demotion, SPEC §8b); snapshots refreshed every 200 ms, so a request learns
+/// of a passed recheck promptly.
+fn recheck_policy(recheck_ms: u64) -> Value {
+    with(
+        policy(0),
+        json!({"cooldown_ms": 20000, "cooldown_max_ms": 160000, "recheck_ms": recheck_ms,
+               "health_snapshot_ms": 200}),
+    )
+}
+
 impl Model {
     fn new(routes: &[(&str, Value)], verify_idle_ms: u64) -> Model {
+        Model::with_policy(routes, policy(verify_idle_ms))
+    }
+
+    fn with_policy(routes: &[(&str, Value)], policy: Value) -> Model {
         let s = Stack::from_env();
         let (objects, routes) = s.mock_routes(routes);
-        let id = s.model(objects, Some(policy(verify_idle_ms)));
+        let id = s.model(objects, Some(policy));
         let key = s.new_key(10.0);
         Model {
             s,
@@ -48,9 +64,14 @@ impl Model {
     }
 
     fn ask_with(&self, key: &str) -> Reply {
+        self.ask_body(key, json!({}))
+    }
+
+    /// A request of this model's with `extra` top-level fields.
+    fn ask_body(&self, key: &str, extra: Value) -> Reply {
         let body = json!({"model": self.id, "max_tokens": 20,
                           "messages": [{"role": "user", "content": self.prompt}]});
-        let r = self.s.chat(key, &body);
+        let r = self.s.chat(key, &with(body, extra));
         assert_eq!(r.status, 200, "{}", r.text());
         r
     }
@@ -103,8 +124,9 @@ impl Model {
 }
 
 /// A route that answers 200 with an error object, or 200 with no content, fails its checks: it
-/// stays demoted past its cooldown, each check doubling the next cooldown, and no user request
-/// reaches it after the ones that demoted it. The checks are on the platform ledger, not the key.
+/// stays demoted past its cooldown, each failed cooldown check doubling the next cooldown (failed
+/// rechecks in between leave it as it is), and no user request reaches it after the ones that
+/// demoted it. The checks are on the platform ledger, not the key.
 /// (An empty answer is a failure client content can provoke, SPEC §18: the first failures come
 /// from two keys, which is proof without a confirmation check.)
 #[test]
@@ -121,9 +143,15 @@ fn a_route_answering_200_without_a_real_answer_stays_demoted() {
         assert_eq!(r.header("x-switchyard-route"), Some("r1"), "r0 failed, r1 answered");
         rs.push(r);
         let r = m.ask_with(&other);
-        assert_eq!(r.header("x-switchyard-route"), Some("r1"), "r0 failed again, for another key");
+        assert_eq!(
+            r.header("x-switchyard-route"),
+            Some("r1"),
+            "r0 failed again, for another key"
+        );
     }
-    // 1 s cooldown, failed check, 2 s, failed check, 4 s: two checks within 5 s, the third later.
+    // 1 s cooldown, failed check; 2 s, with a recheck 1 s in (the interval is at most the first
+    // cooldown, SPEC §8b) and the end's check, both failed; 4 s, rechecked every second: at most
+    // five checks within 5.5 s, at least three.
     let until = Instant::now() + Duration::from_millis(5_500);
     while Instant::now() < until {
         for (m, rs) in models.iter().zip(&mut replies) {
@@ -143,12 +171,21 @@ fn a_route_answering_200_without_a_real_answer_stays_demoted() {
         let (users, checks, _) = m.seen(0);
         // The second key's request may find r0 already demoted by the first one's confirmation
         // check; either way no later user request reaches it.
-        assert!((1..=2).contains(&users), "{sc}: only the requests that demoted r0 reached it, saw {users}");
-        assert!((2..=4).contains(&checks), "{sc}: checks at ~1 s and ~3 s (and a confirmation), saw {checks}");
+        assert!(
+            (1..=2).contains(&users),
+            "{sc}: only the requests that demoted r0 reached it, saw {users}"
+        );
+        assert!(
+            (3..=7).contains(&checks),
+            "{sc}: checks at ~1, 2, 3, 4, 5 s (and a confirmation), saw {checks}"
+        );
         let h = m.route_health(0);
         assert_ne!(h["state"], "healthy", "{sc}: {h}");
         assert_eq!(h["last_check"]["passed"], false, "{sc}: {h}");
-        assert_eq!(h["last_check"]["kind"], "cooldown", "{sc}: {h}");
+        assert!(
+            ["cooldown", "recheck"].contains(&h["last_check"]["kind"].as_str().unwrap()),
+            "{sc}: {h}"
+        );
         assert!(h["last_check"]["reason"].as_str().unwrap().contains(':'), "{sc}: {h}");
         assert!(
             h["breaker"]["cooldown_level"].as_u64().unwrap() >= 3,
@@ -164,6 +201,14 @@ fn a_route_answering_200_without_a_real_answer_stays_demoted() {
             booked.iter().all(|c| c["route"] == "r0" && c["passed"] == 0),
             "{sc}: {booked:?}"
         );
+        // A recheck the alarm runs late, past the cooldown's end, stands in for the end's check.
+        let kinds = |k: &str| booked.iter().filter(|c| c["kind"] == k).count();
+        assert!(
+            kinds("cooldown") >= 1
+                && kinds("recheck") >= 1
+                && kinds("cooldown") + kinds("recheck") + kinds("confirm") == booked.len(),
+            "{sc}: the ends' checks and the rechecks between them: {booked:?}"
+        );
         let (charged, generations) = m.key_spend(rs);
         assert_eq!(charged, generations, "{sc}: the key paid for its own requests only");
     }
@@ -172,7 +217,9 @@ fn a_route_answering_200_without_a_real_answer_stays_demoted() {
 /// A route that heals passes its check, and only then does live traffic probe it — and win it back.
 #[test]
 fn a_route_that_heals_passes_its_check_then_is_probed_by_live_traffic() {
-    // 503 for the first 2.5 s: the first check (at ~1 s) fails, the second (at ~3 s) passes.
+    // 503 for the first 2.5 s: the cooldown's check (at ~1 s) fails; the next cooldown, 2 s, has
+    // a recheck at ~2 s (failed, or passed if it ran late, SPEC §8b), and its end's check at ~3 s
+    // passes.
     let m = Model::new(&[("down-for/2500", json!({})), ("ok", json!({}))], 0);
     let mut replies = vec![m.ask()];
     assert_eq!(replies[0].header("x-switchyard-route"), Some("r1"));
@@ -192,17 +239,14 @@ fn a_route_that_heals_passes_its_check_then_is_probed_by_live_traffic() {
     assert!(probed);
     let (users, checks, _) = m.seen(0);
     assert_eq!(users, 2, "the demoting request and the live probe");
-    assert_eq!(checks, 2, "one failed check, one passed");
+    assert!((2..=3).contains(&checks), "failed checks, then one passed: {checks}");
     let h = m.route_health(0);
     assert_eq!(h["state"], "healthy", "{h}");
     assert_eq!(h["last_check"]["passed"], true, "{h}");
     let booked = m.checks();
-    assert_eq!(booked.len(), 2, "{booked:?}");
-    assert_eq!(
-        (booked[0]["passed"].as_u64(), booked[1]["passed"].as_u64()),
-        (Some(1), Some(0)),
-        "newest first"
-    );
+    assert_eq!(booked.len() as u64, checks, "{booked:?}");
+    assert_eq!(booked[0]["passed"], 1, "newest first: {booked:?}");
+    assert!(booked[1..].iter().all(|c| c["passed"] == 0), "{booked:?}");
     assert!(
         booked[0]["amount_micros"].as_i64().unwrap() > 0,
         "a real answer costs: {booked:?}"
@@ -221,6 +265,151 @@ fn a_route_that_heals_passes_its_check_then_is_probed_by_live_traffic() {
         h["last_check"]["at_ms"],
         "{entry}"
     );
+}
+
+/// SPEC §8b: a demoted route that recovers is rechecked while its cooldown runs, and the first
+/// recheck that passes ends the cooldown: the next request probes it — once — and it is back in
+/// place well before its 20 s cooldown would have ended. Every request is answered meanwhile; the
+/// rechecks are on `/admin/checks` and the platform ledger, with their cost, not on the key.
+#[test]
+fn a_recovered_route_is_back_after_a_passed_recheck_long_before_its_cooldown_ends() {
+    // 503 for its first 2.5 s; rechecked every 1.5 s: at ~1.5 s (failed), ~3 s (passed).
+    let m = Model::with_policy(&[("down-for/2500", json!({})), ("ok", json!({}))], recheck_policy(1500));
+    let demoted = Instant::now();
+    let mut replies = vec![m.ask()];
+    assert_eq!(
+        replies[0].header("x-switchyard-route"),
+        Some("r1"),
+        "r0 failed and is demoted"
+    );
+    let (back, probed_ms) = loop {
+        let r = m.ask();
+        let answered_ms = epoch_ms();
+        let route = r.header("x-switchyard-route").unwrap().to_string();
+        replies.push(r);
+        if route == "r0" {
+            break (demoted.elapsed(), answered_ms);
+        }
+        assert!(
+            demoted.elapsed() < Duration::from_secs(12),
+            "r0 not back after 12 s: its recheck never passed"
+        );
+        std::thread::sleep(Duration::from_millis(150));
+    };
+    let (users, checks, most) = m.seen(0);
+    assert_eq!(users, 2, "the demoting request and one live probe");
+    assert!((1..=3).contains(&checks), "rechecks at ~1.5 s and ~3 s, saw {checks}");
+    assert_eq!(most, 1);
+    // Back in place: the next requests go to r0 first.
+    for _ in 0..3 {
+        let r = m.ask();
+        assert_eq!(r.header("x-switchyard-route"), Some("r0"));
+        replies.push(r);
+    }
+    assert!(
+        back < Duration::from_secs(12),
+        "back after {back:?}, the cooldown is 20 s"
+    );
+    let h = m.route_health(0);
+    assert_eq!(h["state"], "healthy", "{h}");
+    assert_eq!(h["breaker"]["cooldown_level"], 0, "{h}");
+    assert_eq!(
+        (&h["last_check"]["kind"], &h["last_check"]["passed"]),
+        (&json!("recheck"), &json!(true)),
+        "{h}"
+    );
+    let booked = m.checks();
+    assert_eq!(booked.len() as u64, checks, "one ledger row per recheck: {booked:?}");
+    assert!(
+        booked.iter().all(|c| c["route"] == "r0" && c["kind"] == "recheck"),
+        "{booked:?}"
+    );
+    assert_eq!(booked[0]["passed"], 1, "newest first: {booked:?}");
+    assert!(booked[1..].iter().all(|c| c["passed"] == 0), "{booked:?}");
+    assert!(
+        booked[0]["created_at"].as_i64().unwrap() <= probed_ms,
+        "live traffic reached r0 (answered at {probed_ms}) before a recheck passed: {booked:?}"
+    );
+    assert!(
+        booked[0]["amount_micros"].as_i64().unwrap() > 0,
+        "a real answer costs the platform: {booked:?}"
+    );
+    let (charged, generations) = m.key_spend(&replies);
+    assert_eq!(charged, generations, "the rechecks' cost is the platform's");
+}
+
+/// Now, as the ledger's `created_at` counts it (ms since the epoch, the same host's clock).
+fn epoch_ms() -> i64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    i64::try_from(since.as_millis()).unwrap()
+}
+
+/// SPEC §8b: a route that passes its checks but fails live traffic — it rejects the `temperature`
+/// every request here carries, which the check does not send — flaps: each passed recheck ends its
+/// cooldown, its one live probe fails, and the demotion that follows is a level up, so the rechecks
+/// back off (1 s, 2 s, 4 s …) instead of hammering it. Every request is answered by r1.
+#[test]
+fn a_flapping_route_backs_off_its_rechecks() {
+    let m = Model::with_policy(
+        &[("reject-field/temperature/503", json!({})), ("ok", json!({}))],
+        recheck_policy(1000),
+    );
+    let ask = || {
+        let r = m.ask_body(&m.key, json!({"temperature": 0.5}));
+        assert_eq!(
+            r.header("x-switchyard-route"),
+            Some("r1"),
+            "every request answered by r1"
+        );
+        r
+    };
+    let mut replies = vec![ask()];
+    // Rechecks at ~1 s, then ~2 s and ~4 s after each failed probe: four by ~16 s.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while m.seen(0).1 < 4 {
+        assert!(
+            Instant::now() < deadline,
+            "fewer than four rechecks in 30 s: {:?}",
+            m.seen(0)
+        );
+        replies.push(ask());
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    let (users, checks, most) = m.seen(0);
+    assert_eq!(most, 1);
+    // One live probe per passed recheck (the last one's may still be to come), after the first
+    // request that demoted it.
+    assert!(
+        (checks..=checks + 1).contains(&users),
+        "{users} requests reached r0 for {checks} passed rechecks"
+    );
+    let mut booked = m.checks();
+    booked.reverse(); // oldest first
+    assert_eq!(booked.len() as u64, checks, "{booked:?}");
+    assert!(
+        booked.iter().all(|c| c["kind"] == "recheck" && c["passed"] == 1),
+        "{booked:?}"
+    );
+    let at: Vec<i64> = booked.iter().map(|c| c["created_at"].as_i64().unwrap()).collect();
+    let gaps: Vec<i64> = at.windows(2).map(|w| w[1] - w[0]).collect();
+    // Each recheck comes a whole interval after the probe that failed after the previous one, and
+    // the interval doubles: without the back-off they would be ~1 s apart.
+    for (i, gap) in gaps.iter().enumerate() {
+        assert!(
+            *gap >= 2_000 << i,
+            "recheck gaps {gaps:?} ms: the {i}th is under {} ms",
+            2_000 << i
+        );
+    }
+    let h = m.route_health(0);
+    assert!(
+        h["breaker"]["cooldown_level"].as_u64().unwrap() >= 3,
+        "each failed probe is a level up: {h}"
+    );
+    let (charged, generations) = m.key_spend(&replies);
+    assert_eq!(charged, generations, "the rechecks' cost is the platform's");
 }
 
 /// A healthy route that nobody uses is checked once per `verify_idle_ms`, one check at a time

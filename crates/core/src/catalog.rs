@@ -358,6 +358,8 @@ pub struct PolicyOverrides {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verify_idle_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recheck_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub translate: Option<bool>,
 }
 
@@ -389,6 +391,9 @@ pub struct Policy {
     pub optimistic_hold_fraction: f64,
     /// A healthy route with no traffic and no check for this long is checked (SPEC §8a); 0: never.
     pub verify_idle_ms: u64,
+    /// A demoted route that verifies is checked this often while its cooldown runs, doubling with
+    /// each demotion up to `cooldown_ms`; a pass ends the cooldown (SPEC §8b).
+    pub recheck_ms: u64,
     /// A request may go to a route that does not speak its dialect, translated (SPEC §19).
     pub translate: bool,
 }
@@ -419,6 +424,7 @@ impl Default for Policy {
             balance_snapshot_ms: 5_000,
             optimistic_hold_fraction: 0.01,
             verify_idle_ms: 900_000,
+            recheck_ms: 15_000,
             translate: true,
         }
     }
@@ -460,6 +466,7 @@ impl Policy {
             balance_snapshot_ms,
             optimistic_hold_fraction,
             verify_idle_ms,
+            recheck_ms,
             translate,
         );
     }
@@ -905,6 +912,7 @@ fn check_policy(p: &PolicyOverrides, at: &str) -> Result<(), CatalogError> {
         ("stream_cap_ms", p.stream_cap_ms),
         ("cooldown_ms", p.cooldown_ms),
         ("cooldown_max_ms", p.cooldown_max_ms),
+        ("recheck_ms", p.recheck_ms),
     ];
     for (name, v) in positive_ms {
         if v.is_some_and(|ms| ms == 0 || ms > MAX_TIMER_MS) {
@@ -1110,6 +1118,8 @@ mod tests {
             ("stream_first_content_ms", json!(0)),
             ("disconnect_grace_ms", json!(60_000)),
             ("health_snapshot_ms", json!(1u64 << 32)),
+            ("recheck_ms", json!(0)),
+            ("recheck_ms", json!(1u64 << 31)),
         ] {
             let mut doc = sample();
             doc["policy"] = json!({ knob: value });

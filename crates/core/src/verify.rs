@@ -5,6 +5,11 @@
 //! - it is demoted, waiting for a check ([`Breaker::check_pending`]), and its cooldown has ended
 //!   ([`CheckKind::Cooldown`]): passed → the route may be probed by live traffic as in §8; failed
 //!   → demoted again, so the next cooldown is twice as long;
+//! - it is demoted, waiting for a check, its cooldown still runs and its next recheck
+//!   ([`Breaker::recheck_at_ms`]) has come ([`CheckKind::Recheck`], SPEC §8b): passed → the
+//!   cooldown ends at once and live traffic probes it as in §8 (a failed probe demotes it again a
+//!   level up, so cooldown and recheck interval both double); failed → still demoted, the next
+//!   recheck one interval later;
 //! - it is healthy but nothing showed it answering — no live success, no passed check — for
 //!   `verify_idle_ms` ([`CheckKind::Idle`]; 0 turns idle checks off): passed → fresh evidence;
 //!   failed → demoted at once, waiting for a check, as if it had failed its cooldown's check.
@@ -107,8 +112,8 @@ fn confirm_wanted(health: &ModelHealth, route: &str) -> bool {
             .any(|a| a.confirm_pending && a.confirm_route.as_deref() == Some(route))
 }
 
-/// When a route's check is due (now or later), or `None` when it needs none.
-fn due_at(health: &ModelHealth, route: &CheckRoute, verify_idle_ms: u64) -> Option<(u64, CheckKind)> {
+/// When a route's check is due (now or later), as seen at `now_ms`, or `None` when it needs none.
+fn due_at(health: &ModelHealth, route: &CheckRoute, verify_idle_ms: u64, now_ms: u64) -> Option<(u64, CheckKind)> {
     let state = health.routes.get(&route.id);
     if confirm_wanted(health, &route.id) {
         let lease = state.and_then(|s| s.check_lease_until_ms).unwrap_or(0);
@@ -120,7 +125,11 @@ fn due_at(health: &ModelHealth, route: &CheckRoute, verify_idle_ms: u64) -> Opti
     let state = state?;
     let b: &Breaker = &state.breaker;
     let at = match b.demoted_until_ms {
-        Some(until) if b.check_pending => (until, CheckKind::Cooldown),
+        Some(until) if b.check_pending => match b.recheck_at_ms {
+            // Before the cooldown ends, rechecks; once it has, the cooldown's own check.
+            Some(recheck) if recheck < until && now_ms < until => (recheck, CheckKind::Recheck),
+            _ => (until, CheckKind::Cooldown),
+        },
         Some(_) => return None, // passed its check (or opted out when demoted): live probe
         None if verify_idle_ms == 0 => return None,
         None => {
@@ -160,7 +169,7 @@ impl ModelHealth {
         routes
             .iter()
             .filter_map(|r| {
-                let (at, kind) = due_at(self, r, verify_idle_ms)?;
+                let (at, kind) = due_at(self, r, verify_idle_ms, now_ms)?;
                 (at <= now_ms).then(|| (r.id.clone(), kind))
             })
             .collect()
@@ -170,13 +179,13 @@ impl ModelHealth {
     pub fn next_check_ms(&self, routes: &[CheckRoute], verify_idle_ms: u64, now_ms: u64) -> Option<u64> {
         routes
             .iter()
-            .filter_map(|r| due_at(self, r, verify_idle_ms).map(|(at, _)| at.max(now_ms.saturating_add(1))))
+            .filter_map(|r| due_at(self, r, verify_idle_ms, now_ms).map(|(at, _)| at.max(now_ms.saturating_add(1))))
             .min()
     }
 
-    /// When the earliest cooldown check falls due — of the routes whose breaker waits for one —
-    /// if any: after a call demoted a route, the object's alarm must come no later than this (idle
-    /// checks are the alarm's own business).
+    /// When the earliest cooldown check or recheck falls due — of the routes whose breaker waits
+    /// for one — if any: after a call demoted a route, the object's alarm must come no later than
+    /// this (idle checks are the alarm's own business).
     pub fn next_cooldown_check_ms(&self, now_ms: u64) -> Option<u64> {
         let pending: Vec<CheckRoute> = self
             .routes
@@ -242,6 +251,9 @@ impl ModelHealth {
             Ok(()) => {
                 state.last_ok_ms = state.last_ok_ms.max(Some(at_ms));
                 b.check_pending = false;
+                if kind == CheckKind::Recheck {
+                    b.end_cooldown(at_ms);
+                }
                 if confirming && b.demoted_until_ms.is_none() {
                     // The route answers: the failures were that client's content.
                     b.consecutive_failures = 0;
@@ -258,6 +270,12 @@ impl ModelHealth {
                 // so does a failed confirmation (the route fails known content too).
                 if confirming && b.demoted_until_ms.is_some() {
                     return; // demoted meanwhile by proof from live traffic
+                }
+                // A failed recheck while the cooldown runs: the cooldown stands, the next recheck
+                // one interval on. (Past its end it counts as the cooldown's check.)
+                if kind == CheckKind::Recheck && b.is_cooling(at_ms) {
+                    b.schedule_recheck(at_ms, cfg);
+                    return;
                 }
                 b.demote(at_ms, cfg);
                 b.check_pending = verify || !confirming;
@@ -280,7 +298,35 @@ mod tests {
             demote_after_overloaded: 1,
             cooldown_ms: 1_000,
             cooldown_max_ms: 8_000,
+            recheck_ms: 1_000,
         }
+    }
+
+    /// As the end-to-end suite shrinks it for rechecks (SPEC §8b): a 20 s first cooldown, checked
+    /// every 1 s, doubling.
+    fn recheck_cfg() -> HealthConfig {
+        HealthConfig {
+            cooldown_ms: 20_000,
+            cooldown_max_ms: 1_000_000,
+            ..cfg()
+        }
+    }
+
+    /// An attempt at `route` (verify on) at `at` under `cfg`: its outcome, and whether it was the
+    /// route's probe.
+    fn attempt(h: &mut ModelHealth, route: &str, outcome: AttemptOutcome, probe: bool, at: u64, cfg: &HealthConfig) {
+        let mut o = Observation::at(route, "acct", outcome, at);
+        o.verify = true;
+        o.probe = probe;
+        h.observe(&o, cfg);
+    }
+
+    fn due(h: &ModelHealth, rs: &[CheckRoute], now: u64) -> Vec<(String, CheckKind)> {
+        h.due_checks(rs, 0, now)
+    }
+
+    fn recheck_of(route: &str) -> Vec<(String, CheckKind)> {
+        vec![(route.to_string(), CheckKind::Recheck)]
     }
 
     fn routes(verify: &[bool]) -> Vec<CheckRoute> {
@@ -352,12 +398,148 @@ mod tests {
         );
         assert!(b.check_pending);
         assert_eq!(b.last_failure_class, Some(BadResponse));
-        assert_eq!(h.next_check_ms(&rs, 0, end), Some(end + 2_000));
+        // Within the 2 s cooldown, one recheck (its interval is at most the first cooldown, 1 s).
+        assert_eq!(h.next_check_ms(&rs, 0, end), Some(end + 1_000));
+        assert_eq!(due(&h, &rs, end + 1_000), recheck_of("r0"));
+        h.record_check("r0", CheckKind::Recheck, &bad(), end + 1_000, true, &cfg());
+        assert_eq!(
+            h.routes["r0"].breaker.demoted_until_ms,
+            Some(end + 2_000),
+            "a recheck keeps the cooldown"
+        );
+        assert_eq!(h.next_check_ms(&rs, 0, end + 1_000), Some(end + 2_000));
+        assert_eq!(due(&h, &rs, end + 2_000), vec![("r0".to_string(), CheckKind::Cooldown)]);
         h.record_check("r0", CheckKind::Cooldown, &bad(), end + 2_000, true, &cfg());
         assert_eq!(h.routes["r0"].breaker.demoted_until_ms, Some(end + 2_000 + 4_000));
         let rec = h.routes["r0"].last_check.clone().unwrap();
         assert!(!rec.passed);
         assert!(rec.reason.starts_with("bad_response: "), "{}", rec.reason);
+    }
+
+    #[test]
+    fn a_passed_recheck_ends_the_cooldown_and_one_live_probe_brings_the_route_back() {
+        let c = recheck_cfg();
+        let mut h = ModelHealth::default();
+        let rs = routes(&[true, true]);
+        h.know_routes(&rs, T0);
+        attempt(&mut h, "r0", AttemptOutcome::Failure(Upstream5xx), false, T0, &c);
+        let until = T0 + 20_000;
+        assert_eq!(h.routes["r0"].breaker.demoted_until_ms, Some(until));
+        // The object's alarm is set for the first recheck, 1 s in, not for the cooldown's end.
+        assert_eq!(h.next_cooldown_check_ms(T0), Some(T0 + 1_000));
+        assert!(due(&h, &rs, T0 + 999).is_empty());
+        assert_eq!(due(&h, &rs, T0 + 1_000), recheck_of("r0"));
+        // One check at a time: while one is in flight, none is due.
+        assert!(h.claim_check("r0", T0 + 1_000, 5_000));
+        assert!(due(&h, &rs, T0 + 1_500).is_empty());
+        // Failed (it answers only later): still cooling, the next recheck one interval on.
+        h.record_check("r0", CheckKind::Recheck, &bad(), T0 + 1_200, true, &c);
+        let b = &h.routes["r0"].breaker;
+        assert_eq!(
+            (b.demoted_until_ms, b.cooldown_level, b.check_pending),
+            (Some(until), 1, true)
+        );
+        assert_eq!(h.next_cooldown_check_ms(T0 + 1_200), Some(T0 + 2_200));
+        assert_eq!(
+            h.route_state("r0", "acct", T0 + 2_200),
+            BreakerState::Cooling { until_ms: until }
+        );
+        // Passed, 18 s before the cooldown would have ended: its one live probe is due now.
+        h.record_check("r0", CheckKind::Recheck, &Ok(()), T0 + 2_300, true, &c);
+        assert_eq!(h.route_state("r0", "acct", T0 + 2_300), BreakerState::ProbeDue);
+        assert!(
+            due(&h, &rs, T0 + 2_300).is_empty(),
+            "no more checks: live traffic decides"
+        );
+        assert_eq!(h.next_cooldown_check_ms(T0 + 2_300), None);
+        let list = vec![
+            ("r0".to_string(), "acct".to_string()),
+            ("r1".to_string(), "acct".to_string()),
+        ];
+        let plan = h.plan_order(&list, T0 + 2_400);
+        assert_eq!((plan[0].0, plan[0].2), (0, true), "back in its place, as a probe");
+        assert!(h.claim_probe("r0", "acct", T0 + 2_400, 5_000));
+        assert!(!h.claim_probe("r0", "acct", T0 + 2_500, 5_000), "one live probe");
+        attempt(&mut h, "r0", AttemptOutcome::Success, true, T0 + 2_600, &c);
+        let b = &h.routes["r0"].breaker;
+        assert_eq!((b.demoted_until_ms, b.cooldown_level, b.recheck_at_ms), (None, 0, None));
+        let rec = h.routes["r0"].last_check.clone().unwrap();
+        assert_eq!((rec.kind, rec.passed), (CheckKind::Recheck, true));
+        assert_eq!(CheckKind::Recheck.as_str(), "recheck");
+    }
+
+    #[test]
+    fn a_flapping_route_backs_off_rechecks_double_with_the_cooldown_up_to_its_first_length() {
+        let c = recheck_cfg();
+        let mut h = ModelHealth::default();
+        let rs = routes(&[true]);
+        attempt(&mut h, "r0", AttemptOutcome::Failure(Upstream5xx), false, T0, &c);
+        // It passes every check and fails every live request: each pass, one probe, one failure.
+        let (mut now, mut intervals, mut cooldowns) = (T0, Vec::new(), Vec::new());
+        for _ in 0..7 {
+            let b = &h.routes["r0"].breaker;
+            cooldowns.push(b.demoted_until_ms.unwrap() - now);
+            let next = h.next_cooldown_check_ms(now).unwrap();
+            intervals.push(next - now);
+            assert!(due(&h, &rs, next - 1).is_empty());
+            assert_eq!(due(&h, &rs, next), recheck_of("r0"));
+            h.record_check("r0", CheckKind::Recheck, &Ok(()), next, true, &c);
+            assert!(h.claim_probe("r0", "acct", next + 10, 5_000));
+            now = next + 20;
+            attempt(&mut h, "r0", AttemptOutcome::Failure(Upstream5xx), true, now, &c);
+        }
+        assert_eq!(intervals, [1_000, 2_000, 4_000, 8_000, 16_000, 20_000, 20_000]);
+        let cooldowns: Vec<u64> = cooldowns.iter().map(|ms| ms / 1_000).collect();
+        assert_eq!(cooldowns, [20, 40, 80, 160, 320, 640, 1_000]);
+        assert_eq!(h.routes["r0"].breaker.cooldown_level, 8);
+    }
+
+    #[test]
+    fn the_cooldowns_end_is_checked_by_the_cooldown_check_not_a_recheck() {
+        let c = HealthConfig {
+            recheck_ms: 3_000,
+            cooldown_ms: 5_000,
+            ..recheck_cfg()
+        };
+        let mut h = ModelHealth::default();
+        let rs = routes(&[true]);
+        attempt(&mut h, "r0", AttemptOutcome::Failure(Upstream5xx), false, T0, &c);
+        assert_eq!(due(&h, &rs, T0 + 3_000), recheck_of("r0"));
+        h.record_check("r0", CheckKind::Recheck, &bad(), T0 + 3_000, true, &c);
+        // The next recheck (6 s) would come after the cooldown's end (5 s): that check instead.
+        assert_eq!(h.next_cooldown_check_ms(T0 + 3_000), Some(T0 + 5_000));
+        assert_eq!(due(&h, &rs, T0 + 5_000), vec![("r0".to_string(), CheckKind::Cooldown)]);
+        // An alarm that comes late, past the end, runs the cooldown's check too.
+        let mut late = ModelHealth::default();
+        attempt(&mut late, "r0", AttemptOutcome::Failure(Upstream5xx), false, T0, &c);
+        assert_eq!(
+            due(&late, &rs, T0 + 7_000),
+            vec![("r0".to_string(), CheckKind::Cooldown)]
+        );
+        // A recheck whose answer came after the cooldown ended and failed: demoted again.
+        late.record_check("r0", CheckKind::Recheck, &bad(), T0 + 5_500, true, &c);
+        let b = &late.routes["r0"].breaker;
+        assert_eq!((b.demoted_until_ms, b.cooldown_level), (Some(T0 + 5_500 + 10_000), 2));
+    }
+
+    #[test]
+    fn a_route_that_opted_out_is_never_rechecked() {
+        let c = recheck_cfg();
+        let mut h = ModelHealth::default();
+        let rs = routes(&[false]);
+        let mut o = Observation::at("r0", "acct", AttemptOutcome::Failure(Upstream5xx), T0);
+        o.verify = false;
+        h.observe(&o, &c);
+        for at in (T0..T0 + 20_000).step_by(500) {
+            assert!(h.due_checks(&rs, 0, at).is_empty(), "checked at {at}");
+        }
+        assert_eq!(h.next_check_ms(&rs, 0, T0), None);
+        assert_eq!(h.next_cooldown_check_ms(T0), None);
+        assert_eq!(
+            h.route_state("r0", "acct", T0 + 19_999),
+            BreakerState::Cooling { until_ms: T0 + 20_000 },
+            "the fixed cooldown"
+        );
     }
 
     #[test]

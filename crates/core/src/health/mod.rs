@@ -11,6 +11,10 @@
 //!   later attempt) ends: success resets it, failure demotes it again with the next cooldown.
 //! - Each demotion lasts `cooldown_ms * 2^level` capped at `cooldown_max_ms` and raises `level` by one
 //!   (defaults: 5, 10, 20, 30, 30 … minutes); only a success puts `level` back to 0.
+//! - A demoted route waiting for a check is rechecked every `recheck_ms * 2^level` (the same level
+//!   as its cooldown's) capped at `cooldown_ms` while the cooldown runs (SPEC §8b):
+//!   [`Breaker::recheck_at_ms`] is set at each demotion and after each failed recheck; a passed
+//!   recheck ends the cooldown at once.
 //! - A probe lease exists only on a demoted breaker whose cooldown has ended; at most one unexpired
 //!   lease exists per breaker, so exactly one probe is granted per cooldown (until the lease expires).
 //! - Route failures count only against the route breaker, `account` failures only against the
@@ -38,6 +42,7 @@ const MINUTE_MS: u64 = 60_000;
 
 /// The health knobs of the effective policy (SPEC §16).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct HealthConfig {
     /// Consecutive route failures that demote a route (default 3).
     pub demote_after: u32,
@@ -47,6 +52,9 @@ pub struct HealthConfig {
     pub cooldown_ms: u64,
     /// Longest cooldown, ms (default 30 min).
     pub cooldown_max_ms: u64,
+    /// First interval between rechecks of a demoted route, ms (default 15 s); doubles as the
+    /// cooldown does, at most `cooldown_ms` (SPEC §8b).
+    pub recheck_ms: u64,
 }
 
 impl HealthConfig {
@@ -56,6 +64,7 @@ impl HealthConfig {
             demote_after_overloaded: p.demote_after_overloaded,
             cooldown_ms: p.cooldown_ms,
             cooldown_max_ms: p.cooldown_max_ms,
+            recheck_ms: p.recheck_ms,
         }
     }
 
@@ -63,6 +72,13 @@ impl HealthConfig {
     pub fn cooldown_for(&self, level: u32) -> u64 {
         let factor = 1u64.checked_shl(level.min(63)).unwrap_or(u64::MAX);
         self.cooldown_ms.saturating_mul(factor).min(self.cooldown_max_ms)
+    }
+
+    /// The interval between rechecks during a demotion at `level` (as [`Self::cooldown_for`]'s):
+    /// `recheck_ms * 2^level`, at most `cooldown_ms` (SPEC §8b).
+    pub fn recheck_for(&self, level: u32) -> u64 {
+        let factor = 1u64.checked_shl(level.min(63)).unwrap_or(u64::MAX);
+        self.recheck_ms.saturating_mul(factor).min(self.cooldown_ms)
     }
 }
 
@@ -185,6 +201,9 @@ pub struct Breaker {
     /// Demoted and waiting for a passed verification check (SPEC §8a): until then its cooldown's
     /// end grants no live probe. Only route breakers of routes with `verify` set it.
     pub check_pending: bool,
+    /// While cooling and waiting for a check: when the next recheck falls due (SPEC §8b). Set at
+    /// each demotion and after each failed recheck; a pass ends the cooldown.
+    pub recheck_at_ms: Option<u64>,
     /// The distinct keys (at most two) whose requests' failures make up the current run of
     /// failures, for the failures client content can provoke (SPEC §18).
     pub failing_keys: Vec<String>,
@@ -266,6 +285,7 @@ impl Breaker {
         self.cooldown_level = 0;
         self.probe_lease_until_ms = None;
         self.check_pending = false;
+        self.recheck_at_ms = None;
         self.clear_run();
     }
 
@@ -282,7 +302,22 @@ impl Breaker {
         self.demoted_at_ms = Some(now_ms);
         self.cooldown_level = self.cooldown_level.saturating_add(1);
         self.probe_lease_until_ms = None;
+        self.schedule_recheck(now_ms, cfg);
         self.clear_run();
+    }
+
+    /// The next recheck of this demotion, one interval after `now_ms` (SPEC §8b): the interval of
+    /// the level the current cooldown was given at.
+    pub(crate) fn schedule_recheck(&mut self, now_ms: u64, cfg: &HealthConfig) {
+        let interval = cfg.recheck_for(self.cooldown_level.saturating_sub(1));
+        self.recheck_at_ms = Some(now_ms.saturating_add(interval));
+    }
+
+    /// A passed recheck: the cooldown ends at `now_ms` (if it had not), so the route's one live
+    /// probe is due (SPEC §8b).
+    pub(crate) fn end_cooldown(&mut self, now_ms: u64) {
+        self.demoted_until_ms = self.demoted_until_ms.map(|until| until.min(now_ms));
+        self.recheck_at_ms = None;
     }
 
     /// Whether the current run is proof against the route for everyone (SPEC §18): a failure no
@@ -406,6 +441,8 @@ pub enum CheckKind {
     /// One key's failures reached the route's (or its account's) threshold: is it the route, or
     /// that client's content (SPEC §18)?
     Confirm,
+    /// The route is demoted and its cooldown still runs: has it recovered early (SPEC §8b)?
+    Recheck,
 }
 
 impl CheckKind {
@@ -414,6 +451,7 @@ impl CheckKind {
             CheckKind::Cooldown => "cooldown",
             CheckKind::Idle => "idle",
             CheckKind::Confirm => "confirm",
+            CheckKind::Recheck => "recheck",
         }
     }
 }
@@ -800,7 +838,11 @@ mod tests {
         }
         let b = breaker(&h, "a");
         assert!(!b.is_demoted() && b.confirm_pending, "{b:?}");
-        assert_eq!(order(&h, &[("a", "acct"), ("b", "acct")], T0 + 10), vec![0, 1], "still first for the next key");
+        assert_eq!(
+            order(&h, &[("a", "acct"), ("b", "acct")], T0 + 10),
+            vec![0, 1],
+            "still first for the next key"
+        );
         // The same from a second key is proof: demoted at once.
         keyed(&mut h, "a", Upstream5xx, "key-2", true, T0 + 20);
         assert!(breaker(&h, "a").is_demoted());
@@ -816,7 +858,10 @@ mod tests {
     #[test]
     fn the_confirmation_check_decides_and_a_success_clears_the_run() {
         use crate::verify::CheckRoute;
-        let routes = [CheckRoute { id: "a".into(), verify: false }];
+        let routes = [CheckRoute {
+            id: "a".into(),
+            verify: false,
+        }];
         let fail_three = |h: &mut ModelHealth| {
             for n in 0..3 {
                 keyed(h, "a", BadResponse, "key-1", true, T0 + n);
@@ -824,25 +869,59 @@ mod tests {
         };
         let mut h = ModelHealth::default();
         fail_three(&mut h);
-        assert_eq!(h.due_checks(&routes, 0, T0 + 5), vec![("a".to_string(), CheckKind::Confirm)], "due at once, verify or not");
-        assert_eq!(h.next_cooldown_check_ms(T0 + 5), Some(T0 + 6), "the object's alarm comes at once");
-        h.record_check("a", CheckKind::Confirm, &Err((BadResponse, "no output".into())), T0 + 9, false, &cfg());
+        assert_eq!(
+            h.due_checks(&routes, 0, T0 + 5),
+            vec![("a".to_string(), CheckKind::Confirm)],
+            "due at once, verify or not"
+        );
+        assert_eq!(
+            h.next_cooldown_check_ms(T0 + 5),
+            Some(T0 + 6),
+            "the object's alarm comes at once"
+        );
+        h.record_check(
+            "a",
+            CheckKind::Confirm,
+            &Err((BadResponse, "no output".into())),
+            T0 + 9,
+            false,
+            &cfg(),
+        );
         let b = breaker(&h, "a");
-        assert!(b.is_demoted() && !b.check_pending, "confirmed: demoted (live probe, it opted out of checks): {b:?}");
+        assert!(
+            b.is_demoted() && !b.check_pending,
+            "confirmed: demoted (live probe, it opted out of checks): {b:?}"
+        );
         let mut h = ModelHealth::default();
         fail_three(&mut h);
         h.record_check("a", CheckKind::Confirm, &Ok(()), T0 + 9, false, &cfg());
         let b = breaker(&h, "a");
-        assert!(!b.is_demoted() && !b.confirm_pending && b.consecutive_failures == 0, "{b:?}");
+        assert!(
+            !b.is_demoted() && !b.confirm_pending && b.consecutive_failures == 0,
+            "{b:?}"
+        );
         assert!(h.due_checks(&routes, 0, T0 + 10).is_empty());
         // An account blamed by one key's 403: pending, not cooling, until its route's check.
         let mut h = ModelHealth::default();
         keyed(&mut h, "a", Account, "key-1", true, T0);
         assert!(!h.accounts["acct"].is_demoted() && h.accounts["acct"].confirm_pending);
-        assert_eq!(h.due_checks(&routes, 0, T0 + 1), vec![("a".to_string(), CheckKind::Confirm)]);
-        h.record_check("a", CheckKind::Confirm, &Err((Account, "403".into())), T0 + 2, false, &cfg());
+        assert_eq!(
+            h.due_checks(&routes, 0, T0 + 1),
+            vec![("a".to_string(), CheckKind::Confirm)]
+        );
+        h.record_check(
+            "a",
+            CheckKind::Confirm,
+            &Err((Account, "403".into())),
+            T0 + 2,
+            false,
+            &cfg(),
+        );
         assert!(h.accounts["acct"].is_demoted());
-        assert!(!breaker(&h, "a").is_demoted(), "the account's failure is not the route's");
+        assert!(
+            !breaker(&h, "a").is_demoted(),
+            "the account's failure is not the route's"
+        );
         // A success clears a pending run.
         let mut h = ModelHealth::default();
         fail_three(&mut h);
@@ -868,12 +947,20 @@ mod tests {
                 demote_after: 3,
                 demote_after_overloaded: 1,
                 cooldown_ms: 300_000,
-                cooldown_max_ms: 1_800_000
+                cooldown_max_ms: 1_800_000,
+                recheck_ms: 15_000,
             }
         );
         let ladder: Vec<u64> = (0..6).map(|l| c.cooldown_for(l) / MIN).collect();
         assert_eq!(ladder, [5, 10, 20, 30, 30, 30]);
         assert_eq!(c.cooldown_for(u32::MAX), 1_800_000);
+        // Rechecks double with the cooldown, at most the first cooldown (SPEC §8b).
+        let rechecks: Vec<u64> = (0..7).map(|l| c.recheck_for(l) / 1_000).collect();
+        assert_eq!(rechecks, [15, 30, 60, 120, 240, 300, 300]);
+        assert_eq!(c.recheck_for(u32::MAX), 300_000);
+        // A config from an isolate that predates a knob takes its default.
+        let old: HealthConfig = serde_json::from_value(serde_json::json!({"demote_after": 2})).unwrap();
+        assert_eq!((old.demote_after, old.recheck_ms), (2, 15_000));
     }
 
     #[test]
