@@ -10,8 +10,7 @@ use std::pin::{pin, Pin};
 
 use futures_util::future::{select, Either};
 use js_sys::Uint8Array;
-use switchyard_core::catalog::Api;
-use switchyard_core::catalog::{Kind, Provider};
+use switchyard_core::catalog::{Api, Kind, Provider};
 use switchyard_core::classify::{classify_error_payload, classify_status, is_error_payload, FailureClass, Verdict};
 use switchyard_core::cloud::bedrock::classify_bedrock;
 use switchyard_core::cloud::sigv4::{self, Credentials};
@@ -225,37 +224,35 @@ fn build_request(target: &Target, request: &ClientRequest, outgoing: &Outgoing) 
         list.extend(wire::key_headers(target.provider, key));
     }
     list.extend(request.upstream_headers(kind));
-    if let (Some(credentials), Some(region)) = (&target.aws, &target.provider.region) {
-        // Signed last, over exactly the headers and the body sent (SPEC §20).
-        let unsigned: Vec<(&str, &str)> = list.iter().map(|(n, v)| (*n, v.as_str())).collect();
-        let signed = sigv4::sign(
-            &sigv4::Request {
+    // Bedrock: signed last, over exactly the headers and the body sent (SPEC §20).
+    let signed = match (&target.aws, &target.provider.region) {
+        (Some(credentials), Some(region)) => {
+            let unsigned: Vec<(&str, &str)> = list.iter().map(|(n, v)| (*n, v.as_str())).collect();
+            let request = sigv4::Request {
                 method: "POST",
                 url: &outgoing.url,
                 headers: &unsigned,
                 body: &outgoing.body,
-            },
-            credentials,
-            region,
-            "bedrock",
-            now_ms(),
-        )
-        .map_err(|_| ApiError::Internal { label: "sigv4" })?;
-        let signed: Vec<(&str, String)> = signed.headers.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
-        return send(list.into_iter().chain(signed), outgoing);
-    }
-    send(list.into_iter(), outgoing)
-}
-
-fn send<'n>(headers: impl Iterator<Item = (&'n str, String)>, outgoing: &Outgoing) -> Result<Request, ApiError> {
-    let h = Headers::new();
-    for (name, value) in headers {
-        h.set(name, &value)
+            };
+            sigv4::sign(&request, credentials, region, "bedrock", now_ms())
+                .map_err(|_| ApiError::Internal { label: "sigv4" })?
+                .headers
+        }
+        _ => Vec::new(),
+    };
+    let headers = Headers::new();
+    for (name, value) in list
+        .iter()
+        .map(|(n, v)| (*n, v.as_str()))
+        .chain(signed.iter().map(|(n, v)| (n.as_str(), v.as_str())))
+    {
+        headers
+            .set(name, value)
             .map_err(|_| ApiError::Internal { label: "header" })?;
     }
     let mut init = RequestInit::new();
     init.with_method(Method::Post)
-        .with_headers(h)
+        .with_headers(headers)
         .with_body(Some(Uint8Array::from(outgoing.body.as_slice()).into()));
     Request::new_with_init(&outgoing.url, &init).map_err(|_| ApiError::Internal {
         label: "upstream_request",
