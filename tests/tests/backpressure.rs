@@ -71,3 +71,78 @@ fn a_client_that_stops_reading_stops_the_upstream_and_then_gets_everything() {
         &text[text.len().saturating_sub(300)..]
     );
 }
+
+/// A client that stops reading for longer than `idle_timeout_ms` is gone (issue 23, item 9), even
+/// though nothing signalled its departure: the upstream is aborted after the disconnect grace, the
+/// generation is recorded and the hold settled while the client still reads nothing, and when it
+/// reads again its stream ends — it never hangs.
+#[test]
+fn a_client_that_stops_reading_past_the_idle_timeout_is_let_go_and_its_stream_ends() {
+    let s = Stack::from_env();
+    let label = unique("stall");
+    let provider = s.mock_provider(&label, SCENARIO, false);
+    let model = s.model(
+        vec![route("r0", &provider, "u", json!({}))],
+        Some(json!({"stream_cap_ms": 120000, "idle_timeout_ms": 2000, "disconnect_grace_ms": 0})),
+    );
+    let key = s.new_key(5.0);
+    let agent = ureq::Agent::new_with_config(ureq::Agent::config_builder().http_status_as_error(false).build());
+    let response = agent
+        .post(format!("{}/v1/chat/completions", s.gateway))
+        .header("authorization", format!("Bearer {key}"))
+        .header("content-type", "application/json")
+        .send(chat_body(&model, true).to_string())
+        .expect("stream request");
+    assert_eq!(response.status().as_u16(), 200);
+    let gen = response
+        .headers()
+        .get("x-generation-id")
+        .and_then(|v| v.to_str().ok())
+        .expect("x-generation-id")
+        .to_string();
+    let mut reader = response.into_body().into_reader();
+    let mut first = vec![0u8; 4096];
+    assert!(reader.read(&mut first).unwrap() > 0);
+
+    // The client reads nothing from here on. Within a few idle windows the request is over.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let g = loop {
+        let g = s.generation_if_any(&key, &gen);
+        if let Some(g) = g.filter(|g| g["outcome"] == "broken") {
+            break g;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a client that stopped reading kept its request open past 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    let delivered = g["delivered_output"].as_u64().unwrap();
+    assert!(delivered > 0, "charged for what was delivered: {g}");
+    assert_eq!(g["attempts"][0]["message"], "the client disconnected", "{g}");
+    let c = s.credits(&key);
+    assert_eq!(
+        c["held_micros"], 0,
+        "the hold is settled while the client still reads nothing: {c}"
+    );
+    let written = s.mock_stats(&label, SCENARIO)["stream_events"].as_u64().unwrap();
+    assert!(
+        written < EVENTS,
+        "the upstream was aborted: {written} of {EVENTS} events written"
+    );
+
+    // Reading again, the client gets what was queued and then the end of the stream, not a hang.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut rest = Vec::new();
+        let r = reader.read_to_end(&mut rest);
+        let _ = tx.send((r.is_ok(), rest.len()));
+    });
+    let (_, got) = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the stream of a client let go must end, not hang");
+    assert!(
+        (got as u64) < EVENTS * 65536,
+        "the stream was cut, not delivered whole: {got} bytes"
+    );
+}
