@@ -1,6 +1,7 @@
 //! A client that stops reading a stream (SPEC §7, issue 12): the relay keeps at most a few chunks
 //! queued for it and stops reading the upstream meanwhile, instead of buffering the whole answer
-//! in the isolate — and, once the client reads again, it gets every byte.
+//! in the isolate — and, once the client reads again, it gets every byte; unless it stopped for
+//! longer than `idle_timeout_ms`: then it is gone (issue 23), and its stream ends.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::disallowed_methods)]
 
