@@ -129,7 +129,9 @@ fn remember_catalog(catalog: Rc<Catalog>, version: i64, now: u64) -> Rc<Catalog>
     CATALOG.with(|c| {
         let mut c = c.borrow_mut();
         match c.as_mut() {
-            Some((held, held_version, at)) if *held_version > version => {
+            // The same version is the same document: keeping its `Rc` keeps what is cached
+            // against it (the status report) across reloads.
+            Some((held, held_version, at)) if *held_version >= version => {
                 *at = now;
                 held.clone()
             }

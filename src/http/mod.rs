@@ -22,7 +22,7 @@ use response::{error_response, HandlerResult};
 
 use crate::runtime::clock::now_ms;
 use crate::runtime::ids::{new_generation_id, new_id};
-use crate::runtime::test_faults;
+use crate::runtime::{test_faults, TEST_FAULT};
 
 /// Entry point for every request.
 pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
@@ -105,8 +105,8 @@ async fn route(
         (Method::Post, "/v1/responses") => v1::generate(req, env, ctx, rc, Api::Responses, None).await,
         (Method::Get, "/v1/generation") => v1::generation(req, env).await,
         (Method::Get, "/v1/credits") => v1::credits(req, env).await,
-        (Method::Get, "/api/health/models") => status::api(env).await,
-        (Method::Get, "/status") => status::page(env).await,
+        (Method::Get, "/api/health/models") => status::api(req, env).await,
+        (Method::Get, "/status") => status::page(req, env).await,
         (
             _,
             "/v1/models" | "/v1/chat/completions" | "/v1/messages" | "/v1/responses" | "/v1/generation" | "/v1/credits",
@@ -143,4 +143,21 @@ fn log_line(rc: &RequestCtx, method: &str, path: &str, status: u16, error: Optio
         "ms": now_ms().saturating_sub(rc.started_ms),
     });
     worker::console_log!("{line}");
+}
+
+/// The `<ms>` of a drill `x-switchyard-test-fault: <prefix><ms>` (0 for a drill without a
+/// number), honoured only under `SWITCHYARD_TEST_FAULTS`. `depart-<ms>`: the client counts as
+/// gone `<ms>` after the request began — what a departed client's aborted signal does, which
+/// `wrangler dev` never delivers. `d1-down`: this request's catalog and key reads find D1 down. `slow-report-<ms>`: a status
+/// report this request builds takes `<ms>` longer.
+pub(super) fn test_fault(req: &Request, env: &Env, prefix: &str) -> Option<u64> {
+    if !test_faults(env) {
+        return None;
+    }
+    let fault = req.headers().get(TEST_FAULT).ok().flatten()?;
+    let rest = fault.strip_prefix(prefix)?;
+    if rest.is_empty() {
+        return Some(0);
+    }
+    rest.parse().ok()
 }

@@ -13,12 +13,13 @@ use futures_util::future::{join, join_all};
 use switchyard_core::catalog::Catalog;
 use switchyard_core::health::ModelHealth;
 use switchyard_core::status::{self, Report};
-use worker::{Env, Headers, ResponseBuilder};
+use worker::{Env, Headers, Request, ResponseBuilder};
 
 use super::response::{json_response, HandlerResult};
+use super::test_fault;
 use crate::health;
 use crate::limits;
-use crate::runtime::clock::now_ms;
+use crate::runtime::clock::{now_ms, sleep};
 use crate::store::Store;
 
 /// How long an isolate serves the same report: a busy status page costs 1 + N Durable Object
@@ -41,16 +42,15 @@ thread_local! {
 
 /// The report: this isolate's last one while it is younger than [`REPORT_CACHE_MS`] and of the same
 /// catalog, else a new one — built once per isolate however many ask at once: while one request
-/// builds it the others get the last report of that catalog.
-pub(super) async fn report(env: &Env, catalog: &Rc<Catalog>) -> Rc<Report> {
+/// builds it the others get the last report.
+pub(super) async fn report(env: &Env, catalog: &Rc<Catalog>, slow_drill_ms: Option<u64>) -> Rc<Report> {
     let now = now_ms();
     let last = LAST_REPORT.with(|c| {
         c.borrow()
             .as_ref()
-            .filter(|(_, of, _)| Rc::ptr_eq(of, catalog))
-            .map(|(r, _, at)| (r.clone(), *at))
+            .map(|(r, of, at)| (r.clone(), Rc::ptr_eq(of, catalog), *at))
     });
-    if let Some((r, at)) = &last {
+    if let Some((r, true, at)) = &last {
         if now.saturating_sub(*at) < REPORT_CACHE_MS {
             return r.clone();
         }
@@ -59,7 +59,9 @@ pub(super) async fn report(env: &Env, catalog: &Rc<Catalog>) -> Rc<Report> {
         .get()
         .is_some_and(|started| now.saturating_sub(started) < BUILD_GIVE_UP_MS);
     if in_flight {
-        if let Some((stale, _)) = last {
+        // The last report, even of an older catalog: it is seconds old, and the one being built
+        // will replace it.
+        if let Some((stale, _, _)) = last {
             return stale;
         }
         // Nothing to serve meanwhile: this request builds its own (a request never waits on
@@ -67,6 +69,9 @@ pub(super) async fn report(env: &Env, catalog: &Rc<Catalog>) -> Rc<Report> {
         return Rc::new(build(env, catalog, now).await);
     }
     BUILDING.set(Some(now));
+    if let Some(ms) = slow_drill_ms {
+        sleep(ms).await;
+    }
     let r = Rc::new(build(env, catalog, now).await);
     LAST_REPORT.with(|c| *c.borrow_mut() = Some((r.clone(), catalog.clone(), now)));
     BUILDING.set(None);
@@ -90,9 +95,9 @@ async fn build(env: &Env, catalog: &Catalog, now: u64) -> Report {
 }
 
 /// `GET /api/health/models`.
-pub async fn api(env: &Env) -> HandlerResult {
+pub async fn api(req: &Request, env: &Env) -> HandlerResult {
     let catalog = Store::new(env)?.catalog().await?;
-    let r = report(env, &catalog).await;
+    let r = report(env, &catalog, test_fault(req, env, "slow-report-")).await;
     let mut resp = json_response(
         200,
         &serde_json::to_value(&*r).map_err(|_| switchyard_core::ApiError::Internal { label: "report" })?,
@@ -102,9 +107,9 @@ pub async fn api(env: &Env) -> HandlerResult {
 }
 
 /// `GET /status`.
-pub async fn page(env: &Env) -> HandlerResult {
+pub async fn page(req: &Request, env: &Env) -> HandlerResult {
     let catalog = Store::new(env)?.catalog().await?;
-    let html = status::render_html(&*report(env, &catalog).await);
+    let html = status::render_html(&*report(env, &catalog, test_fault(req, env, "slow-report-")).await);
     let headers = Headers::new();
     let _ = headers.set("content-type", "text/html; charset=utf-8");
     let _ = headers.set("cache-control", "no-store");

@@ -22,10 +22,10 @@ use worker::{Context, Env, Request};
 use super::body::read_budgeted;
 use super::context::RequestCtx;
 use super::response::{json_response, HandlerResult};
+use super::test_fault;
 use crate::limits;
 use crate::proxy;
 use crate::runtime::clock::{now_ms, sleep};
-use crate::runtime::{test_faults, TEST_FAULT};
 use crate::store::{KeyRecord, Store};
 
 /// The caller's active key, or 401: `Authorization: Bearer`, else `x-api-key`, else Gemini's
@@ -55,7 +55,7 @@ pub async fn models(req: &Request, env: &Env) -> HandlerResult {
     let store = Store::new(env)?;
     authenticate(req, &store).await?;
     let catalog = store.catalog().await?;
-    let report = super::status::report(env, &catalog).await;
+    let report = super::status::report(env, &catalog, None).await;
     Ok(json_response(200, &status::model_list(&catalog, &report)))
 }
 
@@ -284,20 +284,4 @@ pub async fn generate(
 /// hold settled or released, its record written) without the handler.
 fn abandon_drill(req: &Request, env: &Env) -> Option<u64> {
     test_fault(req, env, "abandon-")
-}
-
-/// The `<ms>` of a drill `x-switchyard-test-fault: <prefix><ms>` (0 for a drill without a
-/// number), honoured only under `SWITCHYARD_TEST_FAULTS`. `depart-<ms>`: the client counts as
-/// gone `<ms>` after the request began — what a departed client's aborted signal does, which
-/// `wrangler dev` never delivers. `d1-down`: this request's catalog and key reads find D1 down.
-fn test_fault(req: &Request, env: &Env, prefix: &str) -> Option<u64> {
-    if !test_faults(env) {
-        return None;
-    }
-    let fault = req.headers().get(TEST_FAULT).ok().flatten()?;
-    let rest = fault.strip_prefix(prefix)?;
-    if rest.is_empty() {
-        return Some(0);
-    }
-    rest.parse().ok()
 }

@@ -312,3 +312,50 @@ fn admin_reset_restores_every_route() {
     m.ask();
     assert_eq!(m.seen(0), 2, "tried again in its place after the reset");
 }
+
+/// A burst of status hits builds the report once per isolate (issue 23, item 13): while one request
+/// rebuilds an expired report (made slow by the drill `slow-report-<ms>`), the others are served
+/// the last one at once — none of them builds its own or waits for the build.
+#[test]
+fn a_burst_of_status_hits_rebuilds_the_report_once() {
+    let s = Arc::new(Stack::from_env());
+    let url = format!("{}/api/health/models", s.gateway);
+    let generated = move |s: &Stack, fault: Option<&str>| {
+        let headers: Vec<(&str, &str)> = fault.map(|f| ("x-switchyard-test-fault", f)).into_iter().collect();
+        let started = std::time::Instant::now();
+        let r = s.request("GET", &url, &headers, None);
+        assert_eq!(r.status, 200);
+        (r.json()["generated_at_ms"].as_u64().unwrap(), started.elapsed())
+    };
+    let (warm, _) = generated(&s, None);
+    std::thread::sleep(Duration::from_millis(3300)); // past the report's 3 s
+    let slow = {
+        let (s, generated) = (s.clone(), generated.clone());
+        std::thread::spawn(move || generated(&s, Some("slow-report-2500")))
+    };
+    std::thread::sleep(Duration::from_millis(400));
+    let burst: Vec<(u64, Duration)> = (0..12)
+        .map(|_| {
+            let (s, generated) = (s.clone(), generated.clone());
+            std::thread::spawn(move || generated(&s, None))
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|t| t.join().unwrap())
+        .collect();
+    let (rebuilt, took) = slow.join().unwrap();
+    assert!(
+        took >= Duration::from_millis(2500) && rebuilt > warm,
+        "the drill's build: {rebuilt} in {took:?}"
+    );
+    for (at, took) in &burst {
+        assert!(
+            *at < rebuilt,
+            "a hit during the rebuild built its own report ({at}, the rebuild began at {rebuilt}): {burst:?}"
+        );
+        assert!(
+            *took < Duration::from_millis(1500),
+            "a hit waited for the rebuild: {burst:?}"
+        );
+    }
+}
