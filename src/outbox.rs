@@ -8,13 +8,15 @@
 //! written idempotently — so a settlement that D1 did apply although it reported an error
 //! changes nothing the second time.
 
+use serde::{Deserialize, Serialize};
 use wasm_bindgen::JsCast;
 use worker::{durable_object, DurableObject, Env, ListOptions, Request, Response, State};
 
 use crate::object;
+use crate::runtime::{test_faults, TEST_FAULT};
 use crate::store::{Settlement, Store};
 
-/// Outbox objects, `outbox-0` … `outbox-15`.
+/// Outbox objects, `outbox-0` … `outbox-15` ([`shard`]).
 const SHARDS: u64 = 16;
 /// Storage keys of kept settlements: `s:<generation id>`.
 const PREFIX: &str = "s:";
@@ -41,12 +43,23 @@ impl DurableObject for SettlementOutbox {
         SettlementOutbox { state, env }
     }
 
-    /// Keeps the posted settlements and makes sure an alarm will replay them.
+    /// `/`: keeps the posted settlements and makes sure an alarm will replay them. `/list`: what
+    /// this object holds ([`Held`]).
     async fn fetch(&self, mut req: Request) -> worker::Result<Response> {
-        let items: Vec<Settlement> = req.json().await?;
         let storage = self.state.storage();
+        if req.path() == "/list" {
+            return Response::from_json(&self.held().await?);
+        }
+        // The drill `unreadable` (tests only): the settlement is kept as a later deploy might
+        // have written it, in a shape this code cannot read.
+        let unreadable =
+            test_faults(&self.env) && req.headers().get(TEST_FAULT).ok().flatten().as_deref() == Some("unreadable");
+        let items: Vec<Settlement> = req.json().await?;
         for item in &items {
-            let text = serde_json::to_string(item).map_err(|e| worker::Error::RustError(e.to_string()))?;
+            let mut text = serde_json::to_string(item).map_err(|e| worker::Error::RustError(e.to_string()))?;
+            if unreadable {
+                text = format!("{{\"version\":99,\"record\":{}}}", serde_json::Value::String(text));
+            }
             storage.put(&format!("{PREFIX}{}", item.record.id), text).await?;
         }
         if storage.get_alarm().await?.is_none() {
@@ -117,13 +130,58 @@ impl DurableObject for SettlementOutbox {
     }
 }
 
+impl SettlementOutbox {
+    /// How many settlements wait for D1 here, and the generation ids of those kept aside.
+    async fn held(&self) -> worker::Result<Held> {
+        let storage = self.state.storage();
+        let waiting = storage
+            .list_with_options(ListOptions::new().prefix(PREFIX))
+            .await?
+            .size();
+        let aside = storage.list_with_options(ListOptions::new().prefix(UNREADABLE)).await?;
+        let mut unreadable = Vec::new();
+        for key in aside.keys() {
+            if let Some(key) = key.ok().and_then(|k| k.as_string()) {
+                unreadable.push(key.strip_prefix(UNREADABLE).unwrap_or(&key).to_string());
+            }
+        }
+        Ok(Held { waiting, unreadable })
+    }
+}
+
+/// What the outbox holds (`GET /admin/outbox`): settlements waiting for D1, and the generation ids
+/// of records kept aside because this code cannot read them (an operator's to apply).
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct Held {
+    pub waiting: u32,
+    pub unreadable: Vec<String>,
+}
+
 /// Hands a settlement D1 refused to the outbox; true when it is kept.
 pub async fn keep(env: &Env, item: &Settlement) -> bool {
-    let name = format!(
-        "outbox-{}",
-        switchyard_core::spread::hash64(&[&item.record.id]) % SHARDS
-    );
-    object::call::<_, bool>(env, "OUTBOX", &name, "/", &[item], KEEP_DEADLINE_MS, None)
+    let name = shard(switchyard_core::spread::hash64(&[&item.record.id]) % SHARDS);
+    // The drill `unreadable` (tests only): for an account whose id ends so.
+    let fault = (test_faults(env) && item.record.account_id.ends_with("-unreadable")).then_some("unreadable");
+    object::call::<_, bool>(env, "OUTBOX", &name, "/", &[item], KEEP_DEADLINE_MS, fault)
         .await
         .unwrap_or(false)
+}
+
+/// What every shard holds, summed; `None` when a shard did not answer.
+pub async fn held(env: &Env) -> Option<Held> {
+    let names: Vec<String> = (0..SHARDS).map(shard).collect();
+    let calls = names
+        .iter()
+        .map(|name| object::call::<_, Held>(env, "OUTBOX", name, "/list", &(), KEEP_DEADLINE_MS, None));
+    let mut all = Held::default();
+    for part in futures_util::future::join_all(calls).await {
+        let part = part.ok()?;
+        all.waiting += part.waiting;
+        all.unreadable.extend(part.unreadable);
+    }
+    Some(all)
+}
+
+fn shard(n: u64) -> String {
+    format!("outbox-{n}")
 }

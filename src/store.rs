@@ -212,14 +212,15 @@ impl Store {
     }
 
     /// The D1 outage drill: when `SWITCHYARD_TEST_FAULTS` is `1` (`scripts/test` only, never a
-    /// deploy), the money statements of an account named `d1-outage-<from ms>-<until ms>` fail
+    /// deploy), the money statements of an account named `d1-outage-<from ms>-<until ms>[-…]` fail
     /// between those times, as if D1 were down for it.
     fn unreachable_for(&self, account: &str) -> Result<(), ApiError> {
         if !self.drill {
             return Ok(());
         }
         let window = account.strip_prefix("d1-outage-").and_then(|w| {
-            let (from, until) = w.split_once('-')?;
+            let (from, rest) = w.split_once('-')?;
+            let until = rest.split('-').next()?;
             Some((from.parse::<u64>().ok()?, until.parse::<u64>().ok()?))
         });
         match window {

@@ -72,6 +72,10 @@ pub async fn route(req: &mut Request, env: &Env, method: &Method, rest: &str) ->
             }
             Ok(json_response(200, &doc))
         }
+        (Method::Get, "outbox", "") => {
+            let held = crate::outbox::held(env).await.ok_or(ApiError::StorageUnavailable)?;
+            Ok(json_response(200, &json!(held)))
+        }
         (Method::Put, "catalog", "") => {
             let (catalog, version) = body::parse_catalog_put(&read_body(req).await?).map_err(bad)?;
             let counts = (catalog.doc().providers.len(), catalog.doc().models.len());
