@@ -227,3 +227,37 @@ fn a_tool_call_without_usage_is_estimated_from_its_name_and_arguments() {
         "name + arguments, {delta_bytes} bytes of deltas"
     );
 }
+
+/// Output that is not text — Chat audio, a Gemini image — is an answer (issue 23, item 5): it is
+/// delivered from the first route, not judged empty and failed over, and charged from an estimate
+/// when the upstream reports no usage.
+#[test]
+fn audio_or_an_image_without_text_is_an_answer_and_is_charged() {
+    for api in [Api::Chat, Api::Gemini] {
+        let f = Fixture::build(api, &["chunks/3/0/media/no-usage", "ok"], &[], relaxed(), false);
+        for stream in [false, true] {
+            let r = f.send(stream);
+            assert_eq!(r.status, 200, "{api:?} stream {stream}: {}", r.text());
+            let text = r.text();
+            let media = match api {
+                Api::Chat => "\"audio\"",
+                _ => "\"inlineData\"",
+            };
+            assert!(
+                text.contains(media),
+                "{api:?} stream {stream}: the media reached the client: {text}"
+            );
+            assert_eq!(
+                r.header("x-switchyard-route"),
+                Some("r0"),
+                "{api:?} stream {stream}: {text}"
+            );
+            let g = f.generation(&r);
+            assert_eq!(g["outcome"], "answered", "{api:?} stream {stream}: {g}");
+            assert_eq!(g["estimated"], true, "{g}");
+            assert!(tokens(&g["usage"], "output_tokens") > 0, "{g}");
+            assert!(g["total_cost"].as_f64().unwrap() > 0.0, "{g}");
+        }
+        assert_eq!(f.seen(1), 0, "{api:?}: the fallback route was never asked");
+    }
+}

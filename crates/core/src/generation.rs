@@ -15,9 +15,6 @@ use crate::dialect::{Reported, Usage};
 use crate::error::ApiError;
 use crate::health::{AttemptOutcome, Observation, RequestObservation};
 
-/// Characters per token when the upstream gave no count (SPEC §7).
-pub const CHARS_PER_TOKEN: usize = 4;
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
@@ -129,7 +126,7 @@ pub fn settle_usage(reported: Reported, output_chars: usize, limits: UsageLimits
         .unwrap_or((limits.body_len / crate::billing::BODY_BYTES_PER_TOKEN) as u64);
     let output = reported
         .output_tokens
-        .unwrap_or_else(|| output_chars.div_ceil(CHARS_PER_TOKEN) as u64);
+        .unwrap_or_else(|| output_chars.div_ceil(crate::dialect::CHARS_PER_TOKEN) as u64);
     let mut clamped = false;
     let mut cut = |value: u64, most: u64| {
         clamped |= value > most;

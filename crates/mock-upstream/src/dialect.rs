@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use crate::answer::{Answer, ToolCall};
 use crate::azure;
+use crate::crypto::base64;
 use crate::json::{array, string, Obj};
 use crate::scenario::{Api, Behavior, ErrorKind, Scenario};
 
@@ -419,6 +420,23 @@ fn gemini_parts(calls: &[ToolCall], text: &str) -> String {
     if calls.is_empty() {
         return array(vec![Obj::new().str("text", text).build()]);
     }
+    gemini_call_parts(calls)
+}
+
+/// `media`: a Chat `audio` object (no transcript) or a Gemini `inlineData` image part, its data
+/// the base64 of `text` — output that is not text.
+fn chat_audio(text: &str) -> Obj {
+    Obj::new().str("id", "audio_mock").str("data", &base64(text.as_bytes()))
+}
+
+fn gemini_media_parts(text: &str) -> String {
+    let data = Obj::new()
+        .str("mimeType", "image/png")
+        .str("data", &base64(text.as_bytes()));
+    array(vec![Obj::new().obj("inlineData", data).build()])
+}
+
+fn gemini_call_parts(calls: &[ToolCall]) -> String {
     array(calls.iter().map(|c| {
         Obj::new()
             .obj(
@@ -439,7 +457,10 @@ pub fn nonstream_body(api: Api, info: &ReqInfo, sc: &Scenario) -> String {
     match api {
         Api::Chat => {
             let message = Obj::new().str("role", "assistant");
-            let (message, finish) = if calls.is_empty() {
+            let (message, finish) = if calls.is_empty() && sc.media {
+                let audio = chat_audio(&text).num("expires_at", CREATED + 3600);
+                (message.null("content").obj("audio", audio), "stop")
+            } else if calls.is_empty() {
                 (message.str("content", &text), "stop")
             } else {
                 let list = calls
@@ -496,6 +517,9 @@ pub fn nonstream_body(api: Api, info: &ReqInfo, sc: &Scenario) -> String {
             o.build()
         }
         Api::Responses => responses_object(info, "completed", &responses_output(calls, &text), usage),
+        Api::Gemini if sc.media && calls.is_empty() => {
+            gemini_chunk(info, &gemini_media_parts(&text), Some("STOP"), usage)
+        }
         Api::Gemini => gemini_chunk(info, &gemini_parts(calls, &text), Some("STOP"), usage),
     }
 }
@@ -699,6 +723,8 @@ enum Piece {
     CallStart(usize),
     /// A fragment of call `i`'s arguments.
     Args(usize, String),
+    /// `media`: this text's bytes as Chat audio or a Gemini image.
+    Media(String),
 }
 
 /// The content events of the answer: its text pieces, or for each call its start and its
@@ -706,9 +732,10 @@ enum Piece {
 fn stream_pieces(api: Api, info: &ReqInfo, sc: &Scenario) -> Vec<Piece> {
     let calls = calls(info);
     if calls.is_empty() {
+        let media = sc.media && matches!(api, Api::Chat | Api::Gemini);
         return text_pieces(&info.answer, sc.chunks)
             .into_iter()
-            .map(Piece::Text)
+            .map(if media { Piece::Media } else { Piece::Text })
             .collect();
     }
     let mut pieces = Vec::new();
@@ -872,6 +899,10 @@ fn content(api: Api, b: &mut Builder, info: &ReqInfo, piece: &Piece) {
                 b.event(Some("response.output_text.delta"), &d);
             }
             Api::Gemini => b.event(None, &gemini_chunk(info, &gemini_parts(&[], text), None, None)),
+        },
+        Piece::Media(text) => match api {
+            Api::Gemini => b.event(None, &gemini_chunk(info, &gemini_media_parts(text), None, None)),
+            _ => b.event(None, &chat_chunk(info, Obj::new().obj("audio", chat_audio(text)), None)),
         },
         Piece::CallStart(i) => call_start(api, b, info, *i),
         Piece::Args(i, fragment) => match api {
@@ -1177,6 +1208,43 @@ mod tests {
                 _ => None,
             })
             .collect()
+    }
+
+    #[test]
+    fn media_answers_carry_audio_or_an_image_and_no_text() {
+        let sc = parse_scenario("chunks/3/0/media").unwrap();
+        let chat = info(r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#);
+        let body: Value = serde_json::from_str(&nonstream_body(Api::Chat, &chat, &sc)).unwrap();
+        let message = &body["choices"][0]["message"];
+        assert!(message["content"].is_null(), "{body}");
+        assert_eq!(message["audio"]["id"], "audio_mock");
+        assert!(!message["audio"]["data"].as_str().unwrap().is_empty());
+        let deltas: Vec<Value> = datas(&stream_plan(Api::Chat, &chat, &sc))
+            .iter()
+            .filter_map(|d| serde_json::from_str(d).ok())
+            .collect();
+        assert!(deltas
+            .iter()
+            .all(|d| d["choices"][0]["delta"]["content"].as_str().unwrap_or("").is_empty()));
+        assert_eq!(
+            deltas
+                .iter()
+                .filter(|d| d["choices"][0]["delta"]["audio"].is_object())
+                .count(),
+            3
+        );
+
+        let gemini = info(r#"{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}"#);
+        let body: Value = serde_json::from_str(&nonstream_body(Api::Gemini, &gemini, &sc)).unwrap();
+        let part = &body["candidates"][0]["content"]["parts"][0];
+        assert_eq!(part["inlineData"]["mimeType"], "image/png", "{body}");
+        assert!(part.get("text").is_none());
+        let chunks = datas(&stream_plan(Api::Gemini, &gemini, &sc));
+        let images = chunks.iter().filter(|d| d.contains("inlineData")).count();
+        assert_eq!(images, 3, "{chunks:?}");
+        // Other dialects answer in text as usual.
+        let messages = info(r#"{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}"#);
+        assert!(nonstream_body(Api::Messages, &messages, &sc).contains("\"text\""));
     }
 
     #[test]

@@ -63,6 +63,8 @@
 //!             | "json"                          (the answer text is a JSON object for the request's
 //!                                                response schema)
 //!             | "echo-images"                   (the answer text is `images: N`, N the request's image parts)
+//!             | "media"                         (Chat and Gemini answer without text: the answer's bytes
+//!                                                as Chat `audio` data / a Gemini `inlineData` image)
 //!             | "lenient"                       (no request validation)
 //! behaviour  := "status" / CODE | "hang" | "reset" | "cut-after" / N
 //!             | "error-event-first" | "error-event-after" / N | "error-body-200"
@@ -206,6 +208,8 @@ pub struct Scenario {
     pub json: bool,
     /// `echo-images`: answer with the number of the request's image parts.
     pub echo_images: bool,
+    /// `media`: the answer is audio (Chat) or an image (Gemini), not text.
+    pub media: bool,
     /// `lenient`: do not validate the request.
     pub lenient: bool,
 }
@@ -233,6 +237,7 @@ impl Default for Scenario {
             tool_calls: None,
             json: false,
             echo_images: false,
+            media: false,
             lenient: false,
         }
     }
@@ -267,6 +272,7 @@ pub const KEYWORDS: &[&str] = &[
     "tool-call",
     "json",
     "echo-images",
+    "media",
     "lenient",
     "overloaded",
     "rate_limit",
@@ -574,7 +580,7 @@ pub fn parse_scenario(key: &str) -> Result<Scenario, ScenarioError> {
                 }
                 set_once(&mut sc.tool_calls, n, "tool-call")?;
             }
-            "no-done" | "no-usage" | "json" | "echo-images" | "lenient" => {
+            "no-done" | "no-usage" | "json" | "echo-images" | "media" | "lenient" => {
                 if seen_flags.contains(&seg) {
                     return Err(ScenarioError(format!("`{seg}` given twice")));
                 }
@@ -584,6 +590,7 @@ pub fn parse_scenario(key: &str) -> Result<Scenario, ScenarioError> {
                     "no-usage" => &mut sc.no_usage,
                     "json" => &mut sc.json,
                     "echo-images" => &mut sc.echo_images,
+                    "media" => &mut sc.media,
                     _ => &mut sc.lenient,
                 };
                 *flag = true;

@@ -4,6 +4,7 @@
 use serde_json::Value;
 
 use super::body::{Body, Shape};
+use super::CHARS_PER_TOKEN;
 use super::{
     count, optional_bool, optional_u64, parse_common, BodyInfo, ClientRequest, EventInfo, FinishReason, Reported,
 };
@@ -265,15 +266,20 @@ pub fn inspect_event(ev: &SseEvent) -> EventInfo {
     info
 }
 
-/// Characters of output in a message or a stream delta: its text, reasoning and refusal, and of
-/// each tool call only what the model generated — the function's name and its arguments, not
-/// the JSON around them (SPEC §7's estimate).
+/// Characters of output in a message or a stream delta: its text, reasoning and refusal, audio's
+/// transcript, and of each tool call only what the model generated — the function's name and its
+/// arguments, not the JSON around them (SPEC §7's estimate).
 fn message_chars(m: &Value) -> usize {
     let len = |v: Option<&Value>| v.and_then(Value::as_str).map_or(0, |s| s.chars().count());
     let text: usize = ["content", "reasoning", "reasoning_content", "refusal"]
         .iter()
         .map(|f| len(m.get(*f)))
         .sum();
+    // Audio counts its transcript, at least a token (a delta may carry audio data alone).
+    let audio = m
+        .get("audio")
+        .filter(|a| a.is_object())
+        .map_or(0, |a| len(a.get("transcript")).max(CHARS_PER_TOKEN));
     let calls: usize = m
         .get("tool_calls")
         .and_then(Value::as_array)
@@ -281,7 +287,7 @@ fn message_chars(m: &Value) -> usize {
         .flatten()
         .map(|c| len(c.pointer("/function/name")) + len(c.pointer("/function/arguments")))
         .sum();
-    text + calls
+    text + audio + calls
 }
 
 fn has_tool_call(m: &Value) -> bool {
@@ -330,8 +336,8 @@ pub fn inspect_body(body: &[u8]) -> Result<BodyInfo, Verdict> {
         .ok_or_else(|| Verdict::bad("response has no choices"))?;
     let messages = || choices.iter().filter_map(|c| c.get("message"));
     let mut output_chars: usize = messages().map(message_chars).sum();
-    if output_chars == 0 && messages().any(|m| has_tool_call(m) || has_audio(m)) {
-        output_chars = 1; // output all the same: a call with no arguments, or audio
+    if output_chars == 0 && messages().any(has_tool_call) {
+        output_chars = 1; // output all the same: a call with no name or arguments
     }
     Ok(BodyInfo {
         usage: v.get("usage").map(usage_from).unwrap_or_default(),
@@ -508,6 +514,14 @@ mod stream_tests {
             judged(r#"{"choices":[{"message":{"role":"assistant","content":null,"audio":{"id":"a","data":"UklGR"}},"finish_reason":"stop"}]}"#, false).is_ok(),
             "audio is output"
         );
+        // Audio counts its transcript, or a token when a delta carries data alone (issue 23, 5).
+        let audio = inspect_body(br#"{"choices":[{"message":{"content":null,"audio":{"id":"a","data":"UklGR","transcript":"Hello there"}}}]}"#).unwrap();
+        assert_eq!(audio.output_chars, 11);
+        let delta = inspect_event(&ev(
+            r#"{"choices":[{"index":0,"delta":{"audio":{"id":"a","data":"UklGR"}}}]}"#,
+        ));
+        assert!(delta.content);
+        assert_eq!(delta.output_chars, CHARS_PER_TOKEN);
         assert!(
             inspect_body(br#"{"choices":[{"message":{"content":null,"tool_calls":[{"id":"t"}]}}]}"#).is_ok(),
             "a tool call is an answer"

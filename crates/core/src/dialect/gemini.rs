@@ -15,6 +15,7 @@ use serde_json::{json, Map, Value};
 
 use super::body::{Body, Shape};
 use super::{count, event_json, own_fields, parse_object, BodyInfo, ClientRequest, EventInfo, FinishReason, Reported};
+use super::{CHARS_PER_TOKEN, IMAGE_OUTPUT_TOKENS};
 use crate::catalog::Api;
 use crate::classify::{classify_error_payload, is_error_payload, Verdict};
 use crate::error::ApiError;
@@ -97,9 +98,15 @@ fn output_chars(v: &Value) -> usize {
                 f.get("name").and_then(Value::as_str).map_or(0, str::len)
                     + f.get("args").map_or(0, |a| a.to_string().len())
             });
-            // Generated media (an image, audio) is output even without text (SPEC §7, §18).
-            let media = usize::from(p.get("inlineData").is_some_and(Value::is_object));
-            (text + call).max(media)
+            // Generated media (an image, audio) is output even without text (SPEC §7, §17).
+            let media = p.get("inlineData").filter(|d| d.is_object()).map_or(0, |d| {
+                let image = d
+                    .get("mimeType")
+                    .and_then(Value::as_str)
+                    .is_some_and(|m| m.starts_with("image/"));
+                CHARS_PER_TOKEN * if image { IMAGE_OUTPUT_TOKENS } else { 1 }
+            });
+            text + call + media
         })
         .sum()
 }
@@ -373,6 +380,12 @@ mod tests {
         assert!(
             super::super::inspect_body(Api::Gemini, image.to_string().as_bytes(), false).is_ok(),
             "an image is output"
+        );
+        let counted = inspect_body(image.to_string().as_bytes()).unwrap().output_chars;
+        assert_eq!(
+            counted,
+            IMAGE_OUTPUT_TOKENS * CHARS_PER_TOKEN,
+            "an image counts as Google bills it"
         );
         let overloaded =
             json!({"error": {"code": 503, "message": "The model is overloaded.", "status": "UNAVAILABLE"}});

@@ -22,6 +22,12 @@ use crate::classify::Verdict;
 use crate::error::ApiError;
 use crate::sse::SseEvent;
 
+/// Characters per token when the upstream gave no count (SPEC §7).
+pub const CHARS_PER_TOKEN: usize = 4;
+/// What a generated image counts in an estimate, in tokens: Google's published count for an
+/// output image up to 1024×1024 (the usual size); other media without a transcript count one.
+pub const IMAGE_OUTPUT_TOKENS: usize = 1290;
+
 /// Largest request body accepted (SPEC §13).
 pub const MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
 
