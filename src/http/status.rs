@@ -42,15 +42,17 @@ thread_local! {
 
 /// The report: this isolate's last one while it is younger than [`REPORT_CACHE_MS`] and of the same
 /// catalog, else a new one — built once per isolate however many ask at once: while one request
-/// builds it the others get the last report.
+/// builds it the others get the last report of that catalog (a catalog reloaded at the same
+/// version is the same `Rc`, see `store::remember_catalog`).
 pub(super) async fn report(env: &Env, catalog: &Rc<Catalog>, slow_drill_ms: Option<u64>) -> Rc<Report> {
     let now = now_ms();
     let last = LAST_REPORT.with(|c| {
         c.borrow()
             .as_ref()
-            .map(|(r, of, at)| (r.clone(), Rc::ptr_eq(of, catalog), *at))
+            .filter(|(_, of, _)| Rc::ptr_eq(of, catalog))
+            .map(|(r, _, at)| (r.clone(), *at))
     });
-    if let Some((r, true, at)) = &last {
+    if let Some((r, at)) = &last {
         if now.saturating_sub(*at) < REPORT_CACHE_MS {
             return r.clone();
         }
@@ -59,9 +61,7 @@ pub(super) async fn report(env: &Env, catalog: &Rc<Catalog>, slow_drill_ms: Opti
         .get()
         .is_some_and(|started| now.saturating_sub(started) < BUILD_GIVE_UP_MS);
     if in_flight {
-        // The last report, even of an older catalog: it is seconds old, and the one being built
-        // will replace it.
-        if let Some((stale, _, _)) = last {
+        if let Some((stale, _)) = last {
             return stale;
         }
         // Nothing to serve meanwhile: this request builds its own (a request never waits on
