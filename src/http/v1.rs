@@ -247,6 +247,7 @@ pub async fn generate(
         request_id: rc.request_id.clone(),
         started_ms: now_ms(),
         depart_drill_ms: test_fault(req, env, "depart-"),
+        dated_back_ms: test_fault(req, env, "past-").unwrap_or(0),
         body_share,
     };
     let mut request = parsed.inspect_err(|error| proxy::reject(&call, api, "", false, error))?;
@@ -289,7 +290,8 @@ fn abandon_drill(req: &Request, env: &Env) -> Option<u64> {
 /// The `<ms>` of a drill `x-switchyard-test-fault: <prefix><ms>` (0 for a drill without a
 /// number), honoured only under `SWITCHYARD_TEST_FAULTS`. `depart-<ms>`: the client counts as
 /// gone `<ms>` after the request began — what a departed client's aborted signal does, which
-/// `wrangler dev` never delivers. `d1-down`: this request's catalog and key reads find D1 down.
+/// `wrangler dev` never delivers. `past-<ms>`: route health learns of the request as if it had
+/// happened `<ms>` ago (the status page's history, without waiting hours). `d1-down`: this request's catalog and key reads find D1 down.
 fn test_fault(req: &Request, env: &Env, prefix: &str) -> Option<u64> {
     if !test_faults(env) {
         return None;
