@@ -6,19 +6,17 @@
 //   - no horizontal scroll at 375 px;
 //   - colour is never the only signal: every status, route state and history bar is a word;
 //   - each model shows its last 24 hours as bars, each with its hour and word as text, and a
-//     model with an outage an hour ago shows it in that hour's bar;
+//     model with an outage an hour or two ago shows it in that hour's bar;
 //   - each route has its last-hour chart: an SVG image with a title and a text list;
 //   - a legend names the colours; the page says when it was computed and refreshes itself.
 //
 //   node tests/browser/status.mjs <gateway URL> <screenshot dir>
 //
-// With ADMIN_TOKEN and MOCK_URL set (scripts/test sets them) it first adds a model of its own
-// whose one route answers 503, and sends it three requests with the history drill
-// (`x-switchyard-test-fault: past-<ms>`, honoured only under SWITCHYARD_TEST_FAULTS): they fail
-// now, and route health learns of them as of the middle of the previous hour.
-//
-// Prints one line per check and `N passed, M failed` (the count scripts/test adds up); exits 1 on a
-// failure.
+// With ADMIN_TOKEN and MOCK_URL set (scripts/test sets them) it first adds two models of its own:
+// one whose route answers 503, sent three requests with the history drill
+// (`x-switchyard-test-fault: past-<ms>`, honoured only under SWITCHYARD_TEST_FAULTS) — they fail
+// now, and route health learns of them as of the middle of an hour one or two hours back, out of
+// the last hour — and one sent four streams now, which its chart shows.
 
 import { chromium } from "playwright-core";
 import { mkdirSync } from "node:fs";
@@ -42,8 +40,9 @@ const HOUR = 3_600_000;
 const pad = (n) => String(n).padStart(2, "0");
 const hourLabel = (ms) => `${pad(new Date(ms).getUTCHours())}:00 UTC`;
 
-/// Adds the model with an outage an hour ago; returns its id and that hour's start.
-async function outageAnHourAgo() {
+/// Adds two models of its own: one whose requests an hour ago all failed, one answering streams
+/// now; returns their ids and the hour of the outage (`null` without ADMIN_TOKEN and MOCK_URL).
+async function modelsOfOurOwn() {
   const { ADMIN_TOKEN: token, MOCK_URL: mock } = process.env;
   if (!token || !mock) return null;
   const tag = `browser-${process.pid}-${Date.now().toString(36)}`;
@@ -56,41 +55,49 @@ async function outageAnHourAgo() {
     if (!r.ok) throw new Error(`${method} ${path}: ${r.status} ${await r.text()}`);
     return r.json();
   };
-  await admin("PUT", `/admin/providers/p-${tag}`, { base_url: `${mock}/${tag}/status/503`, auth: "bearer" });
-  const model = `m-${tag}`;
-  await admin("PUT", `/admin/models/${model}`, {
-    context_window: 8192,
-    max_output_tokens: 1024,
-    routes: [{ id: "r0", provider: `p-${tag}`, upstream_model: "u", apis: ["chat"], verify: false,
-               price: { input_per_mtok: 1, output_per_mtok: 2 } }],
-  });
+  const addModel = async (name, scenario) => {
+    await admin("PUT", `/admin/providers/p-${name}-${tag}`, { base_url: `${mock}/${tag}/${scenario}`, auth: "bearer" });
+    const model = `${name}-${tag}`;
+    await admin("PUT", `/admin/models/${model}`, {
+      context_window: 8192,
+      max_output_tokens: 1024,
+      routes: [{ id: "r0", provider: `p-${name}-${tag}`, upstream_model: "u", apis: ["chat"], verify: false,
+                 price: { input_per_mtok: 1, output_per_mtok: 2 } }],
+    });
+    return model;
+  };
+  const outage = await addModel("outage", "status/503");
+  const steady = await addModel("steady", "ok");
   const account = await admin("POST", "/admin/accounts", {});
   await admin("POST", `/admin/accounts/${account.id}/credit`, { amount_usd: 1 });
   const { key } = await admin("POST", "/admin/keys", { account_id: account.id });
-  const now = Date.now();
-  const ago = (now % HOUR) + HOUR / 2;
-  for (let i = 0; i < 3; i++) {
+  const ask = async (model, stream, headers = {}) => {
     const r = await fetch(`${base}/v1/chat/completions`, {
       method: "POST",
-      headers: { authorization: `Bearer ${key}`, "content-type": "application/json",
-                 "x-switchyard-test-fault": `past-${ago}` },
-      body: JSON.stringify({ model, messages: [{ role: "user", content: "Say hello" }] }),
+      headers: { authorization: `Bearer ${key}`, "content-type": "application/json", ...headers },
+      body: JSON.stringify({ model, stream, messages: [{ role: "user", content: "Say hello" }] }),
     });
     await r.arrayBuffer();
-  }
-  const hour = (Math.floor(now / HOUR) - 1) * HOUR;
+  };
+  // The middle of an hour that ended over ten minutes before the last hour began.
+  const now = Date.now();
+  const hour = Math.floor((now - 100 * 60_000) / HOUR) * HOUR;
+  const ago = now - (hour + HOUR / 2);
+  for (let i = 0; i < 3; i++) await ask(outage, false, { "x-switchyard-test-fault": `past-${ago}` });
+  for (let i = 0; i < 4; i++) await ask(steady, true);
   // The report reaches the model's object just after each answer, and the report is cached per
-  // isolate for a few seconds: wait until the API shows the outage.
+  // isolate for a few seconds: wait until the API shows both.
   for (let i = 0; i < 50; i++) {
     const api = await (await fetch(`${base}/api/health/models`)).json();
-    const m = api.models.find((x) => x.id === model);
-    if (m?.history?.some((h) => h.start_ms === hour && h.status === "down")) break;
+    const m = api.models.find((x) => x.id === outage);
+    const s = api.models.find((x) => x.id === steady);
+    if (m?.history?.some((h) => h.start_ms === hour && h.status === "down") && s?.history?.at(-1)?.answered === 4) break;
     await new Promise((r) => setTimeout(r, 200));
   }
-  return { model, hour };
+  return { model: outage, steady, hour };
 }
 
-const outage = await outageAnHourAgo();
+const outage = await modelsOfOurOwn();
 const words = ["Operational", "Degraded", "Down", "No requests"];
 
 const browser = await chromium.launch({
@@ -138,7 +145,7 @@ try {
           };
         }),
       })),
-      legend: document.querySelector(".legend")?.textContent ?? "",
+      legend: [...document.querySelectorAll(".legend")].map((l) => l.textContent).join(" "),
       refresh: document.querySelector('meta[http-equiv="refresh"]')?.getAttribute("content") ?? "",
       text: document.body.innerText,
     }));
@@ -178,12 +185,21 @@ try {
       const bars = byId.get(outage.model)?.bars ?? [];
       const bar = bars.find((b) => b.text.startsWith(hourLabel(outage.hour)));
       check(
-        `${device}: a model with an outage an hour ago shows it in that hour's bar`,
-        bars.length === 24 && /: Down, 0 of 3 answered/.test(bar?.text ?? ""),
+        `${device}: a model with an outage an hour ago shows it in that hour's bar, not in its present word`,
+        bars.length === 24 && /: Down, 0 of 3 answered/.test(bar?.text ?? "") &&
+          byId.get(outage.model)?.word === "No recent requests",
         JSON.stringify(bar),
       );
-      const section = page.locator("section").filter({ hasText: outage.model });
-      await section.screenshot({ path: `${outDir}/status-${device}-outage.png` });
+      const steady = byId.get(outage.steady);
+      const points = steady?.charts[0]?.items ?? [];
+      check(
+        `${device}: a route answering now shows it in the last point of its chart`,
+        /: 100 % success of 4, median time to first content \d+ ms$/.test(points.at(-1) ?? "") &&
+          /(this hour so far)/.test(steady?.bars[23]?.text ?? ""),
+        JSON.stringify(points.at(-1)),
+      );
+      for (const [name, id] of [["outage", outage.model], ["steady", outage.steady]])
+        await page.locator("section").filter({ hasText: id }).screenshot({ path: `${outDir}/status-${device}-${name}.png` });
     }
     const badCharts = seen.models.filter(
       (m) =>

@@ -324,11 +324,11 @@ const STYLE: &str = "body{font:15px/1.4 system-ui,sans-serif;margin:0 auto;max-w
      figure svg{display:block;width:100%;height:auto}figcaption{overflow-wrap:anywhere}";
 
 /// The legend of the history bars and the route charts, once at the top of the page.
-const LEGEND: &str = "<div class=\"legend small\"><span><i class=\"key operational\"></i>Operational</span>\
-     <span><i class=\"key degraded\"></i>Degraded</span><span><i class=\"key down\"></i>Down</span>\
-     <span><i class=\"key\"></i>No requests</span>\
-     <span>Bars: one per hour, last 24 hours (UTC). Route charts, last hour in 5-minute steps: \
-     columns = success rate</span><span><i class=\"key ttfb\"></i>median time to first content</span></div>";
+const LEGEND: &str = "<div class=\"legend small\"><span>Bars, one per hour of the last 24 (UTC):</span>\
+     <span><i class=\"key operational\"></i>Operational</span><span><i class=\"key degraded\"></i>Degraded</span>\
+     <span><i class=\"key down\"></i>Down</span><span><i class=\"key\"></i>No requests</span></div>\
+     <div class=\"legend small\"><span>Route charts, the last hour in 5-minute steps:</span>\
+     <span><i class=\"key operational\"></i>success rate</span><span><i class=\"key ttfb\"></i>median time to first content</span></div>";
 
 /// One bar's text: its hour, its word and its counts.
 fn hour_text(h: &HourReport, current: bool) -> String {
@@ -416,6 +416,13 @@ fn route_chart(route: &RouteReport, n: usize) -> String {
             }
         }
     }
+    if points.iter().all(|p| p.success_rate.is_none()) {
+        svg.push_str(&format!(
+            "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" font-size=\"12\" fill=\"#5f6368\">no attempts</text>",
+            width / 2,
+            BASE / 2 + 4
+        ));
+    }
     svg.push_str("</svg>");
     let mut list = String::from("<ul class=\"sr\">");
     for p in points {
@@ -436,7 +443,8 @@ fn route_chart(route: &RouteReport, n: usize) -> String {
         list.push_str(&format!("<li>{span}: {text}</li>"));
     }
     list.push_str("</ul>");
-    format!("<figure><figcaption class=\"small\">{id} · last hour</figcaption>{svg}{list}</figure>")
+    let slowest = slowest.map_or(String::new(), |t| format!(" · slowest {t} ms"));
+    format!("<figure><figcaption class=\"small\">{id} · last hour{slowest}</figcaption>{svg}{list}</figure>")
 }
 
 /// The `/status` page of `report`: a legend, then one section per model: its word, its last 24
@@ -1075,7 +1083,7 @@ mod tests {
         // One chart per route, in the order's order, each an image with a title and a text list.
         let figures: Vec<&str> = s.split("<figure>").skip(1).collect();
         assert_eq!(figures.len(), 2);
-        assert!(figures[0].starts_with("<figcaption class=\"small\">r0 · last hour</figcaption>\
+        assert!(figures[0].starts_with("<figcaption class=\"small\">r0 · last hour · slowest 900 ms</figcaption>\
              <svg role=\"img\" aria-labelledby=\"chart-1\" viewBox=\"0 0 240 60\" width=\"240\" height=\"60\">\
              <title id=\"chart-1\">r0: success rate and median time to first content, last hour; slowest 900 ms</title>"), "{}", figures[0]);
         assert!(
@@ -1098,12 +1106,15 @@ mod tests {
         assert!(figures[1]
             .contains("<title id=\"chart-2\">r1: success rate and median time to first content, last hour</title>"));
         assert!(!figures[1].contains("<rect"), "no attempts, no columns");
+        assert!(figures[1].contains(">no attempts</text></svg>"), "{}", figures[1]);
+        assert!(!figures[0].contains(">no attempts</text>"));
         // The legend names every colour.
         for word in [
             "Operational",
             "Degraded",
             "Down",
             "No requests",
+            "success rate",
             "median time to first content",
         ] {
             assert!(html.contains(&format!("{word}</span>")), "{word}");
@@ -1159,7 +1170,7 @@ mod tests {
         // In the route's chart too: its caption and the SVG's title.
         assert!(
             html.contains(&format!(
-                "<figcaption class=\"small\">{escaped} · last hour</figcaption>"
+                "<figcaption class=\"small\">{escaped} · last hour · slowest 700 ms</figcaption>"
             )),
             "{html}"
         );
