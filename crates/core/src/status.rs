@@ -731,9 +731,11 @@ mod tests {
             (StatusWord::Degraded, "Degraded", "degraded"),
             (StatusWord::Down, "Down", "down"),
             (StatusWord::NoRecentRequests, "No recent requests", "no_recent_requests"),
+            (StatusWord::Unverified, "Not recently verified", "unverified"),
         ];
         for (word, label, wire) in table {
             assert_eq!(word.label(), label);
+            assert_eq!(word.wire(), wire, "the page's class is the wire name");
             assert_eq!(serde_json::to_value(word).unwrap(), serde_json::json!(wire));
             assert_eq!(
                 serde_json::from_value::<StatusWord>(serde_json::json!(wire)).unwrap(),
