@@ -31,6 +31,9 @@ pub struct Record {
     /// The key's and the serving route's slots (SPEC §10), given back when the record is closed
     /// (or dropped).
     pub slots: Vec<Slot>,
+    /// Route health learns of this request as if it had happened this many ms ago: the history
+    /// drill (tests only, see `http::v1::test_fault`), 0 otherwise.
+    pub dated_back_ms: u64,
 }
 
 impl Record {
@@ -52,7 +55,13 @@ impl Record {
             }
         }
         let obs = self.journal.attempt(target, result, now_ms());
-        health::apply_local(&self.model, obs, &self.health);
+        if self.dated_back_ms == 0 {
+            health::apply_local(&self.model, obs, &self.health);
+        } else {
+            let mut dated = obs.clone();
+            dated.at_ms = dated.at_ms.saturating_sub(self.dated_back_ms);
+            health::apply_local(&self.model, &dated, &self.health);
+        }
     }
 
     /// Finishes the record now with `ending`; the returned future settles it (hold released,
@@ -66,6 +75,7 @@ impl Record {
             health: config,
             model,
             slots,
+            dated_back_ms,
         } = self;
         if test_faults(&env) && model.contains("fault-leak-slots") {
             // The drill for a Worker that dies holding slots (tests only): they are neither
@@ -75,7 +85,13 @@ impl Record {
             drop(slots); // the request is over: its slots go back now, beside settlement
         }
         let answered = matches!(ending, Ending::Delivered(_));
-        let finished = journal.finish(ending, now_ms());
+        let mut finished = journal.finish(ending, now_ms());
+        if dated_back_ms > 0 {
+            for o in &mut finished.observations {
+                o.at_ms = o.at_ms.saturating_sub(dated_back_ms);
+            }
+            finished.request.at_ms = finished.request.at_ms.saturating_sub(dated_back_ms);
+        }
         if answered {
             // The request's one log line, now that its outcome and cost are known (`http` logs
             // the requests no route answered when it answers them).

@@ -52,6 +52,9 @@ pub struct Call {
     /// The departure drill (tests only, `SWITCHYARD_TEST_FAULTS`): the client counts as gone this
     /// many ms after the request began, as if its signal had aborted.
     pub depart_drill_ms: Option<u64>,
+    /// The history drill (tests only, `SWITCHYARD_TEST_FAULTS`): route health learns of this
+    /// request as if it had happened this many ms ago (0: now).
+    pub dated_back_ms: u64,
     /// The request body's share of the isolate's budget (SPEC §18): held, never read — dropping
     /// the call gives it back.
     #[allow(dead_code)]
@@ -257,6 +260,7 @@ async fn admit<'c>(call: &Call, catalog: &'c Catalog, request: &mut ClientReques
         health: HealthConfig::from_policy(&policy),
         model: model.id.clone(),
         slots: vec![key.slot],
+        dated_back_ms: call.dated_back_ms,
     };
     Ok(Admitted {
         model,

@@ -148,7 +148,9 @@ fn log_line(rc: &RequestCtx, method: &str, path: &str, status: u16, error: Optio
 /// The `<ms>` of a drill `x-switchyard-test-fault: <prefix><ms>` (0 for a drill without a
 /// number), honoured only under `SWITCHYARD_TEST_FAULTS`. `depart-<ms>`: the client counts as
 /// gone `<ms>` after the request began — what a departed client's aborted signal does, which
-/// `wrangler dev` never delivers. `d1-down`: this request's catalog and key reads find D1 down. `slow-report-<ms>`: a status
+/// `wrangler dev` never delivers. `past-<ms>`: route health learns of the request as if it had
+/// happened `<ms>` ago (the status page's history, without waiting hours). `d1-down`: this
+/// request's catalog and key reads find D1 down. `slow-report-<ms>`: a status
 /// report this request builds takes `<ms>` longer.
 pub(super) fn test_fault(req: &Request, env: &Env, prefix: &str) -> Option<u64> {
     if !test_faults(env) {

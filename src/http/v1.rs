@@ -247,6 +247,7 @@ pub async fn generate(
         request_id: rc.request_id.clone(),
         started_ms: now_ms(),
         depart_drill_ms: test_fault(req, env, "depart-"),
+        dated_back_ms: test_fault(req, env, "past-").unwrap_or(0),
         body_share,
     };
     let mut request = parsed.inspect_err(|error| proxy::reject(&call, api, "", false, error))?;

@@ -313,6 +313,80 @@ fn admin_reset_restores_every_route() {
     assert_eq!(m.seen(0), 2, "tried again in its place after the reset");
 }
 
+/// The history (issue 26): the requests of an outage over an hour ago show in that hour's bar — on
+/// the API and the page — while the present word reads the last hour only. The requests fail now,
+/// at the mock; the history drill (`x-switchyard-test-fault: past-<ms>`) has route health learn of
+/// them as of the middle of an hour that ended over ten minutes before the last hour began,
+/// through the same report every request makes.
+#[test]
+fn an_outage_an_hour_ago_shows_in_that_hours_bar() {
+    const HOUR: u64 = 3_600_000;
+    let m = Model::new(&["status/503"]);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let hour = (now - 100 * 60_000) / HOUR * HOUR;
+    let ago = now - (hour + HOUR / 2); // 70 to 130 minutes
+    let drill = format!("past-{ago}");
+    for _ in 0..3 {
+        let r = m.s.request(
+            "POST",
+            &format!("{}/v1/chat/completions", m.s.gateway),
+            &[
+                ("authorization", &format!("Bearer {}", m.key)),
+                ("content-type", "application/json"),
+                ("x-switchyard-test-fault", &drill),
+            ],
+            Some(chat_body(&m.id, false).to_string().as_bytes()),
+        );
+        assert!(r.status >= 500, "{} {}", r.status, r.text());
+    }
+    let bar = |v: &Value| {
+        v["history"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|h| h["start_ms"] == hour)
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    let v = api_model_when(&m.s, &m.id, |v| bar(v)["status"] == "down");
+    assert_eq!(
+        bar(&v),
+        json!({"start_ms": hour, "answered": 0, "unanswered": 3, "status": "down", "label": "Down"}),
+        "{v}"
+    );
+    let history = v["history"].as_array().unwrap();
+    assert_eq!(history.len(), 24);
+    let at = history.iter().position(|h| h["start_ms"] == hour);
+    assert!(
+        matches!(at, Some(21 | 22)),
+        "one or two bars before the current hour: {v}"
+    );
+    assert_eq!(history[23]["status"], "no_recent_requests", "nothing this hour: {v}");
+    assert_eq!(
+        v["status"], "no_recent_requests",
+        "the present reads the last hour only"
+    );
+    assert_eq!(v["order"][0]["chart"].as_array().map(Vec::len), Some(12));
+    // The page says the same, as text in that hour's bar.
+    let page = m.s.request("GET", &format!("{}/status", m.s.gateway), &[], None).text();
+    let section = page
+        .split("<section>")
+        .find(|s| s.contains(&format!("<span>{}</span>", m.id)))
+        .unwrap();
+    let secs = hour / 1000;
+    let label = format!("{:02}:00 UTC: Down, 0 of 3 answered", (secs / 3600) % 24);
+    assert!(
+        section.contains(&format!(
+            "<span class=\"bar down\" role=\"listitem\" title=\"{label}\">"
+        )),
+        "{section}"
+    );
+    assert!(section.contains("<svg role=\"img\""), "{section}");
+}
+
 /// A burst of status hits builds the report once per isolate (issue 23, item 13): while one request
 /// rebuilds an expired report (made slow by the drill `slow-report-<ms>`), the others are served
 /// the last one at once — none of them builds its own or waits for the build. A stale report is

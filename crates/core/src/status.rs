@@ -13,14 +13,19 @@
 //! reads Degraded, not Down. A report lists each model's routes in the order a request would try
 //! them now (route and account breakers applied); a route is healthy only when both its breakers
 //! are; a model missing from the health map counts as one without any traffic. Ids are escaped in
-//! the HTML.
+//! the HTML. The history applies the same word rules to each hour alone
+//! ([`hour_status`] on [`crate::health::Hour`]); `/status` draws it as one bar per hour and each
+//! route's last hour as an inline SVG chart, every bar and chart with its words as text.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use crate::catalog::{Api, Catalog, Model, Price};
-use crate::health::{median_ms, recent, BreakerState, Bucket, ModelHealth};
+use crate::health::{
+    last_hours, median_ms, recent, BreakerState, Bucket, ChartPoint, Hour, ModelHealth, CHART_POINT_MINUTES,
+    SLOW_TTFB_MS,
+};
 use crate::limits::RouteLoad;
 
 /// Below this share answered: Degraded.
@@ -29,7 +34,9 @@ const OPERATIONAL_MIN_ANSWERED: f64 = 0.95;
 const DOWN_BELOW_ANSWERED: f64 = 0.5;
 const DOWN_MIN_UNANSWERED: u64 = 3;
 /// Median stream TTFB above this: Degraded.
-const DEGRADED_TTFB_MS: u64 = 10_000;
+const DEGRADED_TTFB_MS: u64 = SLOW_TTFB_MS;
+/// Hours of history on `/status` and `GET /api/health/models`, the current one last.
+pub const HISTORY_HOURS: u64 = 24;
 
 /// A model's status over the last hour of real requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -55,6 +62,25 @@ impl StatusWord {
             StatusWord::Unverified => "Not recently verified",
         }
     }
+
+    /// The word as a bar of the history shows it: an hour without requests had none.
+    pub fn hour_label(self) -> &'static str {
+        match self {
+            StatusWord::NoRecentRequests => "No requests",
+            other => other.label(),
+        }
+    }
+
+    /// The word's wire name (also its CSS class on `/status`).
+    pub fn wire(self) -> &'static str {
+        match self {
+            StatusWord::Operational => "operational",
+            StatusWord::Degraded => "degraded",
+            StatusWord::Down => "down",
+            StatusWord::NoRecentRequests => "no_recent_requests",
+            StatusWord::Unverified => "unverified",
+        }
+    }
 }
 
 /// The status word over the last hour of `buckets` at `now_ms`: no requests → No recent requests;
@@ -66,6 +92,22 @@ pub fn model_status(buckets: &[Bucket], now_ms: u64) -> StatusWord {
         requests += u64::from(b.requests);
         answered += u64::from(b.answered.min(b.requests));
     }
+    let slow = || {
+        median_ms(recent(buckets, now_ms).flat_map(|b| b.ttfb_samples_ms.iter().copied()))
+            .is_some_and(|t| t > DEGRADED_TTFB_MS)
+    };
+    word(requests, answered, slow)
+}
+
+/// The same rules applied to one hour of the history: its median stream TTFB is over 10 s when
+/// more than half of its TTFBs were ([`Hour::mostly_slow`]).
+pub fn hour_status(hour: &Hour) -> StatusWord {
+    let requests = u64::from(hour.requests);
+    word(requests, u64::from(hour.answered).min(requests), || hour.mostly_slow())
+}
+
+/// The rules of SPEC §14 on counts; `slow` tells whether the median stream TTFB is over 10 s.
+fn word(requests: u64, answered: u64, slow: impl FnOnce() -> bool) -> StatusWord {
     if requests == 0 {
         return StatusWord::NoRecentRequests;
     }
@@ -74,8 +116,7 @@ pub fn model_status(buckets: &[Bucket], now_ms: u64) -> StatusWord {
     if share < DOWN_BELOW_ANSWERED && unanswered >= DOWN_MIN_UNANSWERED {
         return StatusWord::Down;
     }
-    let ttfb = median_ms(recent(buckets, now_ms).flat_map(|b| b.ttfb_samples_ms.iter().copied()));
-    if share < OPERATIONAL_MIN_ANSWERED || ttfb.is_some_and(|t| t > DEGRADED_TTFB_MS) {
+    if share < OPERATIONAL_MIN_ANSWERED || slow() {
         return StatusWord::Degraded;
     }
     StatusWord::Operational
@@ -120,6 +161,33 @@ pub struct RouteReport {
     pub tokens_per_s: Option<f64>,
     /// The latest passed verification check (SPEC §8a), ms since the epoch.
     pub last_verified_ms: Option<u64>,
+    /// The last hour in five-minute points, oldest first (the route's chart).
+    pub chart: Vec<ChartPoint>,
+}
+
+/// One hour of a model's history.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HourReport {
+    /// The hour's start, ms since the epoch.
+    pub start_ms: u64,
+    pub answered: u32,
+    pub unanswered: u32,
+    /// The status word of that hour's requests alone (never `unverified`).
+    pub status: StatusWord,
+    pub label: &'static str,
+}
+
+impl HourReport {
+    pub fn of(hour: &Hour) -> HourReport {
+        let status = hour_status(hour);
+        HourReport {
+            start_ms: hour.start_ms(),
+            answered: hour.answered,
+            unanswered: hour.unanswered(),
+            status,
+            label: status.hour_label(),
+        }
+    }
 }
 
 /// One model of the report.
@@ -132,6 +200,8 @@ pub struct ModelReport {
     pub routes: usize,
     /// Routes in the order a request would try them now.
     pub order: Vec<RouteReport>,
+    /// The last [`HISTORY_HOURS`] hours, oldest first; the last one is the current hour so far.
+    pub history: Vec<HourReport>,
 }
 
 /// The body of `GET /api/health/models`; `/status` renders the same.
@@ -193,6 +263,7 @@ pub fn report(
                         .and_then(|r| r.last_check.as_ref())
                         .filter(|c| c.passed)
                         .map(|c| c.at_ms),
+                    chart: full.route_chart(&route.id, now_ms),
                 })
             })
             .collect();
@@ -204,6 +275,10 @@ pub fn report(
             healthy_routes: order.iter().filter(|r| r.healthy).count(),
             routes: order.len(),
             order,
+            history: last_hours(&full.model_hours, HISTORY_HOURS, now_ms)
+                .iter()
+                .map(HourReport::of)
+                .collect(),
         });
     }
     Report {
@@ -227,20 +302,160 @@ fn clock(ms: u64) -> String {
     format!("{:02}:{:02}:{:02} UTC", (secs / 3600) % 24, (secs / 60) % 60, secs % 60)
 }
 
-/// The `/status` page of `report`: one section per model, its routes in their current order.
+/// `HH:MM` (UTC) of a time in ms since the epoch.
+fn hm(ms: u64) -> String {
+    let mins = ms / 60_000;
+    format!("{:02}:{:02}", (mins / 60) % 24, mins % 60)
+}
+
+const STYLE: &str = "body{font:15px/1.4 system-ui,sans-serif;margin:0 auto;max-width:52rem;padding:1rem;color:#1b1b1b}\
+     h1{font-size:1.4rem}section{border:1px solid #ddd;border-radius:8px;padding:.75rem 1rem;margin:1rem 0}\
+     h2{font-size:1.1rem;margin:.2rem 0;display:flex;justify-content:space-between;gap:1rem;flex-wrap:wrap}\
+     .w{font-weight:600}.operational{color:#137333}.degraded{color:#b06000}.down{color:#c5221f}.no_recent_requests,.unverified{color:#5f6368}\
+     table{border-collapse:collapse;width:100%;font-size:.9rem}td,th{text-align:left;padding:.25rem .4rem;border-top:1px solid #eee}\
+     .demoted{color:#c5221f}.small{color:#5f6368;font-size:.85rem}@media(max-width:30rem){.hide{display:none}}\
+     .sr{position:absolute;width:1px;height:1px;margin:-1px;padding:0;border:0;overflow:hidden;clip:rect(0 0 0 0);white-space:nowrap}\
+     .strip{display:flex;gap:2px;margin:.5rem 0 0}.bar{position:relative;flex:1 1 0;min-width:0;height:1.6rem;border-radius:2px}\
+     .bar,.key{background:#dadce0}.bar.operational,.key.operational{background:#1e8e3e}.bar.degraded,.key.degraded{background:#f9ab00}\
+     .bar.down,.key.down{background:#d93025}.axis{display:flex;justify-content:space-between;margin-bottom:.4rem}\
+     .legend{display:flex;flex-wrap:wrap;gap:.2rem .9rem}.key{display:inline-block;width:.8rem;height:.8rem;border-radius:2px;margin-right:.3rem;vertical-align:-.1rem}\
+     .key.ttfb{background:none;height:0;border-top:2px solid #1a73e8}\
+     .charts{display:flex;flex-wrap:wrap;gap:.5rem 1rem;margin-top:.6rem}figure{margin:0;flex:1 1 12rem;max-width:20rem;min-width:0}\
+     figure svg{display:block;width:100%;height:auto}figcaption{overflow-wrap:anywhere}";
+
+/// The legend of the history bars and the route charts, once at the top of the page.
+const LEGEND: &str = "<div class=\"legend small\"><span>Bars, one per hour of the last 24 (UTC):</span>\
+     <span><i class=\"key operational\"></i>Operational</span><span><i class=\"key degraded\"></i>Degraded</span>\
+     <span><i class=\"key down\"></i>Down</span><span><i class=\"key\"></i>No requests</span></div>\
+     <div class=\"legend small\"><span>Route charts, the last hour in 5-minute steps:</span>\
+     <span><i class=\"key operational\"></i>success rate</span><span><i class=\"key ttfb\"></i>median time to first content</span></div>";
+
+/// One bar's text: its hour, its word and its counts.
+fn hour_text(h: &HourReport, current: bool) -> String {
+    let when = format!("{} UTC", hm(h.start_ms));
+    let so_far = if current { " (this hour so far)" } else { "" };
+    let requests = u64::from(h.answered) + u64::from(h.unanswered);
+    if requests == 0 {
+        return format!("{when}: {}{so_far}", h.label);
+    }
+    format!("{when}: {}, {} of {requests} answered{so_far}", h.label, h.answered)
+}
+
+/// A model's last hours as a strip of bars, each with its hour and word as text.
+fn history_strip(history: &[HourReport]) -> String {
+    let mut html = String::from(
+        "<div class=\"strip\" role=\"list\" aria-label=\"Status by hour, last 24 hours (UTC), oldest first\">",
+    );
+    for (i, h) in history.iter().enumerate() {
+        let text = hour_text(h, i + 1 == history.len());
+        html.push_str(&format!(
+            "<span class=\"bar {}\" role=\"listitem\" title=\"{text}\"><span class=\"sr\">{text}</span></span>",
+            h.status.wire()
+        ));
+    }
+    html.push_str("</div>");
+    if let Some(first) = history.first() {
+        html.push_str(&format!(
+            "<div class=\"axis small\" aria-hidden=\"true\"><span>{} UTC</span><span>now</span></div>",
+            hm(first.start_ms)
+        ));
+    }
+    html
+}
+
+/// Chart geometry, in SVG units: one column per point, the plot between `TOP` and `BASE`.
+const COLUMN: u64 = 20;
+const TOP: u64 = 6;
+const BASE: u64 = 54;
+
+/// A route's last hour as an inline SVG (columns: success rate; line: median TTFB, scaled to the
+/// slowest point), with a title and a hidden list as its text. `n` makes the title's id unique.
+fn route_chart(route: &RouteReport, n: usize) -> String {
+    let points = &route.chart;
+    let width = COLUMN * points.len() as u64;
+    let plot = (BASE - TOP) as f64;
+    let slowest = points.iter().filter_map(|p| p.median_ttfb_ms).max();
+    let id = esc(&route.id);
+    let mut svg = format!(
+        "<svg role=\"img\" aria-labelledby=\"chart-{n}\" viewBox=\"0 0 {width} {h}\" width=\"{width}\" height=\"{h}\">\
+         <title id=\"chart-{n}\">{id}: success rate and median time to first content, last hour{}</title>\
+         <line x1=\"0\" y1=\"{BASE}.5\" x2=\"{width}\" y2=\"{BASE}.5\" stroke=\"#dadce0\"/>",
+        slowest.map_or(String::new(), |t| format!("; slowest {t} ms")),
+        h = BASE + 6,
+    );
+    let mut line = Vec::new();
+    for (i, p) in points.iter().enumerate() {
+        let x = i as u64 * COLUMN;
+        if let Some(rate) = p.success_rate {
+            let height = (rate * plot).round().max(2.0);
+            let fill = match rate {
+                r if r >= OPERATIONAL_MIN_ANSWERED => "#1e8e3e",
+                r if r >= DOWN_BELOW_ANSWERED => "#f9ab00",
+                _ => "#d93025",
+            };
+            svg.push_str(&format!(
+                "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{height}\" fill=\"{fill}\"/>",
+                x + 3,
+                BASE as f64 - height,
+                COLUMN - 6
+            ));
+        }
+        if let (Some(t), Some(max)) = (p.median_ttfb_ms, slowest) {
+            let y = BASE as f64 - t as f64 * plot / max.max(1) as f64;
+            line.push(format!("{},{y:.1}", x + COLUMN / 2));
+        }
+    }
+    if !line.is_empty() {
+        svg.push_str(&format!(
+            "<polyline points=\"{}\" fill=\"none\" stroke=\"#1a73e8\" stroke-width=\"2\"/>",
+            line.join(" ")
+        ));
+        for pt in &line {
+            if let Some((x, y)) = pt.split_once(',') {
+                svg.push_str(&format!("<circle cx=\"{x}\" cy=\"{y}\" r=\"2.5\" fill=\"#1a73e8\"/>"));
+            }
+        }
+    }
+    if points.iter().all(|p| p.success_rate.is_none()) {
+        svg.push_str(&format!(
+            "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" font-size=\"12\" fill=\"#5f6368\">no attempts</text>",
+            width / 2,
+            BASE / 2 + 4
+        ));
+    }
+    svg.push_str("</svg>");
+    let mut list = String::from("<ul class=\"sr\">");
+    for p in points {
+        let span = format!(
+            "{}–{} UTC",
+            hm(p.start_ms),
+            hm(p.start_ms + CHART_POINT_MINUTES * 60_000)
+        );
+        let text = match (p.success_rate, p.median_ttfb_ms) {
+            (None, _) => "no attempts".to_string(),
+            (Some(r), t) => format!(
+                "{:.0} % success of {}{}",
+                r * 100.0,
+                p.answered + p.failed,
+                t.map_or(String::new(), |t| format!(", median time to first content {t} ms"))
+            ),
+        };
+        list.push_str(&format!("<li>{span}: {text}</li>"));
+    }
+    list.push_str("</ul>");
+    let slowest = slowest.map_or(String::new(), |t| format!(" · slowest {t} ms"));
+    format!("<figure><figcaption class=\"small\">{id} · last hour{slowest}</figcaption>{svg}{list}</figure>")
+}
+
+/// The `/status` page of `report`: a legend, then one section per model: its word, its last 24
+/// hours as bars, its routes in their current order, and each route's last hour as a chart.
 pub fn render_html(report: &Report) -> String {
     let r = report;
-    let mut html = String::from(
+    let mut html = format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <meta http-equiv=\"refresh\" content=\"15\"><title>Switchyard status</title><style>\
-         body{font:15px/1.4 system-ui,sans-serif;margin:0 auto;max-width:52rem;padding:1rem;color:#1b1b1b}\
-         h1{font-size:1.4rem}section{border:1px solid #ddd;border-radius:8px;padding:.75rem 1rem;margin:1rem 0}\
-         h2{font-size:1.1rem;margin:.2rem 0;display:flex;justify-content:space-between;gap:1rem;flex-wrap:wrap}\
-         .w{font-weight:600}.operational{color:#137333}.degraded{color:#b06000}.down{color:#c5221f}.no_recent_requests,.unverified{color:#5f6368}\
-         table{border-collapse:collapse;width:100%;font-size:.9rem}td,th{text-align:left;padding:.25rem .4rem;border-top:1px solid #eee}\
-         .demoted{color:#c5221f}.small{color:#5f6368;font-size:.85rem}@media(max-width:30rem){.hide{display:none}}\
-         </style></head><body><h1>Switchyard status</h1>",
+         <meta http-equiv=\"refresh\" content=\"15\"><title>Switchyard status</title><style>{STYLE}</style></head>\
+         <body><h1>Switchyard status</h1>"
     );
     html.push_str(&format!(
         "<p class=\"small\">{} of {} models have a healthy route. Last hour of real requests; updated {}.</p>",
@@ -248,18 +463,17 @@ pub fn render_html(report: &Report) -> String {
         r.total,
         clock(r.generated_at_ms)
     ));
+    html.push_str(LEGEND);
+    let mut charts = 0;
     for m in &r.models {
-        let status_class = serde_json::to_value(m.status)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_default();
         html.push_str(&format!(
-            "<section><h2><span>{}</span><span class=\"w {}\">{}</span></h2>\
+            "<section><h2><span>{}</span><span class=\"w {}\">{}</span></h2>{}\
              <div class=\"small\">{} / {} routes healthy · current order:</div>\
              <table><tr><th>#</th><th>route</th><th>state</th><th>success</th><th class=\"hide\">TTFB</th><th class=\"hide\">tok/s</th><th class=\"hide\">verified</th></tr>",
             esc(&m.id),
-            status_class,
+            m.status.wire(),
             m.label,
+            history_strip(&m.history),
             m.healthy_routes,
             m.routes
         ));
@@ -287,7 +501,12 @@ pub fn render_html(report: &Report) -> String {
                 verified
             ));
         }
-        html.push_str("</table></section>");
+        html.push_str("</table><div class=\"charts\">");
+        for route in &m.order {
+            charts += 1;
+            html.push_str(&route_chart(route, charts));
+        }
+        html.push_str("</div></section>");
     }
     html.push_str("</body></html>");
     html
@@ -384,7 +603,9 @@ pub fn admin_report(
         })
         .collect();
     let status = full.verified_status(catalog.policy_for(model).verify_idle_ms, now_ms);
-    serde_json::json!({"model": model.id, "status": status, "routes": routes, "accounts": accounts.accounts})
+    let history: Vec<HourReport> = full.model_hours.iter().map(HourReport::of).collect();
+    serde_json::json!({"model": model.id, "status": status, "routes": routes, "accounts": accounts.accounts,
+                       "history": history})
 }
 
 #[cfg(test)]
@@ -395,7 +616,29 @@ mod tests {
     use serde_json::json;
 
     const MIN: u64 = 60_000;
+    const HOUR: u64 = 60 * MIN;
     const T0: u64 = 1_000 * MIN;
+
+    /// A report's (or one model's) JSON without the history and the routes' charts (tested on
+    /// their own).
+    fn without_history(mut v: serde_json::Value) -> serde_json::Value {
+        fn strip(m: &mut serde_json::Value) {
+            if let Some(m) = m.as_object_mut() {
+                m.remove("history");
+                for r in m.get_mut("order").and_then(|o| o.as_array_mut()).into_iter().flatten() {
+                    if let Some(r) = r.as_object_mut() {
+                        r.remove("chart");
+                    }
+                }
+            }
+        }
+        if let Some(models) = v.get_mut("models").and_then(|m| m.as_array_mut()) {
+            models.iter_mut().for_each(strip);
+        } else {
+            strip(&mut v);
+        }
+        v
+    }
 
     /// `answered` answered and `unanswered` unanswered requests spread over the last half hour, the
     /// answered ones streams with `ttfb_ms`.
@@ -488,9 +731,11 @@ mod tests {
             (StatusWord::Degraded, "Degraded", "degraded"),
             (StatusWord::Down, "Down", "down"),
             (StatusWord::NoRecentRequests, "No recent requests", "no_recent_requests"),
+            (StatusWord::Unverified, "Not recently verified", "unverified"),
         ];
         for (word, label, wire) in table {
             assert_eq!(word.label(), label);
+            assert_eq!(word.wire(), wire, "the page's class is the wire name");
             assert_eq!(serde_json::to_value(word).unwrap(), serde_json::json!(wire));
             assert_eq!(
                 serde_json::from_value::<StatusWord>(serde_json::json!(wire)).unwrap(),
@@ -550,6 +795,14 @@ mod tests {
             .unwrap_or_else(|| panic!("{id} not on the page: {html}"))
     }
 
+    /// A section's heading and route table, without the history strip and the charts.
+    fn table_part(section: &str) -> String {
+        let (head, rest) = section.split_once("</h2>").unwrap();
+        let from = rest.find("<div class=\"small\">").unwrap();
+        let to = rest.find("</table>").unwrap() + "</table>".len();
+        format!("{head}</h2>{}", &rest[from..to])
+    }
+
     #[test]
     fn a_demoted_route_is_listed_last_as_cooling_until_its_cooldown_ends() {
         // T0 is 16:40:00 UTC; r0 is overloaded at 16:40:07 (demoted for 5 minutes), r1 answers.
@@ -571,7 +824,7 @@ mod tests {
 
         let r = report(&c, &models, &ModelHealth::default(), now);
         assert_eq!(
-            serde_json::to_value(&r).unwrap(),
+            without_history(serde_json::to_value(&r).unwrap()),
             json!({
                 "total": 1,
                 "healthy": 1,
@@ -594,20 +847,50 @@ mod tests {
             })
         );
 
+        // The history ends with the current hour (16:00), which holds the one request; the charts
+        // end with the current minute.
+        let history = &r.models[0].history;
+        assert_eq!(
+            history.len(),
+            17,
+            "00:00 to 16:00 of the first day: no hours before the epoch"
+        );
+        let hour = |h: &HourReport| (h.start_ms, h.answered, h.unanswered, h.status, h.label);
+        assert_eq!(
+            hour(&history[16]),
+            (16 * HOUR, 1, 0, StatusWord::Operational, "Operational")
+        );
+        assert_eq!(
+            hour(&history[0]),
+            (0, 0, 0, StatusWord::NoRecentRequests, "No requests")
+        );
+        let chart = &r.models[0].order[0].chart;
+        assert_eq!(chart.len(), 12);
+        assert_eq!(
+            chart[11].start_ms,
+            T0 - 3 * MIN,
+            "16:37, the last five minutes to 16:41"
+        );
+        assert_eq!(
+            (chart[11].success_rate, chart[11].median_ttfb_ms),
+            (Some(1.0), Some(800))
+        );
+        assert!(chart[..11].iter().all(|p| p.success_rate.is_none()));
+
         let html = render_html(&r);
         assert!(html.starts_with("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"));
-        assert!(html.ends_with("</table></section></body></html>"), "{html}");
+        assert!(html.ends_with("</ul></figure></div></section></body></html>"), "{html}");
         assert!(html.contains(
             "<p class=\"small\">1 of 1 models have a healthy route. Last hour of real requests; updated 16:41:00 UTC.</p>"
         ));
         assert_eq!(
-            section(&html, "m"),
+            table_part(section(&html, "m")),
             "<h2><span>m</span><span class=\"w operational\">Operational</span></h2>\
              <div class=\"small\">1 / 2 routes healthy · current order:</div>\
              <table><tr><th>#</th><th>route</th><th>state</th><th>success</th><th class=\"hide\">TTFB</th><th class=\"hide\">tok/s</th><th class=\"hide\">verified</th></tr>\
              <tr><td>1</td><td>r1 <span class=\"small\">b</span></td><td>healthy</td><td>100 %</td><td class=\"hide\">800 ms</td><td class=\"hide\">50</td><td class=\"hide\">–</td></tr>\
              <tr><td>2</td><td>r0 <span class=\"small\">a</span></td><td><span class=\"demoted\">demoted until 16:45:07 UTC</span></td><td>0 %</td><td class=\"hide\">–</td><td class=\"hide\">–</td><td class=\"hide\">–</td></tr>\
-             </table></section></body></html>"
+             </table>"
         );
 
         // Once the cooldown has ended the route is back in its place, probe due, still not healthy.
@@ -643,7 +926,7 @@ mod tests {
         let c = catalog(&[("quiet", &[("r0", "a")])]);
         let r = report(&c, &BTreeMap::new(), &ModelHealth::default(), T0);
         assert_eq!(
-            serde_json::to_value(&r.models[0]).unwrap(),
+            without_history(serde_json::to_value(&r.models[0]).unwrap()),
             json!({
                 "id": "quiet",
                 "status": "no_recent_requests",
@@ -658,12 +941,12 @@ mod tests {
         assert_eq!((r.total, r.healthy), (1, 1));
         let html = render_html(&r);
         assert_eq!(
-            section(&html, "quiet"),
+            table_part(section(&html, "quiet")),
             "<h2><span>quiet</span><span class=\"w no_recent_requests\">No recent requests</span></h2>\
              <div class=\"small\">1 / 1 routes healthy · current order:</div>\
              <table><tr><th>#</th><th>route</th><th>state</th><th>success</th><th class=\"hide\">TTFB</th><th class=\"hide\">tok/s</th><th class=\"hide\">verified</th></tr>\
              <tr><td>1</td><td>r0 <span class=\"small\">a</span></td><td>healthy</td><td>–</td><td class=\"hide\">–</td><td class=\"hide\">–</td><td class=\"hide\">–</td></tr>\
-             </table></section></body></html>"
+             </table>"
         );
     }
 
@@ -699,7 +982,7 @@ mod tests {
         );
         let s = section(&html, "down");
         assert!(
-            s.starts_with(
+            table_part(s).starts_with(
                 "<h2><span>down</span><span class=\"w down\">Down</span></h2>\
                  <div class=\"small\">0 / 1 routes healthy · current order:</div>"
             ),
@@ -707,6 +990,137 @@ mod tests {
         );
         assert!(s.contains("<td>d0 <span class=\"small\">a</span></td><td><span class=\"demoted\">demoted until 16:45:00 UTC</span></td><td>0 %</td>"), "{s}");
         assert!(section(&html, "up").contains("<span class=\"w operational\">Operational</span>"));
+    }
+
+    #[test]
+    fn each_hour_of_the_history_has_its_own_word() {
+        let hour = |requests, answered, ttfb_samples, ttfb_slow| Hour {
+            hour: 0,
+            requests,
+            answered,
+            ttfb_samples,
+            ttfb_slow,
+        };
+        let cases = [
+            ("no requests", hour(0, 0, 0, 0), StatusWord::NoRecentRequests),
+            ("all answered", hour(20, 20, 20, 0), StatusWord::Operational),
+            ("95 % exactly", hour(20, 19, 0, 0), StatusWord::Operational),
+            ("94 %", hour(100, 94, 0, 0), StatusWord::Degraded),
+            ("40 %, 3 unanswered", hour(5, 2, 0, 0), StatusWord::Down),
+            ("0 %, 2 unanswered", hour(2, 0, 0, 0), StatusWord::Degraded),
+            ("most TTFBs slow", hour(20, 20, 5, 3), StatusWord::Degraded),
+            ("half slow", hour(20, 20, 4, 2), StatusWord::Operational),
+        ];
+        for (name, h, want) in cases {
+            assert_eq!(hour_status(&h), want, "{name}");
+        }
+        assert_eq!(StatusWord::NoRecentRequests.hour_label(), "No requests");
+        assert_eq!(StatusWord::Down.hour_label(), "Down");
+        // Folded from real requests: the hour before holds an outage, this one is fine.
+        let now = 20_000 * 24 * HOUR + 14 * HOUR + 20 * MIN; // 14:20 UTC
+        let mut h = ModelHealth::default();
+        for i in 0..3 {
+            request(&mut h, now - HOUR - i, false);
+        }
+        request(&mut h, now - MIN, true);
+        let c = catalog(&[("m", &[("r0", "a")])]);
+        let r = report(&c, &healths(vec![("m", h)]), &ModelHealth::default(), now);
+        let words: Vec<StatusWord> = r.models[0].history.iter().map(|h| h.status).collect();
+        let mut want = vec![StatusWord::NoRecentRequests; 24];
+        want[22] = StatusWord::Down;
+        want[23] = StatusWord::Operational;
+        assert_eq!(words, want);
+        assert_eq!(r.models[0].history[22].start_ms, now - 20 * MIN - HOUR);
+        assert_eq!(
+            r.models[0].status,
+            StatusWord::Operational,
+            "the outage left the last hour"
+        );
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(
+            v["models"][0]["history"][22],
+            json!({"start_ms": now - 20 * MIN - HOUR, "answered": 0, "unanswered": 3, "status": "down",
+                   "label": "Down"})
+        );
+    }
+
+    #[test]
+    fn the_page_shows_each_hour_as_a_bar_with_its_words_and_each_route_as_a_chart() {
+        let now = 20_000 * 24 * HOUR + 14 * HOUR + 20 * MIN; // 14:20 UTC
+        let mut h = ModelHealth::default();
+        for i in 0..3 {
+            request(&mut h, now - HOUR - i, false);
+        }
+        request(&mut h, now - MIN, true);
+        let mut answer = attempt("r0", "acct-a", AttemptOutcome::Success, now - MIN);
+        answer.ttfb_ms = Some(900);
+        h.observe(&answer, &HealthConfig::default());
+        let c = catalog(&[("m", &[("r0", "a"), ("r1", "b")])]);
+        let r = report(&c, &healths(vec![("m", h)]), &ModelHealth::default(), now);
+        let html = render_html(&r);
+        let s = section(&html, "m");
+        let bars: Vec<&str> = s.split("<span class=\"bar ").skip(1).collect();
+        assert_eq!(bars.len(), 24);
+        assert!(
+            bars[0].starts_with(
+                "no_recent_requests\" role=\"listitem\" title=\"15:00 UTC: No requests\">\
+                 <span class=\"sr\">15:00 UTC: No requests</span></span>"
+            ),
+            "{}",
+            bars[0]
+        );
+        assert!(
+            bars[22].starts_with("down\" role=\"listitem\" title=\"13:00 UTC: Down, 0 of 3 answered\">"),
+            "{}",
+            bars[22]
+        );
+        assert!(
+            bars[23].contains("<span class=\"sr\">14:00 UTC: Operational, 1 of 1 answered (this hour so far)</span>"),
+            "{}",
+            bars[23]
+        );
+        assert!(
+            s.contains("<div class=\"axis small\" aria-hidden=\"true\"><span>15:00 UTC</span><span>now</span></div>")
+        );
+        // One chart per route, in the order's order, each an image with a title and a text list.
+        let figures: Vec<&str> = s.split("<figure>").skip(1).collect();
+        assert_eq!(figures.len(), 2);
+        assert!(figures[0].starts_with("<figcaption class=\"small\">r0 · last hour · slowest 900 ms</figcaption>\
+             <svg role=\"img\" aria-labelledby=\"chart-1\" viewBox=\"0 0 240 60\" width=\"240\" height=\"60\">\
+             <title id=\"chart-1\">r0: success rate and median time to first content, last hour; slowest 900 ms</title>"), "{}", figures[0]);
+        assert!(
+            figures[0].contains("<rect x=\"223\" y=\"6\" width=\"14\" height=\"48\" fill=\"#1e8e3e\"/>"),
+            "{}",
+            figures[0]
+        );
+        assert!(figures[0].contains("<circle cx=\"230\" cy=\"6.0\""), "{}", figures[0]);
+        assert!(
+            figures[0].contains("<li>13:21–13:26 UTC: no attempts</li>"),
+            "{}",
+            figures[0]
+        );
+        assert!(
+            figures[0]
+                .contains("<li>14:16–14:21 UTC: 100 % success of 1, median time to first content 900 ms</li></ul>"),
+            "{}",
+            figures[0]
+        );
+        assert!(figures[1]
+            .contains("<title id=\"chart-2\">r1: success rate and median time to first content, last hour</title>"));
+        assert!(!figures[1].contains("<rect"), "no attempts, no columns");
+        assert!(figures[1].contains(">no attempts</text></svg>"), "{}", figures[1]);
+        assert!(!figures[0].contains(">no attempts</text>"));
+        // The legend names every colour.
+        for word in [
+            "Operational",
+            "Degraded",
+            "Down",
+            "No requests",
+            "success rate",
+            "median time to first content",
+        ] {
+            assert!(html.contains(&format!("{word}</span>")), "{word}");
+        }
     }
 
     #[test]
@@ -731,7 +1145,15 @@ mod tests {
                     median_ttfb_ms: Some(1_234),
                     tokens_per_s: Some(41.6),
                     last_verified_ms: Some(T0 + 3_723_000),
+                    chart: vec![ChartPoint {
+                        start_ms: T0,
+                        answered: 1,
+                        failed: 0,
+                        success_rate: Some(1.0),
+                        median_ttfb_ms: Some(700),
+                    }],
                 }],
+                history: Vec::new(),
             }],
             generated_at_ms: T0,
         };
@@ -745,6 +1167,17 @@ mod tests {
                 "<tr><td>1</td><td>{escaped} <span class=\"small\">&lt;b&gt;p&lt;/b&gt;</span></td><td>healthy</td>\
                  <td>99 %</td><td class=\"hide\">1234 ms</td><td class=\"hide\">42</td><td class=\"hide\">17:42:03 UTC</td></tr>"
             )),
+            "{html}"
+        );
+        // In the route's chart too: its caption and the SVG's title.
+        assert!(
+            html.contains(&format!(
+                "<figcaption class=\"small\">{escaped} · last hour · slowest 700 ms</figcaption>"
+            )),
+            "{html}"
+        );
+        assert!(
+            html.contains(&format!("<title id=\"chart-1\">{escaped}: success rate")),
             "{html}"
         );
     }

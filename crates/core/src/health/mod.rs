@@ -1,5 +1,5 @@
 //! Route and account health (SPEC §8, §9): the breaker state machine, the route order it implies,
-//! probe grants, and the one-minute buckets behind the status page (SPEC §14).
+//! probe grants, and the one-minute buckets and hourly history behind the status page (SPEC §14).
 //!
 //! This module owns [`ModelHealth`], one model's health as plain serde data, so the model's Durable
 //! Object persists it as JSON and every isolate applies its own outcomes to its cached copy with the
@@ -21,8 +21,10 @@
 //!   account breaker (demoted at once), client-caused classes against nothing (SPEC §4).
 //! - Buckets are sorted by minute, one per minute, and cover at most the last [`WINDOW_MINUTES`]
 //!   minutes: older ones are dropped on every write. A bucket keeps at most
-//!   [`TTFB_SAMPLES_PER_BUCKET`] TTFB samples (the first ones of that minute).
+//!   [`TTFB_SAMPLES_PER_BUCKET`] TTFB samples (the first ones of that minute). The model's
+//!   requests are also folded into hours, kept for [`HOURS_KEPT`] hours (`hours.rs`).
 
+mod hours;
 mod scope;
 
 use std::collections::BTreeMap;
@@ -32,6 +34,7 @@ use serde::{Deserialize, Serialize};
 use crate::catalog::Policy;
 use crate::classify::{Blame, FailureClass};
 
+pub use hours::{last_hours, ChartPoint, Hour, CHART_POINTS, CHART_POINT_MINUTES, HOURS_KEPT, HOUR_MS, SLOW_TTFB_MS};
 pub use scope::{for_accounts, ProbeClaim, Scope};
 
 /// Buckets kept, in minutes (the status page's "last hour").
@@ -537,6 +540,8 @@ pub struct ModelHealth {
     /// By account name.
     pub accounts: BTreeMap<String, Breaker>,
     pub model_buckets: Vec<Bucket>,
+    /// The model's counted requests by hour, for a week and more (the status page's history).
+    pub model_hours: Vec<Hour>,
 }
 
 impl ModelHealth {
@@ -619,11 +624,13 @@ impl ModelHealth {
         }
     }
 
-    /// Records one request in the model's buckets (status word, SPEC §14); uncounted ones are skipped.
+    /// Records one request in the model's minute bucket (status word, SPEC §14) and in its hour
+    /// (the history); uncounted ones are skipped.
     pub fn observe_request(&mut self, obs: &RequestObservation) {
         if !obs.counted {
             return;
         }
+        hours::record(&mut self.model_hours, obs);
         if let Some(b) = bucket_mut(&mut self.model_buckets, obs.at_ms) {
             b.requests = b.requests.saturating_add(1);
             if obs.answered {
@@ -712,7 +719,7 @@ impl ModelHealth {
         true
     }
 
-    /// A copy without buckets: the breakers only, cheap to cache in an isolate and to send from
+    /// A copy without buckets or hours: the breakers only, cheap to cache in an isolate and to send from
     /// the Durable Object. `observe` on it still works (it starts buckets afresh).
     pub fn snapshot(&self) -> ModelHealth {
         ModelHealth {
@@ -731,6 +738,7 @@ impl ModelHealth {
                 .collect(),
             accounts: self.accounts.clone(),
             model_buckets: Vec::new(),
+            model_hours: Vec::new(),
         }
     }
 

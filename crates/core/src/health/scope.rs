@@ -49,6 +49,7 @@ impl ModelHealth {
             Scope::Accounts => {
                 self.routes.clear();
                 self.model_buckets.clear();
+                self.model_hours.clear();
             }
         }
     }
@@ -95,7 +96,7 @@ impl ModelHealth {
         ModelHealth {
             routes: self.routes.clone(),
             accounts: accounts.accounts.clone(),
-            model_buckets: Vec::new(),
+            ..ModelHealth::default()
         }
     }
 
