@@ -177,7 +177,7 @@ impl Provider {
     pub fn base(&self) -> String {
         match (self.kind(), self.base_url.is_empty(), &self.region) {
             (Kind::Bedrock, true, Some(region)) => format!("https://bedrock-runtime.{region}.amazonaws.com"),
-            (Kind::Vertex, true, Some(region)) => crate::cloud::vertex::endpoint(region),
+            (Kind::Vertex, true, Some(region)) => vertex_endpoint(region),
             _ => self.base_url.trim_end_matches('/').to_string(),
         }
     }
@@ -878,12 +878,55 @@ fn check_kind(p: &Provider, at: &str) -> Result<(), CatalogError> {
             }
             Ok(())
         }
-        Kind::Vertex => {
-            crate::cloud::vertex::check_provider(p).map_err(|(field, why)| err(format!("{at}.{field}"), why))
-        }
+        Kind::Vertex => check_vertex(p).map_err(|(field, why)| err(format!("{at}.{field}"), why)),
         _ if p.base_url.is_empty() => Err(err(format!("{at}.base_url"), "required")),
         _ => Ok(()),
     }
+}
+
+/// The region's own endpoint: `https://{region}-aiplatform.googleapis.com`, or for `global`
+/// `https://aiplatform.googleapis.com`.
+fn vertex_endpoint(region: &str) -> String {
+    match region {
+        "global" => "https://aiplatform.googleapis.com".to_string(),
+        _ => format!("https://{region}-aiplatform.googleapis.com"),
+    }
+}
+
+/// A `vertex` provider's own fields: a location, a project and the secret holding the service
+/// account key. `Err((field, why))`.
+fn check_vertex(p: &Provider) -> Result<(), (&'static str, String)> {
+    let region = p.region.as_deref().unwrap_or_default();
+    let region_ok = !region.is_empty()
+        && region.len() <= 63
+        && region
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if !region_ok {
+        return Err((
+            "region",
+            "required for kind `vertex`: a Google Cloud location like us-east5, or global".into(),
+        ));
+    }
+    let project = p.project.as_deref().unwrap_or_default();
+    let project_ok = !project.is_empty()
+        && project.len() <= 100
+        && project
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "-.:".contains(c));
+    if !project_ok {
+        return Err((
+            "project",
+            "required for kind `vertex`: a Google Cloud project id like my-project".into(),
+        ));
+    }
+    if p.key_secret.is_none() {
+        return Err((
+            "key_secret",
+            "required for kind `vertex`: the secret holding the service account's JSON key".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// `https://`, or `http://` to a loopback host (local development and tests only).

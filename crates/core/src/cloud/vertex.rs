@@ -14,7 +14,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use crate::catalog::{Api, Provider};
+use crate::catalog::Api;
 use crate::classify::{FailureClass, Verdict};
 use crate::dialect::body::Body;
 
@@ -37,51 +37,6 @@ const STILL_USABLE_MS: u64 = 30_000;
 pub const MINT_ABANDONED_MS: u64 = 30_000;
 /// How much of a token endpoint's error description is kept.
 const DESCRIPTION_LIMIT: usize = 300;
-
-/// The region's own endpoint: `https://{region}-aiplatform.googleapis.com`, or for `global`
-/// `https://aiplatform.googleapis.com`.
-pub fn endpoint(region: &str) -> String {
-    match region {
-        "global" => "https://aiplatform.googleapis.com".to_string(),
-        _ => format!("https://{region}-aiplatform.googleapis.com"),
-    }
-}
-
-/// A `vertex` provider's own fields: a location, a project and the secret holding the service
-/// account key. `Err((field, why))`.
-pub fn check_provider(p: &Provider) -> Result<(), (&'static str, String)> {
-    let region = p.region.as_deref().unwrap_or_default();
-    let region_ok = !region.is_empty()
-        && region.len() <= 63
-        && region
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
-    if !region_ok {
-        return Err((
-            "region",
-            "required for kind `vertex`: a Google Cloud location like us-east5, or global".into(),
-        ));
-    }
-    let project = p.project.as_deref().unwrap_or_default();
-    let project_ok = !project.is_empty()
-        && project.len() <= 100
-        && project
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "-.:".contains(c));
-    if !project_ok {
-        return Err((
-            "project",
-            "required for kind `vertex`: a Google Cloud project id like my-project".into(),
-        ));
-    }
-    if p.key_secret.is_none() {
-        return Err((
-            "key_secret",
-            "required for kind `vertex`: the secret holding the service account's JSON key".into(),
-        ));
-    }
-    Ok(())
-}
 
 /// Where a route of a Vertex provider at `base` speaking `api` calls `model`: Google's models
 /// (`gemini`) by `generateContent` / `streamGenerateContent?alt=sse`, Anthropic's (`messages`) by
@@ -443,7 +398,7 @@ impl TokenCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::Catalog;
+    use crate::catalog::{Catalog, Provider};
 
     const PEM: &str =
         "-----BEGIN PRIVATE KEY-----\nMIIBVQIBADANBgkqhkiG9w0BAQEFAASC\nAT8wggE7AgEAAkEA\n-----END PRIVATE KEY-----\n";
@@ -652,18 +607,17 @@ mod tests {
 
     #[test]
     fn urls_name_the_publisher_and_method_by_dialect() {
-        let base = endpoint("us-east5");
-        assert_eq!(base, "https://us-east5-aiplatform.googleapis.com");
+        let base = "https://us-east5-aiplatform.googleapis.com";
         assert_eq!(
-            url(&base, "proj-1", "us-east5", Api::Messages, "claude-sonnet-4@20250514", false),
+            url(base, "proj-1", "us-east5", Api::Messages, "claude-sonnet-4@20250514", false),
             "https://us-east5-aiplatform.googleapis.com/v1/projects/proj-1/locations/us-east5/publishers/anthropic/models/claude-sonnet-4@20250514:rawPredict"
         );
         assert_eq!(
-            url(&base, "proj-1", "us-east5", Api::Messages, "claude", true),
+            url(base, "proj-1", "us-east5", Api::Messages, "claude", true),
             "https://us-east5-aiplatform.googleapis.com/v1/projects/proj-1/locations/us-east5/publishers/anthropic/models/claude:streamRawPredict"
         );
         assert_eq!(
-            url(&endpoint("global"), "p", "global", Api::Gemini, "gemini-2.5-flash", true),
+            url("https://aiplatform.googleapis.com", "p", "global", Api::Gemini, "gemini-2.5-flash", true),
             "https://aiplatform.googleapis.com/v1/projects/p/locations/global/publishers/google/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
         );
         assert_eq!(
@@ -734,6 +688,10 @@ mod tests {
             c.provider("p").unwrap().base(),
             "https://us-east5-aiplatform.googleapis.com"
         );
+        let mut global = vertex.clone();
+        global["region"] = json!("global");
+        let c = parse(&global, json!(["gemini"])).unwrap();
+        assert_eq!(c.provider("p").unwrap().base(), "https://aiplatform.googleapis.com");
         assert!(parse(&vertex, json!(["gemini"])).is_ok());
         assert_eq!(refused(&vertex, json!(["chat"])), "models[0].routes[0].apis[0]");
         assert_eq!(
