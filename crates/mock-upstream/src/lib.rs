@@ -30,6 +30,7 @@ pub mod dialect;
 pub mod eventstream;
 pub mod http;
 pub mod json;
+pub mod rsa;
 pub mod scenario;
 pub mod server;
 pub mod sigv4;
