@@ -529,6 +529,30 @@ mod tests {
     }
 
     #[test]
+    fn vertexs_own_refusals_are_classified_like_googles() {
+        use crate::classify::classify_status;
+        for (status, body, class) in [
+            (
+                429,
+                r#"{"error":{"code":429,"message":"Quota exceeded for aiplatform.googleapis.com/online_prediction_requests_per_base_model with base model: claude.","status":"RESOURCE_EXHAUSTED"}}"#,
+                FailureClass::RateLimited,
+            ),
+            (
+                401,
+                r#"{"error":{"code":401,"message":"Request had invalid authentication credentials.","status":"UNAUTHENTICATED"}}"#,
+                FailureClass::Account,
+            ),
+            (
+                403,
+                r#"{"error":{"code":403,"message":"Permission 'aiplatform.endpoints.predict' denied on resource","status":"PERMISSION_DENIED"}}"#,
+                FailureClass::Account,
+            ),
+        ] {
+            assert_eq!(classify_status(status, None, body.as_bytes()).class, class, "{status}");
+        }
+    }
+
+    #[test]
     fn one_mint_in_flight_the_others_wait_for_it() {
         let mut c = TokenCache::default();
         let k = cache_key("{\"a\":1}");
