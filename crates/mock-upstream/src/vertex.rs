@@ -397,6 +397,75 @@ mod tests {
         assert!(refusal(check_jwt("a.b", Some(&key), "http://h/token", 1000)).contains("invalid_grant"));
     }
 
+    /// JWTs signed by the test key (`openssl dgst -sha256 -sign`), issued at 1700000000 for an
+    /// hour, for `http://127.0.0.1:9/token`: the first with the cloud-platform scope, the second
+    /// with another.
+    const JWTS: &str = include_str!("../tests/data/rsa1024.jwts.txt");
+    const AUD: &str = "http://127.0.0.1:9/token";
+
+    #[test]
+    fn a_signed_jwt_is_the_accounts_only_for_its_audience_scope_and_hour() {
+        let key = PublicKey::from_pem(PUBLIC_PEM).unwrap();
+        let jwts: Vec<&str> = JWTS.lines().collect();
+        let (good, other_scope) = (jwts[0], jwts[1]);
+        assert_eq!(
+            check_jwt(good, Some(&key), AUD, 1_700_000_100).unwrap(),
+            "svc@p-1.iam.gserviceaccount.com"
+        );
+        assert!(refusal(check_jwt(good, Some(&key), "http://127.0.0.1:10/token", 1_700_000_100)).contains("aud"));
+        assert!(
+            refusal(check_jwt(good, Some(&key), AUD, 1_700_003_600)).contains("short-lived"),
+            "expired"
+        );
+        assert!(
+            refusal(check_jwt(good, Some(&key), AUD, 1_699_990_000)).contains("short-lived"),
+            "issued ahead"
+        );
+        assert!(refusal(check_jwt(other_scope, Some(&key), AUD, 1_700_000_100)).contains("invalid_scope"));
+        // The claims changed after signing: the signature no longer holds.
+        let parts: Vec<&str> = good.split('.').collect();
+        let forged_claims = b64url(&serde_json::json!({"iss": "admin@p-1.iam.gserviceaccount.com",
+            "scope": CLOUD_PLATFORM, "aud": AUD, "iat": 1_700_000_000u64, "exp": 1_700_003_600u64}));
+        let forged = format!("{}.{forged_claims}.{}", parts[0], parts[2]);
+        assert!(refusal(check_jwt(&forged, Some(&key), AUD, 1_700_000_100)).contains("Invalid JWT Signature."));
+    }
+
+    #[test]
+    fn the_token_endpoint_mints_for_a_good_jwt_and_refuses_a_bad_grant() {
+        let key = PublicKey::from_pem(PUBLIC_PEM).unwrap();
+        let tokens = Tokens::default();
+        let post = |body: String| Request {
+            method: "POST".into(),
+            target: TOKEN_PATH.into(),
+            version: "HTTP/1.1".into(),
+            headers: vec![
+                ("host".into(), "127.0.0.1:9".into()),
+                ("content-type".into(), "application/x-www-form-urlencoded".into()),
+            ],
+            body: body.into_bytes(),
+        };
+        let good = JWTS.lines().next().unwrap();
+        let r = token_endpoint(
+            &post(format!("grant_type=client_credentials&assertion={good}")),
+            Some(&key),
+            &tokens,
+        );
+        assert!(
+            r.status == 400 && r.body.contains("unsupported_grant_type"),
+            "{}",
+            r.body
+        );
+        // The fixed JWT was issued long ago: the endpoint's own clock refuses it.
+        let grant = "urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer";
+        let r = token_endpoint(
+            &post(format!("grant_type={grant}&assertion={good}")),
+            Some(&key),
+            &tokens,
+        );
+        assert!(r.status == 400 && r.body.contains("short-lived"), "{}", r.body);
+        assert_eq!(tokens.mints_json(), "{}");
+    }
+
     #[test]
     fn vertex_paths_name_project_location_publisher_model_and_method() {
         let path = "/l/status/429/v1/projects/p-1/locations/us-east5/publishers/anthropic/models/claude@1:rawPredict";
