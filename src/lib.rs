@@ -18,6 +18,7 @@ mod runtime;
 mod store;
 mod upstream;
 mod verify;
+mod vertex;
 
 use worker::{event, Context, Env, Request, Response, Result, ScheduleContext, ScheduledEvent};
 

@@ -2,8 +2,8 @@
 //! provider's key, fetch it, and read until the first content (a stream) or the whole body — all
 //! within the attempt's one first-content deadline. The upstream is aborted on any failure. What
 //! the bytes mean is the core's (`classify`, the dialect's `inspect_body`, the stream [`Gate`]);
-//! every failure message passes through `redact` on its way out, so the upstream key never leaves
-//! this module except to the upstream.
+//! every failure message passes through `redact` on its way out, so the upstream key (or a Vertex
+//! access token, `crate::vertex`) never leaves this module except to the upstream.
 
 use std::future::Future;
 use std::pin::{pin, Pin};
@@ -24,9 +24,11 @@ use worker::{Env, Fetch, Headers, Method, Request, RequestInit, Response};
 
 use crate::runtime::abort::{Body, Canceller};
 use crate::runtime::clock::{now_ms, sleep};
+use crate::vertex;
 
-/// Whom an attempt goes to: the route's provider, and its credentials — a key, or (Bedrock) an
-/// AWS access key the request is signed with.
+/// Whom an attempt goes to: the route's provider, and its credentials — a key, (Bedrock) an
+/// AWS access key the request is signed with, or (Vertex) the service account key its access
+/// token is minted from.
 pub struct Target<'a> {
     pub provider: &'a Provider,
     key: Option<String>,
@@ -165,6 +167,8 @@ struct Attempt<'t, 'd> {
     deadline: Pin<&'d mut (dyn Future<Output = Stop> + 'd)>,
     controller: Canceller,
     status: Option<u16>,
+    /// The access token sent (Vertex), as secret as the key.
+    token: Option<String>,
 }
 
 impl Attempt<'_, '_> {
@@ -172,9 +176,12 @@ impl Attempt<'_, '_> {
     fn fail(&self, verdict: Verdict) -> Failed {
         Failed {
             verdict: Verdict {
-                message: verdict
-                    .message
-                    .map(|m| self.target.secrets().fold(m, |m, secret| redact(&m, Some(secret)))),
+                message: verdict.message.map(|m| {
+                    self.target
+                        .secrets()
+                        .chain(self.token.as_deref())
+                        .fold(m, |m, secret| redact(&m, Some(secret)))
+                }),
                 ..verdict
             },
             http_status: self.status,
@@ -211,7 +218,13 @@ impl Attempt<'_, '_> {
     }
 }
 
-fn build_request(target: &Target, request: &ClientRequest, outgoing: &Outgoing) -> Result<Request, ApiError> {
+/// The upstream request; `token`: the access token a Vertex request carries instead of its key.
+fn build_request(
+    target: &Target,
+    request: &ClientRequest,
+    outgoing: &Outgoing,
+    token: Option<&str>,
+) -> Result<Request, ApiError> {
     let kind = target.provider.kind();
     // Bedrock's `accept` is the answer body's type; the stream's framing is its own.
     let accept = if request.stream && kind != Kind::Bedrock {
@@ -220,7 +233,7 @@ fn build_request(target: &Target, request: &ClientRequest, outgoing: &Outgoing) 
         "application/json"
     };
     let mut list: Vec<(&str, String)> = vec![("content-type", "application/json".into()), ("accept", accept.into())];
-    if let Some(key) = &target.key {
+    if let Some(key) = token.or(target.key.as_deref()) {
         list.extend(wire::key_headers(target.provider, key));
     }
     list.extend(request.upstream_headers(kind));
@@ -290,8 +303,20 @@ pub async fn attempt(
         deadline,
         controller: Canceller::new(),
         status: None,
+        token: None,
     };
-    let upstream = build_request(target, request, wire.outgoing)
+    if let (Kind::Vertex, Some(secret)) = (target.provider.kind(), &target.key) {
+        // Its access token first (cached, or minted within the attempt's deadline).
+        let minted = a
+            .within(
+                async { Ok::<_, ()>(vertex::token(secret).await) },
+                "no Vertex access token within the first-content deadline",
+                (FailureClass::Connect, ""),
+            )
+            .await?;
+        a.token = Some(minted.map_err(|verdict| a.fail(verdict))?);
+    }
+    let upstream = build_request(target, request, wire.outgoing, a.token.as_deref())
         .map_err(|_| a.failure(FailureClass::Connect, "could not build the upstream request"))?;
     let fetch = Fetch::Request(upstream);
     let signal = a.controller.signal();
@@ -416,7 +441,7 @@ async fn until_content(
         request.include_usage,
         request.stop_sequences,
         request.completions,
-        a.target.key.clone(),
+        a.token.clone().or_else(|| a.target.key.clone()),
     );
     let mut events = Vec::new();
     loop {

@@ -1,5 +1,5 @@
-// The JS half of src/runtime (clock.rs, abort.rs): the runtime calls that may be refused where no
-// request is being served (a task polled outside its request, see `clock::in_request`). Each catches
+// The JS half of src/runtime (clock.rs, abort.rs, sign.rs): the runtime calls that may be refused
+// where no request is being served (a task polled outside its request, see `clock::in_request`). Each catches
 // the refusal and answers with a value instead, so nothing throws into Wasm; and each is one call
 // across the boundary, where looking the function up and applying it from Rust took several.
 
@@ -117,4 +117,17 @@ export async function readUpTo(reader, cap) {
     at += c.byteLength;
   }
   return [bytes, whole];
+}
+
+/// RS256 (RSASSA-PKCS1-v1_5 with SHA-256) of the bytes `data` by the PKCS#8 private key `pkcs8`,
+/// through WebCrypto: a promise of the signature's bytes, or of `undefined` when the key cannot be
+/// imported or the runtime refuses.
+export async function signRs256(pkcs8, data) {
+  try {
+    const algorithm = { name: "RSASSA-PKCS1-v1_5", hash: "SHA-256" };
+    const key = await crypto.subtle.importKey("pkcs8", pkcs8, algorithm, false, ["sign"]);
+    return new Uint8Array(await crypto.subtle.sign(algorithm.name, key, data));
+  } catch {
+    return undefined;
+  }
 }

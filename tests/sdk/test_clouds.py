@@ -5,14 +5,19 @@ wrong credential answered by the provider's own auth error, classified `account`
 
 The mock's fakes check what the real services check: Azure's `api-key` header and URL shapes;
 Bedrock's Signature Version 4 recomputed from the request as received, its body rules and its
-event-stream frames with both CRCs.
+event-stream frames with both CRCs; Vertex's service-account JWT (its RS256 signature against the
+account's public key, its claims), the access token on every call, and the URL shapes.
 """
+
+import json
 
 import anthropic
 import openai
 import pytest
+from google.genai import errors as genai_errors
+from google.genai import types as genai_types
 
-from test_sdks import Cloud, Setup
+from test_sdks import MOCK, Cloud, Setup
 
 AZURE = {"kind": "azure", "key_secret": "E2E_AZURE_KEY", "path": "/openai/v1"}
 AZURE_DEPLOYMENT = {"kind": "azure", "key_secret": "E2E_AZURE_KEY", "api_version": "2024-10-21",
@@ -151,3 +156,142 @@ def test_a_cloud_provider_missing_what_its_kind_needs_is_refused_naming_the_fiel
                          {"authorization": f"Bearer {ADMIN}"})
     assert status == 400, reply
     assert "region" in reply["error"]["message"], reply
+
+
+# ---- Google Vertex AI (Gemini and Anthropic models, OAuth2 tokens minted from a service account) -
+
+VERTEX = {"kind": "vertex", "project": "switchyard-e2e", "region": "us-east5", "key_secret": "E2E_VERTEX_SA"}
+VERTEX_CLAUDE = "claude-3-5-haiku@20241022"
+VERTEX_GEMINI = "gemini-2.5-flash"
+
+
+def vertex(scenario, api="messages", fields=VERTEX):
+    return Cloud(api, scenario, fields, VERTEX_CLAUDE if api == "messages" else VERTEX_GEMINI)
+
+
+def last_request(s, i):
+    """What the mock's route `i` was last sent: its path, headers and body."""
+    import urllib.request
+    label, scenario = s.routes[i]
+    with urllib.request.urlopen(f"{MOCK}/_stats/{label}/{scenario}", timeout=10) as r:
+        return json.loads(r.read())["last_request"]
+
+
+def test_vertex_answers_an_anthropic_client_whole_and_streamed():
+    s = Setup("messages", [vertex("ok")])
+    raw = s.anthropic().messages.with_raw_response.create(model=s.model, max_tokens=256, messages=MESSAGES)
+    message = raw.parse()
+    assert message.content[0].text.startswith("Hello")
+    charged_as_reported(s, raw.headers["x-generation-id"], message.usage.output_tokens)
+    sent = last_request(s, 0)
+    assert sent["path"].endswith(
+        f"/v1/projects/switchyard-e2e/locations/us-east5/publishers/anthropic/models/{VERTEX_CLAUDE}:rawPredict")
+    assert sent["headers"]["authorization"].startswith("Bearer ya29."), "a minted access token"
+    assert "model" not in sent["body"] and sent["body"]["anthropic_version"] == "vertex-2023-10-16"
+    with s.anthropic().messages.stream(model=s.model, max_tokens=256, messages=MESSAGES) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+        generation_id = stream.response.headers["x-generation-id"]
+    assert text.startswith("Hello") and final.stop_reason == "end_turn"
+    charged_as_reported(s, generation_id, final.usage.output_tokens)
+    sent = last_request(s, 0)
+    assert sent["path"].endswith(":streamRawPredict") and sent["body"]["stream"] is True
+
+
+def test_vertex_answers_a_gemini_client_whole_and_streamed():
+    s = Setup("gemini", [vertex("ok", api="gemini")])
+    response = s.gemini().models.generate_content(model=s.model, contents="Say hello")
+    assert response.text.startswith("Hello")
+    charged_as_reported(s, response.sdk_http_response.headers["x-generation-id"],
+                        response.usage_metadata.candidates_token_count)
+    assert last_request(s, 0)["path"].endswith(
+        f"/v1/projects/switchyard-e2e/locations/us-east5/publishers/google/models/{VERTEX_GEMINI}:generateContent")
+    chunks = list(s.gemini().models.generate_content_stream(model=s.model, contents="Say hello"))
+    assert "".join(c.text or "" for c in chunks).startswith("Hello")
+    assert chunks[-1].candidates[0].finish_reason == genai_types.FinishReason.STOP
+    charged_as_reported(s, chunks[0].sdk_http_response.headers["x-generation-id"],
+                        chunks[-1].usage_metadata.candidates_token_count)
+    assert last_request(s, 0)["path"].endswith(":streamGenerateContent?alt=sse")
+
+
+def test_vertex_serves_an_openai_client_translated():
+    s = Setup("messages", [vertex("ok")])
+    completion = s.openai().chat.completions.create(model=s.model, messages=MESSAGES)
+    assert completion.choices[0].message.content.startswith("Hello")
+    chunks = list(s.openai().chat.completions.create(model=s.model, messages=MESSAGES, stream=True))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices).startswith("Hello")
+    assert chunks[-1].choices[0].finish_reason == "stop"
+    assert last_request(s, 0)["body"]["anthropic_version"] == "vertex-2023-10-16"
+
+
+@pytest.mark.parametrize("api", ["messages", "gemini"])
+def test_a_throttled_vertex_route_fails_over(api):
+    s = Setup(api, [vertex("status/429", api=api), "ok"])
+    if api == "messages":
+        raw = s.anthropic().messages.with_raw_response.create(model=s.model, max_tokens=64, messages=MESSAGES)
+        assert raw.parse().content[0].text.startswith("Hello")
+        generation_id = raw.headers["x-generation-id"]
+    else:
+        response = s.gemini().models.generate_content(model=s.model, contents="Say hello")
+        assert response.text.startswith("Hello")
+        generation_id = response.sdk_http_response.headers["x-generation-id"]
+    assert s.attempts(generation_id) == [("r0", "rate_limited"), ("r1", "answered")]
+
+
+def test_a_vertex_error_mid_stream_ends_with_the_clients_error():
+    s = Setup("messages", [vertex("error-event-after/2/overloaded"), "ok"])
+    kinds = []
+    with pytest.raises(anthropic.APIStatusError) as raised:
+        for event in s.anthropic().messages.create(model=s.model, max_tokens=64, messages=MESSAGES, stream=True):
+            kinds.append(event.type)
+    assert "content_block_delta" in kinds, "content came before the error"
+    assert raised.value.body["error"]["type"] == "overloaded_error"
+    g = Setup("gemini", [vertex("cut-after/2", api="gemini"), "ok"])
+    received = []
+    with pytest.raises(genai_errors.APIError) as raised:
+        for chunk in g.gemini().models.generate_content_stream(model=g.model, contents="Say hello"):
+            received.append(chunk.text or "")
+    assert "".join(received).startswith("Hello"), "content came before the cut"
+    assert raised.value.status == "UNAVAILABLE"
+    assert (s.seen(1), g.seen(1)) == (0, 0), "never a splice from another route"
+
+
+def test_ten_vertex_requests_mint_one_token():
+    """Six requests at once from a cold cache, then four more: one JWT exchanged, the rest wait
+    for its token or find it cached. This account's key is used by no other test."""
+    import urllib.request
+    from concurrent.futures import ThreadPoolExecutor
+    s = Setup("messages", [vertex("ok", fields={**VERTEX, "key_secret": "E2E_VERTEX_SA_MINTS"})])
+
+    def ask(_):
+        return s.anthropic().messages.create(model=s.model, max_tokens=16, messages=MESSAGES).content[0].text
+
+    with ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(ask, range(6)))
+    answers += [ask(i) for i in range(4)]
+    assert len(answers) == 10 and all(a.startswith("Hello") for a in answers)
+    assert s.seen(0) == 10
+    with urllib.request.urlopen(f"{MOCK}/_vertex/mints", timeout=10) as r:
+        mints = json.loads(r.read())
+    assert mints.get("svc-mints@switchyard-e2e.iam.gserviceaccount.com") == 1, mints
+
+
+def test_a_wrong_vertex_key_is_the_accounts_failure():
+    s = Setup("messages", [vertex("ok", fields={**VERTEX, "key_secret": "E2E_VERTEX_SA_WRONG"}), "ok"])
+    raw = s.anthropic().messages.with_raw_response.create(model=s.model, max_tokens=64, messages=MESSAGES)
+    assert raw.parse().content[0].text.startswith("Hello")
+    generation_id = raw.headers["x-generation-id"]
+    assert s.attempts(generation_id) == [("r0", "account"), ("r1", "answered")]
+    assert s.seen(0) == 0, "no call without a token"
+    record = json.dumps(s.generation(generation_id))
+    assert "PRIVATE KEY" not in record and "ya29." not in record
+
+
+def test_a_vertex_provider_missing_what_its_kind_needs_is_refused_naming_the_field():
+    from test_sdks import call, ADMIN
+    for missing in ["project", "region", "key_secret"]:
+        fields = {k: v for k, v in VERTEX.items() if k != missing}
+        status, reply = call("PUT", f"/admin/providers/vertex-without-{missing.replace('_', '-')}", fields,
+                             {"authorization": f"Bearer {ADMIN}"})
+        assert status == 400, reply
+        assert missing in reply["error"]["message"], reply

@@ -89,6 +89,9 @@ pub enum Kind {
     Azure,
     /// AWS Bedrock: Anthropic models through InvokeModel, signed with Signature Version 4.
     Bedrock,
+    /// Google Vertex AI: Gemini models (`gemini`) and Anthropic models (`messages`) on a
+    /// project's region, with OAuth2 access tokens minted from a service account.
+    Vertex,
 }
 
 impl Kind {
@@ -99,6 +102,7 @@ impl Kind {
             Kind::Gemini => "gemini",
             Kind::Azure => "azure",
             Kind::Bedrock => "bedrock",
+            Kind::Vertex => "vertex",
         }
     }
 
@@ -108,6 +112,7 @@ impl Kind {
             Kind::Openai | Kind::Anthropic | Kind::Gemini => None,
             Kind::Azure => Some(&[Api::Chat, Api::Responses]),
             Kind::Bedrock => Some(&[Api::Messages]),
+            Kind::Vertex => Some(&[Api::Gemini, Api::Messages]),
         }
     }
 }
@@ -116,7 +121,8 @@ impl Kind {
 #[serde(deny_unknown_fields)]
 pub struct Provider {
     pub id: String,
-    /// Where requests go; for `bedrock` it may be left out: the region's own endpoint.
+    /// Where requests go; for `bedrock` and `vertex` it may be left out: the region's own
+    /// endpoint.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub base_url: String,
     /// How the key is sent (the three header kinds); implied by `kind` for the others.
@@ -133,9 +139,13 @@ pub struct Provider {
     /// Azure deployment URLs: the `api-version` query parameter (the v1 API needs none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_version: Option<String>,
-    /// Bedrock: the AWS region (its endpoint and the signature's scope).
+    /// Bedrock: the AWS region (its endpoint and the signature's scope); Vertex: the Google Cloud
+    /// location (`us-east5`, `europe-west1`, `global`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub region: Option<String>,
+    /// Vertex: the Google Cloud project the models are called in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project: Option<String>,
     /// Bedrock: the secrets holding the access key id, the secret access key and (temporary
     /// credentials) the session token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -162,10 +172,12 @@ impl Provider {
         }
     }
 
-    /// Where its requests go: `base_url`, or for Bedrock without one the region's endpoint.
+    /// Where its requests go: `base_url`, or for Bedrock and Vertex without one the region's
+    /// endpoint.
     pub fn base(&self) -> String {
         match (self.kind(), self.base_url.is_empty(), &self.region) {
             (Kind::Bedrock, true, Some(region)) => format!("https://bedrock-runtime.{region}.amazonaws.com"),
+            (Kind::Vertex, true, Some(region)) => vertex_endpoint(region),
             _ => self.base_url.trim_end_matches('/').to_string(),
         }
     }
@@ -612,6 +624,13 @@ impl Catalog {
                         ));
                     }
                 }
+                if kind == Kind::Vertex && r.apis.len() > 1 {
+                    // The dialect names the publisher: one model is Google's or Anthropic's.
+                    return Err(err(
+                        format!("{at}.apis[1]"),
+                        "a `vertex` route speaks one: `gemini` (Google's models) or `messages` (Anthropic's)",
+                    ));
+                }
                 for (name, v) in [
                     ("input_per_mtok", Some(r.price.input_per_mtok)),
                     ("output_per_mtok", Some(r.price.output_per_mtok)),
@@ -795,7 +814,8 @@ pub const MAX_TIMER_MS: u64 = (1 << 31) - 1;
 pub const MAX_AFTER_RESPONSE_MS: u64 = 20_000;
 
 /// A provider's kind and the fields it needs (SPEC §20): `auth` for the three header kinds (or
-/// implied by `kind`), an Azure key and URL, a Bedrock region and credentials; a field another
+/// implied by `kind`), an Azure key and URL, a Bedrock region and credentials, a Vertex project,
+/// region and service account; a field another
 /// kind needs is refused rather than ignored.
 fn check_kind(p: &Provider, at: &str) -> Result<(), CatalogError> {
     let kind = p.kind();
@@ -803,7 +823,7 @@ fn check_kind(p: &Provider, at: &str) -> Result<(), CatalogError> {
         Kind::Openai => Some(AuthScheme::Bearer),
         Kind::Anthropic => Some(AuthScheme::XApiKey),
         Kind::Gemini => Some(AuthScheme::XGoogApiKey),
-        Kind::Azure | Kind::Bedrock => None,
+        Kind::Azure | Kind::Bedrock | Kind::Vertex => None,
     };
     match (p.auth, header_auth) {
         (None, None) => {}
@@ -818,9 +838,11 @@ fn check_kind(p: &Provider, at: &str) -> Result<(), CatalogError> {
         }
     }
     let bedrock = kind == Kind::Bedrock;
+    let vertex = kind == Kind::Vertex;
     let misplaced = [
         ("api_version", p.api_version.is_some() && kind != Kind::Azure),
-        ("region", p.region.is_some() && !bedrock),
+        ("region", p.region.is_some() && !bedrock && !vertex),
+        ("project", p.project.is_some() && !vertex),
         ("access_key_secret", p.access_key_secret.is_some() && !bedrock),
         ("secret_key_secret", p.secret_key_secret.is_some() && !bedrock),
         ("session_token_secret", p.session_token_secret.is_some() && !bedrock),
@@ -856,16 +878,62 @@ fn check_kind(p: &Provider, at: &str) -> Result<(), CatalogError> {
             }
             Ok(())
         }
+        Kind::Vertex => check_vertex(p).map_err(|(field, why)| err(format!("{at}.{field}"), why)),
         _ if p.base_url.is_empty() => Err(err(format!("{at}.base_url"), "required")),
         _ => Ok(()),
     }
+}
+
+/// The region's own endpoint: `https://{region}-aiplatform.googleapis.com`, or for `global`
+/// `https://aiplatform.googleapis.com`.
+fn vertex_endpoint(region: &str) -> String {
+    match region {
+        "global" => "https://aiplatform.googleapis.com".to_string(),
+        _ => format!("https://{region}-aiplatform.googleapis.com"),
+    }
+}
+
+/// A `vertex` provider's own fields: a location, a project and the secret holding the service
+/// account key. `Err((field, why))`.
+fn check_vertex(p: &Provider) -> Result<(), (&'static str, String)> {
+    let region = p.region.as_deref().unwrap_or_default();
+    let region_ok = !region.is_empty()
+        && region.len() <= 63
+        && region
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if !region_ok {
+        return Err((
+            "region",
+            "required for kind `vertex`: a Google Cloud location like us-east5, or global".into(),
+        ));
+    }
+    let project = p.project.as_deref().unwrap_or_default();
+    let project_ok = !project.is_empty()
+        && project.len() <= 100
+        && project
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "-.:".contains(c));
+    if !project_ok {
+        return Err((
+            "project",
+            "required for kind `vertex`: a Google Cloud project id like my-project".into(),
+        ));
+    }
+    if p.key_secret.is_none() {
+        return Err((
+            "key_secret",
+            "required for kind `vertex`: the secret holding the service account's JSON key".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// `https://`, or `http://` to a loopback host (local development and tests only).
 /// A provider's `base_url`, read by the same (WHATWG) rules the runtime's `fetch` reads it by
 /// (SPEC §18): `https://` with a host, `http://` only for a loopback host, no user info (in
 /// `http://127.0.0.1:80@evil.example/v1` the host is `evil.example`), no query or fragment.
-fn check_base_url(base_url: &str, at: &str) -> Result<(), CatalogError> {
+pub(crate) fn check_base_url(base_url: &str, at: &str) -> Result<(), CatalogError> {
     let parsed = url::Url::parse(base_url).map_err(|_| err(at, "must be an https:// URL with a host"))?;
     if !parsed.username().is_empty() || parsed.password().is_some() {
         return Err(err(

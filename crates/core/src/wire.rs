@@ -1,11 +1,12 @@
 //! What one attempt sends a provider (SPEC §19, §20): the URL its kind wants for the dialect, the
 //! body — the client's own with the route's model, or translated — and the headers that carry its
-//! key. Signing (Bedrock) is the caller's, over exactly these bytes.
+//! key. Signing (Bedrock) is the caller's, over exactly these bytes; so is minting Vertex's token.
 
 use serde_json::Value;
 
 use crate::catalog::{Api, Kind, Provider};
 use crate::cloud::sigv4::path_segment;
+use crate::cloud::vertex;
 use crate::dialect::body::Body;
 use crate::dialect::ClientRequest;
 use crate::translate::{request, Unable};
@@ -42,8 +43,9 @@ pub fn outgoing(
         let written = request::translate_request(request, wire, upstream_model, model_max_output_tokens)?;
         (written.body, true, written.dropped)
     };
-    let body = match provider.kind() {
-        Kind::Bedrock => bedrock_body(&body),
+    let body = match (provider.kind(), wire) {
+        (Kind::Bedrock, _) => bedrock_body(&body),
+        (Kind::Vertex, Api::Messages) => vertex::anthropic_body(&body),
         _ => body,
     };
     Ok(Outgoing {
@@ -74,14 +76,23 @@ pub fn url(provider: &Provider, api: Api, model: &str, stream: bool) -> String {
             ),
             None => api.upstream_url(&base, model, stream),
         },
+        Kind::Vertex => vertex::url(
+            &base,
+            provider.project.as_deref().unwrap_or_default(),
+            provider.region.as_deref().unwrap_or_default(),
+            api,
+            model,
+            stream,
+        ),
         Kind::Openai | Kind::Anthropic | Kind::Gemini => api.upstream_url(&base, model, stream),
     }
 }
 
 /// The headers that carry a provider's key; none for Bedrock, whose requests are signed instead.
+/// For Vertex the key is the access token minted from the service account.
 pub fn key_headers(provider: &Provider, key: &str) -> Vec<(&'static str, String)> {
     match provider.kind() {
-        Kind::Openai => vec![("authorization", format!("Bearer {key}"))],
+        Kind::Openai | Kind::Vertex => vec![("authorization", format!("Bearer {key}"))],
         Kind::Anthropic => vec![("x-api-key", key.to_string())],
         Kind::Gemini => vec![("x-goog-api-key", key.to_string())],
         Kind::Azure => vec![("api-key", key.to_string())],

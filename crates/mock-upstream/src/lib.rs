@@ -2,7 +2,8 @@
 //!
 //! It speaks OpenAI Chat Completions, Anthropic Messages, OpenAI Responses
 //! and Google Gemini (stream and non-stream), and fakes two clouds that host them — Azure
-//! OpenAI and AWS Bedrock (InvokeModel, SigV4, eventstream) — checking what they check. It
+//! OpenAI, AWS Bedrock (InvokeModel, SigV4, eventstream) and Google Vertex AI (service-account
+//! tokens, Gemini and Anthropic models) — checking what they check. It
 //! validates requests as strictly as the real providers, and misbehaves on demand: the request
 //! path picks a scenario (error statuses with realistic bodies, hangs,
 //! resets, slow or cut streams, error and malformed events, flaky keys…,
@@ -14,8 +15,8 @@
 //! request decides), [`dialect`] (bodies and SSE plans), [`state`] (per-key
 //! counters), [`server`] (sockets and scenario execution), [`sock`] (RST on
 //! close), [`json`] (ordered JSON builder); for the clouds [`azure`], [`bedrock`], [`sigv4`]
-//! (signature verification), [`eventstream`] (AWS binary framing) and [`crypto`] (SHA-256,
-//! HMAC, CRC-32, base64).
+//! (signature verification), [`eventstream`] (AWS binary framing), [`vertex`] (tokens and
+//! calls), [`rsa`] (RS256 verification) and [`crypto`] (SHA-256, HMAC, CRC-32, base64).
 
 // The workspace bans `Instant::now` and `SystemTime::now` because they panic on wasm32; this
 // crate is a native test tool that needs real clocks (delays, `down-for`, `hang`, SigV4's
@@ -30,12 +31,14 @@ pub mod dialect;
 pub mod eventstream;
 pub mod http;
 pub mod json;
+pub mod rsa;
 pub mod scenario;
 pub mod server;
 pub mod sigv4;
 pub mod sock;
 pub mod state;
 pub mod validate;
+pub mod vertex;
 
 pub use server::{bind, serve, spawn, spawn_with};
 pub use state::{Secrets, Shared};

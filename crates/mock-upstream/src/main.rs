@@ -16,12 +16,17 @@ Paths: /<label>/<scenario…>/ then chat/completions, messages, responses,
   models/<model>:generateContent | :streamGenerateContent,
   openai/v1/chat/completions, openai/v1/responses,
   openai/deployments/<deployment>/chat/completions?api-version=YYYY-MM-DD   (Azure OpenAI),
-  model/<model id>/invoke | invoke-with-response-stream                      (AWS Bedrock).
+  model/<model id>/invoke | invoke-with-response-stream                      (AWS Bedrock),
+  v1/projects/<p>/locations/<l>/publishers/google/models/<m>:generateContent | :streamGenerateContent?alt=sse,
+  v1/projects/<p>/locations/<l>/publishers/anthropic/models/<m>:rawPredict | :streamRawPredict
+                                                                              (Google Vertex AI).
+Vertex's token endpoint: POST /token (a service account's RS256 JWT); GET /_vertex/mints.
 Environment (read at start):
   MOCK_AZURE_API_KEY          Azure `api-key` accepted            (default mock-azure-key)
   MOCK_AWS_ACCESS_KEY_ID      Bedrock SigV4 access key id         (default AKIAMOCKSWITCHYARD)
   MOCK_AWS_SECRET_ACCESS_KEY  Bedrock SigV4 secret                (default mock-secret-key-for-switchyard-tests)
-  MOCK_AWS_SESSION_TOKEN      Bedrock x-amz-security-token, if any (default none)";
+  MOCK_AWS_SESSION_TOKEN      Bedrock x-amz-security-token, if any (default none)
+  MOCK_VERTEX_PUBLIC_KEY_PEM  the Vertex service account's public key (PEM); unset: every JWT is refused";
 
 fn parse_port(s: &str, what: &str) -> Result<u16, String> {
     s.trim()

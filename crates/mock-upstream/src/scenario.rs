@@ -18,6 +18,12 @@
 //! AWS Bedrock (crate::bedrock) — Anthropic bodies with anthropic_version, SigV4 for `bedrock`
 //!   <prefix>/model/<model id, percent-encoded>/invoke
 //!   <prefix>/model/<model id, percent-encoded>/invoke-with-response-stream
+//! Google Vertex AI (crate::vertex) — Gemini bodies, or Anthropic bodies with anthropic_version,
+//! `Authorization: Bearer <a token minted by POST /token>`
+//!   <prefix>/v1/projects/<p>/locations/<l>/publishers/google/models/<m>:generateContent
+//!   <prefix>/v1/projects/<p>/locations/<l>/publishers/google/models/<m>:streamGenerateContent?alt=sse
+//!   <prefix>/v1/projects/<p>/locations/<l>/publishers/anthropic/models/<m>:rawPredict
+//!   <prefix>/v1/projects/<p>/locations/<l>/publishers/anthropic/models/<m>:streamRawPredict
 //! ```
 //!
 //! Their credentials come from the environment at start: `MOCK_AZURE_API_KEY` (default
@@ -312,6 +318,15 @@ pub enum Host {
     /// AWS Bedrock InvokeModel ([`crate::bedrock`]): the model id from the path
     /// (percent-decoded), and whether it is `invoke-with-response-stream`.
     Bedrock { model: String, stream: bool },
+    /// Google Vertex AI ([`crate::vertex`]): the path's project, location, publisher, model and
+    /// method (`generateContent`, `streamRawPredict`…).
+    Vertex {
+        project: String,
+        location: String,
+        publisher: String,
+        model: String,
+        method: String,
+    },
 }
 
 /// Where a provider path goes.
@@ -334,33 +349,34 @@ pub fn route(path: &str) -> Option<Route> {
     let n = segs.len();
     let ends = |tail: &[&str]| n >= tail.len() && segs[n - tail.len()..] == *tail;
     let decoded = |seg: &str| String::from_utf8_lossy(&percent_decode(seg)).into_owned();
-    let (api, prefix_len, host) =
-        if n >= 3 && segs[n - 3] == "model" && matches!(segs[n - 1], "invoke" | "invoke-with-response-stream") {
-            let host = Host::Bedrock {
-                model: decoded(segs[n - 2]),
-                stream: segs[n - 1] != "invoke",
-            };
-            (Api::Messages, n - 3, host)
-        } else if ends(&["openai", "v1", "chat", "completions"]) {
-            (Api::Chat, n - 4, Host::Azure { deployment: None })
-        } else if ends(&["openai", "v1", "responses"]) {
-            (Api::Responses, n - 3, Host::Azure { deployment: None })
-        } else if n >= 5 && segs[n - 5..n - 3] == ["openai", "deployments"] && ends(&["chat", "completions"]) {
-            let host = Host::Azure {
-                deployment: Some(decoded(segs[n - 3])),
-            };
-            (Api::Chat, n - 5, host)
-        } else if ends(&["chat", "completions"]) {
-            (Api::Chat, n - 2, Host::Direct)
-        } else if ends(&["messages"]) {
-            (Api::Messages, n - 1, Host::Direct)
-        } else if ends(&["responses"]) {
-            (Api::Responses, n - 1, Host::Direct)
-        } else if gemini_call(path).is_some() {
-            (Api::Gemini, n - 2, Host::Direct)
-        } else {
-            return None;
+    let (api, prefix_len, host) = if let Some(vertex) = crate::vertex::route(&segs) {
+        vertex
+    } else if n >= 3 && segs[n - 3] == "model" && matches!(segs[n - 1], "invoke" | "invoke-with-response-stream") {
+        let host = Host::Bedrock {
+            model: decoded(segs[n - 2]),
+            stream: segs[n - 1] != "invoke",
         };
+        (Api::Messages, n - 3, host)
+    } else if ends(&["openai", "v1", "chat", "completions"]) {
+        (Api::Chat, n - 4, Host::Azure { deployment: None })
+    } else if ends(&["openai", "v1", "responses"]) {
+        (Api::Responses, n - 3, Host::Azure { deployment: None })
+    } else if n >= 5 && segs[n - 5..n - 3] == ["openai", "deployments"] && ends(&["chat", "completions"]) {
+        let host = Host::Azure {
+            deployment: Some(decoded(segs[n - 3])),
+        };
+        (Api::Chat, n - 5, host)
+    } else if ends(&["chat", "completions"]) {
+        (Api::Chat, n - 2, Host::Direct)
+    } else if ends(&["messages"]) {
+        (Api::Messages, n - 1, Host::Direct)
+    } else if ends(&["responses"]) {
+        (Api::Responses, n - 1, Host::Direct)
+    } else if gemini_call(path).is_some() {
+        (Api::Gemini, n - 2, Host::Direct)
+    } else {
+        return None;
+    };
     Some(Route {
         api,
         key: segs[..prefix_len].join("/"),

@@ -1,10 +1,10 @@
 //! The HTTP server: accept loop (one thread per connection), the keep-alive
-//! request loop, control endpoints (`/_health`, `/_reset`, `/_stats/<key>`)
-//! and carrying out a scenario on the socket (delays, streams, cuts, hangs,
-//! resets).
+//! request loop, control endpoints (`/_health`, `/_reset`, `/_stats/<key>`, `/_vertex/mints`),
+//! Vertex's token endpoint (`/token`) and carrying out a scenario on the socket (delays,
+//! streams, cuts, hangs, resets).
 //!
 //! A provider request goes: counted, scenario parsed, the host's admission (Azure's URL and key,
-//! Bedrock's signature), `reject-field`, validation in its dialect as its host takes it (unless
+//! Bedrock's signature, Vertex's token), `reject-field`, validation in its dialect as its host takes it (unless
 //! `lenient`), the gate (`flaky`, `down-for`), then the behaviour. Errors take the host's shape.
 //!
 //! A broken client socket only ends that connection's thread: every write
@@ -27,6 +27,7 @@ use crate::scenario::{self, Api, Behavior, Gate, Host, Route, Scenario};
 use crate::sock;
 use crate::state::Shared;
 use crate::validate;
+use crate::vertex;
 
 /// Longest a `hang` connection is kept open.
 pub const HANG_MAX: Duration = Duration::from_secs(600);
@@ -179,6 +180,13 @@ fn dispatch(
         state.reset();
         return json(w, 200, r#"{"ok":true}"#, &[], close);
     }
+    if path == vertex::TOKEN_PATH {
+        let r = vertex::token_endpoint(req, state.secrets.vertex_key.as_ref(), &state.vertex_tokens);
+        return reply(w, &r, close);
+    }
+    if path == "/_vertex/mints" {
+        return json(w, 200, &state.vertex_tokens.mints_json(), &[], close);
+    }
     if path == "/_stats" || path.starts_with("/_stats/") {
         if method != "GET" {
             return json(
@@ -222,6 +230,7 @@ fn sleep_until(t: Instant) {
 fn error_reply(route: &Route, status: u16, e: &ErrSpec, kind: Option<scenario::ErrorKind>) -> JsonReply {
     match route.host {
         Host::Bedrock { .. } => bedrock::error_reply(status, &e.an_message),
+        Host::Vertex { ref model, .. } => vertex::error_reply(route.api, status, e, model),
         Host::Azure { .. } => JsonReply::new(status, azure::error_body(route.api, kind, e)),
         Host::Direct => JsonReply::new(status, dialect::error_body(route.api, e)),
     }
@@ -238,7 +247,7 @@ fn error_status(w: &mut TcpStream, route: &Route, status: u16, sc: &Scenario, in
     reply(w, &r, close)
 }
 
-/// The host's admission: Azure's URL rules and key, Bedrock's signature.
+/// The host's admission: Azure's URL rules and key, Bedrock's signature, Vertex's token.
 fn admit(req: &Request, host: &Host, state: &Shared) -> Result<(), JsonReply> {
     match host {
         Host::Direct => Ok(()),
@@ -249,6 +258,7 @@ fn admit(req: &Request, host: &Host, state: &Shared) -> Result<(), JsonReply> {
                 .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
             bedrock::authenticate(req, &state.secrets.aws, now)
         }
+        Host::Vertex { .. } => vertex::admit(req, host, &state.vertex_tokens),
     }
 }
 
@@ -298,6 +308,7 @@ fn run_scenario(
             }
         }
         Host::Bedrock { model, stream } => info = info.model_from_path(model, *stream),
+        Host::Vertex { model, method, .. } => info = info.model_from_path(model, vertex::streams(method)),
     }
     info.cache = sc.cache.unwrap_or_default();
 

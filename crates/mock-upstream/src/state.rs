@@ -13,7 +13,9 @@ use serde_json::{Map, Value};
 
 use crate::azure;
 use crate::http::Request;
+use crate::rsa::PublicKey;
 use crate::sigv4;
+use crate::vertex;
 
 /// A recorded request as reported by `/_stats/<key>`.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -93,6 +95,9 @@ pub struct Secrets {
     pub aws: sigv4::Credentials,
     /// Azure's `api-key` ([`azure::key_from_env`]).
     pub azure_key: String,
+    /// The Vertex service account's public key ([`vertex::key_from_env`]); none: every JWT is
+    /// refused.
+    pub vertex_key: Option<PublicKey>,
 }
 
 impl Default for Secrets {
@@ -100,17 +105,19 @@ impl Default for Secrets {
         Secrets {
             aws: sigv4::Credentials::default(),
             azure_key: azure::DEFAULT_API_KEY.to_string(),
+            vertex_key: None,
         }
     }
 }
 
 impl Secrets {
     /// `MOCK_AWS_ACCESS_KEY_ID`, `MOCK_AWS_SECRET_ACCESS_KEY`, `MOCK_AWS_SESSION_TOKEN` and
-    /// `MOCK_AZURE_API_KEY`, each defaulted when unset.
+    /// `MOCK_AZURE_API_KEY`, each defaulted when unset, and `MOCK_VERTEX_PUBLIC_KEY_PEM`.
     pub fn from_env() -> Secrets {
         Secrets {
             aws: sigv4::Credentials::from_env(),
             azure_key: azure::key_from_env(),
+            vertex_key: vertex::key_from_env(),
         }
     }
 }
@@ -120,6 +127,8 @@ impl Secrets {
 pub struct Shared {
     keys: Arc<Mutex<HashMap<String, KeyState>>>,
     pub secrets: Arc<Secrets>,
+    /// The Vertex fake's minted tokens.
+    pub vertex_tokens: Arc<vertex::Tokens>,
 }
 
 impl Default for Shared {
@@ -140,6 +149,7 @@ impl Shared {
         Shared {
             keys: Arc::default(),
             secrets: Arc::new(secrets),
+            vertex_tokens: Arc::default(),
         }
     }
 

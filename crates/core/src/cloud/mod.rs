@@ -5,8 +5,10 @@
 //! - [`eventstream`]: the `application/vnd.amazon.eventstream` frame decoder (Bedrock's streams).
 //! - [`bedrock`]: Bedrock's errors (HTTP answers and stream exceptions) as [`crate::classify::Verdict`]s.
 //! - [`invoke_stream`]: a Bedrock InvokeModel stream read as the Anthropic events it carries.
+//! - [`vertex`]: Vertex AI's addresses and bodies, and its service-account access tokens.
 
 pub mod bedrock;
 pub mod eventstream;
 pub mod invoke_stream;
 pub mod sigv4;
+pub mod vertex;

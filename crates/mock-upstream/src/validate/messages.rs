@@ -66,6 +66,30 @@ const NOT_ON_BEDROCK: &[&str] = &[
     "inference_geo",
 ];
 
+/// The `anthropic_version` a Vertex `rawPredict` body must carry.
+pub const VERTEX_VERSION: &str = "vertex-2023-10-16";
+/// Fields of the Messages API that a Vertex body must not have: the model is in the URL, the rest
+/// are Anthropic-only (`stream` stays: `streamRawPredict` reads it).
+const NOT_ON_VERTEX: &[&str] = &["model", "service_tier", "container", "mcp_servers", "inference_geo"];
+
+/// An Anthropic body for Vertex's `rawPredict` / `streamRawPredict`: `anthropic_version` (the one
+/// version), no `model`, then the Messages rules.
+pub(super) fn check_vertex(body: &Node) -> Check {
+    let version = body.req("anthropic_version")?;
+    if version.str()? != VERTEX_VERSION {
+        return version.invalid(format!("{} is not a valid enum value", version.str()?));
+    }
+    let fields: Vec<&str> = FIELDS
+        .iter()
+        .copied()
+        .filter(|f| !NOT_ON_VERTEX.contains(f))
+        .chain(["anthropic_version"])
+        .collect();
+    body.only(&fields)?;
+    body.opt("stream", Node::bool)?;
+    request(body)
+}
+
 pub(super) fn check(body: &Node) -> Check {
     body.only(FIELDS)?;
     body.req("model")?.str()?;

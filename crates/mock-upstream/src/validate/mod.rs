@@ -142,6 +142,7 @@ pub fn check_on(api: Api, host: &Host, body: &Result<Value, serde_json::Error>) 
         (Api::Chat, Host::Azure { deployment: Some(_) }) => chat::check(&root, false),
         (Api::Chat, _) => chat::check(&root, true),
         (Api::Messages, Host::Bedrock { .. }) => messages::check_bedrock(&root),
+        (Api::Messages, Host::Vertex { .. }) => messages::check_vertex(&root),
         (Api::Messages, _) => messages::check(&root),
         (Api::Responses, _) => responses::check(&root),
         (Api::Gemini, _) => gemini::check(&root),
