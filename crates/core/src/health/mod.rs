@@ -353,7 +353,10 @@ impl Breaker {
         }
         if class == FailureClass::RateLimited {
             if let (Some(until), Some(retry_after)) = (self.demoted_until_ms, obs.retry_after_ms) {
-                self.demoted_until_ms = Some(until.max(now.saturating_add(retry_after)));
+                let asked = now.saturating_add(retry_after);
+                self.demoted_until_ms = Some(until.max(asked));
+                // Nor is it checked before the time it asked for (SPEC §8b).
+                self.recheck_at_ms = self.recheck_at_ms.map(|at| at.max(asked));
             }
         }
     }
@@ -1349,6 +1352,11 @@ mod tests {
         assert!(!breaker(&h, "r").is_demoted(), "retry-after alone does not demote");
         rl(&mut h, T0 + 1, Some(3_600_000), RateLimited);
         assert_eq!(breaker(&h, "r").demoted_until_ms, Some(T0 + 1 + 3_600_000));
+        assert_eq!(
+            breaker(&h, "r").recheck_at_ms,
+            Some(T0 + 1 + 3_600_000),
+            "no recheck before the retry-after"
+        );
         // Shorter: the cooldown stands.
         let mut h = ModelHealth::default();
         for _ in 0..3 {
@@ -1356,6 +1364,11 @@ mod tests {
         }
         assert_eq!(breaker(&h, "r").demoted_until_ms, Some(T0 + 5 * MIN));
         // While cooling, a later longer retry-after extends too.
+        assert_eq!(
+            breaker(&h, "r").recheck_at_ms,
+            Some(T0 + MIN),
+            "the recheck waits for the retry-after too"
+        );
         rl(&mut h, T0 + MIN, Some(20 * MIN), RateLimited);
         assert_eq!(breaker(&h, "r").demoted_until_ms, Some(T0 + 21 * MIN));
         assert_eq!(breaker(&h, "r").cooldown_level, 1);
