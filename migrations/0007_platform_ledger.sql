@@ -6,7 +6,7 @@ CREATE TABLE platform_ledger (
   model         TEXT    NOT NULL,
   route         TEXT    NOT NULL,
   provider      TEXT    NOT NULL,
-  check_kind    TEXT    NOT NULL,  -- cooldown | idle
+  check_kind    TEXT    NOT NULL,  -- cooldown | idle | confirm | recheck (SPEC §8a, §8b, §18)
   passed        INTEGER NOT NULL,
   reason        TEXT    NOT NULL,
   input_tokens  INTEGER NOT NULL DEFAULT 0,
