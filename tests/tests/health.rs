@@ -154,6 +154,8 @@ fn an_account_failure_sends_another_model_on_that_account_elsewhere() {
         );
         id
     };
+    // A cooldown long enough to still be running when it is read, however loaded the machine.
+    let slow_cooldown = switchyard_e2e::with(policy(), json!({"cooldown_ms": 30000, "cooldown_max_ms": 60000}));
     let (broken_label, shared_label, other_label) = (unique("l"), unique("l"), unique("l"));
     let broken = provider(&broken_label, "status/401/invalid_key");
     let shared = provider(&shared_label, "ok");
@@ -163,14 +165,14 @@ fn an_account_failure_sends_another_model_on_that_account_elsewhere() {
             route("r0", &broken, "u", json!({})),
             route("r1", &other, "u", json!({})),
         ],
-        Some(policy()),
+        Some(slow_cooldown.clone()),
     );
     let m2 = s.model(
         vec![
             route("r0", &shared, "u", json!({})),
             route("r1", &other, "u", json!({})),
         ],
-        Some(policy()),
+        Some(slow_cooldown.clone()),
     );
     let key = s.new_key(10.0);
     assert_eq!(
