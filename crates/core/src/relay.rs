@@ -11,6 +11,7 @@
 
 use crate::catalog::Api;
 use crate::classify::{classify_error_payload, Verdict};
+use crate::cloud::converse_stream::ConverseStream;
 use crate::cloud::invoke_stream::InvokeStream;
 use crate::dialect::{chat, gemini, messages, redact, responses, with_cost, EventInfo, Reported};
 use crate::generation::{Delivery, Tariff};
@@ -113,10 +114,10 @@ pub const RESPONSES: StreamDialect = StreamDialect {
 };
 
 impl StreamDialect {
-    /// The stream dialect of a client API.
+    /// The stream dialect of a client API (Converse, no client's, is read as chat's).
     pub fn of(api: Api) -> &'static StreamDialect {
         match api {
-            Api::Chat => &CHAT,
+            Api::Chat | Api::Converse => &CHAT,
             Api::Messages => &MESSAGES,
             Api::Responses => &RESPONSES,
             Api::Gemini => &GEMINI,
@@ -129,8 +130,10 @@ impl StreamDialect {
 pub enum Framing {
     /// Server-sent events (every dialect over HTTP).
     Sse,
-    /// Bedrock's `application/vnd.amazon.eventstream` binary frames (SPEC §20).
+    /// Bedrock's `application/vnd.amazon.eventstream` binary frames of InvokeModel (SPEC §20).
     BedrockEventStream,
+    /// The same framing, of the Converse API (`converse` routes).
+    ConverseEventStream,
 }
 
 /// An upstream stream's bytes as the client's events: read from its framing and — when the route
@@ -146,6 +149,7 @@ pub struct Incoming {
 enum Frames {
     Sse(SseParser),
     Bedrock(InvokeStream),
+    Converse(ConverseStream),
 }
 
 impl Incoming {
@@ -155,6 +159,7 @@ impl Incoming {
             frames: match framing {
                 Framing::Sse => Frames::Sse(SseParser::new()),
                 Framing::BedrockEventStream => Frames::Bedrock(InvokeStream::new()),
+                Framing::ConverseEventStream => Frames::Converse(ConverseStream::new()),
             },
             translator,
             scratch: Vec::new(),
@@ -170,6 +175,7 @@ impl Incoming {
         match &mut self.frames {
             Frames::Sse(parser) => parser.push(chunk, upstream),
             Frames::Bedrock(stream) => stream.push(chunk, upstream),
+            Frames::Converse(stream) => stream.push(chunk, upstream),
         }
         self.translate(out);
     }
