@@ -25,6 +25,7 @@
 pub mod answer;
 pub mod azure;
 pub mod bedrock;
+pub mod converse;
 pub mod crypto;
 pub mod dialect;
 pub mod eventstream;

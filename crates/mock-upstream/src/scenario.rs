@@ -18,6 +18,9 @@
 //! AWS Bedrock (crate::bedrock) — Anthropic bodies with anthropic_version, SigV4 for `bedrock`
 //!   <prefix>/model/<model id, percent-encoded>/invoke
 //!   <prefix>/model/<model id, percent-encoded>/invoke-with-response-stream
+//! AWS Bedrock Converse (crate::converse) — Converse bodies, the same signature
+//!   <prefix>/model/<model id, percent-encoded>/converse
+//!   <prefix>/model/<model id, percent-encoded>/converse-stream
 //! ```
 //!
 //! Their credentials come from the environment at start: `MOCK_AZURE_API_KEY` (default
@@ -303,9 +306,15 @@ pub enum Host {
     /// Azure OpenAI ([`crate::azure`]): the v1 API (`deployment` `None`, the body's `model` names
     /// the deployment) or a deployment's URL.
     Azure { deployment: Option<String> },
-    /// AWS Bedrock InvokeModel ([`crate::bedrock`]): the model id from the path
-    /// (percent-decoded), and whether it is `invoke-with-response-stream`.
-    Bedrock { model: String, stream: bool },
+    /// AWS Bedrock ([`crate::bedrock`]): the model id from the path (percent-decoded), whether
+    /// it is a stream (`invoke-with-response-stream`, `converse-stream`), and whether it is the
+    /// Converse API ([`crate::converse`]) rather than InvokeModel. Either way the answer is made
+    /// as a Messages answer and said in Bedrock's shapes.
+    Bedrock {
+        model: String,
+        stream: bool,
+        converse: bool,
+    },
 }
 
 /// Where a provider path goes.
@@ -328,33 +337,39 @@ pub fn route(path: &str) -> Option<Route> {
     let n = segs.len();
     let ends = |tail: &[&str]| n >= tail.len() && segs[n - tail.len()..] == *tail;
     let decoded = |seg: &str| String::from_utf8_lossy(&percent_decode(seg)).into_owned();
-    let (api, prefix_len, host) =
-        if n >= 3 && segs[n - 3] == "model" && matches!(segs[n - 1], "invoke" | "invoke-with-response-stream") {
-            let host = Host::Bedrock {
-                model: decoded(segs[n - 2]),
-                stream: segs[n - 1] != "invoke",
-            };
-            (Api::Messages, n - 3, host)
-        } else if ends(&["openai", "v1", "chat", "completions"]) {
-            (Api::Chat, n - 4, Host::Azure { deployment: None })
-        } else if ends(&["openai", "v1", "responses"]) {
-            (Api::Responses, n - 3, Host::Azure { deployment: None })
-        } else if n >= 5 && segs[n - 5..n - 3] == ["openai", "deployments"] && ends(&["chat", "completions"]) {
-            let host = Host::Azure {
-                deployment: Some(decoded(segs[n - 3])),
-            };
-            (Api::Chat, n - 5, host)
-        } else if ends(&["chat", "completions"]) {
-            (Api::Chat, n - 2, Host::Direct)
-        } else if ends(&["messages"]) {
-            (Api::Messages, n - 1, Host::Direct)
-        } else if ends(&["responses"]) {
-            (Api::Responses, n - 1, Host::Direct)
-        } else if gemini_call(path).is_some() {
-            (Api::Gemini, n - 2, Host::Direct)
-        } else {
-            return None;
+    let (api, prefix_len, host) = if n >= 3
+        && segs[n - 3] == "model"
+        && matches!(
+            segs[n - 1],
+            "invoke" | "invoke-with-response-stream" | "converse" | "converse-stream"
+        ) {
+        let action = segs[n - 1];
+        let host = Host::Bedrock {
+            model: decoded(segs[n - 2]),
+            stream: action.ends_with("stream"),
+            converse: action.starts_with("converse"),
         };
+        (Api::Messages, n - 3, host)
+    } else if ends(&["openai", "v1", "chat", "completions"]) {
+        (Api::Chat, n - 4, Host::Azure { deployment: None })
+    } else if ends(&["openai", "v1", "responses"]) {
+        (Api::Responses, n - 3, Host::Azure { deployment: None })
+    } else if n >= 5 && segs[n - 5..n - 3] == ["openai", "deployments"] && ends(&["chat", "completions"]) {
+        let host = Host::Azure {
+            deployment: Some(decoded(segs[n - 3])),
+        };
+        (Api::Chat, n - 5, host)
+    } else if ends(&["chat", "completions"]) {
+        (Api::Chat, n - 2, Host::Direct)
+    } else if ends(&["messages"]) {
+        (Api::Messages, n - 1, Host::Direct)
+    } else if ends(&["responses"]) {
+        (Api::Responses, n - 1, Host::Direct)
+    } else if gemini_call(path).is_some() {
+        (Api::Gemini, n - 2, Host::Direct)
+    } else {
+        return None;
+    };
     Some(Route {
         api,
         key: segs[..prefix_len].join("/"),
@@ -668,7 +683,8 @@ mod tests {
                 "br/status/503".into(),
                 Host::Bedrock {
                     model: "anthropic.claude-3-haiku-20240307-v1:0".into(),
-                    stream: false
+                    stream: false,
+                    converse: false,
                 }
             ))
         );
@@ -681,11 +697,31 @@ mod tests {
                 "".into(),
                 Host::Bedrock {
                     model: "arn:aws:bedrock:us-east-1:1:inference-profile/us.x".into(),
-                    stream: true
+                    stream: true,
+                    converse: false,
                 }
             ))
         );
-        assert_eq!(bedrock("/a/model/m/converse"), None);
+        assert_eq!(
+            bedrock("/cv/status/429/model/meta.llama3-8b-instruct-v1%3A0/converse-stream"),
+            Some((
+                Api::Messages,
+                "cv/status/429".into(),
+                Host::Bedrock {
+                    model: "meta.llama3-8b-instruct-v1:0".into(),
+                    stream: true,
+                    converse: true,
+                }
+            ))
+        );
+        assert_eq!(
+            bedrock("/a/model/m/converse").map(|r| r.2),
+            Some(Host::Bedrock {
+                model: "m".into(),
+                stream: false,
+                converse: true,
+            })
+        );
         assert_eq!(
             bedrock("/az/tool-call/openai/v1/chat/completions?api-version=preview"),
             Some((Api::Chat, "az/tool-call".into(), Host::Azure { deployment: None }))
