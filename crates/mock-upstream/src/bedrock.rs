@@ -10,7 +10,8 @@
 //! request as received for service `bedrock`, the region being the one the credential scope
 //! names, with the credentials read at start from `MOCK_AWS_ACCESS_KEY_ID`,
 //! `MOCK_AWS_SECRET_ACCESS_KEY` and `MOCK_AWS_SESSION_TOKEN` (defaults `AKIAMOCKSWITCHYARD`,
-//! `mock-secret-key-for-switchyard-tests`, no token). A refusal is a 403 with
+//! `mock-secret-key-for-switchyard-tests`, no token) — or, for a request naming its key id, the
+//! temporary credential of `MOCK_AWS_TEMP_*`, whose token is then required. A refusal is a 403 with
 //! `x-amzn-errortype: <Exception>:<namespace>` and `{"message": …}`:
 //! `MissingAuthenticationTokenException` (no `Authorization`), `IncompleteSignatureException`
 //! (a malformed one, no `x-amz-date`, `host` / `x-amz-date` / `x-amz-security-token` not

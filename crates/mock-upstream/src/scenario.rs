@@ -26,7 +26,9 @@
 //! Their credentials come from the environment at start: `MOCK_AZURE_API_KEY` (default
 //! `mock-azure-key`), `MOCK_AWS_ACCESS_KEY_ID` (default `AKIAMOCKSWITCHYARD`),
 //! `MOCK_AWS_SECRET_ACCESS_KEY` (default `mock-secret-key-for-switchyard-tests`) and
-//! `MOCK_AWS_SESSION_TOKEN` (default: none; when set, requests must carry it, signed). Azure
+//! `MOCK_AWS_SESSION_TOKEN` (default: none; when set, requests must carry it, signed), and a second,
+//! temporary AWS credential from `MOCK_AWS_TEMP_ACCESS_KEY_ID`, `MOCK_AWS_TEMP_SECRET_ACCESS_KEY`
+//! and `MOCK_AWS_TEMP_SESSION_TOKEN` (requests signed with it must carry that token). Azure
 //! refuses a missing or wrong `api-key` (a bearer token too) with 401, a deployment URL without
 //! a dated `api-version` with 404; Bedrock refuses a signature that does not hold with 403 and
 //! `x-amzn-errortype` (`MissingAuthenticationTokenException`, `IncompleteSignatureException`,

@@ -248,7 +248,7 @@ fn admit(req: &Request, host: &Host, state: &Shared) -> Result<(), JsonReply> {
             let now = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
-            bedrock::authenticate(req, &state.secrets.aws, now)
+            bedrock::authenticate(req, state.secrets.aws_for(req), now)
         }
     }
 }
