@@ -169,7 +169,7 @@ fn check_block(block: &Value, at: &str) -> Result<bool, String> {
 fn is_base64(s: &str) -> bool {
     let body = s.trim_end_matches('=');
     !s.is_empty()
-        && s.len() % 4 == 0
+        && s.len().is_multiple_of(4)
         && s.len() - body.len() <= 2
         && body
             .bytes()
