@@ -629,12 +629,14 @@ mod tests {
             "routes": [{"id": "r", "provider": "p", "upstream_model": "u", "apis": ["chat"],
                         "price": {"input_per_mtok": 1.0, "output_per_mtok": 1.0}}]}))
         .unwrap();
-        for api in [Api::Chat, Api::Messages, Api::Responses, Api::Gemini] {
+        for api in [Api::Chat, Api::Messages, Api::Responses, Api::Gemini, Api::Converse] {
             let body = check_body(api, &model);
             let req = check_request(api, &model).expect("the check parses as a request");
             assert!(!req.stream);
             assert_eq!(req.max_tokens, Some(CHECK_MAX_TOKENS));
             assert!(String::from_utf8(body).unwrap().contains(VERIFY_PROMPT));
+            // A Converse route, which no client speaks, is checked with a chat request.
+            assert_eq!(req.api, if api == Api::Converse { Api::Chat } else { api });
         }
     }
 }
