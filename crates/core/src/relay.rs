@@ -493,6 +493,79 @@ mod tests {
     use super::*;
     use crate::classify::FailureClass;
 
+    /// A ConverseStream, however its bytes are cut, reaches a chat client as chat chunks that the
+    /// gate commits and the relay finishes, with the upstream's usage (cache reads included).
+    #[test]
+    fn a_converse_stream_is_framed_translated_and_relayed() {
+        use crate::cloud::converse_stream::testing::event;
+        use crate::translate::answer::AnswerContext;
+        use serde_json::json;
+        let bytes: Vec<u8> = [
+            ("messageStart", json!({"role": "assistant"})),
+            (
+                "contentBlockDelta",
+                json!({"contentBlockIndex": 0, "delta": {"text": "Hi there"}}),
+            ),
+            ("contentBlockStop", json!({"contentBlockIndex": 0})),
+            ("messageStop", json!({"stopReason": "end_turn"})),
+            (
+                "metadata",
+                json!({"usage": {"inputTokens": 4, "outputTokens": 2, "totalTokens": 12,
+                                          "cacheReadInputTokens": 6}, "metrics": {"latencyMs": 9}}),
+            ),
+        ]
+        .iter()
+        .flat_map(|(k, v)| event(k, v))
+        .collect();
+        for step in [1, 5, 64, bytes.len()] {
+            let ctx = AnswerContext {
+                id: "g".into(),
+                model: "m".into(),
+                created: 1,
+                choices: 1,
+            };
+            let translator = StreamTranslator::new(Api::Converse, Api::Chat, ctx);
+            let mut incoming = Incoming::new(Framing::ConverseEventStream, Some(translator));
+            let mut events = Vec::new();
+            for chunk in bytes.chunks(step) {
+                incoming.push(chunk, &mut events);
+            }
+            incoming.close(&mut events);
+            let mut gate = Gate::new(&CHAT, true, false, 1, None);
+            let mut sent = Vec::new();
+            let mut relay = None;
+            for ev in events {
+                match &mut relay {
+                    None => match gate.on_event(ev) {
+                        Before::Hold => {}
+                        Before::Commit(held) => {
+                            sent.extend(held);
+                            relay =
+                                Some(std::mem::replace(&mut gate, Gate::new(&CHAT, true, false, 1, None)).into_relay());
+                        }
+                        Before::Fail(v) => panic!("step {step}: {v:?}"),
+                    },
+                    Some(r) => match r.on_event(ev) {
+                        After::Send(b) | After::End { bytes: b, broken: None } => sent.extend(b),
+                        After::Skip => {}
+                        other => panic!("step {step}: {other:?}"),
+                    },
+                }
+            }
+            let text = String::from_utf8(sent).unwrap();
+            assert!(
+                text.contains("Hi there") && text.contains("\"finish_reason\":\"stop\""),
+                "{text}"
+            );
+            assert!(text.ends_with("data: [DONE]\n\n"), "step {step}: {text}");
+            let usage = incoming.upstream_usage().unwrap();
+            assert_eq!(
+                (usage.input_tokens, usage.cache_read_tokens, usage.output_tokens),
+                (Some(10), Some(6), Some(2))
+            );
+        }
+    }
+
     fn ev(data: &str) -> SseEvent {
         SseEvent::from_data(data)
     }
