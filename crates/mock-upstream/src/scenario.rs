@@ -329,6 +329,9 @@ pub struct Route {
     pub host: Host,
 }
 
+/// The actions of Bedrock's runtime API after `/model/<model id>/`: InvokeModel's and Converse's.
+const BEDROCK_RUNTIME_API_ACTIONS: [&str; 4] = ["invoke", "invoke-with-response-stream", "converse", "converse-stream"];
+
 /// Routes a provider path (the query, if any, is ignored). `None` when the path does not end in
 /// one of the API suffixes, or is a control path.
 pub fn route(path: &str) -> Option<Route> {
@@ -339,39 +342,34 @@ pub fn route(path: &str) -> Option<Route> {
     let n = segs.len();
     let ends = |tail: &[&str]| n >= tail.len() && segs[n - tail.len()..] == *tail;
     let decoded = |seg: &str| String::from_utf8_lossy(&percent_decode(seg)).into_owned();
-    let (api, prefix_len, host) = if n >= 3
-        && segs[n - 3] == "model"
-        && matches!(
-            segs[n - 1],
-            "invoke" | "invoke-with-response-stream" | "converse" | "converse-stream"
-        ) {
-        let action = segs[n - 1];
-        let host = Host::Bedrock {
-            model: decoded(segs[n - 2]),
-            stream: action.ends_with("stream"),
-            converse: action.starts_with("converse"),
+    let (api, prefix_len, host) =
+        if n >= 3 && segs[n - 3] == "model" && BEDROCK_RUNTIME_API_ACTIONS.contains(&segs[n - 1]) {
+            let host = Host::Bedrock {
+                model: decoded(segs[n - 2]),
+                stream: segs[n - 1].ends_with("stream"),
+                converse: segs[n - 1].starts_with("converse"),
+            };
+            (Api::Messages, n - 3, host)
+        } else if ends(&["openai", "v1", "chat", "completions"]) {
+            (Api::Chat, n - 4, Host::Azure { deployment: None })
+        } else if ends(&["openai", "v1", "responses"]) {
+            (Api::Responses, n - 3, Host::Azure { deployment: None })
+        } else if n >= 5 && segs[n - 5..n - 3] == ["openai", "deployments"] && ends(&["chat", "completions"]) {
+            let host = Host::Azure {
+                deployment: Some(decoded(segs[n - 3])),
+            };
+            (Api::Chat, n - 5, host)
+        } else if ends(&["chat", "completions"]) {
+            (Api::Chat, n - 2, Host::Direct)
+        } else if ends(&["messages"]) {
+            (Api::Messages, n - 1, Host::Direct)
+        } else if ends(&["responses"]) {
+            (Api::Responses, n - 1, Host::Direct)
+        } else if gemini_call(path).is_some() {
+            (Api::Gemini, n - 2, Host::Direct)
+        } else {
+            return None;
         };
-        (Api::Messages, n - 3, host)
-    } else if ends(&["openai", "v1", "chat", "completions"]) {
-        (Api::Chat, n - 4, Host::Azure { deployment: None })
-    } else if ends(&["openai", "v1", "responses"]) {
-        (Api::Responses, n - 3, Host::Azure { deployment: None })
-    } else if n >= 5 && segs[n - 5..n - 3] == ["openai", "deployments"] && ends(&["chat", "completions"]) {
-        let host = Host::Azure {
-            deployment: Some(decoded(segs[n - 3])),
-        };
-        (Api::Chat, n - 5, host)
-    } else if ends(&["chat", "completions"]) {
-        (Api::Chat, n - 2, Host::Direct)
-    } else if ends(&["messages"]) {
-        (Api::Messages, n - 1, Host::Direct)
-    } else if ends(&["responses"]) {
-        (Api::Responses, n - 1, Host::Direct)
-    } else if gemini_call(path).is_some() {
-        (Api::Gemini, n - 2, Host::Direct)
-    } else {
-        return None;
-    };
     Some(Route {
         api,
         key: segs[..prefix_len].join("/"),
