@@ -2,8 +2,8 @@
 //!
 //! It speaks OpenAI Chat Completions, Anthropic Messages, OpenAI Responses
 //! and Google Gemini (stream and non-stream), and fakes two clouds that host them — Azure
-//! OpenAI and AWS Bedrock (InvokeModel, SigV4, eventstream) — checking what they check. It
-//! validates requests as strictly as the real providers, and misbehaves on demand: the request
+//! OpenAI and AWS Bedrock (InvokeModel and Converse, SigV4, eventstream) — checking what they
+//! check. It validates requests as strictly as the real providers, and misbehaves on demand: the request
 //! path picks a scenario (error statuses with realistic bodies, hangs,
 //! resets, slow or cut streams, error and malformed events, flaky keys…,
 //! and answers that use the request: tool calls, tool results, JSON).
@@ -13,8 +13,8 @@
 //! [`validate`] (request validation per dialect), [`answer`] (answers the
 //! request decides), [`dialect`] (bodies and SSE plans), [`state`] (per-key
 //! counters), [`server`] (sockets and scenario execution), [`sock`] (RST on
-//! close), [`json`] (ordered JSON builder); for the clouds [`azure`], [`bedrock`], [`sigv4`]
-//! (signature verification), [`eventstream`] (AWS binary framing) and [`crypto`] (SHA-256,
+//! close), [`json`] (ordered JSON builder); for the clouds [`azure`], [`bedrock`], [`converse`]
+//! (Bedrock's Converse API), [`sigv4`] (signature verification), [`eventstream`] (AWS binary framing) and [`crypto`] (SHA-256,
 //! HMAC, CRC-32, base64).
 
 // The workspace bans `Instant::now` and `SystemTime::now` because they panic on wasm32; this
