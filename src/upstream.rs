@@ -366,6 +366,7 @@ pub async fn attempt(
     }
     let framing = match content_type.as_str() {
         t if t.starts_with("text/event-stream") => Some(Framing::Sse),
+        t if t.starts_with(EVENT_STREAM) && wire.api == Api::Converse => Some(Framing::ConverseEventStream),
         t if t.starts_with(EVENT_STREAM) => Some(Framing::BedrockEventStream),
         _ => None,
     };
@@ -373,7 +374,7 @@ pub async fn attempt(
         // The client gets server-sent events, whatever framing the route used.
         let content_type = match framing {
             Framing::Sse => content_type,
-            Framing::BedrockEventStream => "text/event-stream".to_string(),
+            Framing::BedrockEventStream | Framing::ConverseEventStream => "text/event-stream".to_string(),
         };
         return until_content(a, response, request, wire, framing, content_type).await;
     }

@@ -83,7 +83,8 @@ async fn send(
     let Ok(request) = verify::check_request(api, model) else {
         return refuse("the check request could not be built");
     };
-    // The check speaks the route's own dialect: nothing to translate.
+    // The check speaks the route's own dialect: nothing to translate (a Converse route, which no
+    // client speaks, gets a chat check translated).
     let Ok(outgoing) = wire::outgoing(&request, api, provider, &route.upstream_model, 0) else {
         return refuse("the check request could not be built");
     };

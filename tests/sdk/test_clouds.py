@@ -1,12 +1,14 @@
 """The clouds users fail over between (SPEC §20), through the official SDKs: a model per cloud kind
 — text and stream, failover from a throttled cloud route to another route, a mid-stream error ending
 with the client's error frame, usage and cost on /v1/generation as the fake reported them, and a
-wrong credential answered by the provider's own auth error, classified `account`.
+wrong credential answered by the provider's own auth error, classified `account`. Bedrock's Converse
+API, which no client speaks, serves every client dialect translated (text, stream, a tool round trip).
 
 The mock's fakes check what the real services check: Azure's `api-key` header and URL shapes;
-Bedrock's Signature Version 4 recomputed from the request as received, its body rules and its
-event-stream frames with both CRCs; Vertex's service-account JWT (its RS256 signature against the
-account's public key, its claims), the access token on every call, and the URL shapes.
+Bedrock's Signature Version 4 recomputed from the request as received, its body rules (InvokeModel's
+Anthropic bodies, Converse's own) and its event-stream frames with both CRCs; Vertex's
+service-account JWT (its RS256 signature against the account's public key, its claims), the access
+token on every call, and the URL shapes.
 """
 
 import json
@@ -18,12 +20,17 @@ from google.genai import errors as genai_errors
 from google.genai import types as genai_types
 
 from test_sdks import MOCK, Cloud, Setup
+from test_translation import CLIENTS, DIALECTS, FINISHED
 
 AZURE = {"kind": "azure", "key_secret": "E2E_AZURE_KEY", "path": "/openai/v1"}
 AZURE_DEPLOYMENT = {"kind": "azure", "key_secret": "E2E_AZURE_KEY", "api_version": "2024-10-21",
                     "path": "/openai/deployments/gpt-4o-deployment"}
 BEDROCK = {"kind": "bedrock", "region": "us-east-1", "access_key_secret": "E2E_AWS_ACCESS_KEY_ID",
            "secret_key_secret": "E2E_AWS_SECRET_ACCESS_KEY"}
+# Temporary credentials (an STS key): the session token goes with every request, signed.
+BEDROCK_TEMPORARY = {"kind": "bedrock", "region": "us-east-1", "access_key_secret": "E2E_AWS_TEMP_ACCESS_KEY_ID",
+                     "secret_key_secret": "E2E_AWS_TEMP_SECRET_ACCESS_KEY",
+                     "session_token_secret": "E2E_AWS_SESSION_TOKEN"}
 CLAUDE = "anthropic.claude-3-5-haiku-20241022-v1:0"
 MESSAGES = [{"role": "user", "content": "Say hello"}]
 
@@ -34,6 +41,10 @@ def azure(scenario, api="chat", fields=AZURE):
 
 def bedrock(scenario, fields=BEDROCK):
     return Cloud("messages", scenario, fields, CLAUDE)
+
+
+def converse(scenario, fields=BEDROCK, model="meta.llama3-1-8b-instruct-v1:0"):
+    return Cloud("converse", scenario, fields, model)
 
 
 def charged_as_reported(s, generation_id, output_tokens):
@@ -141,6 +152,95 @@ def test_a_wrong_aws_secret_is_the_accounts_failure():
     s = Setup("messages", [bedrock("ok", fields={**BEDROCK, "secret_key_secret": "E2E_UPSTREAM_KEY"}), "ok"])
     raw = s.anthropic().messages.with_raw_response.create(model=s.model, max_tokens=64, messages=MESSAGES)
     assert raw.parse().content[0].text.startswith("Hello")
+    assert s.attempts(raw.headers["x-generation-id"]) == [("r0", "account"), ("r1", "answered")]
+
+
+# ---- AWS Bedrock Converse (any model, every client dialect translated) -------------------------
+
+@pytest.mark.parametrize("client", DIALECTS)
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_converse_serves_every_client_whole_and_streamed(client, stream):
+    # The fake reports 3 cache-read and 4 cache-write tokens beside the uncached input.
+    s = Setup("chat", [converse("cache/3/4")])
+    text, finish, generation_id = CLIENTS[client].text(s, stream)
+    assert text.startswith("Hello from the mock"), text
+    assert finish == FINISHED[client]
+    g = s.generation(generation_id)
+    attempt = g["attempts"][-1]
+    assert (g["api"], attempt["api"], attempt["translated"]) == (client, "converse", True), attempt
+    u = g["usage"]
+    assert (u["cache_read_tokens"], u["cache_write_tokens"]) == (3, 4), u
+    assert u["input_tokens"] > 7 and u["output_tokens"] > 0 and not g["estimated"], g
+    # No cache prices: every input token at the input price, output at its own.
+    assert abs(g["total_cost"] - (u["input_tokens"] * 1.0 + u["output_tokens"] * 2.0) / 1e6) < 1e-9, g
+
+
+def test_converse_usage_is_what_the_fake_reported():
+    s = Setup("chat", [converse("ok")])
+    raw = s.anthropic().messages.with_raw_response.create(model=s.model, max_tokens=256, messages=MESSAGES)
+    message = raw.parse()
+    assert message.content[0].text.startswith("Hello") and message.stop_reason == "end_turn"
+    g = charged_as_reported(s, raw.headers["x-generation-id"], message.usage.output_tokens)
+    assert g["usage"]["input_tokens"] == message.usage.input_tokens
+    with s.openai().chat.completions.with_streaming_response.create(
+            model=s.model, messages=MESSAGES, stream=True, stream_options={"include_usage": True}) as raw:
+        chunks = list(raw.parse())
+        generation_id = raw.headers["x-generation-id"]
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices).startswith("Hello")
+    charged_as_reported(s, generation_id, chunks[-1].usage.completion_tokens)
+
+
+@pytest.mark.parametrize("client", ["chat", "messages", "responses", "gemini"])
+def test_a_tool_round_trip_through_converse(client):
+    s = Setup("chat", [converse("tool-call")])
+    answer = CLIENTS[client].tool_round_trip(s)
+    assert "sunny, 21 degrees" in answer, answer
+
+
+def test_a_throttled_converse_route_fails_over():
+    s = Setup("chat", [converse("status/429"), "ok"])
+    raw = s.openai().chat.completions.with_raw_response.create(model=s.model, messages=MESSAGES)
+    assert raw.parse().choices[0].message.content.startswith("Hello")
+    assert s.attempts(raw.headers["x-generation-id"]) == [("r0", "rate_limited"), ("r1", "answered")]
+
+
+def test_a_converse_exception_mid_stream_ends_with_the_clients_error():
+    s = Setup("chat", [converse("error-event-after/2/overloaded"), "ok"])
+    kinds = []
+    with pytest.raises(anthropic.APIStatusError) as raised:
+        for event in s.anthropic().messages.create(model=s.model, max_tokens=64, messages=MESSAGES, stream=True):
+            kinds.append(event.type)
+    assert "content_block_delta" in kinds, "content came before the exception"
+    assert raised.value.body["error"]["type"] == "overloaded_error"
+    received = []
+    with pytest.raises(openai.APIError):
+        for chunk in s.openai().chat.completions.create(model=s.model, messages=MESSAGES, stream=True):
+            received.extend(c.delta.content or "" for c in chunk.choices)
+    assert "".join(received).startswith("Hello")
+    assert s.seen(1) == 0, "never a splice from another route"
+
+
+def test_what_converse_cannot_carry_goes_to_the_next_route():
+    s = Setup("chat", [converse("ok"), "ok"])
+    raw = s.openai().chat.completions.with_raw_response.create(model=s.model, messages=MESSAGES, temperature=1.5)
+    assert raw.parse().choices[0].message.content.startswith("Hello")
+    g = s.generation(raw.headers["x-generation-id"])
+    assert [a["route"] for a in g["attempts"] if a["outcome"] == "answered"] == ["r1"], g["attempts"]
+    assert s.seen(0) == 0, "nothing was sent to the Converse route"
+
+
+def test_temporary_aws_credentials_send_their_session_token_signed():
+    s = Setup("chat", [bedrock("ok", fields=BEDROCK_TEMPORARY), Cloud("converse", "ok", BEDROCK_TEMPORARY, CLAUDE)])
+    raw = s.anthropic().messages.with_raw_response.create(model=s.model, max_tokens=64, messages=MESSAGES)
+    assert raw.parse().content[0].text.startswith("Hello")
+    assert s.attempts(raw.headers["x-generation-id"]) == [("r0", "answered")]
+    s = Setup("chat", [Cloud("converse", "ok", BEDROCK_TEMPORARY, CLAUDE)])
+    assert s.openai().chat.completions.create(model=s.model, messages=MESSAGES).choices[0].message.content.startswith("Hello")
+    # The same key without its token: AWS's own refusal, the account's failure.
+    no_token = {k: v for k, v in BEDROCK_TEMPORARY.items() if k != "session_token_secret"}
+    s = Setup("chat", [bedrock("ok", fields=no_token), "ok"])
+    raw = s.openai().chat.completions.with_raw_response.create(model=s.model, messages=MESSAGES)
+    assert raw.parse().choices[0].message.content.startswith("Hello")
     assert s.attempts(raw.headers["x-generation-id"]) == [("r0", "account"), ("r1", "answered")]
 
 

@@ -23,7 +23,9 @@ pub enum AuthScheme {
     XGoogApiKey,
 }
 
-/// A request dialect; a route lists the ones it serves natively.
+/// A request dialect; a route lists the ones it serves natively. Clients call the first four;
+/// `converse` (AWS Bedrock's Converse API) is spoken by routes only: every client reaches it
+/// translated (SPEC §20).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Api {
@@ -31,11 +33,17 @@ pub enum Api {
     Messages,
     Responses,
     Gemini,
+    Converse,
 }
 
 impl Api {
-    /// Every dialect, in the order their names sort.
+    /// Every dialect a client can call, in the order their names sort.
     pub const ALL: [Api; 4] = [Api::Chat, Api::Gemini, Api::Messages, Api::Responses];
+
+    /// Whether clients call Switchyard in this dialect (every one but Converse).
+    pub fn is_client(self) -> bool {
+        self != Api::Converse
+    }
 
     /// The name as the catalog and the generation record spell it.
     pub fn as_str(self) -> &'static str {
@@ -44,6 +52,7 @@ impl Api {
             Api::Messages => "messages",
             Api::Responses => "responses",
             Api::Gemini => "gemini",
+            Api::Converse => "converse",
         }
     }
 
@@ -52,11 +61,12 @@ impl Api {
     /// the chat family first — every pair goes through one neutral form, so closeness is only
     /// how much of each request both sides can say).
     pub fn wire_for(self, speaks: &[Api]) -> Option<Api> {
-        let preference: [Api; 4] = match self {
-            Api::Chat => [Api::Chat, Api::Responses, Api::Messages, Api::Gemini],
-            Api::Messages => [Api::Messages, Api::Chat, Api::Responses, Api::Gemini],
-            Api::Responses => [Api::Responses, Api::Chat, Api::Messages, Api::Gemini],
-            Api::Gemini => [Api::Gemini, Api::Chat, Api::Messages, Api::Responses],
+        // Converse, spoken by no client, is the last choice of every one.
+        let preference: [Api; 5] = match self {
+            Api::Chat | Api::Converse => [Api::Chat, Api::Responses, Api::Messages, Api::Gemini, Api::Converse],
+            Api::Messages => [Api::Messages, Api::Chat, Api::Responses, Api::Gemini, Api::Converse],
+            Api::Responses => [Api::Responses, Api::Chat, Api::Messages, Api::Gemini, Api::Converse],
+            Api::Gemini => [Api::Gemini, Api::Chat, Api::Messages, Api::Responses, Api::Converse],
         };
         preference.into_iter().find(|a| speaks.contains(a))
     }
@@ -71,6 +81,9 @@ impl Api {
             Api::Responses => format!("{base}/responses"),
             Api::Gemini if stream => format!("{base}/models/{model}:streamGenerateContent?alt=sse"),
             Api::Gemini => format!("{base}/models/{model}:generateContent"),
+            // Bedrock's own path (`crate::wire::url`); no other kind speaks Converse.
+            Api::Converse if stream => format!("{base}/model/{model}/converse-stream"),
+            Api::Converse => format!("{base}/model/{model}/converse"),
         }
     }
 }
@@ -87,7 +100,8 @@ pub enum Kind {
     /// Azure OpenAI: chat and responses on the resource's v1 API or a deployment URL, with an
     /// `api-key` header.
     Azure,
-    /// AWS Bedrock: Anthropic models through InvokeModel, signed with Signature Version 4.
+    /// AWS Bedrock: Anthropic models through InvokeModel (`messages`), any model through the
+    /// Converse API (`converse`), signed with Signature Version 4.
     Bedrock,
     /// Google Vertex AI: Gemini models (`gemini`) and Anthropic models (`messages`) on a
     /// project's region, with OAuth2 access tokens minted from a service account.
@@ -106,13 +120,13 @@ impl Kind {
         }
     }
 
-    /// The dialects a route of this kind can speak; `None`: any.
-    pub fn apis(self) -> Option<&'static [Api]> {
+    /// The dialects a route of this kind can speak.
+    pub fn apis(self) -> &'static [Api] {
         match self {
-            Kind::Openai | Kind::Anthropic | Kind::Gemini => None,
-            Kind::Azure => Some(&[Api::Chat, Api::Responses]),
-            Kind::Bedrock => Some(&[Api::Messages]),
-            Kind::Vertex => Some(&[Api::Gemini, Api::Messages]),
+            Kind::Openai | Kind::Anthropic | Kind::Gemini => &Api::ALL,
+            Kind::Azure => &[Api::Chat, Api::Responses],
+            Kind::Bedrock => &[Api::Messages, Api::Converse],
+            Kind::Vertex => &[Api::Gemini, Api::Messages],
         }
     }
 }
@@ -612,17 +626,16 @@ impl Catalog {
                 if r.apis.is_empty() {
                     return Err(err(
                         format!("{at}.apis"),
-                        "must list at least one of chat, messages, responses, gemini",
+                        "must list at least one of chat, messages, responses, gemini (or converse, for bedrock)",
                     ));
                 }
                 let kind = doc.providers[provider_index[&r.provider]].kind();
-                if let Some(speaks) = kind.apis() {
-                    if let Some(k) = r.apis.iter().position(|a| !speaks.contains(a)) {
-                        return Err(err(
-                            format!("{at}.apis[{k}]"),
-                            format!("a `{}` provider does not speak `{}`", kind.as_str(), r.apis[k].as_str()),
-                        ));
-                    }
+                let speaks = kind.apis();
+                if let Some(k) = r.apis.iter().position(|a| !speaks.contains(a)) {
+                    return Err(err(
+                        format!("{at}.apis[{k}]"),
+                        format!("a `{}` provider does not speak `{}`", kind.as_str(), r.apis[k].as_str()),
+                    ));
                 }
                 if kind == Kind::Vertex && r.apis.len() > 1 {
                     // The dialect names the publisher: one model is Google's or Anthropic's.

@@ -22,7 +22,8 @@ impl From<Api> for ErrorShape {
     fn from(api: Api) -> ErrorShape {
         match api {
             Api::Messages => ErrorShape::Anthropic,
-            Api::Chat | Api::Responses => ErrorShape::OpenAi,
+            // Converse is no client's dialect; an error about it is said the OpenAI way.
+            Api::Chat | Api::Responses | Api::Converse => ErrorShape::OpenAi,
             Api::Gemini => ErrorShape::Gemini,
         }
     }

@@ -11,6 +11,7 @@
 
 use crate::catalog::Api;
 use crate::classify::{classify_error_payload, Verdict};
+use crate::cloud::converse_stream::ConverseStream;
 use crate::cloud::invoke_stream::InvokeStream;
 use crate::dialect::{chat, gemini, messages, redact, responses, with_cost, EventInfo, Reported};
 use crate::generation::{Delivery, Tariff};
@@ -113,10 +114,10 @@ pub const RESPONSES: StreamDialect = StreamDialect {
 };
 
 impl StreamDialect {
-    /// The stream dialect of a client API.
+    /// The stream dialect of a client API (Converse, no client's, is read as chat's).
     pub fn of(api: Api) -> &'static StreamDialect {
         match api {
-            Api::Chat => &CHAT,
+            Api::Chat | Api::Converse => &CHAT,
             Api::Messages => &MESSAGES,
             Api::Responses => &RESPONSES,
             Api::Gemini => &GEMINI,
@@ -129,8 +130,10 @@ impl StreamDialect {
 pub enum Framing {
     /// Server-sent events (every dialect over HTTP).
     Sse,
-    /// Bedrock's `application/vnd.amazon.eventstream` binary frames (SPEC §20).
+    /// Bedrock's `application/vnd.amazon.eventstream` binary frames of InvokeModel (SPEC §20).
     BedrockEventStream,
+    /// The same framing, of the Converse API (`converse` routes).
+    ConverseEventStream,
 }
 
 /// An upstream stream's bytes as the client's events: read from its framing and — when the route
@@ -146,6 +149,7 @@ pub struct Incoming {
 enum Frames {
     Sse(SseParser),
     Bedrock(InvokeStream),
+    Converse(ConverseStream),
 }
 
 impl Incoming {
@@ -155,6 +159,7 @@ impl Incoming {
             frames: match framing {
                 Framing::Sse => Frames::Sse(SseParser::new()),
                 Framing::BedrockEventStream => Frames::Bedrock(InvokeStream::new()),
+                Framing::ConverseEventStream => Frames::Converse(ConverseStream::new()),
             },
             translator,
             scratch: Vec::new(),
@@ -170,6 +175,7 @@ impl Incoming {
         match &mut self.frames {
             Frames::Sse(parser) => parser.push(chunk, upstream),
             Frames::Bedrock(stream) => stream.push(chunk, upstream),
+            Frames::Converse(stream) => stream.push(chunk, upstream),
         }
         self.translate(out);
     }
@@ -486,6 +492,79 @@ impl Relay {
 mod tests {
     use super::*;
     use crate::classify::FailureClass;
+
+    /// A ConverseStream, however its bytes are cut, reaches a chat client as chat chunks that the
+    /// gate commits and the relay finishes, with the upstream's usage (cache reads included).
+    #[test]
+    fn a_converse_stream_is_framed_translated_and_relayed() {
+        use crate::cloud::converse_stream::testing::event;
+        use crate::translate::answer::AnswerContext;
+        use serde_json::json;
+        let bytes: Vec<u8> = [
+            ("messageStart", json!({"role": "assistant"})),
+            (
+                "contentBlockDelta",
+                json!({"contentBlockIndex": 0, "delta": {"text": "Hi there"}}),
+            ),
+            ("contentBlockStop", json!({"contentBlockIndex": 0})),
+            ("messageStop", json!({"stopReason": "end_turn"})),
+            (
+                "metadata",
+                json!({"usage": {"inputTokens": 4, "outputTokens": 2, "totalTokens": 12,
+                                          "cacheReadInputTokens": 6}, "metrics": {"latencyMs": 9}}),
+            ),
+        ]
+        .iter()
+        .flat_map(|(k, v)| event(k, v))
+        .collect();
+        for step in [1, 5, 64, bytes.len()] {
+            let ctx = AnswerContext {
+                id: "g".into(),
+                model: "m".into(),
+                created: 1,
+                choices: 1,
+            };
+            let translator = StreamTranslator::new(Api::Converse, Api::Chat, ctx);
+            let mut incoming = Incoming::new(Framing::ConverseEventStream, Some(translator));
+            let mut events = Vec::new();
+            for chunk in bytes.chunks(step) {
+                incoming.push(chunk, &mut events);
+            }
+            incoming.close(&mut events);
+            let mut gate = Gate::new(&CHAT, true, false, 1, None);
+            let mut sent = Vec::new();
+            let mut relay = None;
+            for ev in events {
+                match &mut relay {
+                    None => match gate.on_event(ev) {
+                        Before::Hold => {}
+                        Before::Commit(held) => {
+                            sent.extend(held);
+                            relay =
+                                Some(std::mem::replace(&mut gate, Gate::new(&CHAT, true, false, 1, None)).into_relay());
+                        }
+                        Before::Fail(v) => panic!("step {step}: {v:?}"),
+                    },
+                    Some(r) => match r.on_event(ev) {
+                        After::Send(b) | After::End { bytes: b, broken: None } => sent.extend(b),
+                        After::Skip => {}
+                        other => panic!("step {step}: {other:?}"),
+                    },
+                }
+            }
+            let text = String::from_utf8(sent).unwrap();
+            assert!(
+                text.contains("Hi there") && text.contains("\"finish_reason\":\"stop\""),
+                "{text}"
+            );
+            assert!(text.ends_with("data: [DONE]\n\n"), "step {step}: {text}");
+            let usage = incoming.upstream_usage().unwrap();
+            assert_eq!(
+                (usage.input_tokens, usage.cache_read_tokens, usage.output_tokens),
+                (Some(10), Some(6), Some(2))
+            );
+        }
+    }
 
     fn ev(data: &str) -> SseEvent {
         SseEvent::from_data(data)

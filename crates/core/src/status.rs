@@ -541,7 +541,7 @@ pub fn model_list(catalog: &Catalog, report: &Report) -> serde_json::Value {
             // (SPEC §19).
             let apis = match catalog.policy_for(m).translate && !native.is_empty() {
                 true => Api::ALL.to_vec(),
-                false => native.clone(),
+                false => native.iter().copied().filter(|a| a.is_client()).collect(),
             };
             let max = |f: fn(&Price) -> f64| m.routes.iter().map(|r| f(&r.price)).fold(0.0, f64::max);
             let pricing = m.routes.first().map(|r| {

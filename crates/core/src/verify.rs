@@ -64,7 +64,8 @@ pub fn deadline_ms(policy: &Policy, model: &Model) -> u64 {
 pub fn check_body(api: Api, model: &Model) -> Vec<u8> {
     let n = max_tokens(model);
     let body = match api {
-        Api::Chat => json!({"model": model.id, "stream": false, "max_tokens": n,
+        // A Converse route is checked with a chat request, translated like any client's.
+        Api::Chat | Api::Converse => json!({"model": model.id, "stream": false, "max_tokens": n,
                             "messages": [{"role": "user", "content": VERIFY_PROMPT}]}),
         Api::Messages => json!({"model": model.id, "stream": false, "max_tokens": n,
                                 "messages": [{"role": "user", "content": VERIFY_PROMPT}]}),
@@ -76,9 +77,11 @@ pub fn check_body(api: Api, model: &Model) -> Vec<u8> {
     body.to_string().into_bytes()
 }
 
-/// The check as a parsed request in `api`'s dialect.
+/// The check as a parsed request in `api`'s dialect (for Converse, which no client speaks, a chat
+/// request: it reaches the route translated).
 pub fn check_request(api: Api, model: &Model) -> Result<crate::dialect::ClientRequest, crate::ApiError> {
-    crate::dialect::parse_request(api, &check_body(api, model), Some((&model.id, false)))
+    let client = if api.is_client() { api } else { Api::Chat };
+    crate::dialect::parse_request(client, &check_body(api, model), Some((&model.id, false)))
 }
 
 /// One route of the model as the checker sees it: its id and its `verify` field.
@@ -626,12 +629,14 @@ mod tests {
             "routes": [{"id": "r", "provider": "p", "upstream_model": "u", "apis": ["chat"],
                         "price": {"input_per_mtok": 1.0, "output_per_mtok": 1.0}}]}))
         .unwrap();
-        for api in [Api::Chat, Api::Messages, Api::Responses, Api::Gemini] {
+        for api in [Api::Chat, Api::Messages, Api::Responses, Api::Gemini, Api::Converse] {
             let body = check_body(api, &model);
             let req = check_request(api, &model).expect("the check parses as a request");
             assert!(!req.stream);
             assert_eq!(req.max_tokens, Some(CHECK_MAX_TOKENS));
             assert!(String::from_utf8(body).unwrap().contains(VERIFY_PROMPT));
+            // A Converse route, which no client speaks, is checked with a chat request.
+            assert_eq!(req.api, if api == Api::Converse { Api::Chat } else { api });
         }
     }
 }

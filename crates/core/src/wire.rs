@@ -1,6 +1,8 @@
 //! What one attempt sends a provider (SPEC §19, §20): the URL its kind wants for the dialect, the
 //! body — the client's own with the route's model, or translated — and the headers that carry its
 //! key. Signing (Bedrock) is the caller's, over exactly these bytes; so is minting Vertex's token.
+//! Bedrock takes Anthropic bodies on InvokeModel (`messages` routes) and its own Converse bodies on
+//! Converse (`converse` routes, always translated: no client speaks it).
 
 use serde_json::Value;
 
@@ -44,7 +46,7 @@ pub fn outgoing(
         (written.body, true, written.dropped)
     };
     let body = match (provider.kind(), wire) {
-        (Kind::Bedrock, _) => bedrock_body(&body),
+        (Kind::Bedrock, Api::Messages) => bedrock_body(&body),
         (Kind::Vertex, Api::Messages) => vertex::anthropic_body(&body),
         _ => body,
     };
@@ -61,10 +63,11 @@ pub fn url(provider: &Provider, api: Api, model: &str, stream: bool) -> String {
     let base = provider.base();
     match provider.kind() {
         Kind::Bedrock => {
-            let action = if stream {
-                "invoke-with-response-stream"
-            } else {
-                "invoke"
+            let action = match (api, stream) {
+                (Api::Converse, true) => "converse-stream",
+                (Api::Converse, false) => "converse",
+                (_, true) => "invoke-with-response-stream",
+                (_, false) => "invoke",
             };
             format!("{base}/model/{}/{action}", path_segment(model))
         }
@@ -168,6 +171,14 @@ mod tests {
             "https://bedrock-runtime.us-west-2.amazonaws.com/model/anthropic.claude-3-haiku-20240307-v1%3A0/invoke-with-response-stream"
         );
         assert!(key_headers(&bedrock, "k").is_empty(), "signed, not keyed");
+        assert_eq!(
+            url(&bedrock, Api::Converse, "anthropic.claude-3-haiku-20240307-v1:0", false),
+            "https://bedrock-runtime.us-west-2.amazonaws.com/model/anthropic.claude-3-haiku-20240307-v1%3A0/converse"
+        );
+        assert_eq!(
+            url(&bedrock, Api::Converse, "us.meta.llama3-1-8b-instruct-v1:0", true),
+            "https://bedrock-runtime.us-west-2.amazonaws.com/model/us.meta.llama3-1-8b-instruct-v1%3A0/converse-stream"
+        );
     }
 
     #[test]
@@ -200,6 +211,35 @@ mod tests {
     }
 
     #[test]
+    fn a_converse_body_is_the_translated_one_for_the_converse_action() {
+        let bedrock = provider(json!({"kind": "bedrock", "region": "eu-west-1",
+                                      "access_key_secret": "A", "secret_key_secret": "S"}));
+        for stream in [false, true] {
+            let o = outgoing(
+                &messages_request(stream),
+                Api::Converse,
+                &bedrock,
+                "meta.llama3-70b",
+                64,
+            )
+            .unwrap();
+            let body: Value = serde_json::from_slice(&o.body).unwrap();
+            assert_eq!(
+                body,
+                json!({"messages": [{"role": "user", "content": [{"text": "hi"}]}],
+                       "inferenceConfig": {"maxTokens": 64}})
+            );
+            assert!(o.translated);
+            let action = if stream { "converse-stream" } else { "converse" };
+            assert!(
+                o.url.ends_with(&format!("/model/meta.llama3-70b/{action}")),
+                "{}",
+                o.url
+            );
+        }
+    }
+
+    #[test]
     fn the_catalog_refuses_a_kind_without_what_it_needs_naming_the_field() {
         let doc = |provider: Value, apis: Value| {
             json!({"providers": [provider], "models": [{"id": "m", "context_window": 100, "max_output_tokens": 10,
@@ -214,6 +254,13 @@ mod tests {
         let bedrock = json!({"id": "p", "kind": "bedrock", "region": "us-east-1",
                              "access_key_secret": "AWS_ID", "secret_key_secret": "AWS_SECRET"});
         assert!(Catalog::parse(doc(bedrock.clone(), json!(["messages"])).to_string().as_bytes()).is_ok());
+        assert!(Catalog::parse(doc(bedrock.clone(), json!(["converse"])).to_string().as_bytes()).is_ok());
+        let openai = json!({"id": "p", "base_url": "https://a/v1", "auth": "bearer"});
+        assert_eq!(
+            refused(openai, json!(["chat", "converse"])),
+            "models[0].routes[0].apis[1]",
+            "only Bedrock speaks Converse"
+        );
         assert_eq!(
             refused(bedrock.clone(), json!(["messages", "chat"])),
             "models[0].routes[0].apis[1]"

@@ -10,7 +10,8 @@
 //! request as received for service `bedrock`, the region being the one the credential scope
 //! names, with the credentials read at start from `MOCK_AWS_ACCESS_KEY_ID`,
 //! `MOCK_AWS_SECRET_ACCESS_KEY` and `MOCK_AWS_SESSION_TOKEN` (defaults `AKIAMOCKSWITCHYARD`,
-//! `mock-secret-key-for-switchyard-tests`, no token). A refusal is a 403 with
+//! `mock-secret-key-for-switchyard-tests`, no token) — or, for a request naming its key id, the
+//! temporary credential of `MOCK_AWS_TEMP_*`, whose token is then required. A refusal is a 403 with
 //! `x-amzn-errortype: <Exception>:<namespace>` and `{"message": …}`:
 //! `MissingAuthenticationTokenException` (no `Authorization`), `IncompleteSignatureException`
 //! (a malformed one, no `x-amz-date`, `host` / `x-amz-date` / `x-amz-security-token` not
@@ -158,7 +159,7 @@ fn invocation_metrics(info: &ReqInfo, sc: &Scenario) -> Obj {
 }
 
 /// The event name and data of an SSE event (`None`: a comment, no data).
-fn sse_parts(event: &str) -> Option<(Option<&str>, &str)> {
+pub(crate) fn sse_parts(event: &str) -> Option<(Option<&str>, &str)> {
     let name = event.lines().find_map(|l| l.strip_prefix("event: "));
     let data = event.lines().find_map(|l| l.strip_prefix("data: "))?;
     Some((name, data))
@@ -167,20 +168,7 @@ fn sse_parts(event: &str) -> Option<(Option<&str>, &str)> {
 /// The frame of the `index`-th Messages event (`name`, `data`).
 fn event_frame(name: Option<&str>, data: &str, index: usize, info: &ReqInfo, sc: &Scenario) -> Vec<u8> {
     if name == Some("error") {
-        let e = dialect::event_error(sc.error_kind, &info.model_name);
-        let exception = stream_exception(sc.error_kind);
-        let mut payload = Obj::new().str("message", &e.an_message);
-        if exception == "modelStreamErrorException" {
-            payload = payload
-                .num("originalStatusCode", u64::from(e.code))
-                .str("originalMessage", &e.an_message);
-        }
-        let headers = [
-            (":exception-type", exception),
-            (":content-type", "application/json"),
-            (":message-type", "exception"),
-        ];
-        return frame(&headers, payload.build().as_bytes());
+        return exception_frame(info, sc);
     }
     let json = if name == Some("message_stop") && !sc.no_usage {
         Obj::new()
@@ -190,10 +178,9 @@ fn event_frame(name: Option<&str>, data: &str, index: usize, info: &ReqInfo, sc:
     } else {
         data.to_string()
     };
-    let padding = &PADDING[..index * 7 % PADDING.len() + 1];
     let payload = Obj::new()
         .str("bytes", &base64(json.as_bytes()))
-        .str("p", padding)
+        .str("p", padding(index))
         .build();
     let headers = [
         (":event-type", "chunk"),
@@ -202,6 +189,32 @@ fn event_frame(name: Option<&str>, data: &str, index: usize, info: &ReqInfo, sc:
     ];
     frame(&headers, payload.as_bytes())
 }
+
+/// The exception message a mid-stream error of the scenario's kind becomes.
+pub(crate) fn exception_frame(info: &ReqInfo, sc: &Scenario) -> Vec<u8> {
+    let e = dialect::event_error(sc.error_kind, &info.model_name);
+    let exception = stream_exception(sc.error_kind);
+    let mut payload = Obj::new().str("message", &e.an_message);
+    if exception == "modelStreamErrorException" {
+        payload = payload
+            .num("originalStatusCode", u64::from(e.code))
+            .str("originalMessage", &e.an_message);
+    }
+    let headers = [
+        (":exception-type", exception),
+        (":content-type", "application/json"),
+        (":message-type", "exception"),
+    ];
+    frame(&headers, payload.build().as_bytes())
+}
+
+/// The padding of the `index`-th event (its length varies with the index, as AWS's does).
+pub(crate) fn padding(index: usize) -> &'static str {
+    &PADDING[..index * 7 % PADDING.len() + 1]
+}
+
+/// Turns a Messages stream plan into an eventstream's steps.
+pub(crate) type Reframe = fn(Vec<Step>, &ReqInfo, &Scenario) -> Vec<Step>;
 
 /// The Messages stream plan with each event as its frame, comments dropped and waits silent
 /// (an eventstream has no keep-alive).
@@ -226,6 +239,12 @@ fn reframe(steps: Vec<Step>, info: &ReqInfo, sc: &Scenario) -> Vec<Step> {
 /// The steps of an `invoke-with-response-stream` answer: the Messages stream plan for `sc`,
 /// reframed; a cut comes after half of the frame that would have come next.
 pub fn stream_plan(info: &ReqInfo, sc: &Scenario) -> Vec<Step> {
+    plan_with(info, sc, reframe)
+}
+
+/// The Messages stream plan for `sc` reframed by `reframe`; a cut comes after half of the frame
+/// that would have come next.
+pub(crate) fn plan_with(info: &ReqInfo, sc: &Scenario, reframe: Reframe) -> Vec<Step> {
     let mut steps = reframe(dialect::stream_plan(Api::Messages, info, sc), info, sc);
     if steps.last() == Some(&Step::Cut) {
         let whole = Scenario {

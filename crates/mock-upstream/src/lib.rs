@@ -2,8 +2,8 @@
 //!
 //! It speaks OpenAI Chat Completions, Anthropic Messages, OpenAI Responses
 //! and Google Gemini (stream and non-stream), and fakes two clouds that host them — Azure
-//! OpenAI, AWS Bedrock (InvokeModel, SigV4, eventstream) and Google Vertex AI (service-account
-//! tokens, Gemini and Anthropic models) — checking what they check. It
+//! OpenAI, AWS Bedrock (InvokeModel and Converse, SigV4, eventstream) and Google Vertex AI
+//! (service-account tokens, Gemini and Anthropic models) — checking what they check. It
 //! validates requests as strictly as the real providers, and misbehaves on demand: the request
 //! path picks a scenario (error statuses with realistic bodies, hangs,
 //! resets, slow or cut streams, error and malformed events, flaky keys…,
@@ -14,9 +14,10 @@
 //! [`validate`] (request validation per dialect), [`answer`] (answers the
 //! request decides), [`dialect`] (bodies and SSE plans), [`state`] (per-key
 //! counters), [`server`] (sockets and scenario execution), [`sock`] (RST on
-//! close), [`json`] (ordered JSON builder); for the clouds [`azure`], [`bedrock`], [`sigv4`]
-//! (signature verification), [`eventstream`] (AWS binary framing), [`vertex`] (tokens and
-//! calls), [`rsa`] (RS256 verification) and [`crypto`] (SHA-256, HMAC, CRC-32, base64).
+//! close), [`json`] (ordered JSON builder); for the clouds [`azure`], [`bedrock`], [`converse`]
+//! (Bedrock's Converse API), [`sigv4`] (signature verification), [`eventstream`] (AWS binary
+//! framing), [`vertex`] (tokens and calls), [`rsa`] (RS256 verification) and [`crypto`] (SHA-256,
+//! HMAC, CRC-32, base64).
 
 // The workspace bans `Instant::now` and `SystemTime::now` because they panic on wasm32; this
 // crate is a native test tool that needs real clocks (delays, `down-for`, `hang`, SigV4's
@@ -26,6 +27,7 @@
 pub mod answer;
 pub mod azure;
 pub mod bedrock;
+pub mod converse;
 pub mod crypto;
 pub mod dialect;
 pub mod eventstream;

@@ -26,7 +26,9 @@ Environment (read at start):
   MOCK_AWS_ACCESS_KEY_ID      Bedrock SigV4 access key id         (default AKIAMOCKSWITCHYARD)
   MOCK_AWS_SECRET_ACCESS_KEY  Bedrock SigV4 secret                (default mock-secret-key-for-switchyard-tests)
   MOCK_AWS_SESSION_TOKEN      Bedrock x-amz-security-token, if any (default none)
-  MOCK_VERTEX_PUBLIC_KEY_PEM  the Vertex service account's public key (PEM); unset: every JWT is refused";
+  MOCK_VERTEX_PUBLIC_KEY_PEM  the Vertex service account's public key (PEM); unset: every JWT is refused
+  MOCK_AWS_TEMP_ACCESS_KEY_ID, MOCK_AWS_TEMP_SECRET_ACCESS_KEY, MOCK_AWS_TEMP_SESSION_TOKEN
+                              a second, temporary credential: its requests must carry the token, signed";
 
 fn parse_port(s: &str, what: &str) -> Result<u16, String> {
     s.trim()

@@ -24,12 +24,17 @@
 //!   <prefix>/v1/projects/<p>/locations/<l>/publishers/google/models/<m>:streamGenerateContent?alt=sse
 //!   <prefix>/v1/projects/<p>/locations/<l>/publishers/anthropic/models/<m>:rawPredict
 //!   <prefix>/v1/projects/<p>/locations/<l>/publishers/anthropic/models/<m>:streamRawPredict
+//! AWS Bedrock Converse (crate::converse) — Converse bodies, the same signature
+//!   <prefix>/model/<model id, percent-encoded>/converse
+//!   <prefix>/model/<model id, percent-encoded>/converse-stream
 //! ```
 //!
 //! Their credentials come from the environment at start: `MOCK_AZURE_API_KEY` (default
 //! `mock-azure-key`), `MOCK_AWS_ACCESS_KEY_ID` (default `AKIAMOCKSWITCHYARD`),
 //! `MOCK_AWS_SECRET_ACCESS_KEY` (default `mock-secret-key-for-switchyard-tests`) and
-//! `MOCK_AWS_SESSION_TOKEN` (default: none; when set, requests must carry it, signed). Azure
+//! `MOCK_AWS_SESSION_TOKEN` (default: none; when set, requests must carry it, signed), and a second,
+//! temporary AWS credential from `MOCK_AWS_TEMP_ACCESS_KEY_ID`, `MOCK_AWS_TEMP_SECRET_ACCESS_KEY`
+//! and `MOCK_AWS_TEMP_SESSION_TOKEN` (requests signed with it must carry that token). Azure
 //! refuses a missing or wrong `api-key` (a bearer token too) with 401, a deployment URL without
 //! a dated `api-version` with 404; Bedrock refuses a signature that does not hold with 403 and
 //! `x-amzn-errortype` (`MissingAuthenticationTokenException`, `IncompleteSignatureException`,
@@ -315,9 +320,15 @@ pub enum Host {
     /// Azure OpenAI ([`crate::azure`]): the v1 API (`deployment` `None`, the body's `model` names
     /// the deployment) or a deployment's URL.
     Azure { deployment: Option<String> },
-    /// AWS Bedrock InvokeModel ([`crate::bedrock`]): the model id from the path
-    /// (percent-decoded), and whether it is `invoke-with-response-stream`.
-    Bedrock { model: String, stream: bool },
+    /// AWS Bedrock ([`crate::bedrock`]): the model id from the path (percent-decoded), whether
+    /// it is a stream (`invoke-with-response-stream`, `converse-stream`), and whether it is the
+    /// Converse API ([`crate::converse`]) rather than InvokeModel. Either way the answer is made
+    /// as a Messages answer and said in Bedrock's shapes.
+    Bedrock {
+        model: String,
+        stream: bool,
+        converse: bool,
+    },
     /// Google Vertex AI ([`crate::vertex`]): the path's project, location, publisher, model and
     /// method (`generateContent`, `streamRawPredict`…).
     Vertex {
@@ -339,6 +350,9 @@ pub struct Route {
     pub host: Host,
 }
 
+/// The actions of Bedrock's runtime API after `/model/<model id>/`: InvokeModel's and Converse's.
+const BEDROCK_RUNTIME_API_ACTIONS: [&str; 4] = ["invoke", "invoke-with-response-stream", "converse", "converse-stream"];
+
 /// Routes a provider path (the query, if any, is ignored). `None` when the path does not end in
 /// one of the API suffixes, or is a control path.
 pub fn route(path: &str) -> Option<Route> {
@@ -351,10 +365,11 @@ pub fn route(path: &str) -> Option<Route> {
     let decoded = |seg: &str| String::from_utf8_lossy(&percent_decode(seg)).into_owned();
     let (api, prefix_len, host) = if let Some(vertex) = crate::vertex::route(&segs) {
         vertex
-    } else if n >= 3 && segs[n - 3] == "model" && matches!(segs[n - 1], "invoke" | "invoke-with-response-stream") {
+    } else if n >= 3 && segs[n - 3] == "model" && BEDROCK_RUNTIME_API_ACTIONS.contains(&segs[n - 1]) {
         let host = Host::Bedrock {
             model: decoded(segs[n - 2]),
-            stream: segs[n - 1] != "invoke",
+            stream: segs[n - 1].ends_with("stream"),
+            converse: segs[n - 1].starts_with("converse"),
         };
         (Api::Messages, n - 3, host)
     } else if ends(&["openai", "v1", "chat", "completions"]) {
@@ -691,7 +706,8 @@ mod tests {
                 "br/status/503".into(),
                 Host::Bedrock {
                     model: "anthropic.claude-3-haiku-20240307-v1:0".into(),
-                    stream: false
+                    stream: false,
+                    converse: false,
                 }
             ))
         );
@@ -704,11 +720,31 @@ mod tests {
                 "".into(),
                 Host::Bedrock {
                     model: "arn:aws:bedrock:us-east-1:1:inference-profile/us.x".into(),
-                    stream: true
+                    stream: true,
+                    converse: false,
                 }
             ))
         );
-        assert_eq!(bedrock("/a/model/m/converse"), None);
+        assert_eq!(
+            bedrock("/cv/status/429/model/meta.llama3-8b-instruct-v1%3A0/converse-stream"),
+            Some((
+                Api::Messages,
+                "cv/status/429".into(),
+                Host::Bedrock {
+                    model: "meta.llama3-8b-instruct-v1:0".into(),
+                    stream: true,
+                    converse: true,
+                }
+            ))
+        );
+        assert_eq!(
+            bedrock("/a/model/m/converse").map(|r| r.2),
+            Some(Host::Bedrock {
+                model: "m".into(),
+                stream: false,
+                converse: true,
+            })
+        );
         assert_eq!(
             bedrock("/az/tool-call/openai/v1/chat/completions?api-version=preview"),
             Some((Api::Chat, "az/tool-call".into(), Host::Azure { deployment: None }))

@@ -20,6 +20,7 @@ use serde_json::Value;
 use crate::answer;
 use crate::azure;
 use crate::bedrock;
+use crate::converse;
 use crate::dialect::{self, ErrSpec, ReqInfo, Step, KEEPALIVE};
 use crate::http::{self, JsonReply, ReadError, Request};
 use crate::json::Obj;
@@ -256,7 +257,7 @@ fn admit(req: &Request, host: &Host, state: &Shared) -> Result<(), JsonReply> {
             let now = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
-            bedrock::authenticate(req, &state.secrets.aws, now)
+            bedrock::authenticate(req, state.secrets.aws_for(req), now)
         }
         Host::Vertex { .. } => vertex::admit(req, host, &state.vertex_tokens),
     }
@@ -292,7 +293,10 @@ fn run_scenario(
     }
     // One parse of the body serves every step below.
     let body = serde_json::from_slice::<Value>(&req.body);
-    let value = body.as_ref().unwrap_or(&Value::Null);
+    let converse = matches!(route.host, Host::Bedrock { converse: true, .. });
+    // A Converse body is answered as the Messages body it stands for.
+    let view = converse.then(|| converse::messages_view(body.as_ref().unwrap_or(&Value::Null)));
+    let value = view.as_ref().or(body.as_ref().ok()).unwrap_or(&Value::Null);
     let mut info = ReqInfo::from_json(value, req.body.len());
     match &route.host {
         Host::Direct => {
@@ -307,7 +311,7 @@ fn run_scenario(
                 info = info.model_from_path(d, stream);
             }
         }
-        Host::Bedrock { model, stream } => info = info.model_from_path(model, *stream),
+        Host::Bedrock { model, stream, .. } => info = info.model_from_path(model, *stream),
         Host::Vertex { model, method, .. } => info = info.model_from_path(model, vertex::streams(method)),
     }
     info.cache = sc.cache.unwrap_or_default();
@@ -334,7 +338,13 @@ fn run_scenario(
             return reply(w, &r, close);
         }
     }
-    if !sc.lenient {
+    if !sc.lenient && converse {
+        if let Err(message) = converse::check(&body) {
+            let mut r = bedrock::error_reply(400, &message);
+            r.body = padded(r.body, &sc);
+            return reply(w, &r, close);
+        }
+    } else if !sc.lenient {
         if let Err(problem) = validate::check_on(api, &route.host, &body) {
             let mut r = match route.host {
                 Host::Bedrock { .. } => bedrock::validation_reply(&problem),
@@ -377,6 +387,7 @@ fn run_scenario(
         }
         _ if info.stream => {
             let (head, steps) = match route.host {
+                Host::Bedrock { converse: true, .. } => (bedrock::stream_headers(), converse::stream_plan(&info, &sc)),
                 Host::Bedrock { .. } => (bedrock::stream_headers(), bedrock::stream_plan(&info, &sc)),
                 _ => (sse_headers(), dialect::stream_plan(api, &info, &sc)),
             };
@@ -396,6 +407,11 @@ fn run_scenario(
             } else {
                 dialect::nonstream_body(api, &info, &sc)
             };
+            let body = if converse {
+                converse::body(&body, &info, &sc)
+            } else {
+                body
+            };
             let body = padded(body, &sc);
             match sc.answer_status {
                 // An odd success: another 2xx status, and a content type that is not JSON's.
@@ -406,6 +422,8 @@ fn run_scenario(
                 }
                 None => {
                     let extra = match route.host {
+                        // Converse says its usage in the body.
+                        Host::Bedrock { converse: true, .. } => Vec::new(),
                         Host::Bedrock { .. } => bedrock::invoke_headers(&info, &sc),
                         _ => Vec::new(),
                     };

@@ -59,6 +59,24 @@ impl Default for Credentials {
 }
 
 impl Credentials {
+    /// A second, temporary credential (an access key id, its secret and its session token) from
+    /// `MOCK_AWS_TEMP_ACCESS_KEY_ID`, `MOCK_AWS_TEMP_SECRET_ACCESS_KEY` and
+    /// `MOCK_AWS_TEMP_SESSION_TOKEN`: `None` unless all three are set.
+    pub fn temporary_from_env() -> Option<Credentials> {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        Some(Credentials {
+            access_key_id: var("MOCK_AWS_TEMP_ACCESS_KEY_ID")?,
+            secret_access_key: var("MOCK_AWS_TEMP_SECRET_ACCESS_KEY")?,
+            session_token: Some(var("MOCK_AWS_TEMP_SESSION_TOKEN")?),
+        })
+    }
+
+    /// Whether `req` names this credential's access key id in its `Authorization`.
+    pub fn named_by(&self, req: &Request) -> bool {
+        req.header("authorization")
+            .is_some_and(|h| h.contains(&format!("Credential={}/", self.access_key_id)))
+    }
+
     /// `MOCK_AWS_ACCESS_KEY_ID`, `MOCK_AWS_SECRET_ACCESS_KEY` and `MOCK_AWS_SESSION_TOKEN`
     /// (unset or empty: the defaults, and no session token).
     pub fn from_env() -> Credentials {

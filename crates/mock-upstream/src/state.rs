@@ -93,6 +93,9 @@ fn prompt_of(body: &Value) -> String {
 pub struct Secrets {
     /// AWS credentials for Bedrock's SigV4 ([`sigv4::Credentials::from_env`]).
     pub aws: sigv4::Credentials,
+    /// A temporary AWS credential beside it, with its session token
+    /// ([`sigv4::Credentials::temporary_from_env`]).
+    pub aws_temporary: Option<sigv4::Credentials>,
     /// Azure's `api-key` ([`azure::key_from_env`]).
     pub azure_key: String,
     /// The Vertex service account's public key ([`vertex::key_from_env`]); none: every JWT is
@@ -104,6 +107,7 @@ impl Default for Secrets {
     fn default() -> Self {
         Secrets {
             aws: sigv4::Credentials::default(),
+            aws_temporary: None,
             azure_key: azure::DEFAULT_API_KEY.to_string(),
             vertex_key: None,
         }
@@ -111,11 +115,22 @@ impl Default for Secrets {
 }
 
 impl Secrets {
-    /// `MOCK_AWS_ACCESS_KEY_ID`, `MOCK_AWS_SECRET_ACCESS_KEY`, `MOCK_AWS_SESSION_TOKEN` and
-    /// `MOCK_AZURE_API_KEY`, each defaulted when unset, and `MOCK_VERTEX_PUBLIC_KEY_PEM`.
+    /// The AWS credential a request names: the temporary one when its key id is the request's,
+    /// else the usual one (which then refuses an unknown key id).
+    pub fn aws_for(&self, req: &crate::http::Request) -> &sigv4::Credentials {
+        match &self.aws_temporary {
+            Some(t) if t.named_by(req) => t,
+            _ => &self.aws,
+        }
+    }
+
+    /// `MOCK_AWS_ACCESS_KEY_ID`, `MOCK_AWS_SECRET_ACCESS_KEY`, `MOCK_AWS_SESSION_TOKEN`, the
+    /// temporary credential's `MOCK_AWS_TEMP_*` and `MOCK_AZURE_API_KEY`, each defaulted when
+    /// unset, and `MOCK_VERTEX_PUBLIC_KEY_PEM`.
     pub fn from_env() -> Secrets {
         Secrets {
             aws: sigv4::Credentials::from_env(),
+            aws_temporary: sigv4::Credentials::temporary_from_env(),
             azure_key: azure::key_from_env(),
             vertex_key: vertex::key_from_env(),
         }

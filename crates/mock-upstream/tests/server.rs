@@ -851,6 +851,75 @@ fn a_session_token_must_come_signed() {
 }
 
 #[test]
+fn a_temporary_credential_beside_the_usual_one_needs_its_token() {
+    let secrets = mock_upstream::Secrets {
+        aws_temporary: Some(mock_upstream::sigv4::Credentials {
+            access_key_id: "ASIAMOCKTEMPORARY".into(),
+            secret_access_key: "temporary-secret".into(),
+            session_token: Some("session-2".into()),
+        }),
+        ..Default::default()
+    };
+    let addr = mock_upstream::spawn_with(0, mock_upstream::Shared::with_secrets(secrets))
+        .unwrap()
+        .0;
+    let path = format!("/tmp/model/{HAIKU}/converse");
+    let body = r#"{"messages":[{"role":"user","content":[{"text":"hi"}]}]}"#;
+    let temporary = Signer {
+        key_id: "ASIAMOCKTEMPORARY",
+        secret: "temporary-secret",
+        token: Some("session-2"),
+        ..Signer::default()
+    };
+    assert_eq!(bedrock(addr, &temporary, &path, body).status, 200);
+    assert_eq!(
+        bedrock(addr, &Signer::default(), &path, body).status,
+        200,
+        "the usual key still works"
+    );
+    let without_token = Signer {
+        token: None,
+        ..temporary
+    };
+    assert_eq!(
+        aws_error(&bedrock(addr, &without_token, &path, body)).1,
+        "UnrecognizedClientException"
+    );
+    let wrong_token = Signer {
+        token: Some("session-1"),
+        ..temporary
+    };
+    assert_eq!(
+        aws_error(&bedrock(addr, &wrong_token, &path, body)).1,
+        "UnrecognizedClientException"
+    );
+}
+
+#[test]
+fn a_signed_converse_is_answered_in_converse_shapes() {
+    let addr = server();
+    let body = r#"{"messages":[{"role":"user","content":[{"text":"hi"}]}],"inferenceConfig":{"maxTokens":32}}"#;
+    let r = bedrock(addr, &Signer::default(), &format!("/cv/model/{HAIKU}/converse"), body);
+    assert_eq!(r.status, 200);
+    let v = r.json();
+    assert_eq!(v["stopReason"], "end_turn");
+    assert!(v["output"]["message"]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .starts_with("Hello"));
+    assert!(v["usage"]["inputTokens"].as_u64().unwrap() > 0);
+    let with_model = r#"{"model":"x","messages":[{"role":"user","content":[{"text":"hi"}]}]}"#;
+    let (status, name, message) = aws_error(&bedrock(
+        addr,
+        &Signer::default(),
+        &format!("/cv/model/{HAIKU}/converse"),
+        with_model,
+    ));
+    assert_eq!((status, name.as_str()), (400, "ValidationException"), "{message}");
+    assert!(message.contains("[model]"), "{message}");
+}
+
+#[test]
 fn bedrock_bodies_carry_the_version_and_neither_model_nor_stream() {
     let addr = server();
     let path = format!("/bb/model/{HAIKU}/invoke");

@@ -44,11 +44,8 @@ impl InvokeStream {
 
 /// The Anthropic event a frame stands for; `None` for an event of no meaning to the answer.
 fn event_of(frame: &Frame) -> Option<SseEvent> {
-    if let Some(verdict) = classify_frame(frame) {
-        let message = verdict
-            .message
-            .unwrap_or_else(|| "The provider's stream reported an error.".into());
-        return Some(error_event(verdict.class, &message));
+    if let Some(error) = exception_event(frame) {
+        return Some(error);
     }
     if frame.event_type() != Some("chunk") {
         return None;
@@ -70,8 +67,9 @@ fn event_of(frame: &Frame) -> Option<SseEvent> {
     })
 }
 
-/// The Anthropic `error` event whose type the classifier reads as `class`.
-fn error_event(class: FailureClass, message: &str) -> SseEvent {
+/// The Anthropic `error` event whose type the classifier reads as `class` (a Converse stream's
+/// exceptions become the same event).
+pub(super) fn error_event(class: FailureClass, message: &str) -> SseEvent {
     let kind = match class {
         FailureClass::Overloaded => "overloaded_error",
         FailureClass::RateLimited => "rate_limit_error",
@@ -86,8 +84,18 @@ fn error_event(class: FailureClass, message: &str) -> SseEvent {
     )
 }
 
+/// The `error` event of a frame that is not an event (an exception, an error), by its class;
+/// `None` for an event.
+pub(super) fn exception_event(frame: &Frame) -> Option<SseEvent> {
+    let verdict = classify_frame(frame)?;
+    let message = verdict
+        .message
+        .unwrap_or_else(|| "The provider's stream reported an error.".into());
+    Some(error_event(verdict.class, &message))
+}
+
 /// `event: <name>` with `data` on one line, as Anthropic's SSE carries it.
-fn named(name: &str, data: &Value) -> SseEvent {
+pub(super) fn named(name: &str, data: &Value) -> SseEvent {
     let data = data.to_string();
     SseEvent {
         raw: format!("event: {name}\ndata: {data}\n\n").into_bytes(),

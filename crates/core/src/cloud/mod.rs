@@ -6,8 +6,11 @@
 //! - [`bedrock`]: Bedrock's errors (HTTP answers and stream exceptions) as [`crate::classify::Verdict`]s.
 //! - [`invoke_stream`]: a Bedrock InvokeModel stream read as the Anthropic events it carries.
 //! - [`vertex`]: Vertex AI's addresses and bodies, and its service-account access tokens.
+//! - [`converse_stream`]: a Bedrock ConverseStream read as its events (`translate::answer` reads
+//!   them).
 
 pub mod bedrock;
+pub mod converse_stream;
 pub mod eventstream;
 pub mod invoke_stream;
 pub mod sigv4;

@@ -7,6 +7,7 @@
 
 pub mod body;
 pub mod chat;
+pub mod converse;
 pub mod external;
 pub mod gemini;
 pub mod messages;
@@ -284,6 +285,12 @@ pub fn parse_request(api: Api, bytes: &[u8], path: Option<(&str, bool)>) -> Resu
             let (model, stream) = path.ok_or_else(|| ApiError::invalid("The model belongs in the path.", None))?;
             gemini::parse_request(bytes, model, stream)
         }
+        Api::Converse => {
+            return Err(ApiError::invalid(
+                "Bedrock Converse is spoken by routes, not by clients.",
+                None,
+            ))
+        }
     }?;
     if let Some((param, kind)) = external::priced_tool(&request.body) {
         return Err(ApiError::invalid(
@@ -308,6 +315,7 @@ pub fn inspect_body(api: Api, body: &[u8], client_stop: bool) -> Result<BodyInfo
         Api::Messages => messages::inspect_body(body),
         Api::Responses => responses::inspect_body(body),
         Api::Gemini => gemini::inspect_body(body),
+        Api::Converse => converse::inspect_body(body),
     }?;
     if info.output_chars == 0 && !info.finish.is_some_and(|f| f.explains_empty(client_stop)) {
         return Err(Verdict::bad("response has no output"));
@@ -423,7 +431,8 @@ impl ClientRequest {
             return limit;
         }
         let field = match self.api {
-            Api::Chat => "max_completion_tokens",
+            // A client request is never in Converse (`parse_request` refuses it).
+            Api::Chat | Api::Converse => "max_completion_tokens",
             Api::Messages => "max_tokens",
             Api::Responses => "max_output_tokens",
             Api::Gemini => {

@@ -541,6 +541,7 @@ mod tests {
         let bedrock = Host::Bedrock {
             model: "anthropic.claude-3-haiku-20240307-v1:0".into(),
             stream: false,
+            converse: false,
         };
         let hello = json!([{"role": "user", "content": "hi"}]);
         let refused = |body: Value| {

@@ -4,7 +4,8 @@
 //! of the client's dialect turns those into client events, one upstream event at a time, as they
 //! arrive ([`StreamTranslator`]); a whole non-stream answer goes through a neutral answer the same
 //! way ([`body`]). This module owns that neutral form, the translator, and the rules every pair
-//! shares; `chat`, `messages`, `responses` and `gemini` own one dialect's reader and writer each.
+//! shares; `chat`, `messages`, `responses` and `gemini` own one dialect's reader and writer each,
+//! `converse` (Bedrock's, which only routes speak) a reader.
 //!
 //! The readers reuse the dialect modules' own mappings (usage fields, finish reasons, error
 //! payloads), and every writer writes what the client dialect's inspector (`dialect::*::
@@ -44,6 +45,7 @@
 //!   as text), citations, logprobs, audio and media parts.
 
 mod chat;
+mod converse;
 mod gemini;
 mod messages;
 mod responses;
@@ -103,7 +105,7 @@ impl AnswerContext {
     fn for_client(&self, client: Api) -> AnswerContext {
         let choices = match client {
             Api::Chat | Api::Gemini => self.choices.clamp(1, MAX_CHOICES),
-            Api::Messages | Api::Responses => 1,
+            Api::Messages | Api::Responses | Api::Converse => 1,
         };
         AnswerContext {
             choices,
@@ -306,12 +308,14 @@ fn reader(api: Api) -> Box<dyn Read> {
         Api::Messages => Box::new(messages::Reader),
         Api::Responses => Box::new(responses::Reader),
         Api::Gemini => Box::<gemini::Reader>::default(),
+        Api::Converse => Box::<converse::Reader>::default(),
     }
 }
 
+/// The writer of a client's dialect (Converse, no client's, gets chat's).
 fn writer(api: Api, ctx: AnswerContext) -> Box<dyn Write> {
     match api {
-        Api::Chat => Box::new(chat::Writer::new(ctx)),
+        Api::Chat | Api::Converse => Box::new(chat::Writer::new(ctx)),
         Api::Messages => Box::new(messages::Writer::new(ctx)),
         Api::Responses => Box::new(responses::Writer::new(ctx)),
         Api::Gemini => Box::new(gemini::Writer::new(ctx)),
@@ -480,11 +484,12 @@ pub fn body(upstream: Api, client: Api, bytes: &[u8], ctx: &AnswerContext) -> Re
         Api::Messages => messages::read_body(&v),
         Api::Responses => responses::read_body(&v),
         Api::Gemini => gemini::read_body(&v),
+        Api::Converse => converse::read_body(&v),
     }?;
     let ctx = ctx.for_client(client);
     answer.choices.truncate(ctx.choices as usize);
     Ok(match client {
-        Api::Chat => chat::write_body(&answer, &ctx),
+        Api::Chat | Api::Converse => chat::write_body(&answer, &ctx),
         Api::Messages => messages::write_body(&answer, &ctx),
         Api::Responses => responses::write_body(&answer, &ctx),
         Api::Gemini => gemini::write_body(&answer, &ctx),
@@ -705,6 +710,7 @@ mod through_the_relay {
             };
             let data: Value = serde_json::from_str(&frames(&bytes)[0].data).unwrap();
             let ended = match client {
+                Api::Converse => unreachable!("Converse has its own tests"),
                 Api::Chat => data["choices"][0]["finish_reason"] == "error",
                 Api::Messages => data["type"] == "error",
                 Api::Responses => data["type"] == "response.failed",

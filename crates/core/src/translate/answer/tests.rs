@@ -37,6 +37,7 @@ pub(super) fn pairs() -> Vec<(Api, Api)> {
 /// One upstream event of `api` carrying `data` (Messages and Responses name their events).
 fn sse(api: Api, data: &Value) -> SseEvent {
     match api {
+        Api::Converse => unreachable!("Converse has its own tests"),
         Api::Messages | Api::Responses => frame(Some(data["type"].as_str().unwrap_or_default()), data),
         Api::Chat | Api::Gemini => SseEvent::from_data(&data.to_string()),
     }
@@ -67,6 +68,7 @@ fn datas(client: Api, out: &[SseEvent]) -> Vec<Value> {
             }
             let v: Value = serde_json::from_str(&ev.data).unwrap();
             let expected_raw = match client {
+                Api::Converse => unreachable!("Converse has its own tests"),
                 Api::Messages | Api::Responses => {
                     format!("event: {}\ndata: {}\n\n", v["type"].as_str().unwrap(), ev.data)
                 }
@@ -80,6 +82,7 @@ fn datas(client: Api, out: &[SseEvent]) -> Vec<Value> {
 
 pub(super) fn inspect(client: Api, ev: &SseEvent) -> EventInfo {
     match client {
+        Api::Converse => unreachable!("Converse has its own tests"),
         Api::Chat => chat::inspect_event(ev),
         Api::Messages => messages::inspect_event(ev),
         Api::Responses => responses::inspect_event(ev),
@@ -217,6 +220,7 @@ pub(super) fn upstream(up: Api, scenario: Scenario) -> Vec<SseEvent> {
     let steps = scenario.steps();
     let tools = scenario.tools();
     match up {
+        Api::Converse => unreachable!("Converse has its own tests"),
         Api::Chat => chat_upstream(&steps, tools),
         Api::Messages => messages_upstream(&steps, tools),
         Api::Responses => responses_upstream(&steps),
@@ -656,6 +660,7 @@ fn gemini_expected(scenario: Scenario, up: Api) -> Vec<Value> {
 
 fn expected(client: Api, scenario: Scenario, up: Api) -> Vec<Value> {
     match client {
+        Api::Converse => unreachable!("Converse has its own tests"),
         Api::Chat => chat_expected(scenario, up),
         Api::Messages => messages_expected(scenario, up),
         Api::Responses => responses_expected(scenario, up),
@@ -669,6 +674,7 @@ fn expected(client: Api, scenario: Scenario, up: Api) -> Vec<Value> {
 /// (Gemini).
 pub(super) fn commit_index(client: Api, scenario: Scenario) -> usize {
     match (client, scenario) {
+        (Api::Converse, _) => unreachable!("no client speaks Converse"),
         (Api::Chat, _) => 1,
         (Api::Messages, Scenario::Tools) => 1,
         (Api::Messages, _) => 2,
@@ -736,6 +742,7 @@ fn upstream_body(up: Api) -> Value {
     let weather = r#"{"city":"Paris"}"#;
     let time = r#"{"tz":"CET"}"#;
     match up {
+        Api::Converse => unreachable!("Converse has its own tests"),
         Api::Chat => json!({"id": "chatcmpl-up", "object": "chat.completion", "created": 1, "model": "up",
             "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello",
                 "reasoning_content": "Let me think.",
@@ -781,6 +788,7 @@ fn body_expected(client: Api, up: Api) -> Value {
     let weather = r#"{"city":"Paris"}"#;
     let time = r#"{"tz":"CET"}"#;
     match client {
+        Api::Converse => unreachable!("Converse has its own tests"),
         Api::Chat => json!({"id": "chatcmpl-gen1", "object": "chat.completion", "created": CREATED,
             "model": "client-model",
             "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello",
@@ -959,6 +967,7 @@ fn calls_without_an_id_get_one_per_call() {
 fn usage_stream(up: Api, u: Usage, reasoning: u64) -> Vec<SseEvent> {
     let ev = |v: Value| sse(up, &v);
     match up {
+        Api::Converse => unreachable!("Converse has its own tests"),
         Api::Chat => vec![
             ev(json!({"choices": [{"index": 0, "delta": {"content": "x"}}]})),
             ev(json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})),
@@ -1126,6 +1135,7 @@ fn a_count_not_reported_is_not_written() {
 fn empty_ending(up: Api, limit: bool) -> Vec<SseEvent> {
     let ev = |v: Value| sse(up, &v);
     match up {
+        Api::Converse => unreachable!("Converse has its own tests"),
         Api::Chat => vec![
             ev(json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})),
             ev(
@@ -1179,6 +1189,7 @@ fn limits_and_filters_keep_their_meaning_and_explain_an_empty_answer() {
                 })
                 .collect();
             let want = match (client, limit) {
+                (Api::Converse, _) => unreachable!("no client speaks Converse"),
                 (Api::Chat, true) => "length",
                 (Api::Chat, false) => "content_filter",
                 (Api::Messages, true) => "max_tokens",
@@ -1261,6 +1272,7 @@ fn an_upstream_error_is_the_same_class_in_the_client_dialect() {
             assert_eq!(classify_error_payload(&seen.errors[0]).class, class, "{label}");
             let v = datas(client, &out).remove(0);
             let message = match client {
+                Api::Converse => unreachable!("Converse has its own tests"),
                 Api::Chat => {
                     assert!(v["error"].is_object(), "{label}");
                     v.pointer("/error/message")
@@ -1578,6 +1590,7 @@ fn check_invariants(client: Api, out: &[SseEvent]) {
             continue;
         };
         match client {
+            Api::Converse => unreachable!("Converse has its own tests"),
             Api::Messages => match v["type"].as_str().unwrap() {
                 "content_block_start" => {
                     assert_eq!(open, None, "a block opens only when none is open");

@@ -37,10 +37,14 @@
 //! | state held upstream | — | `container`, `mcp_servers`, `context_management` | `previous_response_id`, `conversation`, `prompt`, `item_reference`, `background` | `cachedContent` | unable |
 //! | answer shape | `logprobs`, `top_logprobs`, `logit_bias`, audio output | — | `top_logprobs`, logprobs in `include` | `responseLogprobs`, non-text modalities, speech | unable |
 //!
+//! Bedrock Converse, a dialect only routes speak (SPEC §20), has a writer and no reader; its own
+//! file says what it carries.
+//!
 //! Any field not in this table is unable (never dropped unseen). [`Written::dropped`] lists each
 //! kind of dropped field once, list indexes as `[*]` (`messages[*].content[*].cache_control`).
 
 mod chat;
+mod converse;
 mod gemini;
 mod messages;
 mod responses;
@@ -376,6 +380,7 @@ pub fn read(api: Api, body: &Body) -> Result<Neutral, Unable> {
         Api::Messages => messages::read(body),
         Api::Responses => responses::read(body),
         Api::Gemini => gemini::read(body),
+        Api::Converse => return Err(Unable::new("", "Bedrock Converse is spoken by routes, not by clients")),
     }?;
     if !neutral.turns.iter().any(|t| t.role != Role::System) {
         return Err(Unable::new(conversation_field(api), "holds no user or assistant turn"));
@@ -403,6 +408,7 @@ pub fn write(
         Api::Messages => messages::write(&mut w, upstream_model),
         Api::Responses => responses::write(&mut w, upstream_model),
         Api::Gemini => gemini::write(&mut w),
+        Api::Converse => converse::write(&mut w),
     }?;
     Ok(Written {
         body,
@@ -468,7 +474,7 @@ pub fn translate_request(
 /// The field that holds the conversation in `api`'s dialect.
 fn conversation_field(api: Api) -> &'static str {
     match api {
-        Api::Chat | Api::Messages => "messages",
+        Api::Chat | Api::Messages | Api::Converse => "messages",
         Api::Responses => "input",
         Api::Gemini => "contents",
     }
@@ -481,6 +487,7 @@ fn api_name(api: Api) -> &'static str {
         Api::Messages => "Anthropic Messages",
         Api::Responses => "OpenAI Responses",
         Api::Gemini => "Gemini",
+        Api::Converse => "Bedrock Converse",
     }
 }
 
@@ -550,7 +557,8 @@ impl<'a> Writer<'a> {
     /// A setting's name in the client's dialect.
     fn name(&self, names: Names) -> &'static str {
         names[match self.n.from {
-            Api::Chat => 0,
+            // No client speaks Converse (`read` refuses it): never the client's dialect.
+            Api::Chat | Api::Converse => 0,
             Api::Messages => 1,
             Api::Responses => 2,
             Api::Gemini => 3,

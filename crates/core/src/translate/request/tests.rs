@@ -29,6 +29,7 @@ fn schema() -> Value {
 fn conversation(api: Api) -> Value {
     let data_url = format!("data:image/png;base64,{PNG}");
     match api {
+        Api::Converse => unreachable!("Converse has its own tests"),
         Api::Chat => json!({
             "model": "m",
             "messages": [
@@ -1024,4 +1025,131 @@ proptest! {
             }
         }
     }
+}
+
+/// The conversation without its JSON-schema output (Converse has no JSON mode).
+fn without_format(from: Api) -> Value {
+    let mut v = conversation(from);
+    let o = v.as_object_mut().unwrap();
+    o.remove("response_format");
+    o.remove("output_config");
+    o.remove("text");
+    if let Some(c) = o.get_mut("generationConfig").and_then(Value::as_object_mut) {
+        c.remove("responseMimeType");
+        c.remove("responseJsonSchema");
+    }
+    v
+}
+
+#[test]
+fn to_converse() {
+    for from in ALL {
+        let (v, dropped) = sent(from, &without_format(from), Api::Converse);
+        let id = call_id(from);
+        assert_eq!(
+            v,
+            json!({
+                "messages": [
+                    {"role": "user", "content": [{"text": QUESTION}, {"image": {"format": "png", "source": {"bytes": PNG}}}]},
+                    {"role": "assistant", "content": [{"text": CHECKING},
+                        {"toolUse": {"toolUseId": id, "name": "get_weather", "input": {"city": "Paris"}}}]},
+                    {"role": "user", "content": [{"toolResult": {"toolUseId": id, "content": [{"text": RESULT}]}},
+                        {"text": FOLLOW_UP}]}],
+                "system": [{"text": SYSTEM}],
+                "inferenceConfig": match from {
+                    Api::Responses => json!({"maxTokens": 300, "temperature": 0.2}),
+                    _ => json!({"maxTokens": 300, "temperature": 0.2, "stopSequences": ["END"]}),
+                },
+                "toolConfig": {"tools": [{"toolSpec": {"name": "get_weather", "description": "Weather now",
+                                                       "inputSchema": {"json": params()}}}]},
+            }),
+            "{from:?}: no model, no stream: both are in the path"
+        );
+        let want: Vec<&str> = match from {
+            Api::Responses => vec!["tools[*].strict"],
+            _ => vec![],
+        };
+        assert_eq!(dropped, want, "{from:?}");
+    }
+    // Tool choice, a failed tool result, a stream: still no `stream` field.
+    let chat = json!({"model": "m", "stream": true, "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "tool_calls": [{"id": "call:1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "call:1", "content": "boom"}],
+        "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required",
+        "parallel_tool_calls": false, "user": "u1"});
+    let written = translate(Api::Chat, &body(&chat), Api::Converse, "up", true, 64).unwrap();
+    let v: Value = serde_json::from_slice(&written.body).unwrap();
+    assert_eq!(v.get("stream"), None);
+    assert_eq!(v["inferenceConfig"], json!({"maxTokens": 64}));
+    assert_eq!(
+        v["toolConfig"],
+        json!({"tools": [{"toolSpec": {"name": "f", "inputSchema": {"json": {"type": "object", "properties": {}}}}}],
+               "toolChoice": {"any": {}}})
+    );
+    let call = &v["messages"][1]["content"][0]["toolUse"]["toolUseId"];
+    let result = &v["messages"][2]["content"][0]["toolResult"]["toolUseId"];
+    assert_eq!(call, result, "a call and its result keep one id");
+    assert!(call
+        .as_str()
+        .unwrap()
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'));
+    assert_eq!(written.dropped, ["user", "parallel_tool_calls"]);
+    let messages = json!({"model": "m", "max_tokens": 10, "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "no", "is_error": true}]}],
+        "tools": [{"name": "f", "input_schema": {"type": "object"}}], "tool_choice": {"type": "tool", "name": "f"}});
+    let (v, _) = sent(Api::Messages, &messages, Api::Converse);
+    assert_eq!(v["messages"][2]["content"][0]["toolResult"]["status"], "error");
+    assert_eq!(v["toolConfig"]["toolChoice"], json!({"tool": {"name": "f"}}));
+}
+
+#[test]
+fn what_converse_cannot_carry_is_unable_naming_the_clients_field() {
+    let chat = |extra: Value| {
+        let mut v = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+        for (k, x) in extra.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        v
+    };
+    for (extra, field) in [
+        (json!({"temperature": 1.5}), "temperature"),
+        (json!({"top_p": 2}), "top_p"),
+        (json!({"n": 2}), "n"),
+        (json!({"seed": 1}), "seed"),
+        (json!({"stop": ["a", "b", "c", "d", "e"]}), "stop"),
+        (json!({"reasoning_effort": "high"}), "reasoning_effort"),
+        (json!({"response_format": {"type": "json_object"}}), "response_format"),
+    ] {
+        let unable = refused(Api::Chat, &chat(extra.clone()), Api::Converse);
+        assert_eq!(unable.field, field, "{extra}");
+        assert!(unable.reason.starts_with("Bedrock Converse routes"), "{unable}");
+    }
+    let by_url = chat(json!({"messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}]}]}));
+    assert_eq!(
+        refused(Api::Chat, &by_url, Api::Converse).field,
+        "messages[0].content[0]"
+    );
+    let top_k = json!({"model": "m", "max_tokens": 5, "top_k": 3, "messages": [{"role": "user", "content": "hi"}]});
+    assert_eq!(refused(Api::Messages, &top_k, Api::Converse).field, "top_k");
+    let none_after_calls = json!({"model": "m", "tool_choice": "none", "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c", "content": "x"}],
+        "tools": [{"type": "function", "function": {"name": "f"}}]});
+    assert_eq!(
+        refused(Api::Chat, &none_after_calls, Api::Converse).field,
+        "tool_choice"
+    );
+    // `none` before any call: no tools are offered, which is what it asks.
+    let none = chat(json!({"tool_choice": "none", "tools": [{"type": "function", "function": {"name": "f"}}]}));
+    let (v, dropped) = sent(Api::Chat, &none, Api::Converse);
+    assert_eq!(v.get("toolConfig"), None);
+    assert_eq!(dropped, ["tools[*]"]);
+    // No client speaks Converse.
+    assert!(read(Api::Converse, &body(&json!({"messages": []}))).is_err());
 }
