@@ -267,6 +267,28 @@ fn to_usize(n: u32) -> usize {
     usize::try_from(n).unwrap_or(usize::MAX)
 }
 
+/// A frame as Bedrock encodes it (headers of string type), CRCs and all: what the tests decode.
+#[cfg(test)]
+pub(crate) fn encode(headers: &[(&str, &str)], payload: &[u8]) -> Vec<u8> {
+    let mut h = Vec::new();
+    for (name, value) in headers {
+        h.push(name.len() as u8);
+        h.extend_from_slice(name.as_bytes());
+        h.push(7);
+        h.extend_from_slice(&(value.len() as u16).to_be_bytes());
+        h.extend_from_slice(value.as_bytes());
+    }
+    let total = (12 + h.len() + payload.len() + 4) as u32;
+    let mut out = Vec::new();
+    out.extend_from_slice(&total.to_be_bytes());
+    out.extend_from_slice(&(h.len() as u32).to_be_bytes());
+    out.extend_from_slice(&crc32(&out).to_be_bytes());
+    out.extend_from_slice(&h);
+    out.extend_from_slice(payload);
+    out.extend_from_slice(&crc32(&out).to_be_bytes());
+    out
+}
+
 /// CRC-32 with the IEEE polynomial, reflected (zlib's `crc32`).
 fn crc32(bytes: &[u8]) -> u32 {
     !bytes.iter().fold(!0u32, |crc, &b| {

@@ -114,38 +114,7 @@ mod tests {
 
     /// A frame as Bedrock encodes it (headers of string type), CRCs and all.
     fn frame(headers: &[(&str, &str)], payload: &[u8]) -> Vec<u8> {
-        let mut h = Vec::new();
-        for (name, value) in headers {
-            h.push(name.len() as u8);
-            h.extend_from_slice(name.as_bytes());
-            h.push(7);
-            h.extend_from_slice(&(value.len() as u16).to_be_bytes());
-            h.extend_from_slice(value.as_bytes());
-        }
-        let total = (12 + h.len() + payload.len() + 4) as u32;
-        let mut out = Vec::new();
-        out.extend_from_slice(&total.to_be_bytes());
-        out.extend_from_slice(&(h.len() as u32).to_be_bytes());
-        out.extend_from_slice(&crc32(&out).to_be_bytes());
-        out.extend_from_slice(&h);
-        out.extend_from_slice(payload);
-        out.extend_from_slice(&crc32(&out).to_be_bytes());
-        out
-    }
-
-    fn crc32(bytes: &[u8]) -> u32 {
-        let mut crc = !0u32;
-        for b in bytes {
-            crc ^= u32::from(*b);
-            for _ in 0..8 {
-                crc = if crc & 1 == 1 {
-                    (crc >> 1) ^ 0xEDB8_8320
-                } else {
-                    crc >> 1
-                };
-            }
-        }
-        !crc
+        crate::cloud::eventstream::encode(headers, payload)
     }
 
     fn chunk(event: &Value) -> Vec<u8> {

@@ -113,19 +113,7 @@ struct ToolSpec<'a> {
 
 #[derive(Serialize)]
 struct InputSchema<'a> {
-    json: Schema<'a>,
-}
-
-#[derive(Serialize)]
-#[serde(untagged)]
-enum Schema<'a> {
-    Given(&'a RawValue),
-    /// A function without parameters (Converse requires a schema).
-    NoParameters {
-        #[serde(rename = "type")]
-        kind: &'static str,
-        properties: serde_json::Map<String, serde_json::Value>,
-    },
+    json: super::messages::InputSchema<'a>,
 }
 
 #[derive(Serialize)]
@@ -357,13 +345,7 @@ pub(super) fn write(w: &mut Writer) -> Result<Vec<u8>, Unable> {
                     name: &t.name,
                     description: t.description.as_deref().filter(|d| !d.is_empty()),
                     input_schema: InputSchema {
-                        json: match &t.parameters {
-                            Some(p) => Schema::Given(p),
-                            None => Schema::NoParameters {
-                                kind: "object",
-                                properties: serde_json::Map::new(),
-                            },
-                        },
+                        json: super::messages::InputSchema::of(t.parameters.as_deref()),
                     },
                 },
             })

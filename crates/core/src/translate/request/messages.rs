@@ -562,16 +562,29 @@ struct OutTool<'a> {
     input_schema: InputSchema<'a>,
 }
 
+/// A tool's input schema: the one given, or for a function without parameters an empty object's
+/// (Anthropic requires a schema, and so does Bedrock's Converse, which writes it the same way).
 #[derive(Serialize)]
 #[serde(untagged)]
-enum InputSchema<'a> {
+pub(super) enum InputSchema<'a> {
     Given(&'a RawValue),
-    /// A function without parameters (Anthropic requires a schema).
     NoParameters {
         #[serde(rename = "type")]
         kind: &'static str,
         properties: serde_json::Map<String, serde_json::Value>,
     },
+}
+
+impl<'a> InputSchema<'a> {
+    pub(super) fn of(parameters: Option<&'a RawValue>) -> InputSchema<'a> {
+        match parameters {
+            Some(p) => InputSchema::Given(p),
+            None => InputSchema::NoParameters {
+                kind: "object",
+                properties: serde_json::Map::new(),
+            },
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -689,13 +702,7 @@ pub(super) fn write(w: &mut Writer, model: &str) -> Result<Vec<u8>, Unable> {
             .map(|t| OutTool {
                 name: &t.name,
                 description: t.description.as_deref(),
-                input_schema: match &t.parameters {
-                    Some(p) => InputSchema::Given(p),
-                    None => InputSchema::NoParameters {
-                        kind: "object",
-                        properties: serde_json::Map::new(),
-                    },
-                },
+                input_schema: InputSchema::of(t.parameters.as_deref()),
             })
             .collect();
         o.field("tools", &tools)?;
