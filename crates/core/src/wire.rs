@@ -46,8 +46,8 @@ pub fn outgoing(
         (written.body, true, written.dropped)
     };
     let body = match (provider.kind(), wire) {
-        (Kind::Bedrock, Api::Messages) => bedrock_body(&body),
-        (Kind::Vertex, Api::Messages) => vertex::anthropic_body(&body),
+        (Kind::Bedrock, Api::Messages) => cloud_anthropic_body(&body, BEDROCK_ANTHROPIC_VERSION, false),
+        (Kind::Vertex, Api::Messages) => cloud_anthropic_body(&body, vertex::ANTHROPIC_VERSION, true),
         _ => body,
     };
     Ok(Outgoing {
@@ -103,15 +103,18 @@ pub fn key_headers(provider: &Provider, key: &str) -> Vec<(&'static str, String)
     }
 }
 
-/// An Anthropic body as Bedrock's InvokeModel takes it: the model is in the URL and the mode in the
-/// action, so neither `model` nor `stream` is in the body, and `anthropic_version` is Bedrock's.
-fn bedrock_body(body: &[u8]) -> Vec<u8> {
+/// An Anthropic body as a cloud takes it: the model is in the URL, so no `model`, and
+/// `anthropic_version` is the cloud's. Bedrock's InvokeModel has the mode in its action, so no
+/// `stream` either; Vertex's `streamRawPredict` reads `stream`, so it stays.
+fn cloud_anthropic_body(body: &[u8], version: &str, keep_stream: bool) -> Vec<u8> {
     let Ok(mut fields) = Body::parse(body) else {
         return body.to_vec(); // written by this gateway: always an object
     };
     fields.remove("model");
-    fields.remove("stream");
-    fields.set("anthropic_version", &Value::from(BEDROCK_ANTHROPIC_VERSION));
+    if !keep_stream {
+        fields.remove("stream");
+    }
+    fields.set("anthropic_version", &Value::from(version));
     fields.write_with_model("", body.len()) // no `model` left to set
 }
 
@@ -299,5 +302,19 @@ mod tests {
         );
         let mixed = json!({"id": "p", "base_url": "https://a/v1", "kind": "openai", "auth": "x-api-key"});
         assert_eq!(refused(mixed, json!(["chat"])), "providers[0].auth");
+    }
+
+    #[test]
+    fn an_anthropic_body_loses_its_model_keeps_its_stream_and_gets_vertexs_version() {
+        let body = cloud_anthropic_body(
+            br#"{"model":"m","stream":true,"max_tokens":5,"messages":[]}"#,
+            vertex::ANTHROPIC_VERSION,
+            true,
+        );
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            v,
+            json!({"stream": true, "max_tokens": 5, "messages": [], "anthropic_version": vertex::ANTHROPIC_VERSION})
+        );
     }
 }

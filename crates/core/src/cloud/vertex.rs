@@ -1,6 +1,6 @@
 //! Google Vertex AI (SPEC §20): what a `vertex` provider needs besides a dialect (its catalog
-//! fields are checked in `catalog`) — the address of a model's method, the Anthropic body Vertex
-//! takes, and the OAuth2 access token minted from a service account: the RS256 JWT's signing
+//! fields are checked in `catalog`) — the address of a model's method, the `anthropic_version` its
+//! Anthropic bodies carry, and the OAuth2 access token minted from a service account: the RS256 JWT's signing
 //! input and assertion, the token endpoint's form body and answer (its errors read into failure
 //! classes), and the per-isolate cache's decisions (fresh, refresh before expiry, one mint in
 //! flight at a time).
@@ -17,7 +17,6 @@ use sha2::{Digest, Sha256};
 
 use crate::catalog::Api;
 use crate::classify::{FailureClass, Verdict};
-use crate::dialect::body::Body;
 
 /// The `anthropic_version` Vertex's `rawPredict` takes in an Anthropic body.
 pub const ANTHROPIC_VERSION: &str = "vertex-2023-10-16";
@@ -70,17 +69,6 @@ fn segment(s: &str) -> String {
         }
     }
     out
-}
-
-/// An Anthropic body as Vertex's `rawPredict` takes it: the model is in the URL, so no `model`;
-/// `anthropic_version` is Vertex's; `stream` stays (`streamRawPredict` reads it).
-pub fn anthropic_body(body: &[u8]) -> Vec<u8> {
-    let Ok(mut fields) = Body::parse(body) else {
-        return body.to_vec(); // written by this gateway: always an object
-    };
-    fields.remove("model");
-    fields.set("anthropic_version", &Value::from(ANTHROPIC_VERSION));
-    fields.write_with_model("", body.len())
 }
 
 /// The fields of a service account's JSON key that minting reads.
@@ -648,16 +636,6 @@ mod tests {
         assert_eq!(
             url("http://127.0.0.1:9/x/", "p", "europe-west4", Api::Gemini, "a:b/c", false),
             "http://127.0.0.1:9/x/v1/projects/p/locations/europe-west4/publishers/google/models/a%3Ab%2Fc:generateContent"
-        );
-    }
-
-    #[test]
-    fn an_anthropic_body_loses_its_model_keeps_its_stream_and_gets_vertexs_version() {
-        let body = anthropic_body(br#"{"model":"m","stream":true,"max_tokens":5,"messages":[]}"#);
-        let v: Value = serde_json::from_slice(&body).unwrap();
-        assert_eq!(
-            v,
-            json!({"stream": true, "max_tokens": 5, "messages": [], "anthropic_version": ANTHROPIC_VERSION})
         );
     }
 
