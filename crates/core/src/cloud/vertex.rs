@@ -1,9 +1,9 @@
 //! Google Vertex AI (SPEC §20): what a `vertex` provider needs besides a dialect (its catalog
 //! fields are checked in `catalog`) — the address of a model's method, the `anthropic_version` its
-//! Anthropic bodies carry, and the OAuth2 access token minted from a service account: the RS256 JWT's signing
-//! input and assertion, the token endpoint's form body and answer (its errors read into failure
-//! classes), and the per-isolate cache's decisions (fresh, refresh before expiry, one mint in
-//! flight at a time).
+//! Anthropic bodies carry, and the OAuth2 access token minted from a service account: the RS256
+//! JWT's signing input and assertion, the token endpoint's form body and answer (its errors read
+//! into failure classes), and the per-isolate cache's decisions (fresh, refresh before expiry, one
+//! mint in flight at a time).
 //!
 //! Signing the JWT and posting it are I/O, the Worker's (`src/vertex.rs`); everything here takes
 //! the time as an argument.
