@@ -376,6 +376,8 @@ async fn attempts(
     record: &mut Record,
     queue: &mut Queue,
 ) -> Result<(String, Committed), ApiError> {
+    // Each attempt's request: a translation reads the client's body once, for every route.
+    let mut requests = wire::Requests::new(request);
     loop {
         let slot = take_slot(call, model, policy, plan, queue).await?;
         // A client that left (request.signal, `enable_request_signal`) gets no further attempt.
@@ -406,7 +408,7 @@ async fn attempts(
         let target = Target::new(&call.env, provider)?;
         call.attempts.set(call.attempts.get() + 1);
         // The request in the route's dialect: as the client wrote it, or translated (SPEC §19).
-        let outgoing = wire::outgoing(request, api, provider, &route.upstream_model, model.max_output_tokens);
+        let outgoing = requests.outgoing(api, provider, &route.upstream_model, model.max_output_tokens);
         let (translated, dropped) = match &outgoing {
             Ok(o) => (o.translated, o.dropped.clone()),
             Err(_) => (true, Vec::new()),

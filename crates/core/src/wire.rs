@@ -11,7 +11,8 @@ use crate::cloud::sigv4::path_segment;
 use crate::cloud::vertex;
 use crate::dialect::body::Body;
 use crate::dialect::ClientRequest;
-use crate::translate::{request, Unable};
+use crate::translate::request::{self, Neutral};
+use crate::translate::Unable;
 
 /// The `anthropic_version` Bedrock's InvokeModel takes in an Anthropic body (the version goes in
 /// the body there, not in a header).
@@ -38,24 +39,54 @@ pub fn outgoing(
     upstream_model: &str,
     model_max_output_tokens: u64,
 ) -> Result<Outgoing, Unable> {
-    let url = url(provider, wire, upstream_model, request.stream);
-    let (body, translated, dropped) = if wire == request.api {
-        (request.upstream_body(upstream_model), false, Vec::new())
-    } else {
-        let written = request::translate_request(request, wire, upstream_model, model_max_output_tokens)?;
-        (written.body, true, written.dropped)
-    };
-    let body = match (provider.kind(), wire) {
-        (Kind::Bedrock, Api::Messages) => cloud_anthropic_body(&body, BEDROCK_ANTHROPIC_VERSION, false),
-        (Kind::Vertex, Api::Messages) => cloud_anthropic_body(&body, vertex::ANTHROPIC_VERSION, true),
-        _ => body,
-    };
-    Ok(Outgoing {
-        url,
-        body,
-        translated,
-        dropped,
-    })
+    Requests::new(request).outgoing(wire, provider, upstream_model, model_max_output_tokens)
+}
+
+/// One request's [`outgoing`] bodies over its attempts: translated ones are written from the
+/// neutral form read at the first of them, not read again for each route (SPEC §15).
+pub struct Requests<'a> {
+    request: &'a ClientRequest,
+    neutral: Option<Result<Neutral, Unable>>,
+}
+
+impl<'a> Requests<'a> {
+    pub fn new(request: &'a ClientRequest) -> Requests<'a> {
+        Requests { request, neutral: None }
+    }
+
+    /// [`outgoing`] for the next attempt.
+    pub fn outgoing(
+        &mut self,
+        wire: Api,
+        provider: &Provider,
+        upstream_model: &str,
+        model_max_output_tokens: u64,
+    ) -> Result<Outgoing, Unable> {
+        let request = self.request;
+        let url = url(provider, wire, upstream_model, request.stream);
+        let (body, translated, dropped) = if wire == request.api {
+            (request.upstream_body(upstream_model), false, Vec::new())
+        } else {
+            let neutral = self
+                .neutral
+                .get_or_insert_with(|| request::neutral_of(request))
+                .as_ref();
+            let neutral = neutral.map_err(Clone::clone)?;
+            let written = request::write(wire, neutral, upstream_model, model_max_output_tokens)?;
+            (written.body, true, written.dropped)
+        };
+        let body = match (provider.kind(), wire) {
+            (Kind::Bedrock, Api::Messages) => cloud_anthropic_body(&body, BEDROCK_ANTHROPIC_VERSION, false),
+            (Kind::Vertex, Api::Messages) => cloud_anthropic_body(&body, vertex::ANTHROPIC_VERSION, true),
+            _ => body,
+        };
+        Ok(Outgoing {
+            url,
+            body,
+            translated,
+            dropped,
+        })
+    }
 }
 
 /// Where a route of `provider` speaking `api` is sent a request for `model`.
@@ -316,5 +347,27 @@ mod tests {
             v,
             json!({"stream": true, "max_tokens": 5, "messages": [], "anthropic_version": vertex::ANTHROPIC_VERSION})
         );
+    }
+
+    #[test]
+    fn one_requests_outgoing_bodies_are_what_each_attempt_would_write_alone() {
+        let openai = provider(json!({"base_url": "http://127.0.0.1:9/v1", "auth": "bearer"}));
+        let anthropic = provider(json!({"base_url": "http://127.0.0.1:9", "auth": "x-api-key"}));
+        let bedrock = provider(json!({"kind": "bedrock", "region": "eu-west-1",
+                                      "access_key_secret": "A", "secret_key_secret": "S"}));
+        let request = messages_request(true);
+        let mut requests = Requests::new(&request);
+        for (api, provider, model) in [
+            (Api::Chat, &openai, "gpt-a"),
+            (Api::Converse, &bedrock, "meta.llama3-70b"),
+            (Api::Messages, &anthropic, "claude-b"),
+            (Api::Chat, &openai, "gpt-c"),
+        ] {
+            assert_eq!(
+                requests.outgoing(api, provider, model, 64),
+                outgoing(&request, api, provider, model, 64),
+                "{api:?} {model}"
+            );
+        }
     }
 }

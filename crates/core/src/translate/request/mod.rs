@@ -464,11 +464,17 @@ pub fn translate_request(
     upstream_model: &str,
     default_max_output_tokens: u64,
 ) -> Result<Written, Unable> {
+    write(to, &neutral_of(request)?, upstream_model, default_max_output_tokens)
+}
+
+/// A parsed client request in the neutral form, with its mode, output limit and usage wish as the
+/// request says: read once, written for as many routes as it is translated for.
+pub fn neutral_of(request: &ClientRequest) -> Result<Neutral, Unable> {
     let mut neutral = read(request.api, request.body())?;
     neutral.stream = request.stream;
     neutral.stream_usage = request.api != Api::Chat || request.include_usage;
     neutral.max_output_tokens = request.max_tokens.or(neutral.max_output_tokens);
-    write(to, &neutral, upstream_model, default_max_output_tokens)
+    Ok(neutral)
 }
 
 /// The field that holds the conversation in `api`'s dialect.
