@@ -26,10 +26,15 @@ impl Model {
     /// These are the live probes of §8 alone: the routes opt out of verification checks (SPEC §8a,
     /// tests/tests/verify.rs).
     fn new(scenarios: &[&str]) -> Model {
+        Model::with_policy(scenarios, policy())
+    }
+
+    /// [`Model::new`] with its own policy.
+    fn with_policy(scenarios: &[&str], policy: Value) -> Model {
         let s = Arc::new(Stack::from_env());
         let routes: Vec<(&str, Value)> = scenarios.iter().map(|sc| (*sc, json!({"verify": false}))).collect();
         let (objects, routes) = s.mock_routes(&routes);
-        let id = s.model(objects, Some(policy()));
+        let id = s.model(objects, Some(policy));
         let key = s.new_key(10.0);
         Model { s, id, key, routes }
     }
@@ -255,16 +260,28 @@ fn status_words_follow_the_last_hour_of_real_requests() {
 
 #[test]
 fn the_api_and_the_status_page_agree() {
-    let m = Model::new(&["status/503/overloaded", "ok"]);
+    // A cooldown that outlasts the test however loaded the machine: the page must show it.
+    let slow_cooldown = switchyard_e2e::with(policy(), json!({"cooldown_ms": 60000, "cooldown_max_ms": 60000}));
+    let m = Model::with_policy(&["status/503/overloaded", "ok"], slow_cooldown);
     m.ask();
     let ours = api_model_when(&m.s, &m.id, |v| v["order"][0]["id"] == "r1");
     assert_eq!(ours["order"][0]["id"], "r1", "the demoted route is listed last");
     assert_eq!(ours["order"][1]["state"], "cooling");
-    let page = m.s.request("GET", &format!("{}/status", m.s.gateway), &[], None).text();
-    let section = page
-        .split("<section>")
-        .find(|s| s.contains(&format!("<span>{}</span>", m.id)))
-        .unwrap();
+    // The page's report may be one built a moment before the API's (each isolate rebuilds it
+    // every 3 s, and a build in flight serves the last one): it shows the demotion soon after.
+    let deadline = std::time::Instant::now() + Duration::from_secs(6);
+    let section = loop {
+        let page = m.s.request("GET", &format!("{}/status", m.s.gateway), &[], None).text();
+        let section = page
+            .split("<section>")
+            .find(|s| s.contains(&format!("<span>{}</span>", m.id)))
+            .unwrap()
+            .to_string();
+        if section.contains("demoted until") || std::time::Instant::now() > deadline {
+            break section;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
     assert!(section.contains("demoted until"), "{section}");
     // Other tests change health concurrently: compare a page with an API answer taken on both
     // sides of it that did not change in between.
