@@ -159,7 +159,7 @@ fn invocation_metrics(info: &ReqInfo, sc: &Scenario) -> Obj {
 }
 
 /// The event name and data of an SSE event (`None`: a comment, no data).
-pub(crate) fn sse_parts(event: &str) -> Option<(Option<&str>, &str)> {
+fn sse_parts(event: &str) -> Option<(Option<&str>, &str)> {
     let name = event.lines().find_map(|l| l.strip_prefix("event: "));
     let data = event.lines().find_map(|l| l.strip_prefix("data: "))?;
     Some((name, data))
@@ -213,19 +213,20 @@ pub(crate) fn padding(index: usize) -> &'static str {
     &PADDING[..index * 7 % PADDING.len() + 1]
 }
 
-/// Turns a Messages stream plan into an eventstream's steps.
-pub(crate) type Reframe = fn(Vec<Step>, &ReqInfo, &Scenario) -> Vec<Step>;
+/// One Messages event (its name, data and index among the framed ones) as its eventstream frame,
+/// or `None` for an event the stream does not carry.
+pub(crate) type FrameOf = fn(Option<&str>, &str, usize, &ReqInfo, &Scenario) -> Option<Vec<u8>>;
 
-/// The Messages stream plan with each event as its frame, comments dropped and waits silent
-/// (an eventstream has no keep-alive).
-fn reframe(steps: Vec<Step>, info: &ReqInfo, sc: &Scenario) -> Vec<Step> {
+/// The Messages stream plan with each event as its frame (by `frame_of`), comments dropped and
+/// waits silent (an eventstream has no keep-alive).
+fn reframe(steps: Vec<Step>, info: &ReqInfo, sc: &Scenario, frame_of: FrameOf) -> Vec<Step> {
     let mut out = Vec::with_capacity(steps.len());
     let mut index = 0;
     for step in steps {
         match step {
             Step::Event(text) => {
-                if let Some((name, data)) = sse_parts(&text) {
-                    out.push(Step::Frame(event_frame(name, data, index, info, sc)));
+                if let Some(f) = sse_parts(&text).and_then(|(name, data)| frame_of(name, data, index, info, sc)) {
+                    out.push(Step::Frame(f));
                     index += 1;
                 }
             }
@@ -236,23 +237,28 @@ fn reframe(steps: Vec<Step>, info: &ReqInfo, sc: &Scenario) -> Vec<Step> {
     out
 }
 
+/// An InvokeModel stream carries every Messages event.
+fn invoke_frame(name: Option<&str>, data: &str, index: usize, info: &ReqInfo, sc: &Scenario) -> Option<Vec<u8>> {
+    Some(event_frame(name, data, index, info, sc))
+}
+
 /// The steps of an `invoke-with-response-stream` answer: the Messages stream plan for `sc`,
 /// reframed; a cut comes after half of the frame that would have come next.
 pub fn stream_plan(info: &ReqInfo, sc: &Scenario) -> Vec<Step> {
-    plan_with(info, sc, reframe)
+    plan_with(info, sc, invoke_frame)
 }
 
-/// The Messages stream plan for `sc` reframed by `reframe`; a cut comes after half of the frame
-/// that would have come next.
-pub(crate) fn plan_with(info: &ReqInfo, sc: &Scenario, reframe: Reframe) -> Vec<Step> {
-    let mut steps = reframe(dialect::stream_plan(Api::Messages, info, sc), info, sc);
+/// The Messages stream plan for `sc`, each event framed by `frame_of`; a cut comes after half of
+/// the frame that would have come next.
+pub(crate) fn plan_with(info: &ReqInfo, sc: &Scenario, frame_of: FrameOf) -> Vec<Step> {
+    let mut steps = reframe(dialect::stream_plan(Api::Messages, info, sc), info, sc, frame_of);
     if steps.last() == Some(&Step::Cut) {
         let whole = Scenario {
             behavior: Behavior::Normal,
             ..sc.clone()
         };
         let sent = steps.iter().filter(|s| matches!(s, Step::Frame(_))).count();
-        let next = reframe(dialect::stream_plan(Api::Messages, info, &whole), info, sc)
+        let next = reframe(dialect::stream_plan(Api::Messages, info, &whole), info, sc, frame_of)
             .into_iter()
             .filter_map(|s| match s {
                 Step::Frame(f) => Some(f),

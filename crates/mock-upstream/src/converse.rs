@@ -22,7 +22,7 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::bedrock::{self, exception_frame, padding, sse_parts};
+use crate::bedrock::{self, exception_frame, padding};
 use crate::dialect::{self, ReqInfo, Step};
 use crate::eventstream::frame;
 use crate::scenario::Scenario;
@@ -392,30 +392,9 @@ fn converse_frame(name: Option<&str>, data: &str, index: usize, info: &ReqInfo, 
     }
 }
 
-/// The Messages stream plan with each event as its Converse frame.
-fn reframe(steps: Vec<Step>, info: &ReqInfo, sc: &Scenario) -> Vec<Step> {
-    let mut out = Vec::with_capacity(steps.len());
-    let mut index = 0;
-    for step in steps {
-        match step {
-            Step::Event(text) => {
-                if let Some((name, data)) = sse_parts(&text) {
-                    if let Some(f) = converse_frame(name, data, index, info, sc) {
-                        out.push(Step::Frame(f));
-                        index += 1;
-                    }
-                }
-            }
-            Step::Wait { ms, .. } => out.push(Step::Wait { ms, keepalive: false }),
-            other => out.push(other),
-        }
-    }
-    out
-}
-
 /// The steps of a `converse-stream` answer.
 pub fn stream_plan(info: &ReqInfo, sc: &Scenario) -> Vec<Step> {
-    bedrock::plan_with(info, sc, reframe)
+    bedrock::plan_with(info, sc, converse_frame)
 }
 
 #[cfg(test)]
