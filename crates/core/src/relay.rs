@@ -11,8 +11,8 @@
 
 use crate::catalog::Api;
 use crate::classify::{classify_error_payload, Verdict};
-use crate::cloud::converse_stream::ConverseStream;
-use crate::cloud::invoke_stream::InvokeStream;
+use crate::cloud::converse_stream;
+use crate::cloud::invoke_stream::FrameStream;
 use crate::dialect::{chat, gemini, messages, redact, responses, with_cost, EventInfo, Reported};
 use crate::generation::{Delivery, Tariff};
 use crate::money::micros_to_usd;
@@ -148,8 +148,8 @@ pub struct Incoming {
 
 enum Frames {
     Sse(SseParser),
-    Bedrock(InvokeStream),
-    Converse(ConverseStream),
+    /// Bedrock's event-stream frames (InvokeModel's or ConverseStream's).
+    Bedrock(FrameStream),
 }
 
 impl Incoming {
@@ -158,8 +158,8 @@ impl Incoming {
         Incoming {
             frames: match framing {
                 Framing::Sse => Frames::Sse(SseParser::new()),
-                Framing::BedrockEventStream => Frames::Bedrock(InvokeStream::new()),
-                Framing::ConverseEventStream => Frames::Converse(ConverseStream::new()),
+                Framing::BedrockEventStream => Frames::Bedrock(FrameStream::invoke()),
+                Framing::ConverseEventStream => Frames::Bedrock(converse_stream::stream()),
             },
             translator,
             scratch: Vec::new(),
@@ -175,7 +175,6 @@ impl Incoming {
         match &mut self.frames {
             Frames::Sse(parser) => parser.push(chunk, upstream),
             Frames::Bedrock(stream) => stream.push(chunk, upstream),
-            Frames::Converse(stream) => stream.push(chunk, upstream),
         }
         self.translate(out);
     }

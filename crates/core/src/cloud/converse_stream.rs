@@ -9,37 +9,13 @@
 
 use serde_json::Value;
 
-use super::eventstream::{Decoder, Frame};
-use super::invoke_stream::{error_event, exception_event, named};
-use crate::classify::FailureClass;
+use super::eventstream::Frame;
+use super::invoke_stream::{exception_event, named, FrameStream};
 use crate::sse::SseEvent;
 
-/// One ConverseStream response, decoded as it arrives.
-#[derive(Debug, Default)]
-pub struct ConverseStream {
-    decoder: Decoder,
-    frames: Vec<Frame>,
-    /// A frame failed: nothing after it can be read.
-    failed: bool,
-}
-
-impl ConverseStream {
-    pub fn new() -> ConverseStream {
-        ConverseStream::default()
-    }
-
-    /// The events of the frames `bytes` completes, appended to `out`.
-    pub fn push(&mut self, bytes: &[u8], out: &mut Vec<SseEvent>) {
-        if self.failed {
-            return;
-        }
-        let decoded = self.decoder.push(bytes, &mut self.frames);
-        out.extend(self.frames.drain(..).filter_map(|f| event_of(&f)));
-        if let Err(e) = decoded {
-            self.failed = true;
-            out.push(error_event(FailureClass::BadResponse, &e.to_string()));
-        }
-    }
+/// A ConverseStream answer, read as its events.
+pub fn stream() -> FrameStream {
+    FrameStream::new(event_of)
 }
 
 /// The event a frame stands for; `None` for a frame with no event type.
@@ -68,7 +44,7 @@ mod tests {
 
     use super::testing::{event, frame};
     use super::*;
-    use crate::classify::classify_error_payload;
+    use crate::classify::{classify_error_payload, FailureClass};
     use crate::dialect::messages;
 
     /// A ConverseStream answer: text, a tool call, the stop and the usage.
@@ -102,7 +78,7 @@ mod tests {
     }
 
     fn decode(chunks: &[&[u8]]) -> Vec<SseEvent> {
-        let mut stream = ConverseStream::new();
+        let mut stream = stream();
         let mut out = Vec::new();
         for chunk in chunks {
             stream.push(chunk, &mut out);

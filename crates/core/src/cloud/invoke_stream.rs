@@ -14,27 +14,41 @@ use super::eventstream::{Decoder, Frame};
 use crate::classify::FailureClass;
 use crate::sse::SseEvent;
 
-/// One Bedrock response stream, decoded as it arrives.
-#[derive(Debug, Default)]
-pub struct InvokeStream {
+/// One Bedrock response stream, decoded as it arrives: each frame read into its event by the
+/// API's reader ([`FrameStream::invoke`]: InvokeModel's chunks; `converse_stream::stream`:
+/// ConverseStream's events).
+#[derive(Debug)]
+pub struct FrameStream {
     decoder: Decoder,
     frames: Vec<Frame>,
+    read: fn(&Frame) -> Option<SseEvent>,
     /// A frame failed: nothing after it can be read.
     failed: bool,
 }
 
-impl InvokeStream {
-    pub fn new() -> InvokeStream {
-        InvokeStream::default()
+impl FrameStream {
+    /// A stream whose frames `read` turns into events.
+    pub fn new(read: fn(&Frame) -> Option<SseEvent>) -> FrameStream {
+        FrameStream {
+            decoder: Decoder::default(),
+            frames: Vec::new(),
+            read,
+            failed: false,
+        }
     }
 
-    /// The Anthropic events of the frames `bytes` completes, appended to `out`.
+    /// An InvokeModelWithResponseStream answer, read as the Anthropic events it carries.
+    pub fn invoke() -> FrameStream {
+        FrameStream::new(event_of)
+    }
+
+    /// The events of the frames `bytes` completes, appended to `out`.
     pub fn push(&mut self, bytes: &[u8], out: &mut Vec<SseEvent>) {
         if self.failed {
             return;
         }
         let decoded = self.decoder.push(bytes, &mut self.frames);
-        out.extend(self.frames.drain(..).filter_map(|f| event_of(&f)));
+        out.extend(self.frames.drain(..).filter_map(|f| (self.read)(&f)));
         if let Err(e) = decoded {
             self.failed = true;
             out.push(error_event(FailureClass::BadResponse, &e.to_string()));
@@ -141,7 +155,7 @@ mod tests {
         ];
         let bytes: Vec<u8> = events.iter().flat_map(chunk).collect();
         for step in [1, 7, bytes.len()] {
-            let mut stream = InvokeStream::new();
+            let mut stream = FrameStream::invoke();
             let mut out = Vec::new();
             for piece in bytes.chunks(step) {
                 stream.push(piece, &mut out);
@@ -173,7 +187,7 @@ mod tests {
         ];
         for (exception, class) in cases {
             let mut out = Vec::new();
-            InvokeStream::new().push(
+            FrameStream::invoke().push(
                 &frame(
                     &[(":exception-type", exception), (":message-type", "exception")],
                     br#"{"message":"slow down"}"#,
@@ -187,7 +201,7 @@ mod tests {
         let mut bad = chunk(&json!({"type": "ping"}));
         let last = bad.len() - 1;
         bad[last] ^= 1;
-        let mut stream = InvokeStream::new();
+        let mut stream = FrameStream::invoke();
         let mut out = Vec::new();
         stream.push(&bad, &mut out);
         stream.push(&chunk(&json!({"type": "message_stop"})), &mut out);

@@ -442,7 +442,8 @@ fn compact(dropped: Vec<String>) -> Vec<String> {
 }
 
 /// A body in `from`'s dialect, written for a route that speaks `to`; `stream` is the client's
-/// mode (for Gemini it comes from the path).
+/// mode (for Gemini it comes from the path). The tests' way in; a request's own is [`neutral_of`].
+#[cfg(test)]
 pub fn translate(
     from: Api,
     body: &Body,
@@ -458,6 +459,7 @@ pub fn translate(
 
 /// A parsed client request, written for a route that speaks `to` (its mode, output limit and
 /// usage wish as the request says).
+#[cfg(test)]
 pub fn translate_request(
     request: &ClientRequest,
     to: Api,
