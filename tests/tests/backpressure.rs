@@ -26,15 +26,7 @@ fn a_client_that_stops_reading_stops_the_upstream_and_then_gets_everything() {
         Some(json!({"stream_cap_ms": 120000, "idle_timeout_ms": 60000})),
     );
     let key = s.new_key(5.0);
-    let agent = ureq::Agent::new_with_config(ureq::Agent::config_builder().http_status_as_error(false).build());
-    let response = agent
-        .post(format!("{}/v1/chat/completions", s.gateway))
-        .header("authorization", format!("Bearer {key}"))
-        .header("content-type", "application/json")
-        .send(chat_body(&model, true).to_string())
-        .expect("stream request");
-    assert_eq!(response.status().as_u16(), 200);
-    let mut reader = response.into_body().into_reader();
+    let (_, mut reader) = open_stream(&s, &key, &model);
     let mut seen = vec![0u8; 4096];
     let n = reader.read(&mut seen).unwrap();
     assert!(n > 0);
@@ -87,21 +79,7 @@ fn a_client_that_stops_reading_past_the_idle_timeout_is_let_go_and_its_stream_en
         Some(json!({"stream_cap_ms": 120000, "idle_timeout_ms": 2000, "disconnect_grace_ms": 0})),
     );
     let key = s.new_key(5.0);
-    let agent = ureq::Agent::new_with_config(ureq::Agent::config_builder().http_status_as_error(false).build());
-    let response = agent
-        .post(format!("{}/v1/chat/completions", s.gateway))
-        .header("authorization", format!("Bearer {key}"))
-        .header("content-type", "application/json")
-        .send(chat_body(&model, true).to_string())
-        .expect("stream request");
-    assert_eq!(response.status().as_u16(), 200);
-    let gen = response
-        .headers()
-        .get("x-generation-id")
-        .and_then(|v| v.to_str().ok())
-        .expect("x-generation-id")
-        .to_string();
-    let mut reader = response.into_body().into_reader();
+    let (gen, mut reader) = open_stream(&s, &key, &model);
     let mut first = vec![0u8; 4096];
     assert!(reader.read(&mut first).unwrap() > 0);
 
@@ -146,4 +124,23 @@ fn a_client_that_stops_reading_past_the_idle_timeout_is_let_go_and_its_stream_en
         (got as u64) < EVENTS * 65536,
         "the stream was cut, not delivered whole: {got} bytes"
     );
+}
+
+/// A chat stream of `model` for `key`, answered 200: its generation id and its body, unread.
+fn open_stream(s: &Stack, key: &str, model: &str) -> (String, impl Read + Send + 'static) {
+    let agent = ureq::Agent::new_with_config(ureq::Agent::config_builder().http_status_as_error(false).build());
+    let response = agent
+        .post(format!("{}/v1/chat/completions", s.gateway))
+        .header("authorization", format!("Bearer {key}"))
+        .header("content-type", "application/json")
+        .send(chat_body(model, true).to_string())
+        .expect("stream request");
+    assert_eq!(response.status().as_u16(), 200);
+    let gen = response
+        .headers()
+        .get("x-generation-id")
+        .and_then(|v| v.to_str().ok())
+        .expect("x-generation-id")
+        .to_string();
+    (gen, response.into_body().into_reader())
 }
