@@ -1,5 +1,5 @@
 //! The Azure OpenAI fake: Azure's URL shapes, its key header, its content-filter annotations
-//! and its error bodies, around the Chat and Responses dialects.
+//! and its content-filter error body, around the Chat and Responses dialects.
 //!
 //! Paths (after the usual `/<label>/<scenario…>` prefix, see [`crate::scenario`]):
 //! - the v1 API, `…/openai/v1/chat/completions` and `…/openai/v1/responses`: the body's `model`
@@ -19,10 +19,8 @@
 //! the `content_filter` error kind answers in Azure's shape ([`content_filter_error`]), every
 //! other error in OpenAI's.
 
-use crate::dialect::{self, ErrSpec};
 use crate::http::{JsonReply, Request};
 use crate::json::{array, Obj};
-use crate::scenario::{Api, ErrorKind};
 
 /// The key the mock accepts unless `MOCK_AZURE_API_KEY` says otherwise.
 pub const DEFAULT_API_KEY: &str = "mock-azure-key";
@@ -123,14 +121,6 @@ pub fn content_filter_error() -> String {
                 ),
         )
         .build()
-}
-
-/// An error body as Azure shapes it: the content filter's own, else the dialect's.
-pub fn error_body(api: Api, kind: Option<ErrorKind>, e: &ErrSpec) -> String {
-    match kind {
-        Some(ErrorKind::ContentFilter) => content_filter_error(),
-        _ => dialect::error_body(api, e),
-    }
 }
 
 #[cfg(test)]
@@ -242,10 +232,5 @@ mod tests {
             serde_json::json!({"filtered": false, "severity": "safe"})
         );
         assert_eq!(p[0]["content_filter_results"]["jailbreak"]["detected"], false);
-        let other = dialect::kind_error(ErrorKind::RateLimit, "m");
-        assert_eq!(
-            error_body(Api::Chat, Some(ErrorKind::RateLimit), &other),
-            dialect::error_body(Api::Chat, &other)
-        );
     }
 }

@@ -353,6 +353,36 @@ pub struct Route {
 /// The actions of Bedrock's runtime API after `/model/<model id>/`: InvokeModel's and Converse's.
 const BEDROCK_RUNTIME_API_ACTIONS: [&str; 4] = ["invoke", "invoke-with-response-stream", "converse", "converse-stream"];
 
+/// Google Vertex AI's paths' parts: `…/v1/projects/P/locations/L/publishers/PUB/models/MODEL:METHOD` as the
+/// route's host, and its dialect; `None` for another path.
+fn vertex_route(segs: &[&str]) -> Option<(Api, usize, Host)> {
+    let n = segs.len();
+    if n < 9 {
+        return None;
+    }
+    let at = n - 9;
+    let shape = [segs[at], segs[at + 1], segs[at + 3], segs[at + 5], segs[at + 7]];
+    if shape != ["v1", "projects", "locations", "publishers", "models"] {
+        return None;
+    }
+    let decoded = |s: &str| String::from_utf8_lossy(&percent_decode(s)).into_owned();
+    let (model, method) = segs[n - 1].rsplit_once(':')?;
+    let publisher = decoded(segs[at + 6]);
+    let api = if publisher == "anthropic" {
+        Api::Messages
+    } else {
+        Api::Gemini
+    };
+    let host = Host::Vertex {
+        project: decoded(segs[at + 2]),
+        location: decoded(segs[at + 4]),
+        publisher,
+        model: decoded(model),
+        method: method.to_string(),
+    };
+    Some((api, at, host))
+}
+
 /// Routes a provider path (the query, if any, is ignored). `None` when the path does not end in
 /// one of the API suffixes, or is a control path.
 pub fn route(path: &str) -> Option<Route> {
@@ -363,7 +393,7 @@ pub fn route(path: &str) -> Option<Route> {
     let n = segs.len();
     let ends = |tail: &[&str]| n >= tail.len() && segs[n - tail.len()..] == *tail;
     let decoded = |seg: &str| String::from_utf8_lossy(&percent_decode(seg)).into_owned();
-    let (api, prefix_len, host) = if let Some(vertex) = crate::vertex::route(&segs) {
+    let (api, prefix_len, host) = if let Some(vertex) = vertex_route(&segs) {
         vertex
     } else if n >= 3 && segs[n - 3] == "model" && BEDROCK_RUNTIME_API_ACTIONS.contains(&segs[n - 1]) {
         let host = Host::Bedrock {
@@ -661,6 +691,37 @@ pub fn parse_scenario(key: &str) -> Result<Scenario, ScenarioError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn vertex_paths_name_project_location_publisher_model_and_method() {
+        let path = "/l/status/429/v1/projects/p-1/locations/us-east5/publishers/anthropic/models/claude@1:rawPredict";
+        let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+        let (api, at, host) = vertex_route(&segs).unwrap();
+        assert_eq!((api, at), (Api::Messages, 3));
+        assert_eq!(
+            host,
+            Host::Vertex {
+                project: "p-1".into(),
+                location: "us-east5".into(),
+                publisher: "anthropic".into(),
+                model: "claude@1".into(),
+                method: "rawPredict".into()
+            }
+        );
+        let gemini = [
+            "v1",
+            "projects",
+            "p",
+            "locations",
+            "global",
+            "publishers",
+            "google",
+            "models",
+            "g:generateContent",
+        ];
+        assert_eq!(vertex_route(&gemini).unwrap().0, Api::Gemini);
+        assert!(vertex_route(&["models", "g:generateContent"]).is_none());
+    }
 
     /// The API and key of a path.
     fn split_api(path: &str) -> Option<(Api, String)> {

@@ -232,8 +232,11 @@ fn error_reply(route: &Route, status: u16, e: &ErrSpec, kind: Option<scenario::E
     match route.host {
         Host::Bedrock { .. } => bedrock::error_reply(status, &e.an_message),
         Host::Vertex { ref model, .. } => vertex::error_reply(route.api, status, e, model),
-        Host::Azure { .. } => JsonReply::new(status, azure::error_body(route.api, kind, e)),
-        Host::Direct => JsonReply::new(status, dialect::error_body(route.api, e)),
+        // Azure's content filter answers in its own shape, every other error in OpenAI's.
+        Host::Azure { .. } if kind == Some(scenario::ErrorKind::ContentFilter) => {
+            JsonReply::new(status, azure::content_filter_error())
+        }
+        Host::Azure { .. } | Host::Direct => JsonReply::new(status, dialect::error_body(route.api, e)),
     }
 }
 

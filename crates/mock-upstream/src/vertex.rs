@@ -239,36 +239,6 @@ pub fn check_jwt(jwt: &str, key: Option<&PublicKey>, audience: &str, now: i64) -
     Ok(iss.to_string())
 }
 
-/// The paths' parts: `…/v1/projects/P/locations/L/publishers/PUB/models/MODEL:METHOD` as the
-/// route's host, and its dialect; `None` for another path.
-pub fn route(segs: &[&str]) -> Option<(Api, usize, Host)> {
-    let n = segs.len();
-    if n < 9 {
-        return None;
-    }
-    let at = n - 9;
-    let shape = [segs[at], segs[at + 1], segs[at + 3], segs[at + 5], segs[at + 7]];
-    if shape != ["v1", "projects", "locations", "publishers", "models"] {
-        return None;
-    }
-    let decoded = |s: &str| String::from_utf8_lossy(&percent_decode(s)).into_owned();
-    let (model, method) = segs[n - 1].rsplit_once(':')?;
-    let publisher = decoded(segs[at + 6]);
-    let api = if publisher == "anthropic" {
-        Api::Messages
-    } else {
-        Api::Gemini
-    };
-    let host = Host::Vertex {
-        project: decoded(segs[at + 2]),
-        location: decoded(segs[at + 4]),
-        publisher,
-        model: decoded(model),
-        method: method.to_string(),
-    };
-    Some((api, at, host))
-}
-
 /// Whether this host's call streams (by its method).
 pub fn streams(method: &str) -> bool {
     method.starts_with("stream")
@@ -464,37 +434,6 @@ mod tests {
         );
         assert!(r.status == 400 && r.body.contains("short-lived"), "{}", r.body);
         assert_eq!(tokens.mints_json(), "{}");
-    }
-
-    #[test]
-    fn vertex_paths_name_project_location_publisher_model_and_method() {
-        let path = "/l/status/429/v1/projects/p-1/locations/us-east5/publishers/anthropic/models/claude@1:rawPredict";
-        let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
-        let (api, at, host) = route(&segs).unwrap();
-        assert_eq!((api, at), (Api::Messages, 3));
-        assert_eq!(
-            host,
-            Host::Vertex {
-                project: "p-1".into(),
-                location: "us-east5".into(),
-                publisher: "anthropic".into(),
-                model: "claude@1".into(),
-                method: "rawPredict".into()
-            }
-        );
-        let gemini = [
-            "v1",
-            "projects",
-            "p",
-            "locations",
-            "global",
-            "publishers",
-            "google",
-            "models",
-            "g:generateContent",
-        ];
-        assert_eq!(route(&gemini).unwrap().0, Api::Gemini);
-        assert!(route(&["models", "g:generateContent"]).is_none());
     }
 
     #[test]
