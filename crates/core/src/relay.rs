@@ -233,6 +233,11 @@ struct Seen {
     model: String,
     /// The route's upstream key, never to reach the client.
     secret: Option<String>,
+    /// A translated stream: its usage is the upstream's own report (noted per chunk), never
+    /// what the client's events say — a writer's placeholder (a `message_start` with 0 input
+    /// tokens before the upstream said them) is not a count (SPEC §7: what was not reported
+    /// is estimated).
+    upstream_reports: bool,
 }
 
 impl Seen {
@@ -255,7 +260,9 @@ impl Seen {
                 self.model = m.clone();
             }
         }
-        self.usage.update(info.usage);
+        if !self.upstream_reports {
+            self.usage.update(info.usage);
+        }
         if info.finished {
             self.finishes += u64::from(info.finishes.max(1));
             self.finished = self.finishes >= self.completions;
@@ -302,6 +309,7 @@ impl Gate {
                 id: String::new(),
                 model: String::new(),
                 secret,
+                upstream_reports: false,
             },
             held: Vec::new(),
             held_events: 0,
@@ -346,6 +354,7 @@ impl Gate {
     /// Usage the upstream reported in fields the client's dialect lacks (see
     /// [`Incoming::upstream_usage`]), taken before the chunk's events.
     pub fn note_upstream_usage(&mut self, usage: Reported) {
+        self.seen.upstream_reports = true;
         self.seen.usage.update(usage);
     }
 
@@ -444,6 +453,7 @@ impl Relay {
     /// Usage the upstream reported in fields the client's dialect lacks (see
     /// [`Incoming::upstream_usage`]), taken before the chunk's events.
     pub fn note_upstream_usage(&mut self, usage: Reported) {
+        self.seen.upstream_reports = true;
         self.seen.usage.update(usage);
     }
 
@@ -563,6 +573,48 @@ mod tests {
                 (Some(10), Some(6), Some(2))
             );
         }
+    }
+
+    /// A translated stream's usage is the upstream's report, not the client's events: a chat
+    /// stream cut after its text (no usage) reaches a Messages client whose `message_start` says
+    /// 0 input tokens (the schema requires a count), yet the delivery has no input count, so the
+    /// charge estimates it (SPEC §7) instead of billing 0.
+    #[test]
+    fn a_translated_streams_usage_is_the_upstreams_not_the_writers_placeholder() {
+        use crate::translate::answer::AnswerContext;
+        let ctx = AnswerContext {
+            id: "g".into(),
+            model: "m".into(),
+            created: 1,
+            choices: 1,
+        };
+        let translator = StreamTranslator::new(Api::Chat, Api::Messages, ctx);
+        let mut incoming = Incoming::new(Framing::Sse, Some(translator));
+        let mut events = Vec::new();
+        incoming.push(format!("data: {ROLE}\n\ndata: {HI}\n\n").as_bytes(), &mut events);
+        let mut gate = Gate::new(StreamDialect::of(Api::Messages), true, false, 1, None);
+        gate.note_upstream_usage(incoming.upstream_usage().unwrap());
+        let mut sent = Vec::new();
+        let mut relay = None;
+        for e in events.drain(..) {
+            match relay.as_mut() {
+                None => {
+                    if let Before::Commit(head) = gate.on_event(e) {
+                        sent.extend(head);
+                        relay = Some(std::mem::replace(&mut gate, Gate::new(&CHAT, true, false, 1, None)).into_relay());
+                    }
+                }
+                Some(r) => {
+                    if let After::Send(b) = r.on_event(e) {
+                        sent.extend(b)
+                    }
+                }
+            }
+        }
+        let text = String::from_utf8(sent).unwrap();
+        assert!(text.contains(r#""usage":{"input_tokens":0,"output_tokens":0}"#), "{text}");
+        let usage = relay.expect("committed on the text").delivery().usage;
+        assert_eq!((usage.input_tokens, usage.output_tokens), (None, None), "{text}");
     }
 
     fn ev(data: &str) -> SseEvent {

@@ -211,6 +211,16 @@ fn usage(t: &Tokens) -> Usage {
     }
 }
 
+/// `message_start`'s usage: what the upstream said so far, both counts always present.
+fn start_usage(t: &Tokens) -> Usage {
+    let known = usage(t);
+    Usage {
+        input_tokens: Some(known.input_tokens.unwrap_or(0)),
+        output_tokens: Some(0),
+        ..known
+    }
+}
+
 /// A content block as `content_block_start` opens it and a body carries it.
 #[derive(Debug, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -276,7 +286,9 @@ impl Writer {
             "content": [],
             "stop_reason": null,
             "stop_sequence": null,
-            "usage": Usage { output_tokens: Some(0), ..usage(&self.usage) },
+            // Anthropic's schema requires both counts here (strict clients validate it): input
+            // not reported yet is written 0, the real count follows in `message_delta`.
+            "usage": start_usage(&self.usage),
         });
         Writer::event(out, "message_start", json!({ "message": message }));
     }
