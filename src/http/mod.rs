@@ -34,13 +34,7 @@ pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
         .filter(|v| !v.is_empty() && v.len() <= 200 && v.bytes().all(|b| b.is_ascii_graphic()))
         .unwrap_or_else(|| new_id("req"));
     let path = req.path();
-    let shape = if path == "/v1/messages" {
-        ErrorShape::Anthropic
-    } else if path.starts_with("/v1beta/") {
-        ErrorShape::Gemini
-    } else {
-        ErrorShape::OpenAi
-    };
+    let shape = ErrorShape::for_path(&path);
     let mut rc = RequestCtx {
         request_id,
         generation_id: new_generation_id(),
@@ -99,6 +93,11 @@ async fn route(
         return v1::generate(req, env, ctx, rc, Api::Gemini, Some(gemini)).await;
     }
     match (method, path) {
+        // A client's connectivity check (Claude Code sends `HEAD /`): the gateway is here.
+        (Method::Get | Method::Head, "/") => Ok(response::json_response(
+            200,
+            &json!({"service": "switchyard", "status_page": "/status"}),
+        )),
         (Method::Get, "/v1/models") => v1::models(req, env).await,
         (Method::Post, "/v1/chat/completions") => v1::generate(req, env, ctx, rc, Api::Chat, None).await,
         (Method::Post, "/v1/messages") => v1::generate(req, env, ctx, rc, Api::Messages, None).await,

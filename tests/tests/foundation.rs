@@ -447,3 +447,44 @@ fn model_and_provider_entries_can_be_removed() {
     );
     assert_eq!(s.admin("DELETE", &format!("/admin/models/{model}"), None).status, 404);
 }
+
+/// A client's connectivity check (`HEAD /`, Claude Code's) finds the gateway; an unknown path
+/// answers 404 in the shape of the dialect it is under, so each SDK can read it (SPEC §21).
+#[test]
+fn the_root_answers_and_an_unknown_path_is_a_404_in_its_dialects_shape() {
+    let s = Stack::from_env();
+    for method in ["HEAD", "GET"] {
+        let r = s.request(method, &format!("{}/", s.gateway), &[], None);
+        assert_eq!(r.status, 200, "{method} /: {}", r.text());
+        assert_ids(&r);
+    }
+    let key = s.new_key(1.0);
+    let auth = format!("Bearer {key}");
+    for (path, shape) in [
+        ("/v1/messages/nope", "anthropic"),
+        ("/v1beta/nope", "gemini"),
+        ("/v1/nope", "openai"),
+    ] {
+        let r = s.request(
+            "POST",
+            &format!("{}{path}", s.gateway),
+            &[("authorization", &auth)],
+            Some(b"{}"),
+        );
+        assert_eq!(r.status, 404, "{path}: {}", r.text());
+        let v = r.json();
+        match shape {
+            "anthropic" => assert_eq!(
+                (v["type"].as_str(), v["error"]["type"].as_str()),
+                (Some("error"), Some("not_found_error")),
+                "{path}: {v}"
+            ),
+            "gemini" => assert_eq!(
+                (v["error"]["code"].as_u64(), v["error"]["status"].as_str()),
+                (Some(404), Some("NOT_FOUND")),
+                "{path}: {v}"
+            ),
+            _ => assert_eq!(v["error"]["code"].as_str(), Some("not_found"), "{path}: {v}"),
+        }
+    }
+}

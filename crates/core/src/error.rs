@@ -18,6 +18,21 @@ pub enum ErrorShape {
     Gemini,
 }
 
+impl ErrorShape {
+    /// The shape of an answer on `path`, by the dialect whose prefix it is under: Anthropic's
+    /// `/v1/messages` and what is below it (`/v1/messages/count_tokens`, an unknown path), Gemini's
+    /// `/v1beta/`, OpenAI's for the rest — so an SDK reads even a 404 in its own shape.
+    pub fn for_path(path: &str) -> ErrorShape {
+        if path == "/v1/messages" || path.starts_with("/v1/messages/") {
+            ErrorShape::Anthropic
+        } else if path.starts_with("/v1beta/") {
+            ErrorShape::Gemini
+        } else {
+            ErrorShape::OpenAi
+        }
+    }
+}
+
 impl From<Api> for ErrorShape {
     fn from(api: Api) -> ErrorShape {
         match api {
@@ -300,6 +315,23 @@ impl ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_path_answers_in_the_shape_of_the_dialect_it_is_under() {
+        for (path, shape) in [
+            ("/v1/messages", ErrorShape::Anthropic),
+            ("/v1/messages/count_tokens", ErrorShape::Anthropic),
+            ("/v1/messages/batches/x", ErrorShape::Anthropic),
+            ("/v1/messagesx", ErrorShape::OpenAi),
+            ("/v1beta/models/m:countTokens", ErrorShape::Gemini),
+            ("/v1beta/nope", ErrorShape::Gemini),
+            ("/v1/chat/completions", ErrorShape::OpenAi),
+            ("/v1/responses/input_tokens", ErrorShape::OpenAi),
+            ("/nope", ErrorShape::OpenAi),
+        ] {
+            assert_eq!(ErrorShape::for_path(path), shape, "{path}");
+        }
+    }
 
     #[test]
     fn openai_and_anthropic_shapes() {
