@@ -56,9 +56,8 @@ pub(super) fn read(body: &Body) -> Result<Neutral, Unable> {
             "metadata" => n.user = parse::<Metadata>(raw, name)?.user_id,
             // They choose capacity, region and caching: not the answer.
             "service_tier" | "inference_geo" | "cache_control" => n.dropped.push(name.into()),
-            "container" | "mcp_servers" | "context_management" => {
-                return Err(not_carried(name, "it names state or tools held at Anthropic"))
-            }
+            "context_management" => read_context_management(&mut n, raw)?,
+            "container" | "mcp_servers" => return Err(not_carried(name, "it names state or tools held at Anthropic")),
             _ => return Err(unknown(name)),
         }
     }
@@ -83,6 +82,37 @@ pub(super) fn read(body: &Body) -> Result<Neutral, Unable> {
         n.show_reasoning = Some(t.display.as_deref() != Some("omitted"));
     }
     Ok(n)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ContextManagement {
+    #[serde(default)]
+    edits: Option<Few<Edit>>,
+}
+
+#[derive(Deserialize)]
+struct Edit {
+    #[serde(rename = "type")]
+    kind: String,
+}
+
+/// `context_management`: edits Anthropic applies to the context it is sent. Clearing earlier
+/// thinking changes nothing elsewhere — no other API is sent earlier thinking (the table above) —
+/// so those edits are dropped and listed (SPEC §21: Claude Code sends one on every request);
+/// any other edit (clearing tool results) would change the prompt the model reads: unable.
+fn read_context_management(n: &mut Neutral, raw: &RawValue) -> Result<(), Unable> {
+    let config: ContextManagement = parse(raw, "context_management")?;
+    for (i, edit) in config.edits.map(|e| e.0).unwrap_or_default().iter().enumerate() {
+        if !edit.kind.starts_with("clear_thinking_") {
+            return Err(not_carried(
+                format!("context_management.edits[{i}]"),
+                &format!("`{}` edits the context at Anthropic", edit.kind),
+            ));
+        }
+    }
+    n.dropped.push("context_management".into());
+    Ok(())
 }
 
 #[derive(Deserialize)]
@@ -164,6 +194,9 @@ fn read_message(n: &mut Neutral, i: usize, m: Message) -> Result<(), Unable> {
     let role = match m.role.as_str() {
         "user" => Role::User,
         "assistant" => Role::Assistant,
+        // A system message inside the conversation (Anthropic's `mid-conversation-system` beta,
+        // sent by Claude Code): a system turn at that place, text only (SPEC §21).
+        "system" => Role::System,
         other => return Err(Unable::new(format!("{at}.role"), format!("`{other}` is not a role"))),
     };
     let at = format!("{at}.content");

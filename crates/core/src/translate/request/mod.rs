@@ -13,7 +13,7 @@
 //!
 //! | Neutral | C | M | R | G | not representable |
 //! |---|---|---|---|---|---|
-//! | system | system/developer messages | `system` | `instructions` (parts joined by a blank line), later system items | `systemInstruction` | M, G: a system turn after the conversation started is moved into the system prompt |
+//! | system | system/developer messages | `system`, `system` messages in the conversation | `instructions` (parts joined by a blank line), later system items | `systemInstruction` | M, G: a system turn after the conversation started is moved into the system prompt |
 //! | turns | messages | messages (same-role turns merged) | input items | contents (`user`/`model`) | audio, files and documents anywhere: unable |
 //! | images | `image_url` (URL or `data:`) | `image` base64 / url | `input_image` | `inlineData`, `fileData` (image, not a Google file) | G: an image by URL (unable); M: types other than jpeg/png/gif/webp (unable) |
 //! | tool calls / results | `tool_calls`, `tool` messages | `tool_use`, `tool_result` | `function_call`, `function_call_output` | `functionCall`, `functionResponse` (name found by call id) | images in a tool result to C, G: unable |
@@ -33,8 +33,8 @@
 //! | verbosity | `verbosity` | — | `text.verbosity` | — | M, G: unable |
 //! | user id | `user` | `metadata.user_id` | `user` | — | G: dropped |
 //! | `metadata`, `store`, `service_tier`, `safety_identifier`, `prompt_cache_key(_retention)` | yes | — | yes | — | carried between C and R, else dropped; R gets `store: false` unless the client stored |
-//! | no effect on the answer | `prediction`, a message's `name` | `cache_control`, `citations`, `service_tier`, `inference_geo` | `truncation`, `include`, `max_tool_calls`, items' `id`/`status` | `safetySettings`, `labels`, a declaration's `response` | dropped (listed) |
-//! | state held upstream | — | `container`, `mcp_servers`, `context_management` | `previous_response_id`, `conversation`, `prompt`, `item_reference`, `background` | `cachedContent` | unable |
+//! | no effect on the answer | `prediction`, a message's `name` | `cache_control`, `citations`, `service_tier`, `inference_geo`, `context_management` clearing thinking | `truncation`, `include`, `max_tool_calls`, items' `id`/`status` | `safetySettings`, `labels`, a declaration's `response` | dropped (listed) |
+//! | state held upstream | — | `container`, `mcp_servers`, other `context_management` edits | `previous_response_id`, `conversation`, `prompt`, `item_reference`, `background` | `cachedContent` | unable |
 //! | answer shape | `logprobs`, `top_logprobs`, `logit_bias`, audio output | — | `top_logprobs`, logprobs in `include` | `responseLogprobs`, non-text modalities, speech | unable |
 //!
 //! Bedrock Converse, a dialect only routes speak (SPEC §20), has a writer and no reader; its own

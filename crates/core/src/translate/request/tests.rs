@@ -1153,3 +1153,58 @@ fn what_converse_cannot_carry_is_unable_naming_the_clients_field() {
     // No client speaks Converse.
     assert!(read(Api::Converse, &body(&json!({"messages": []}))).is_err());
 }
+
+#[test]
+fn a_system_message_inside_a_messages_conversation_stays_at_its_place() {
+    // Claude Code's `mid-conversation-system` beta: `{"role": "system"}` among the messages.
+    use Role::*;
+    let b = json!({"model": "m", "max_tokens": 64, "system": "first", "messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello"},
+        {"role": "system", "content": [{"type": "text", "text": "now be brief"}]},
+        {"role": "user", "content": "go"}]});
+    let n = read(Api::Messages, &body(&b)).unwrap();
+    let roles: Vec<Role> = n.turns.iter().map(|t| t.role).collect();
+    assert_eq!(roles, vec![System, User, Assistant, System, User]);
+    let chat: Value = serde_json::from_slice(&write(Api::Chat, &n, "u", 64).unwrap().body).unwrap();
+    let roles: Vec<&str> = chat["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["system", "user", "assistant", "system", "user"], "{chat}");
+    assert_eq!(chat["messages"][3]["content"], "now be brief", "{chat}");
+    // Only text belongs in a system message.
+    let image = json!({"model": "m", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"},
+        {"role": "system", "content": [{"type": "image", "source": {"type": "url", "url": "https://x/y.png"}}]}]});
+    let e = read(Api::Messages, &body(&image)).unwrap_err();
+    assert!(e.to_string().contains("messages[1].content[0]"), "{e}");
+}
+
+#[test]
+fn clearing_earlier_thinking_is_dropped_and_other_context_edits_are_unable() {
+    // Claude Code sends this on every request: a no-op where earlier thinking is never sent.
+    let with = |edits: Value| {
+        json!({"model": "m", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}],
+               "context_management": {"edits": edits}})
+    };
+    for to in [Api::Chat, Api::Responses, Api::Gemini] {
+        let w = translate(
+            Api::Messages,
+            &body(&with(json!([{"type": "clear_thinking_20251015", "keep": "all"}]))),
+            to,
+            "u",
+            false,
+            64,
+        )
+        .unwrap();
+        assert_eq!(w.dropped, vec!["context_management".to_string()], "{to:?}");
+        assert!(!String::from_utf8_lossy(&w.body).contains("clear_thinking"), "{to:?}");
+        let e = translate(
+            Api::Messages,
+            &body(&with(json!([{"type": "clear_tool_uses_20250919"}]))),
+            to,
+            "u",
+            false,
+            64,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("context_management.edits[0]"), "{e}");
+    }
+}
