@@ -285,6 +285,7 @@ pub struct Slot {
     renewing: Option<oneshot::Sender<()>>,
 }
 
+#[derive(Clone)]
 struct Release {
     env: Env,
     ctx: Rc<Context>,
@@ -316,21 +317,15 @@ impl Release {
 }
 
 impl Slot {
-    /// The slot given back by sending `release` to object `object` of `binding` at `path`, and
-    /// kept by sending `renew` every third of `lease_ms` until then.
-    fn held(
-        env: &Env,
-        ctx: &Rc<Context>,
-        binding: &'static str,
-        object: String,
-        path: &'static str,
-        release: &impl Serialize,
-        renew: &impl Serialize,
-        lease_ms: u64,
-    ) -> Slot {
+    /// The slot given back by the call `release`, and kept by sending `renew` to the same object
+    /// every third of `lease_ms` until then.
+    fn held(release: Release, renew: &impl Serialize, lease_ms: u64) -> Slot {
         let (renewing, mut stopped) = oneshot::channel::<()>();
-        let renewals = Release::new(env, ctx, binding, object.clone(), path, renew);
-        ctx.wait_until(async move {
+        let renewals = Release {
+            body: serde_json::to_value(renew).unwrap_or_default(),
+            ..release.clone()
+        };
+        release.ctx.wait_until(async move {
             let every = renew_every_ms(lease_ms);
             loop {
                 if let Either::Right(_) = select(pin!(sleep(every)), &mut stopped).await {
@@ -345,7 +340,7 @@ impl Slot {
             }
         });
         Slot {
-            release: Some(Release::new(env, ctx, binding, object, path, release)),
+            release: Some(release),
             renewing: Some(renewing),
         }
     }
@@ -432,12 +427,7 @@ pub async fn admit_key(
         }) => Ok(KeyAdmission {
             slot: match limit.max_concurrent {
                 Some(_) => Slot::held(
-                    env,
-                    ctx,
-                    "LIMITS",
-                    name,
-                    "/",
-                    &KeyCall::Release { id: id.to_string() },
+                    Release::new(env, ctx, "LIMITS", name, "/", &KeyCall::Release { id: id.to_string() }),
                     &KeyCall::Renew {
                         id: id.to_string(),
                         lease_ms: lease,
@@ -545,7 +535,11 @@ pub async fn admit_route(
             Ok(RouteAdmission {
                 route: index,
                 slot: match capped {
-                    true => Slot::held(env, ctx, "HEALTH", name, "/capacity", &release, &renew, lease),
+                    true => Slot::held(
+                        Release::new(env, ctx, "HEALTH", name, "/capacity", &release),
+                        &renew,
+                        lease,
+                    ),
                     false => Slot::default(),
                 },
                 waited_ms,

@@ -124,35 +124,23 @@ impl Extra {
 /// happens after the hold, settlement. A request refused before the hold is recorded too.
 pub async fn serve(call: &Call, catalog: &Catalog, mut request: ClientRequest) -> Result<Answer, ApiError> {
     let request = &mut request;
-    let Admitted {
-        model,
-        policy,
-        pinned,
-        mut plan,
-        started_ms,
-        mut record,
-        window,
-        mut queue,
-    } = match admit(call, catalog, request).await {
+    let mut admitted = match admit(call, catalog, request).await {
         Ok(admitted) => admitted,
         Err(error) => {
             reject(call, request.api, &request.model, request.stream, &error);
             return Err(error);
         }
     };
-    match attempts(
-        call,
-        catalog,
-        model,
-        request,
-        &policy,
-        &mut plan,
-        &mut record,
-        &mut queue,
-    )
-    .await
-    {
+    match attempts(call, catalog, request, &mut admitted).await {
         Ok((route, committed)) => {
+            let Admitted {
+                policy,
+                started_ms,
+                record,
+                window,
+                queue,
+                ..
+            } = admitted;
             let extra = Extra {
                 window,
                 queued_ms: queue.queued_ms,
@@ -163,14 +151,14 @@ pub async fn serve(call: &Call, catalog: &Catalog, mut request: ClientRequest) -
         Err(error) => {
             // A stored conversation's one route did not answer: no other can continue it.
             let error = match error.status() {
-                500.. if pinned => ApiError::StateUnavailable {
-                    model: model.id.clone(),
+                500.. if admitted.pinned => ApiError::StateUnavailable {
+                    model: admitted.model.id.clone(),
                 },
                 _ => error,
             };
             // No route answered: the hold is released in full, nothing is charged.
-            let cancelled = plan.cancelled();
-            call.ctx.wait_until(record.close(Ending::Failed {
+            let cancelled = admitted.plan.cancelled();
+            call.ctx.wait_until(admitted.record.close(Ending::Failed {
                 error: &error,
                 cancelled,
             }));
@@ -365,17 +353,21 @@ async fn plan(
 /// Tries routes until one commits; every attempt goes into the record. The error is the
 /// request's final one (SPEC §13). On a model with capped routes, each attempt first takes a slot
 /// on the first upcoming route with room (SPEC §10), queueing when all are full.
-#[allow(clippy::too_many_arguments)]
 async fn attempts(
     call: &Call,
     catalog: &Catalog,
-    model: &Model,
     request: &ClientRequest,
-    policy: &Policy,
-    plan: &mut Plan,
-    record: &mut Record,
-    queue: &mut Queue,
+    admitted: &mut Admitted<'_>,
 ) -> Result<(String, Committed), ApiError> {
+    let Admitted {
+        model,
+        policy,
+        plan,
+        record,
+        queue,
+        ..
+    } = admitted;
+    let (model, policy): (&Model, &Policy) = (model, policy);
     // Each attempt's request: a translation reads the client's body once, for every route.
     let mut requests = wire::Requests::new(request);
     loop {
