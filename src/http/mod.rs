@@ -92,6 +92,9 @@ async fn route(
         }
         return v1::generate(req, env, ctx, rc, Api::Gemini, Some(gemini)).await;
     }
+    if path == "/v1/responses" && upgrade_to_websocket(req) {
+        return Err(ApiError::WebSocketUnsupported);
+    }
     match (method, path) {
         // A client's connectivity check (Claude Code sends `HEAD /`): the gateway is here.
         (Method::Get | Method::Head, "/") => Ok(response::json_response(
@@ -114,6 +117,15 @@ async fn route(
             what: format!("Path {path}"),
         }),
     }
+}
+
+/// The request asks to become a WebSocket (`Upgrade: websocket`).
+fn upgrade_to_websocket(req: &Request) -> bool {
+    req.headers()
+        .get("upgrade")
+        .ok()
+        .flatten()
+        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"))
 }
 
 thread_local! {

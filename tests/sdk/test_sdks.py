@@ -343,3 +343,26 @@ def test_gemini_errors_are_google_errors():
         ok.gemini(key=limited).models.generate_content(model=ok.model, contents="hi")
     assert (raised.value.code, raised.value.status) == (429, "RESOURCE_EXHAUSTED")
     assert raised.value.details["error"]["details"][0]["reason"] == "key_rate_limited"
+
+
+# ---- Responses over WebSocket (SPEC §21) ---------------------------------------------------------
+
+def test_a_responses_websocket_is_refused_at_once_with_426():
+    """OpenAI's WebSocket mode is not served: the upgrade is refused at once with 426 (so a client
+    falls back to HTTP without waiting), and the same request over HTTP is answered."""
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect
+
+    s = Setup("responses", ["ok"])
+    url = GATEWAY.replace("http://", "ws://", 1) + "/v1/responses"
+    started = time.monotonic()
+    with pytest.raises(InvalidStatus) as refused:
+        with connect(url, additional_headers={"authorization": f"Bearer {s.key}"}, open_timeout=10):
+            pass
+    assert time.monotonic() - started < 5
+    response = refused.value.response
+    assert response.status_code == 426, response
+    body = json.loads(response.body)
+    assert body["error"]["code"] == "websocket_unsupported", body
+    answer = s.openai().responses.create(model=s.model, input="Say hello")
+    assert answer.output_text.startswith("Hello")

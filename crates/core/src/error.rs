@@ -63,6 +63,9 @@ pub enum ApiError {
     NotFound { what: String },
     /// 405: the path exists, the method does not.
     MethodNotAllowed,
+    /// 426: a WebSocket upgrade on `/v1/responses` (OpenAI's WebSocket mode), refused at once so
+    /// the client falls back to HTTP (SPEC §21).
+    WebSocketUnsupported,
     /// 429: the API key is at its `rpm` or `max_concurrent` limit and no room came within
     /// `key_wait_ms` (SPEC §10).
     KeyRateLimited {
@@ -117,6 +120,7 @@ impl ApiError {
             ApiError::InsufficientBalance | ApiError::SpendLimitReached => 402,
             ApiError::ModelNotFound { .. } | ApiError::NotFound { .. } => 404,
             ApiError::MethodNotAllowed => 405,
+            ApiError::WebSocketUnsupported => 426,
             ApiError::Conflict { .. } => 409,
             ApiError::KeyRateLimited { .. } | ApiError::CapacityBusy { .. } => 429,
             ApiError::Internal { .. } => 500,
@@ -140,6 +144,7 @@ impl ApiError {
             ApiError::ModelNotFound { .. } => "model_not_found",
             ApiError::NotFound { .. } => "not_found",
             ApiError::MethodNotAllowed => "method_not_allowed",
+            ApiError::WebSocketUnsupported => "websocket_unsupported",
             ApiError::Conflict { .. } => "conflict",
             ApiError::KeyRateLimited { .. } => "key_rate_limited",
             ApiError::CapacityBusy { .. } => "capacity_busy",
@@ -168,6 +173,9 @@ impl ApiError {
             ApiError::ModelNotFound { model, .. } => format!("Model `{model}` does not exist. See available_models."),
             ApiError::NotFound { what } => format!("{what} not found."),
             ApiError::MethodNotAllowed => "Method not allowed on this path.".into(),
+            ApiError::WebSocketUnsupported => {
+                "Responses over WebSocket is not served here: send `POST /v1/responses` over HTTP (`stream: true` for events).".into()
+            }
             ApiError::KeyRateLimited { .. } => "This API key has reached its rate or concurrency limit.".into(),
             ApiError::CapacityBusy { .. } => "All upstream capacity for this model is busy. Retry shortly.".into(),
             ApiError::SupplyNotConfigured { model } => {
@@ -194,7 +202,7 @@ impl ApiError {
 
     fn openai_type(&self) -> &'static str {
         match self.status() {
-            400 | 404 | 405 | 409 => "invalid_request_error",
+            400 | 404 | 405 | 409 | 426 => "invalid_request_error",
             401 => "authentication_error",
             402 => "insufficient_quota",
             429 => "rate_limit_exceeded",
@@ -205,7 +213,7 @@ impl ApiError {
 
     fn anthropic_type(&self) -> &'static str {
         match self.status() {
-            400 | 405 | 409 => "invalid_request_error",
+            400 | 405 | 409 | 426 => "invalid_request_error",
             401 => "authentication_error",
             402 => "billing_error",
             404 => "not_found_error",
@@ -218,7 +226,7 @@ impl ApiError {
     /// Google's status word for the HTTP status.
     fn gemini_status(&self) -> &'static str {
         match self.status() {
-            400 | 405 => "INVALID_ARGUMENT",
+            400 | 405 | 426 => "INVALID_ARGUMENT",
             401 => "UNAUTHENTICATED",
             402 => "FAILED_PRECONDITION",
             404 => "NOT_FOUND",
