@@ -57,6 +57,8 @@ pub(super) fn read(body: &Body) -> Result<Neutral, Unable> {
             // How a stream is framed, what to do past the context window, a limit on the
             // provider's own tools: none changes the answer to this request.
             "stream_options" | "truncation" | "max_tool_calls" => n.dropped.push(name.into()),
+            // Metadata about the calling client (Codex sends it on every request): never the answer.
+            "client_metadata" => n.dropped.push(name.into()),
             "previous_response_id" | "conversation" | "prompt" => {
                 return Err(not_carried(name, "it names a conversation stored at the provider"))
             }

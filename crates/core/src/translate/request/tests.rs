@@ -1208,3 +1208,13 @@ fn clearing_earlier_thinking_is_dropped_and_other_context_edits_are_unable() {
         assert!(e.to_string().contains("context_management.edits[0]"), "{e}");
     }
 }
+
+#[test]
+fn codexs_client_metadata_is_dropped_and_listed_when_translated() {
+    let b = json!({"model": "m", "input": "hi", "client_metadata": {"session_id": "s-1", "originator": "codex_exec"}});
+    for to in [Api::Chat, Api::Messages, Api::Gemini] {
+        let w = translate(Api::Responses, &body(&b), to, "u", false, 64).unwrap();
+        assert_eq!(w.dropped, vec!["client_metadata".to_string()], "{to:?}");
+        assert!(!String::from_utf8_lossy(&w.body).contains("codex_exec"), "{to:?}");
+    }
+}
