@@ -184,7 +184,9 @@ impl Observation {
 pub struct RequestObservation {
     pub at_ms: u64,
     pub answered: bool,
-    /// False for client errors, 402 and our own 429: such requests are not recorded at all.
+    /// Whether the request is in the public record at all: only when a route answered, or it went
+    /// unanswered after a failure of a route's own ([`crate::generation::AttemptRecord::failed_by_route`]);
+    /// client errors, the gateway's own refusals and cancellations are not (SPEC §18a).
     pub counted: bool,
     /// Time to first content of the answered stream, ms.
     pub stream_ttfb_ms: Option<u64>,
