@@ -8,7 +8,8 @@
 //! Invariants:
 //! - A [`Breaker`] is *demoted* exactly when `demoted_until_ms` is `Some`. It is *cooling* while
 //!   `demoted_until_ms > now`; once the cooldown has ended it stays demoted until a probe (or any
-//!   later attempt) ends: success resets it, failure demotes it again with the next cooldown.
+//!   later attempt) ends: success resets it, a confirmed failure demotes it again with the next
+//!   cooldown (one key's provokable failure leaves the probe due and asks for a check).
 //! - Each demotion lasts `cooldown_ms * 2^level` capped at `cooldown_max_ms` and raises `level` by one
 //!   (defaults: 5, 10, 20, 30, 30 … minutes); only a success puts `level` back to 0.
 //! - A demoted route waiting for a check is rechecked every `recheck_ms * 2^level` (the same level
