@@ -10,7 +10,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::catalog::{Api, Price};
-use crate::classify::{FailureClass, Verdict};
+use crate::classify::{Blame, FailureClass, Verdict};
 use crate::dialect::{Reported, Usage};
 use crate::error::ApiError;
 use crate::health::{AttemptOutcome, Observation, RequestObservation};
@@ -79,6 +79,20 @@ pub struct AttemptRecord {
     /// Client fields left out in translation because they have no effect on the answer.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dropped: Vec<String>,
+}
+
+impl AttemptRecord {
+    /// The attempt failed for a reason that is the route's or its upstream account's (SPEC §4
+    /// "counts against": a route or an account) — not the client's request, not a request that
+    /// could not be sent (`unable`), not a client that left.
+    ///
+    /// The public record (SPEC §14, §18a) counts a request only when a route answered it, or
+    /// when it went unanswered after such a failure: the client's own errors, requests the
+    /// gateway refused itself (untranslatable fields, limits, 402) and cancellations are not in
+    /// `/status`, `/api/health/models` or the hourly history — whichever error they ended with.
+    pub fn failed_by_route(&self) -> bool {
+        self.failure_class.is_some_and(|c| c.blame() != Blame::Nothing)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -457,7 +471,11 @@ impl Journal {
             ..
         } = self;
         record.duration_ms = now_ms.saturating_sub(record.created_at_ms);
-        let mut client_error = false;
+        // Whether the request is in the public record: a route answered it, or no answer came
+        // after a failure of a route's own (SPEC §18a). Refused before any route was tried, or the
+        // client gone: never.
+        let failed_by_route = record.attempts.iter().any(AttemptRecord::failed_by_route);
+        let mut counted = failed_by_route;
         let attempt_started = committed.map(|(_, _, started)| started);
         match (ending, attempt_started, tariff) {
             (Ending::Delivered(d), Some(attempt_started), Some(tariff)) => {
@@ -499,14 +517,11 @@ impl Journal {
                 record.error_code = Some(ApiError::Internal { label: "uncommitted" }.code().to_string());
             }
             (Ending::Failed { error, cancelled }, ..) => {
-                client_error = matches!(
-                    error,
-                    ApiError::UpstreamInvalidRequest { .. } | ApiError::ContentPolicy { .. }
-                );
+                counted = failed_by_route && !cancelled;
                 record.error_code = Some(if cancelled { "cancelled" } else { error.code() }.to_string());
             }
             (Ending::Rejected(error), ..) => {
-                client_error = true;
+                counted = false;
                 record.outcome = Outcome::Rejected;
                 record.error_code = Some(error.code().to_string());
             }
@@ -520,7 +535,7 @@ impl Journal {
         let request = RequestObservation {
             at_ms: now_ms,
             answered,
-            counted: !client_error,
+            counted: answered || counted,
             stream_ttfb_ms,
         };
         Finished {
@@ -848,7 +863,7 @@ mod tests {
     }
 
     #[test]
-    fn no_answer_charges_nothing_and_only_a_client_error_goes_uncounted() {
+    fn no_answer_charges_nothing_and_is_counted_unanswered_after_a_route_failure() {
         let ended = |error: &ApiError, cancelled: bool| {
             let mut j = Journal::open(opening(false));
             j.attempt(target("r0", 1_000), failed(FailureClass::Upstream5xx), 1_020);
@@ -864,8 +879,145 @@ mod tests {
         );
         let f = ended(&ApiError::ProviderError { model: "m".into() }, true);
         assert_eq!(f.record.error_code.as_deref(), Some("cancelled"));
-        let f = ended(&ApiError::UpstreamInvalidRequest { message: "no".into() }, false);
-        assert!(!f.request.counted, "the client's own error is not the model's");
+        assert!(!f.request.counted, "a client that left is not the model's");
+    }
+
+    /// Every failure class, exhaustively: whether it is the route's (or its account's) doing. A
+    /// new class does not compile here until it is classified.
+    fn routes_doing(class: FailureClass) -> bool {
+        use FailureClass::*;
+        match class {
+            Connect | Timeout | Upstream5xx | RateLimited | Overloaded | ModelUnavailable | BadResponse | Account => {
+                true
+            }
+            ContextLength | UnsupportedParam | ContentPolicy | InvalidRequest | Cancelled | Unable => false,
+        }
+    }
+
+    const CLASSES: [FailureClass; 14] = {
+        use FailureClass::*;
+        [
+            Connect,
+            Timeout,
+            Upstream5xx,
+            RateLimited,
+            Overloaded,
+            ModelUnavailable,
+            Account,
+            BadResponse,
+            ContextLength,
+            UnsupportedParam,
+            ContentPolicy,
+            InvalidRequest,
+            Cancelled,
+            Unable,
+        ]
+    };
+
+    /// SPEC §14, §18a: the public record counts only what routes did. Every ending (answered,
+    /// broken, no answer, no answer with the client gone, a committed answer the gateway failed
+    /// to deliver, refused) after every failure class: counted only when a route answered, or
+    /// when no answer came after a failure of the route's own — whatever error the request
+    /// ended with.
+    #[test]
+    fn the_public_record_counts_only_what_routes_did() {
+        let errors = [
+            ApiError::ProviderError { model: "m".into() },
+            ApiError::invalid(
+                "`logprobs` cannot be sent to a route that speaks messages.",
+                Some("logprobs"),
+            ),
+            ApiError::UpstreamInvalidRequest { message: "no".into() },
+            ApiError::ContentPolicy { message: "no".into() },
+            ApiError::CapacityBusy { retry_after_s: 1 },
+            ApiError::InsufficientBalance,
+            ApiError::Internal {
+                label: "response_stream",
+            },
+        ];
+        // (ending, whether a route committed first) → (counted, answered) for a first attempt of
+        // `class` (none: no attempt at all).
+        #[derive(Debug, Clone, Copy)]
+        enum End {
+            Delivered,
+            Broken,
+            NoAnswer,
+            Cancelled,
+            CommittedButUndelivered,
+            Rejected,
+        }
+        let ends = [
+            End::Delivered,
+            End::Broken,
+            End::NoAnswer,
+            End::Cancelled,
+            End::CommittedButUndelivered,
+            End::Rejected,
+        ];
+        let classes = CLASSES.iter().copied().map(Some).chain([None]);
+        for class in classes {
+            for end in ends {
+                for error in &errors {
+                    let mut j = Journal::open(opening(true));
+                    if let Some(c) = class {
+                        // An untranslatable request never reached its route first.
+                        j.attempt(target("r0", 1_000), failed(FailureClass::Unable), 1_000);
+                        j.attempt(target("r1", 1_000), failed(c), 1_010);
+                    }
+                    let commits = matches!(end, End::Delivered | End::Broken | End::CommittedButUndelivered);
+                    if commits {
+                        j.attempt(
+                            target("r2", 1_010),
+                            AttemptResult::Committed { http_status: 200 },
+                            1_020,
+                        );
+                    }
+                    let f = match end {
+                        End::Delivered | End::Broken => j.finish(
+                            Ending::Delivered(Delivery {
+                                broken: matches!(end, End::Broken).then(|| "cut".to_string()),
+                                ..Delivery::default()
+                            }),
+                            1_030,
+                        ),
+                        End::NoAnswer | End::CommittedButUndelivered => j.finish(
+                            Ending::Failed {
+                                error,
+                                cancelled: false,
+                            },
+                            1_030,
+                        ),
+                        End::Cancelled => j.finish(Ending::Failed { error, cancelled: true }, 1_030),
+                        End::Rejected => j.finish(Ending::Rejected(error), 1_030),
+                    };
+                    let answered = matches!(end, End::Delivered | End::Broken);
+                    let counted = match end {
+                        End::Delivered | End::Broken => true,
+                        End::NoAnswer | End::CommittedButUndelivered => class.is_some_and(routes_doing),
+                        End::Cancelled | End::Rejected => false,
+                    };
+                    assert_eq!(
+                        (f.request.counted, f.request.answered),
+                        (counted, answered),
+                        "{class:?} then {end:?} ({})",
+                        error.code()
+                    );
+                }
+            }
+        }
+        // The same rule the record's attempts state: each class's own verdict.
+        for class in CLASSES {
+            let mut j = Journal::open(opening(false));
+            j.attempt(target("r0", 1_000), failed(class), 1_010);
+            let f = j.finish(
+                Ending::Failed {
+                    error: &errors[0],
+                    cancelled: false,
+                },
+                1_020,
+            );
+            assert_eq!(f.record.attempts[0].failed_by_route(), routes_doing(class), "{class:?}");
+        }
     }
 
     #[test]

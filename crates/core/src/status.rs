@@ -7,8 +7,10 @@
 //! fetches the health objects and responds.
 //!
 //! This module owns the thresholds. Invariants: only the last hour counts (the same window as
-//! [`crate::health::recent`]); only counted requests are in the buckets (client errors, 402 and our
-//! own 429 never reach them), and a request a later route answered is answered. Down needs both a
+//! [`crate::health::recent`]); only counted requests are in the buckets — those a route answered
+//! or failed ([`crate::generation::AttemptRecord::failed_by_route`]: client errors, the gateway's
+//! own refusals and cancellations never reach them) — and a request a later route answered is
+//! answered. Down needs both a
 //! rate under 50 % and at least 3 unanswered requests, so a handful of failures on a quiet model
 //! reads Degraded, not Down. A report lists each model's routes in the order a request would try
 //! them now (route and account breakers applied); a route is healthy only when both its breakers

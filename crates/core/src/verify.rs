@@ -257,9 +257,12 @@ impl ModelHealth {
                 if kind == CheckKind::Recheck {
                     b.end_cooldown(at_ms);
                 }
-                if confirming && b.demoted_until_ms.is_none() {
-                    // The route answers: the failures were that client's content.
-                    b.consecutive_failures = 0;
+                if confirming {
+                    // The route answers: the failures were that client's content. A demoted
+                    // route (its probe failed so) stays due for its live probe.
+                    if b.demoted_until_ms.is_none() {
+                        b.consecutive_failures = 0;
+                    }
                     b.clear_run();
                 }
             }
@@ -271,7 +274,7 @@ impl ModelHealth {
                 b.last_failure_ms = Some(at_ms);
                 // A failed cooldown check doubles the cooldown; a failed idle check demotes, and
                 // so does a failed confirmation (the route fails known content too).
-                if confirming && b.demoted_until_ms.is_some() {
+                if confirming && b.demoted_until_ms.is_some() && !b.confirm_pending {
                     return; // demoted meanwhile by proof from live traffic
                 }
                 // A failed recheck while the cooldown runs: the cooldown stands, the next recheck

@@ -8,7 +8,8 @@
 //! Invariants:
 //! - A [`Breaker`] is *demoted* exactly when `demoted_until_ms` is `Some`. It is *cooling* while
 //!   `demoted_until_ms > now`; once the cooldown has ended it stays demoted until a probe (or any
-//!   later attempt) ends: success resets it, failure demotes it again with the next cooldown.
+//!   later attempt) ends: success resets it, a confirmed failure demotes it again with the next
+//!   cooldown (one key's provokable failure leaves the probe due and asks for a check).
 //! - Each demotion lasts `cooldown_ms * 2^level` capped at `cooldown_max_ms` and raises `level` by one
 //!   (defaults: 5, 10, 20, 30, 30 … minutes); only a success puts `level` back to 0.
 //! - A demoted route waiting for a check is rechecked every `recheck_ms * 2^level` (the same level
@@ -19,6 +20,11 @@
 //!   lease exists per breaker, so exactly one probe is granted per cooldown (until the lease expires).
 //! - Route failures count only against the route breaker, `account` failures only against the
 //!   account breaker (demoted at once), client-caused classes against nothing (SPEC §4).
+//! - Provoked stays unconfirmed at every door (SPEC §18a): a failure the request's own content can
+//!   provoke is confirmed only by a second key's in the same run or by the model's own check;
+//!   unconfirmed, it demotes nothing — not at the threshold, a probe, an ended cooldown or after
+//!   a passed recheck ([`Breaker::fail`], the one place a failure becomes a decision) — and is
+//!   not in the route's buckets (its stats and spread weight).
 //! - Buckets are sorted by minute, one per minute, and cover at most the last [`WINDOW_MINUTES`]
 //!   minutes: older ones are dropped on every write. A bucket keeps at most
 //!   [`TTFB_SAMPLES_PER_BUCKET`] TTFB samples (the first ones of that minute). The model's
@@ -179,7 +185,9 @@ impl Observation {
 pub struct RequestObservation {
     pub at_ms: u64,
     pub answered: bool,
-    /// False for client errors, 402 and our own 429: such requests are not recorded at all.
+    /// Whether the request is in the public record at all: only when a route answered, or it went
+    /// unanswered after a failure of a route's own ([`crate::generation::AttemptRecord::failed_by_route`]);
+    /// client errors, the gateway's own refusals and cancellations are not (SPEC §18a).
     pub counted: bool,
     /// Time to first content of the answered stream, ms.
     pub stream_ttfb_ms: Option<u64>,
@@ -207,15 +215,15 @@ pub struct Breaker {
     /// While cooling and waiting for a check: when the next recheck falls due (SPEC §8b). Set at
     /// each demotion and after each failed recheck; a pass ends the cooldown.
     pub recheck_at_ms: Option<u64>,
-    /// The distinct keys (at most two) whose requests' failures make up the current run of
-    /// failures, for the failures client content can provoke (SPEC §18).
+    /// The distinct keys (at most two) whose provokable failures are in the current run of
+    /// failures (SPEC §18): from two keys, every failure of the run is confirmed.
     pub failing_keys: Vec<String>,
-    /// The current run holds a failure no client content can provoke (a 503, a refused
-    /// connection, a timeout…): its count alone may demote.
-    pub proven: bool,
-    /// Reached its threshold on one key's provokable failures alone: not demoted, waiting for the
-    /// model's object to confirm with a check of its own (SPEC §18). A failure from a second key
-    /// or a proven one demotes at once; a passed check clears the run.
+    /// Failures in the current run that no client content can provoke (a 503, a refused
+    /// connection, a timeout…): confirmed by themselves.
+    pub proven_failures: u32,
+    /// A verdict fell on failures not confirmed (one key's provokable failures, SPEC §18a): not
+    /// demoted, waiting for the model's object to confirm with a check of its own. A passed check
+    /// clears the run; a failed one demotes.
     pub confirm_pending: bool,
     /// For an account breaker waiting for confirmation: the route whose check confirms it.
     pub confirm_route: Option<String>,
@@ -295,7 +303,7 @@ impl Breaker {
     /// Forgets whose failures made the current run (a success, a demotion, a passed check).
     pub(crate) fn clear_run(&mut self) {
         self.failing_keys.clear();
-        self.proven = false;
+        self.proven_failures = 0;
         self.confirm_pending = false;
         self.confirm_route = None;
     }
@@ -323,33 +331,53 @@ impl Breaker {
         self.recheck_at_ms = None;
     }
 
-    /// Whether the current run is proof against the route for everyone (SPEC §18): a failure no
-    /// client content can provoke, or provokable failures from two different keys.
-    fn run_is_proof(&self) -> bool {
-        self.proven || self.failing_keys.len() >= 2
+    /// The failures of the current run that are proof against the breaker for everyone (SPEC
+    /// §18a): those no client content can provoke, and — once provokable ones came from two keys —
+    /// all of them. (While healthy, `consecutive_failures` is the run: a success, a demotion and
+    /// a passed confirmation end both.)
+    fn confirmed_failures(&self) -> u32 {
+        if self.failing_keys.len() >= 2 {
+            self.consecutive_failures
+        } else {
+            self.proven_failures
+        }
     }
 
-    /// One failure counted against this breaker. Not demoted: demote once `threshold` failures are
-    /// in a row. Cooldown ended (or this was its probe): demote again with the next cooldown.
-    /// Still cooling (tried as a fallback at the end): counted, the cooldown is left as it is.
-    fn fail(&mut self, obs: &Observation, class: FailureClass, threshold: u32, cfg: &HealthConfig) {
+    /// One failure counted against this breaker: the one place an observation becomes a breaker
+    /// decision (SPEC §8, §18a). The failure brings a *verdict* when it reaches the threshold
+    /// (healthy), or when the cooldown has ended or it was the breaker's probe (demoted — also the
+    /// live probe after a passed §8b check); still cooling (tried as a fallback at the end) it is
+    /// counted and the cooldown left as it is. A verdict demotes (again, a level up) only on
+    /// confirmed failures: `threshold` of them (healthy), or this one (demoted). Otherwise — one
+    /// key's provokable failures — it demotes nothing at any of these doors: the breaker waits for
+    /// the model's object to confirm with a check of its own (`confirm_pending`), and a probe
+    /// that failed so leaves the probe due.
+    ///
+    /// Returns whether this failure is confirmed: only such failures enter the route's traffic
+    /// stats (the spread's weights, the status page), so one key's content moves no one's
+    /// conversations.
+    fn fail(&mut self, obs: &Observation, class: FailureClass, threshold: u32, cfg: &HealthConfig) -> bool {
         let now = obs.at_ms;
         self.consecutive_failures = self.consecutive_failures.saturating_add(1);
         self.last_failure_class = Some(class);
         self.last_failure_ms = Some(now);
         if !obs.provoked {
-            self.proven = true;
+            self.proven_failures = self.proven_failures.saturating_add(1);
         } else if self.failing_keys.len() < 2 && !self.failing_keys.contains(&obs.key) {
             self.failing_keys.push(obs.key.clone());
         }
-        match self.demoted_until_ms {
-            None if self.consecutive_failures >= threshold.max(1) && self.run_is_proof() => self.demote(now, cfg),
-            // One key's content may be the cause: the model's object checks before anyone else
-            // is sent elsewhere.
-            None if self.consecutive_failures >= threshold.max(1) => self.confirm_pending = true,
-            None => {}
-            Some(until) if until <= now || obs.probe => self.demote(now, cfg),
-            Some(_) => {}
+        let confirmed = !obs.provoked || self.failing_keys.len() >= 2;
+        let (verdict, demote) = match self.demoted_until_ms {
+            None => (
+                self.consecutive_failures >= threshold.max(1),
+                self.confirmed_failures() >= threshold.max(1),
+            ),
+            Some(until) => (until <= now || obs.probe, confirmed),
+        };
+        match (verdict, demote) {
+            (true, true) => self.demote(now, cfg),
+            (true, false) => self.confirm_pending = true,
+            (false, _) => {}
         }
         if class == FailureClass::RateLimited {
             if let (Some(until), Some(retry_after)) = (self.demoted_until_ms, obs.retry_after_ms) {
@@ -359,6 +387,7 @@ impl Breaker {
                 self.recheck_at_ms = self.recheck_at_ms.map(|at| at.max(asked));
             }
         }
+        confirmed
     }
 }
 
@@ -370,6 +399,9 @@ pub struct Bucket {
     pub minute: u64,
     pub requests: u32,
     pub answered: u32,
+    /// Route attempts: failures counting against the route and confirmed (SPEC §18a: one key's
+    /// provokable failures are not, until a second key's join them). Model buckets: unanswered
+    /// requests.
     pub failed: u32,
     /// Stream TTFB samples, ms; at most [`TTFB_SAMPLES_PER_BUCKET`] (the first of the minute).
     pub ttfb_samples_ms: Vec<u32>,
@@ -494,7 +526,8 @@ pub struct RouteStats {
     /// Attempts at the route.
     pub requests: u32,
     pub answered: u32,
-    /// Attempts that failed by a class counting against the route (SPEC §4).
+    /// Attempts that failed by a class counting against the route (SPEC §4), confirmed ones only
+    /// (SPEC §18a, [`ModelHealth::observe`]).
     pub failed: u32,
     /// `answered / (answered + failed)`; `None` without such attempts.
     pub success_rate: Option<f64>,
@@ -553,9 +586,50 @@ impl ModelHealth {
     /// Success resets the route breaker and, if it has one, the account's. A failure counts by
     /// [`FailureClass::blame`]: against the route (`overloaded` demotes after
     /// `demote_after_overloaded`, others after `demote_after`; the extra try adds none), against the
-    /// account (demoted at once; the route breaker untouched), or against nothing.
+    /// account (demoted at once; the route breaker untouched), or against nothing — and by
+    /// [`Breaker::fail`] only once confirmed (SPEC §18a): one key's provokable failures demote
+    /// nothing at any door and stay out of the route's bucket (so out of its spread weight).
     pub fn observe(&mut self, obs: &Observation, cfg: &HealthConfig) {
         let state = self.routes.entry(obs.route.clone()).or_default();
+        // Whether a failure counts against the route in its traffic stats: only as proof, as
+        // its breaker decides (one key's provokable failures alone do not, SPEC §18a).
+        let mut against_route = false;
+        match obs.outcome {
+            AttemptOutcome::Success => {
+                state.last_ok_ms = state.last_ok_ms.max(Some(obs.at_ms));
+                state.breaker.succeed();
+                if let Some(account) = self.accounts.get_mut(&obs.account) {
+                    account.succeed();
+                }
+            }
+            AttemptOutcome::Failure(class) => match class.blame() {
+                Blame::Route if obs.extra_try => {
+                    state.breaker.last_failure_class = Some(class);
+                    state.breaker.last_failure_ms = Some(obs.at_ms);
+                    against_route = !obs.provoked;
+                }
+                Blame::Route => {
+                    let threshold = if class == FailureClass::Overloaded {
+                        cfg.demote_after_overloaded
+                    } else {
+                        cfg.demote_after
+                    };
+                    let before = state.breaker.demoted_at_ms;
+                    against_route = state.breaker.fail(obs, class, threshold, cfg);
+                    if state.breaker.demoted_at_ms != before {
+                        state.breaker.check_pending = obs.verify;
+                    }
+                }
+                Blame::Account => {
+                    let account = self.accounts.entry(obs.account.clone()).or_default();
+                    account.fail(obs, class, 1, cfg);
+                    if account.confirm_pending {
+                        account.confirm_route = Some(obs.route.clone());
+                    }
+                }
+                Blame::Nothing => {}
+            },
+        }
         if let Some(b) = bucket_mut(&mut state.buckets, obs.at_ms) {
             b.requests = b.requests.saturating_add(1);
             match obs.outcome {
@@ -575,46 +649,9 @@ impl ModelHealth {
                         b.output_ms = b.output_ms.saturating_add(gen_ms);
                     }
                 }
-                AttemptOutcome::Failure(class) if class.blame() == Blame::Route => {
-                    b.failed = b.failed.saturating_add(1);
-                }
+                AttemptOutcome::Failure(_) if against_route => b.failed = b.failed.saturating_add(1),
                 AttemptOutcome::Failure(_) => {}
             }
-        }
-        match obs.outcome {
-            AttemptOutcome::Success => {
-                state.last_ok_ms = state.last_ok_ms.max(Some(obs.at_ms));
-                state.breaker.succeed();
-                if let Some(account) = self.accounts.get_mut(&obs.account) {
-                    account.succeed();
-                }
-            }
-            AttemptOutcome::Failure(class) => match class.blame() {
-                Blame::Route if obs.extra_try => {
-                    state.breaker.last_failure_class = Some(class);
-                    state.breaker.last_failure_ms = Some(obs.at_ms);
-                }
-                Blame::Route => {
-                    let threshold = if class == FailureClass::Overloaded {
-                        cfg.demote_after_overloaded
-                    } else {
-                        cfg.demote_after
-                    };
-                    let before = state.breaker.demoted_at_ms;
-                    state.breaker.fail(obs, class, threshold, cfg);
-                    if state.breaker.demoted_at_ms != before {
-                        state.breaker.check_pending = obs.verify;
-                    }
-                }
-                Blame::Account => {
-                    let account = self.accounts.entry(obs.account.clone()).or_default();
-                    account.fail(obs, class, 1, cfg);
-                    if account.confirm_pending {
-                        account.confirm_route = Some(obs.route.clone());
-                    }
-                }
-                Blame::Nothing => {}
-            },
         }
         if obs.probe {
             // The probe has ended: a breaker it reached no verdict on may be probed again at once.
@@ -858,12 +895,20 @@ mod tests {
         keyed(&mut h, "a", Upstream5xx, "key-2", true, T0 + 20);
         assert!(breaker(&h, "a").is_demoted());
         assert_eq!(order(&h, &[("a", "acct"), ("b", "acct")], T0 + 30), vec![1, 0]);
-        // A failure no content can provoke (a 503) counts alone, as before.
+        // Failures no content can provoke (a 503) count alone, as before.
+        let mut h = ModelHealth::default();
+        for n in 0..3 {
+            keyed(&mut h, "a", Upstream5xx, "key-1", false, T0 + n);
+        }
+        assert!(breaker(&h, "a").is_demoted());
+        // One of them does not make one key's two provokable ones proof (SPEC §18a): the
+        // model's object checks.
         let mut h = ModelHealth::default();
         keyed(&mut h, "a", Upstream5xx, "key-1", true, T0);
         keyed(&mut h, "a", Upstream5xx, "key-1", true, T0 + 1);
         keyed(&mut h, "a", Upstream5xx, "key-1", false, T0 + 2);
-        assert!(breaker(&h, "a").is_demoted());
+        let b = breaker(&h, "a");
+        assert!(!b.is_demoted() && b.confirm_pending, "{b:?}");
     }
 
     #[test]
