@@ -99,7 +99,11 @@ fn linear_ten_mib_of_top_level_keys_is_refused_at_once_beside_a_whole_stream() {
     let (r, took) = beside_a_stream(&s, || s.chat_raw(&key, text.as_bytes()));
     answered_or_refused("800k top-level keys", &r, took, Duration::from_secs(8));
     if r.status != 200 {
-        assert!(r.json()["error"]["message"].as_str().unwrap().contains("fields"), "{}", r.text());
+        assert!(
+            r.json()["error"]["message"].as_str().unwrap().contains("fields"),
+            "{}",
+            r.text()
+        );
         assert_eq!(s.mock_stats(&label, "lenient")["requests"], 0);
     }
     assert_eq!(s.credits(&key)["held_micros"], 0);
@@ -137,7 +141,8 @@ fn tool_history(api: Api, model: &str, n: usize) -> Value {
         Api::Responses => {
             let mut input = vec![json!({"role": "user", "content": "go"})];
             input.extend(
-                (0..n).map(|i| json!({"type": "function_call", "call_id": ids[i], "name": names[i], "arguments": "{}"})),
+                (0..n)
+                    .map(|i| json!({"type": "function_call", "call_id": ids[i], "name": names[i], "arguments": "{}"})),
             );
             input.extend(back.map(|i| json!({"type": "function_call_output", "call_id": ids[i], "output": "ok"})));
             json!({"model": model, "input": input})
@@ -221,7 +226,11 @@ fn answer(conn: &mut TcpStream, within: Duration) -> Option<(u16, String)> {
         if let Some(end) = text.find("\r\n\r\n") {
             let length = text[..end]
                 .lines()
-                .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_string()))
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().to_string())
+                })
                 .and_then(|v| v.parse::<usize>().ok());
             if length.is_some_and(|n| got.len() >= end + 4 + n) {
                 break;
@@ -233,7 +242,10 @@ fn answer(conn: &mut TcpStream, within: Duration) -> Option<(u16, String)> {
     }
     let text = String::from_utf8_lossy(&got).into_owned();
     let status = text.split(' ').nth(1)?.parse().ok()?;
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
     Some((status, body))
 }
 
@@ -262,7 +274,9 @@ fn linear_one_keys_slow_uploads_leave_room_for_another_keys_body() {
     std::thread::sleep(Duration::from_millis(1500));
     // Key B: a body of 4 MiB, normal speed.
     let mut text = String::with_capacity(4 << 20);
-    text.push_str(&format!(r#"{{"model":"{model}","messages":[{{"role":"user","content":""#));
+    text.push_str(&format!(
+        r#"{{"model":"{model}","messages":[{{"role":"user","content":""#
+    ));
     while text.len() < 4 << 20 {
         text.push_str("bbbbbbbbbbbbbbbb");
     }
@@ -277,7 +291,12 @@ fn linear_one_keys_slow_uploads_leave_room_for_another_keys_body() {
         }
         std::thread::sleep(Duration::from_secs(1));
     };
-    assert_eq!(r.status, 200, "another key is served: {}", &r.text()[..r.text().len().min(500)]);
+    assert_eq!(
+        r.status,
+        200,
+        "another key is served: {}",
+        &r.text()[..r.text().len().min(500)]
+    );
     drop(conns);
 }
 
@@ -304,7 +323,10 @@ fn linear_a_body_trickled_below_the_floor_rate_gets_408_in_the_clients_dialect()
             let (api, got, took) = run.join().unwrap();
             let (status, body) = got.unwrap_or_else(|| panic!("{api:?}: no answer within 30 s"));
             assert_eq!(status, 408, "{api:?}: {body}");
-            assert!(took < Duration::from_secs(20), "{api:?}: cut off in bounded time: {took:?}");
+            assert!(
+                took < Duration::from_secs(20),
+                "{api:?}: cut off in bounded time: {took:?}"
+            );
             let v: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{api:?}: {e}: {body}"));
             match api {
                 Api::Messages => assert_eq!(v["type"], "error", "{v}"),
@@ -352,9 +374,17 @@ fn linear_a_body_nested_ten_thousand_deep_is_a_400_naming_the_limit_in_each_dial
         }
         let message = v["error"]["message"].as_str().unwrap();
         assert!(message.contains("128 deep"), "{api:?}: names the limit: {message}");
-        assert_eq!(s.mock_stats(&label, "lenient")["requests"], 0, "{api:?}: nothing went upstream");
+        assert_eq!(
+            s.mock_stats(&label, "lenient")["requests"],
+            0,
+            "{api:?}: nothing went upstream"
+        );
         let c = s.credits(&key);
-        assert_eq!((c["held_micros"].as_u64(), c["charges_total_micros"].as_u64()), (Some(0), Some(0)), "{c}");
+        assert_eq!(
+            (c["held_micros"].as_u64(), c["charges_total_micros"].as_u64()),
+            (Some(0), Some(0)),
+            "{c}"
+        );
         // At the limit, the same body is served.
         let r = s.request(
             "POST",
