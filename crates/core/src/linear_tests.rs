@@ -199,7 +199,7 @@ fn forty_thousand_gemini_calls_and_responses_are_read_quickly() {
 #[test]
 #[ignore]
 fn linear_bench() {
-    println!("| shape | 1 MiB body: ms/MiB | 8 MiB body: ms/MiB | answer |");
+    println!("| shape | 1 MiB body: ms/MiB | 8 MiB body: ms/MiB | the 8 MiB body |");
     println!("|---|---|---|---|");
     for name in SHAPES {
         let mut row = Vec::new();
@@ -212,14 +212,14 @@ fn linear_bench() {
                 n = n * target / bytes.len().max(1) + 1;
                 (api, bytes, to) = shape(name, n);
             }
-            let took = cost(api, &bytes, to, 3);
+            let took = cost(api, &bytes, to, 5);
             let mib = bytes.len() as f64 / f64::from(1u32 << 20);
             row.push(format!("{:.1}", took.as_secs_f64() * 1000.0 / mib));
             let path = (api == Api::Gemini).then_some(("m", false));
             answer = match parse_request(api, &bytes, path) {
                 Err(e) => format!("refused: {}", e.message()),
                 Ok(r) => match to.map(|to| translate_request(&r, to, "up", 1024)) {
-                    Some(Err(unable)) => format!("unable: {unable:?}").chars().take(80).collect(),
+                    Some(Err(unable)) => format!("unable at `{}`: {}", unable.field, unable.reason),
                     Some(Ok(_)) => format!("translated to {}", to.map(|t| t.as_str()).unwrap_or_default()),
                     None => "parsed".into(),
                 },
