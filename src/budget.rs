@@ -1,56 +1,74 @@
-//! The isolate's budget for request bodies in flight (SPEC §18): one client's large bodies must
-//! not push the isolate — and every other request it serves — past its memory. A request takes
-//! its body's share before reading it and gives it back when the request is done.
+//! The isolate's budget for request bodies in flight (SPEC §18, §18a): one client's large bodies
+//! must not push the isolate — and every other request it serves — past its memory, and one key's
+//! bodies must not take the whole budget. A request takes its body's share as the bytes arrive
+//! (core `bodies::may_take` decides) and gives it back when the request is done with its body.
 
-use std::cell::Cell;
+use std::cell::RefCell;
+use std::collections::HashMap;
 
-/// Bytes of request bodies one isolate holds at once. A body lives about twice while its request
-/// runs (its fields, and the copy an attempt sends), under an isolate's 128 MB
-/// (https://developers.cloudflare.com/workers/platform/limits/#memory): two 10 MiB bodies fit.
-pub const BODY_BUDGET_BYTES: usize = 24 * 1024 * 1024;
+use switchyard_core::bodies::may_take;
+
+/// What the isolate's requests hold: in all, and per key.
+#[derive(Default)]
+struct InFlight {
+    held: usize,
+    by_key: HashMap<String, usize>,
+}
 
 thread_local! {
-    static IN_FLIGHT: Cell<usize> = const { Cell::new(0) };
+    static IN_FLIGHT: RefCell<InFlight> = RefCell::new(InFlight::default());
 }
 
 /// A body's share of the isolate's budget, given back when the request is done with it.
-pub struct BodyShare(usize);
+pub struct BodyShare {
+    key: String,
+    bytes: usize,
+}
 
 impl BodyShare {
-    /// The bytes it holds.
-    pub fn bytes(&self) -> usize {
-        self.0
-    }
-
-    /// Takes `bytes` of the budget, or `None` (503 `gateway_busy`) when it would go past it. A
-    /// body alone larger than the budget cannot happen: the cap is below it.
-    pub fn take(bytes: usize) -> Option<BodyShare> {
-        IN_FLIGHT.with(|used| {
-            let now = used.get();
-            if now > 0 && now.saturating_add(bytes) > BODY_BUDGET_BYTES {
-                return None;
-            }
-            used.set(now.saturating_add(bytes));
-            Some(BodyShare(bytes))
-        })
-    }
-
-    /// Takes more of the budget as a body without a declared length grows.
-    pub fn grow(&mut self, bytes: usize) -> bool {
-        match BodyShare::take(bytes) {
-            Some(more) => {
-                self.0 += more.0;
-                std::mem::forget(more);
-                true
-            }
-            None => false,
+    /// An empty share for a body of key `key_id`.
+    pub fn new(key_id: &str) -> BodyShare {
+        BodyShare {
+            key: key_id.to_string(),
+            bytes: 0,
         }
+    }
+
+    /// Takes `more` bytes as they arrive; `false` (503 `gateway_busy`) when the isolate's budget
+    /// or the key's share would be passed.
+    pub fn grow(&mut self, more: usize) -> bool {
+        IN_FLIGHT.with(|cell| {
+            let mut in_flight = cell.borrow_mut();
+            let key_held = in_flight.by_key.get(&self.key).copied().unwrap_or(0);
+            if !may_take(in_flight.held, key_held, more) {
+                return false;
+            }
+            in_flight.held += more;
+            in_flight.by_key.insert(self.key.clone(), key_held + more);
+            self.bytes += more;
+            true
+        })
     }
 }
 
 impl Drop for BodyShare {
     fn drop(&mut self) {
-        IN_FLIGHT.with(|used| used.set(used.get().saturating_sub(self.0)));
+        if self.bytes == 0 {
+            return;
+        }
+        IN_FLIGHT.with(|cell| {
+            let mut in_flight = cell.borrow_mut();
+            in_flight.held = in_flight.held.saturating_sub(self.bytes);
+            let left = in_flight
+                .by_key
+                .get(&self.key)
+                .copied()
+                .unwrap_or(0)
+                .saturating_sub(self.bytes);
+            match left {
+                0 => in_flight.by_key.remove(&self.key),
+                n => in_flight.by_key.insert(self.key.clone(), n),
+            };
+        })
     }
 }
-

@@ -1,33 +1,62 @@
 //! Reading a request body with a hard cap: a declared length over it is refused before reading,
 //! and a body without one (chunked) is refused as soon as it passes the cap — never read whole
-//! first (SPEC §15). And a budget per isolate for the bodies its requests hold (SPEC §18): one
-//! client's large bodies must not push the isolate, and every other request in it, past its
-//! memory.
+//! first (SPEC §15). And the isolate's budget for the bodies its requests hold (SPEC §18, §18a):
+//! a generation body takes its share chunk by chunk as it arrives, within the key's part of the
+//! budget, and must keep to the floor rate (core `bodies`) or be cut off with a 408.
 
+use std::pin::pin;
+
+use futures_util::future::{select, Either};
+use switchyard_core::bodies::{next_bytes_due_ms, FLOOR_BYTES_PER_S};
 use switchyard_core::ApiError;
 use worker::Request;
 
 use crate::budget::BodyShare;
 use crate::runtime::abort::Body;
+use crate::runtime::clock::{now_ms, sleep};
 
-/// The body and its share of the isolate's budget, or a 400 naming the limit once it has more than
-/// `limit` bytes, or a 503 `gateway_busy` when the isolate holds too many bodies already. Keep the
-/// share for as long as the request holds its body.
-pub async fn read_budgeted(req: &mut Request, limit: usize) -> Result<(Vec<u8>, BodyShare), ApiError> {
-    let mut share = BodyShare::take(declared_length(req).unwrap_or(0).min(limit)).ok_or(ApiError::GatewayBusy)?;
-    let bytes = read_capped(req, limit).await?;
-    let unaccounted = bytes.len().saturating_sub(share.bytes());
-    if unaccounted > 0 && !share.grow(unaccounted) {
-        return Err(ApiError::GatewayBusy);
+/// The body of key `key_id`'s request and its share of the isolate's budget; a 400 naming the
+/// limit once it has more than `limit` bytes, a 503 `gateway_busy` when the isolate or the key
+/// holds too much already, a 408 when it arrives slower than the floor rate. Keep the share for
+/// as long as the request holds its body.
+pub async fn read_budgeted(req: &mut Request, limit: usize, key_id: &str) -> Result<(Vec<u8>, BodyShare), ApiError> {
+    if declared_length(req).is_some_and(|n| n > limit) {
+        return Err(too_large(limit));
     }
-    Ok((bytes, share))
+    let mut share = BodyShare::new(key_id);
+    let Some(stream) = req.inner().body() else {
+        return Ok((Vec::new(), share)); // no body at all
+    };
+    let mut body = Body::new(&stream).ok_or_else(unreadable)?;
+    let started_ms = now_ms();
+    let mut bytes = Vec::new();
+    loop {
+        let wait_ms = next_bytes_due_ms(started_ms, bytes.len()).saturating_sub(now_ms());
+        let chunk = match select(pin!(body.next()), pin!(sleep(wait_ms))).await {
+            Either::Left((chunk, _)) => chunk.map_err(|()| unreadable())?,
+            Either::Right(_) => {
+                return Err(ApiError::BodyTooSlow {
+                    floor_kib_s: FLOOR_BYTES_PER_S / 1024,
+                })
+            }
+        };
+        let Some(chunk) = chunk else {
+            return Ok((bytes, share));
+        };
+        if bytes.len() + chunk.len() > limit {
+            return Err(too_large(limit));
+        }
+        if !share.grow(chunk.len()) {
+            return Err(ApiError::GatewayBusy);
+        }
+        bytes.extend_from_slice(&chunk);
+    }
 }
 
 /// The body, or a 400 naming the limit once it has more than `limit` bytes.
 pub async fn read_capped(req: &mut Request, limit: usize) -> Result<Vec<u8>, ApiError> {
-    let too_large = || ApiError::invalid(format!("Request body is larger than {} MiB.", limit >> 20), None);
     if declared_length(req).is_some_and(|n| n > limit) {
-        return Err(too_large());
+        return Err(too_large(limit));
     }
     let Some(stream) = req.inner().body() else {
         return Ok(Vec::new()); // no body at all
@@ -35,9 +64,13 @@ pub async fn read_capped(req: &mut Request, limit: usize) -> Result<Vec<u8>, Api
     let mut body = Body::new(&stream).ok_or_else(unreadable)?;
     match body.read_up_to(limit).await {
         Ok((bytes, true)) => Ok(bytes),
-        Ok((_, false)) => Err(too_large()),
+        Ok((_, false)) => Err(too_large(limit)),
         Err(()) => Err(unreadable()),
     }
+}
+
+fn too_large(limit: usize) -> ApiError {
+    ApiError::invalid(format!("Request body is larger than {} MiB.", limit >> 20), None)
 }
 
 /// The body's `content-length`, if the client declared one.

@@ -229,8 +229,9 @@ pub async fn generate(
     rc.key_id = Some(key.id.clone());
     rc.account_id = Some(key.account_id.clone());
     rc.attempts = Some(0);
-    // The body and its share of the isolate's budget, held as long as the request runs.
-    let (parsed, body_share) = match read_budgeted(req, MAX_BODY_BYTES).await {
+    // The body and its share of the isolate's budget (the key's part of it), held as long as the
+    // request holds its body: until it commits or ends.
+    let (parsed, body_share) = match read_budgeted(req, MAX_BODY_BYTES, &key.id).await {
         Ok((body, share)) => (
             dialect::parse_request(api, &body, gemini.as_ref().map(|(m, s)| (m.as_str(), *s))),
             Some(share),

@@ -99,6 +99,9 @@ pub enum ApiError {
     /// 503: this isolate already holds as many request bodies as it safely can (SPEC §18); the
     /// request was not read.
     GatewayBusy,
+    /// 408: the request body arrived slower than the floor rate (SPEC §18a); reading stopped and
+    /// nothing was charged.
+    BodyTooSlow { floor_kib_s: u64 },
     /// 500: Switchyard's own storage or runtime failed; `label` is for logs, never user data.
     Internal { label: &'static str },
 }
@@ -120,6 +123,7 @@ impl ApiError {
             ApiError::InsufficientBalance | ApiError::SpendLimitReached => 402,
             ApiError::ModelNotFound { .. } | ApiError::NotFound { .. } => 404,
             ApiError::MethodNotAllowed => 405,
+            ApiError::BodyTooSlow { .. } => 408,
             ApiError::WebSocketUnsupported => 426,
             ApiError::Conflict { .. } => 409,
             ApiError::KeyRateLimited { .. } | ApiError::CapacityBusy { .. } => 429,
@@ -155,6 +159,7 @@ impl ApiError {
             ApiError::ContentPolicy { .. } => "content_policy",
             ApiError::StorageUnavailable => "storage_unavailable",
             ApiError::GatewayBusy => "gateway_busy",
+            ApiError::BodyTooSlow { .. } => "request_timeout",
             ApiError::StateUnavailable { .. } => "upstream_state_unavailable",
             ApiError::Internal { .. } => "internal_error",
         }
@@ -196,13 +201,16 @@ impl ApiError {
             ApiError::GatewayBusy => {
                 "This gateway instance is busy with other large requests. Nothing was charged. Retry in a moment.".into()
             }
+            ApiError::BodyTooSlow { floor_kib_s } => format!(
+                "The request body arrived slower than {floor_kib_s} KiB/s, so Switchyard stopped reading it. Nothing was charged."
+            ),
             ApiError::Internal { .. } => "Switchyard had an internal error. Nothing was charged. Retry in a moment.".into(),
         }
     }
 
     fn openai_type(&self) -> &'static str {
         match self.status() {
-            400 | 404 | 405 | 409 | 426 => "invalid_request_error",
+            400 | 404 | 405 | 408 | 409 | 426 => "invalid_request_error",
             401 => "authentication_error",
             402 => "insufficient_quota",
             429 => "rate_limit_exceeded",
@@ -213,7 +221,7 @@ impl ApiError {
 
     fn anthropic_type(&self) -> &'static str {
         match self.status() {
-            400 | 405 | 409 | 426 => "invalid_request_error",
+            400 | 405 | 408 | 409 | 426 => "invalid_request_error",
             401 => "authentication_error",
             402 => "billing_error",
             404 => "not_found_error",
@@ -230,6 +238,7 @@ impl ApiError {
             401 => "UNAUTHENTICATED",
             402 => "FAILED_PRECONDITION",
             404 => "NOT_FOUND",
+            408 => "DEADLINE_EXCEEDED",
             409 => "ABORTED",
             429 => "RESOURCE_EXHAUSTED",
             502 | 503 => "UNAVAILABLE",
@@ -376,6 +385,7 @@ mod tests {
             (ApiError::ProviderError { model: "m".into() }, 502, "UNAVAILABLE"),
             (ApiError::StorageUnavailable, 503, "UNAVAILABLE"),
             (ApiError::GatewayBusy, 503, "UNAVAILABLE"),
+            (ApiError::BodyTooSlow { floor_kib_s: 16 }, 408, "DEADLINE_EXCEEDED"),
         ];
         for (e, status, word) in cases {
             let g = e.body(ErrorShape::Gemini, "gen-9");

@@ -7,6 +7,7 @@
 pub mod admin;
 pub mod batch;
 pub mod billing;
+pub mod bodies;
 pub mod catalog;
 pub mod classify;
 pub mod cloud;
@@ -18,6 +19,8 @@ pub mod health_rpc;
 pub mod ids;
 pub mod keys;
 pub mod limits;
+#[cfg(test)]
+mod linear_tests;
 pub mod money;
 pub mod plan;
 pub mod relay;

@@ -12,12 +12,27 @@
 //!
 //! Invariants: fields keep the client's order; a key given twice keeps its last value (as a JSON
 //! object read into a map would); every value is valid JSON.
+//!
+//! Work is linear in the body, whatever its shape (SPEC §18a): before anything else one pass over
+//! the bytes bounds how deep arrays and objects nest ([`MAX_DEPTH`], in every field, read or not —
+//! the body goes upstream as bytes, so a provider would otherwise be the one to fail on it); and a
+//! body has at most [`MAX_FIELDS`] top-level keys, so finding a field (and a repeated key) is a
+//! search among a bounded few.
 
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::error::ApiError;
+
+/// How deep arrays and objects may nest, the body's own object counting as one: what
+/// `serde_json` allows a value it builds (and what Switchyard answered when it built the body as
+/// one), far beyond any real request.
+pub const MAX_DEPTH: usize = 128;
+
+/// How many top-level keys a body may have (repeated keys counted each time): every API's request
+/// has a few dozen fields at most.
+pub const MAX_FIELDS: usize = 256;
 
 /// The largest field decoded whole: a setting, never content (32 K values at most).
 pub const SMALL_FIELD_BYTES: usize = 64 * 1024;
@@ -56,11 +71,16 @@ impl PartialEq for Body {
 impl Body {
     /// Reads a JSON object body into its fields (no value is built into a tree).
     pub fn parse(bytes: &[u8]) -> Result<Body, ApiError> {
+        check_depth(bytes)?;
         let mut de = serde_json::Deserializer::from_slice(bytes);
         let fields = de
             .deserialize_any(FieldsVisitor)
             .and_then(|fields| de.end().map(|()| fields))
             .map_err(|e| match e.classify() {
+                serde_json::error::Category::Data if e.to_string().starts_with(TOO_MANY) => ApiError::invalid(
+                    format!("Request body has more than {MAX_FIELDS} top-level fields."),
+                    None,
+                ),
                 serde_json::error::Category::Data => ApiError::invalid("Request body must be a JSON object.", None),
                 _ => ApiError::invalid(format!("Request body is not valid JSON: {e}."), None),
             })?;
@@ -166,6 +186,43 @@ impl Body {
     }
 }
 
+/// Refuses a body whose arrays and objects nest past [`MAX_DEPTH`]: one pass over the bytes,
+/// brackets inside strings not counted. Malformed JSON is left to the parser.
+pub fn check_depth(bytes: &[u8]) -> Result<(), ApiError> {
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for &b in bytes {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > MAX_DEPTH {
+                    return Err(ApiError::invalid(
+                        format!("Request body nests arrays and objects more than {MAX_DEPTH} deep."),
+                        None,
+                    ));
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The start of the visitor's error for a body past [`MAX_FIELDS`].
+const TOO_MANY: &str = "too many top-level fields";
+
 struct FieldsVisitor;
 
 impl<'de> Visitor<'de> for FieldsVisitor {
@@ -177,8 +234,14 @@ impl<'de> Visitor<'de> for FieldsVisitor {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut fields: Vec<(String, Box<RawValue>)> = Vec::new();
+        let mut keys = 0usize;
         while let Some(key) = map.next_key::<String>()? {
+            keys += 1;
+            if keys > MAX_FIELDS {
+                return Err(serde::de::Error::custom(TOO_MANY));
+            }
             let value: Box<RawValue> = map.next_value()?;
+            // A search among at most MAX_FIELDS: the body's work stays linear in its size.
             match fields.iter_mut().find(|(k, _)| *k == key) {
                 Some((_, v)) => *v = value,
                 None => fields.push((key, value)),
@@ -258,6 +321,113 @@ mod tests {
             text.len() - text.find(r#""messages""#).unwrap() + r#"{"model":"m","#.len()
         );
         assert!(sent.ends_with(b"0,0]}]}"));
+    }
+
+    /// `depth` arrays (or objects) nested around a string, in `field` of an otherwise valid chat body.
+    fn nested(field: &str, depth: usize, objects: bool) -> String {
+        let (open, close) = if objects { (r#"{"a":"#, "}") } else { ("[", "]") };
+        let deep = format!("{}\"x\"{}", open.repeat(depth), close.repeat(depth));
+        match field {
+            "content" => format!(r#"{{"model":"m","messages":[{{"role":"user","content":"hi","extra":{deep}}}]}}"#),
+            _ => format!(r#"{{"model":"m","messages":[{{"role":"user","content":"hi"}}],"{field}":{deep}}}"#),
+        }
+    }
+
+    #[test]
+    fn nesting_is_bounded_in_every_field_read_or_not() {
+        use crate::catalog::Api;
+        // The body's object is level 1; `messages[0]` is 3 levels in; a top-level field's value 2.
+        let cases = [
+            ("unread", MAX_DEPTH - 1, true),
+            ("unread", MAX_DEPTH, false),
+            ("unread", 10_000, false),
+            ("metadata", MAX_DEPTH - 1, true),
+            ("metadata", MAX_DEPTH, false),
+            ("tools", MAX_DEPTH, false),
+            ("content", MAX_DEPTH - 3, true),
+            ("content", MAX_DEPTH - 2, false),
+            ("content", 10_000, false),
+        ];
+        for objects in [false, true] {
+            for (field, depth, fits) in cases {
+                let text = nested(field, depth, objects);
+                let what = format!("{field} {depth} deep (objects: {objects})");
+                assert_eq!(check_depth(text.as_bytes()).is_ok(), fits, "{what}");
+                match Body::parse(text.as_bytes()) {
+                    Ok(_) => assert!(fits, "{what}"),
+                    Err(ApiError::InvalidRequest { message, .. }) => {
+                        assert!(!fits, "{what}: {message}");
+                        assert!(message.contains(&format!("{MAX_DEPTH} deep")), "{what}: {message}");
+                    }
+                    Err(e) => panic!("{what}: {e:?}"),
+                }
+                if !fits {
+                    let refused = crate::dialect::parse_request(Api::Chat, text.as_bytes(), None);
+                    assert!(matches!(refused, Err(ApiError::InvalidRequest { .. })), "{what}");
+                }
+            }
+        }
+        // Brackets in strings (escaped quotes too) are text, not nesting.
+        let text = format!(
+            r#"{{"model":"m","s":"\"{}","t":"{}"}}"#,
+            "[".repeat(1000),
+            "{".repeat(1000)
+        );
+        assert!(Body::parse(text.as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn a_body_has_at_most_max_fields_top_level_keys_counting_repeats() {
+        let body = |n: usize, distinct: bool| {
+            let keys: Vec<String> = (0..n)
+                .map(|i| {
+                    if distinct {
+                        format!(r#""k{i}":0"#)
+                    } else {
+                        r#""k":0"#.to_string()
+                    }
+                })
+                .collect();
+            format!("{{{}}}", keys.join(","))
+        };
+        for distinct in [true, false] {
+            assert!(Body::parse(body(MAX_FIELDS, distinct).as_bytes()).is_ok());
+            match Body::parse(body(MAX_FIELDS + 1, distinct).as_bytes()) {
+                Err(ApiError::InvalidRequest { message, .. }) => {
+                    assert!(message.contains(&format!("{MAX_FIELDS} top-level fields")), "{message}")
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    /// Parse time as the keys grow (issue 31: each key was searched for among the ones before it,
+    /// ~3×10¹¹ comparisons for a 10 MiB body): 8× the keys costs about 8× the time, not 64×.
+    #[test]
+    #[allow(clippy::disallowed_methods)] // native timing, never built for wasm32
+    fn parse_work_is_linear_in_the_keys() {
+        let keys = |n: usize| {
+            let mut text = String::from("{");
+            for i in 0..n {
+                text.push_str(&format!(r#""k{i:07}":0,"#));
+            }
+            text.pop();
+            text.push('}');
+            text
+        };
+        let time = |n: usize| {
+            let text = keys(n);
+            let started = std::time::Instant::now();
+            let _ = Body::parse(text.as_bytes());
+            started.elapsed()
+        };
+        let (small, large) = (time(100_000), time(800_000));
+        // Quadratic: ~64× and minutes; linear: ~8× (and here the refusal comes at key 257).
+        assert!(
+            large < small * 16 + std::time::Duration::from_millis(50),
+            "{small:?} → {large:?}"
+        );
+        assert!(large < std::time::Duration::from_secs(1), "{large:?}");
     }
 
     #[test]

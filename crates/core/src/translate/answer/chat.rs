@@ -6,7 +6,7 @@
 //! `arguments` fragments under the same index); each choice's `finish_reason` comes in its own
 //! chunk; at the end come the usage chunk (`choices: []`) and `data: [DONE]`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -240,8 +240,11 @@ struct FunctionDelta<'a> {
 pub(super) struct Writer {
     ctx: AnswerContext,
     id: String,
-    /// Per choice, the upstream numbers of its tool calls; the chat index is the position.
-    calls: Vec<Vec<u32>>,
+    /// The chat index of each (choice, upstream call number) begun: a hash lookup per fragment,
+    /// never a scan of the calls before it (SPEC §18a).
+    calls: HashMap<(u32, u32), usize>,
+    /// Per choice, how many tool calls it has begun.
+    calls_per_choice: Vec<usize>,
     calls_made: usize,
     usage: Tokens,
 }
@@ -251,7 +254,8 @@ impl Writer {
         Writer {
             id: ctx.answer_id("chatcmpl-"),
             ctx,
-            calls: Vec::new(),
+            calls: HashMap::new(),
+            calls_per_choice: Vec::new(),
             calls_made: 0,
             usage: Tokens::default(),
         }
@@ -282,17 +286,18 @@ impl Writer {
         self.chunk(vec![choice], None)
     }
 
-    fn calls_of(&mut self, choice: u32) -> &mut Vec<u32> {
+    /// How many tool calls `choice` has begun.
+    fn calls_of(&mut self, choice: u32) -> &mut usize {
         let at = choice as usize;
-        if self.calls.len() <= at {
-            self.calls.resize_with(at + 1, Vec::new);
+        if self.calls_per_choice.len() <= at {
+            self.calls_per_choice.resize(at + 1, 0);
         }
-        &mut self.calls[at]
+        &mut self.calls_per_choice[at]
     }
 
     /// The chat index of an upstream call of `choice`.
     fn call_index(&self, choice: u32, call: u32) -> Option<usize> {
-        self.calls.get(choice as usize)?.iter().position(|c| *c == call)
+        self.calls.get(&(choice, call)).copied()
     }
 }
 
@@ -327,12 +332,13 @@ impl Write for Writer {
                 out.push(self.one(choice, delta, None));
             }
             Event::ToolStart { choice, call, id, name } => {
-                let calls = self.calls_of(choice);
-                if calls.len() >= MAX_CALLS {
+                let begun = self.calls_of(choice);
+                if *begun >= MAX_CALLS {
                     return;
                 }
-                calls.push(call);
-                let index = calls.len() - 1;
+                let index = *begun;
+                *begun += 1;
+                self.calls.entry((choice, call)).or_insert(index);
                 let id = self.ctx.call_id("call_", &id, self.calls_made);
                 self.calls_made += 1;
                 let call = CallDelta {
@@ -370,7 +376,7 @@ impl Write for Writer {
                 out.push(self.one(choice, delta, None));
             }
             Event::Finish { choice, reason } => {
-                let tools = self.calls.get(choice as usize).is_some_and(|c| !c.is_empty());
+                let tools = self.calls_per_choice.get(choice as usize).is_some_and(|n| *n > 0);
                 out.push(self.one(choice, Delta::default(), Some(finish_word(reason, tools))));
             }
             Event::Usage(t) => self.usage.update(t),

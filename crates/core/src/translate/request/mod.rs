@@ -52,7 +52,7 @@ mod responses;
 mod tests;
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::marker::PhantomData;
 
@@ -420,6 +420,7 @@ pub fn write(
 /// long conversation records what kind of field was left out, not every place.
 fn compact(dropped: Vec<String>) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
+    let mut seen = HashSet::new();
     for field in dropped {
         let mut shape = String::with_capacity(field.len());
         let mut in_index = false;
@@ -434,7 +435,7 @@ fn compact(dropped: Vec<String>) -> Vec<String> {
                 _ => shape.push(c),
             }
         }
-        if !out.contains(&shape) {
+        if seen.insert(shape.clone()) {
             out.push(shape);
         }
     }
