@@ -34,6 +34,16 @@ impl BodyShare {
         }
     }
 
+    /// Whether `more` bytes would fit now (nothing taken): a body whose declared length cannot
+    /// fit is refused before a byte of it is read.
+    pub fn fits(&self, more: usize) -> bool {
+        IN_FLIGHT.with(|cell| {
+            let in_flight = cell.borrow();
+            let key_held = in_flight.by_key.get(&self.key).copied().unwrap_or(0);
+            may_take(in_flight.held, key_held, more)
+        })
+    }
+
     /// Takes `more` bytes as they arrive; `false` (503 `gateway_busy`) when the isolate's budget
     /// or the key's share would be passed.
     pub fn grow(&mut self, more: usize) -> bool {

@@ -24,6 +24,11 @@ pub async fn read_budgeted(req: &mut Request, limit: usize, key_id: &str) -> Res
         return Err(too_large(limit));
     }
     let mut share = BodyShare::new(key_id);
+    // A declared length that cannot fit now is refused at once, unread (as an honest client's
+    // large upload would be refused halfway anyway); the share itself counts what arrives.
+    if declared_length(req).is_some_and(|n| !share.fits(n)) {
+        return Err(ApiError::GatewayBusy);
+    }
     let Some(stream) = req.inner().body() else {
         return Ok((Vec::new(), share)); // no body at all
     };
