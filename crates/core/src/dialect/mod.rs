@@ -10,6 +10,7 @@ pub mod chat;
 pub mod converse;
 pub mod external;
 pub mod gemini;
+pub mod gemini_names;
 pub mod messages;
 pub mod responses;
 
