@@ -70,7 +70,14 @@ pub fn parse_request(bytes: &[u8], model: &str, stream: bool) -> Result<ClientRe
     Ok(ClientRequest {
         max_tokens,
         completions,
-        ..ClientRequest::parsed(Api::Gemini, model.to_string(), stream, provider, body, bytes.len().saturating_sub(respelled))
+        ..ClientRequest::parsed(
+            Api::Gemini,
+            model.to_string(),
+            stream,
+            provider,
+            body,
+            bytes.len().saturating_sub(respelled),
+        )
     })
 }
 

@@ -314,7 +314,11 @@ mod tests {
         assert_eq!(parse(&video).external_input.as_deref(), Some("contents[0].parts[1]"));
         let escaped = r#"{"contents":[{"parts":[{"file\u005fdata":{"file_uri":"gs://b/o"}}]}]}"#;
         let r = parse_request(Api::Gemini, escaped.as_bytes(), Some(("gem", false))).unwrap();
-        assert_eq!(r.external_input.as_deref(), Some("contents[0].parts[0]"), "an escaped name is the name it spells");
+        assert_eq!(
+            r.external_input.as_deref(),
+            Some("contents[0].parts[0]"),
+            "an escaped name is the name it spells"
+        );
         let cached = json!({"contents": [{"parts": [{"text": "hi"}]}], "cached_content": "cachedContents/1"});
         assert_eq!(parse(&cached).external_input.as_deref(), Some("cachedContent"));
         let config = json!({"contents": [{"parts": [{"text": "hi"}]}],
@@ -325,8 +329,14 @@ mod tests {
         let data = json!({"contents": [{"parts": [{"function_call": {"name": "f", "args": {"file_data": 1}}}]}],
                           "tools": [{"function_declarations": [{"name": "f", "parameters": {"properties": {"user_id": {"max_length": 2}}}}]}]});
         let sent: Value = serde_json::from_slice(&parse(&data).upstream_body("m")).unwrap();
-        assert_eq!(sent["contents"][0]["parts"][0]["functionCall"]["args"], json!({"file_data": 1}));
-        assert_eq!(sent["tools"][0]["functionDeclarations"][0]["parameters"]["properties"], json!({"user_id": {"maxLength": 2}}));
+        assert_eq!(
+            sent["contents"][0]["parts"][0]["functionCall"]["args"],
+            json!({"file_data": 1})
+        );
+        assert_eq!(
+            sent["tools"][0]["functionDeclarations"][0]["parameters"]["properties"],
+            json!({"user_id": {"maxLength": 2}})
+        );
         assert_eq!(camel("file_data"), "fileData");
         assert_eq!(camel("_x_y"), "_x_y");
         assert_eq!(camel("Not_Proto"), "Not_Proto");

@@ -271,7 +271,11 @@ mod usage_tests {
             ((100, 300), Some(800), (Some(200), Some(600), Some(810))),
             ((0, 0), Some(40), (Some(40), Some(0), Some(50))),
         ] {
-            assert_eq!(writes(stream_usage(split, total)), want, "split {split:?}, then total {total:?}");
+            assert_eq!(
+                writes(stream_usage(split, total)),
+                want,
+                "split {split:?}, then total {total:?}"
+            );
         }
         // Charged: the 1-hour writes at the 1-hour price, whatever event came last.
         let price = crate::catalog::Price {
