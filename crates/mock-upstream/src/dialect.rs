@@ -1816,3 +1816,49 @@ mod tests {
         assert!(split("abc", 0).is_empty());
     }
 }
+
+#[cfg(test)]
+mod cache_tests {
+    use super::*;
+    use crate::scenario::parse_scenario;
+
+    fn data_of(steps: &[Step], name: &str) -> Value {
+        let data = steps
+            .iter()
+            .find_map(|s| match s {
+                Step::Event(e) if e.starts_with(&format!("event: {name}\n")) => {
+                    e.lines().find_map(|l| l.strip_prefix("data: ")).map(str::to_string)
+                }
+                _ => None,
+            })
+            .unwrap_or_default();
+        serde_json::from_str(&data).unwrap_or(Value::Null)
+    }
+
+    #[test]
+    fn anthropic_writes_the_cache_a_request_asks_for_and_its_delta_repeats_the_total_unsplit() {
+        let sc = parse_scenario("cache/0/200").unwrap();
+        for (ttl, five, hour) in [(r#""ttl":"1h""#, 0, 200), (r#""ttl":"5m""#, 200, 0), ("", 200, 0)] {
+            let sep = if ttl.is_empty() { "" } else { "," };
+            let body = format!(
+                r#"{{"model":"c","stream":true,"max_tokens":9,"system":[{{"type":"text","text":"x","cache_control":{{"type":"ephemeral"{sep}{ttl}}}}}],"messages":[{{"role":"user","content":"hi"}}]}}"#
+            );
+            let mut info = ReqInfo::from_body(body.as_bytes());
+            info.cache = sc.cache.unwrap_or_default();
+            let steps = stream_plan(Api::Messages, &info, &sc);
+            let start = data_of(&steps, "message_start");
+            let split = &start["message"]["usage"]["cache_creation"];
+            assert_eq!(
+                (
+                    split["ephemeral_5m_input_tokens"].as_u64(),
+                    split["ephemeral_1h_input_tokens"].as_u64()
+                ),
+                (Some(five), Some(hour)),
+                "{ttl}: {start}"
+            );
+            let delta = data_of(&steps, "message_delta");
+            assert_eq!(delta["usage"]["cache_creation_input_tokens"], 200, "{delta}");
+            assert!(delta["usage"].get("cache_creation").is_none(), "{delta}");
+        }
+    }
+}
