@@ -273,9 +273,6 @@ pub fn start(
             return Delivery::default();
         };
         let mut delivery = s.relay.delivery();
-        if s.incoming.translated() {
-            delivery.response_id = None; // the client's id, not the upstream's: nothing to continue
-        }
         delivery.broken = s
             .broken
             .clone()

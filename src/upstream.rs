@@ -401,19 +401,16 @@ pub async fn attempt(
     // What the answer means is read in the route's own dialect (SPEC §19); a translated answer
     // then reaches the client in its own.
     let info = dialect::inspect_body(wire.api, &body, request.stop_sequences).map_err(|v| a.fail(v))?;
-    let (bytes, response_id) = match wire.outgoing.translated {
-        false => (body, info.id),
-        true => {
-            let bytes = answer::body(wire.api, request.api, &body, &wire.answer).map_err(|v| a.fail(v))?;
-            (bytes, None) // no route can continue a translated answer
-        }
+    let bytes = match wire.outgoing.translated {
+        false => body,
+        true => answer::body(wire.api, request.api, &body, &wire.answer).map_err(|v| a.fail(v))?,
     };
     Ok(Committed::Body {
         bytes,
         status,
         usage: info.usage,
         output_chars: info.output_chars,
-        response_id,
+        response_id: info.id,
     })
 }
 

@@ -322,8 +322,8 @@ pub struct Journal {
     max_tokens: u64,
     body_len: usize,
     held_micros: Option<i64>,
-    /// The committed attempt's price, context window and start.
-    committed: Option<(Price, u64, u64)>,
+    /// The committed attempt's price, context window and start, and whether it was translated.
+    committed: Option<(Price, u64, u64, bool)>,
 }
 
 /// A finished request: the generation to settle and store, and what route health learns from it.
@@ -377,7 +377,12 @@ impl Journal {
             AttemptResult::Committed { http_status } => {
                 self.record.route = Some(target.route.clone());
                 self.record.provider = Some(target.provider.clone());
-                self.committed = Some((target.price.clone(), target.context_window, target.started_ms));
+                self.committed = Some((
+                    target.price.clone(),
+                    target.context_window,
+                    target.started_ms,
+                    target.translated,
+                ));
                 (
                     AttemptStatus::Answered,
                     Some(elapsed),
@@ -451,7 +456,7 @@ impl Journal {
     /// the health observations — the answering attempt's covering its whole delivery.
     /// The tariff of the committed answer (`None` before a route commits).
     pub fn tariff(&self) -> Option<Tariff> {
-        self.committed.as_ref().map(|(price, context_window, _)| Tariff {
+        self.committed.as_ref().map(|(price, context_window, _, _)| Tariff {
             price: price.clone(),
             held_micros: self.held_micros,
             limits: UsageLimits {
@@ -476,7 +481,9 @@ impl Journal {
         // client gone: never.
         let failed_by_route = record.attempts.iter().any(AttemptRecord::failed_by_route);
         let mut counted = failed_by_route;
-        let attempt_started = committed.map(|(_, _, started)| started);
+        let attempt_started = committed.as_ref().map(|(_, _, started, _)| *started);
+        // A translated answer's id is the gateway's own: no upstream keeps it to continue.
+        let translated = committed.as_ref().is_some_and(|(_, _, _, translated)| *translated);
         match (ending, attempt_started, tariff) {
             (Ending::Delivered(d), Some(attempt_started), Some(tariff)) => {
                 let Charge {
@@ -487,7 +494,7 @@ impl Journal {
                     overrun_micros,
                 } = tariff.settle(d.usage, d.output_chars);
                 record.usage_clamped = clamped;
-                if record.api == Api::Responses {
+                if record.api == Api::Responses && !translated {
                     record.upstream_response_id = d.response_id.clone();
                 }
                 record.overrun_micros = overrun_micros;
@@ -649,6 +656,40 @@ mod tests {
         );
         let price = Price::per_mtok(1.0, 1.0);
         assert_eq!(cost_micros(u, &price), 100_064, "the cost of a cut usage is finite");
+    }
+
+    #[test]
+    fn only_an_untranslated_responses_answer_leaves_an_id_to_continue() {
+        // SPEC §17: `previous_response_id` goes to the route that keeps the response. A
+        // translated answer's `resp_…` is the gateway's own: no upstream keeps it.
+        let delivered = || {
+            Ending::Delivered(Delivery {
+                usage: Reported::both(Usage::plain(10, 5)),
+                response_id: Some("resp_1".into()),
+                ..Delivery::default()
+            })
+        };
+        for (api, translated, want) in [
+            (Api::Responses, false, Some("resp_1")),
+            (Api::Responses, true, None),
+            (Api::Chat, false, None),
+        ] {
+            let mut j = Journal::open(Opening { api, ..opening(true) });
+            j.attempt(
+                AttemptTarget {
+                    translated,
+                    ..target("r0", 1_000)
+                },
+                AttemptResult::Committed { http_status: 200 },
+                1_010,
+            );
+            let f = j.finish(delivered(), 1_020);
+            assert_eq!(
+                f.record.upstream_response_id.as_deref(),
+                want,
+                "{api:?} translated={translated}"
+            );
+        }
     }
 
     #[test]

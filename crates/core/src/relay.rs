@@ -210,10 +210,6 @@ impl Incoming {
     pub fn upstream_usage(&self) -> Option<Reported> {
         self.translator.as_ref().map(StreamTranslator::usage)
     }
-
-    pub fn translated(&self) -> bool {
-        self.translator.is_some()
-    }
 }
 
 /// What both phases learn from the events: usage, output, whether the answer finished, and the

@@ -39,6 +39,11 @@ pub struct ReqInfo {
     /// (read, write) prompt-cache tokens reported beside the uncached prompt, each in the
     /// dialect's own fields (scenario `cache/R/W`).
     pub cache: (u64, u64),
+    /// The request marks a cache breakpoint with `cache_control.ttl` `1h`: Anthropic writes to its
+    /// 1-hour cache (`cache_creation.ephemeral_1h_input_tokens`).
+    pub cache_1h: bool,
+    /// Responses `background: true`: a whole answer is the `queued` response, answered later.
+    pub background: bool,
     /// What the answer says (the usual words unless the request decides, see [`crate::answer`]).
     pub answer: Answer,
     /// Chat on Azure: `prompt_filter_results` (a first stream chunk of its own, without choices)
@@ -75,6 +80,8 @@ impl ReqInfo {
                 .unwrap_or(false),
             prompt_tokens: ((len / 4) as u64).max(1),
             cache: (0, 0),
+            cache_1h: asks_1h_cache(v),
+            background: v.get("background").and_then(Value::as_bool).unwrap_or(false),
             answer: Answer::Words,
             content_filters: false,
         }
@@ -516,6 +523,8 @@ pub fn nonstream_body(api: Api, info: &ReqInfo, sc: &Scenario) -> String {
             }
             o.build()
         }
+        // OpenAI queues a background response and answers at once with it, no output yet.
+        Api::Responses if info.background => responses_object(info, "queued", "[]", None),
         Api::Responses => responses_object(info, "completed", &responses_output(calls, &text), usage),
         Api::Gemini if sc.media && calls.is_empty() => {
             gemini_chunk(info, &gemini_media_parts(&text), Some("STOP"), usage)
@@ -574,20 +583,38 @@ fn responses_usage(info: &ReqInfo, n: u64) -> Obj {
         .num("total_tokens", total(p, n))
 }
 
+/// Whether any `cache_control` in a request asks for the 1-hour cache (`"ttl": "1h"`).
+fn asks_1h_cache(v: &Value) -> bool {
+    match v {
+        Value::Object(o) => o.iter().any(|(k, child)| {
+            (k == "cache_control" && child.get("ttl").and_then(Value::as_str) == Some("1h")) || asks_1h_cache(child)
+        }),
+        Value::Array(items) => items.iter().any(asks_1h_cache),
+        _ => false,
+    }
+}
+
 /// Anthropic usage: `input_tokens` is the uncached prompt only; cache reads and writes are
-/// their own fields (writes to the 5-minute cache).
+/// their own fields, the writes split by cache (the 1-hour one when the request asked for it).
 fn messages_usage(info: &ReqInfo, output: u64) -> Obj {
+    let write = info.cache.1;
+    let (five_minutes, one_hour) = if info.cache_1h { (0, write) } else { (write, 0) };
+    messages_totals(info, output).obj(
+        "cache_creation",
+        Obj::new()
+            .num("ephemeral_5m_input_tokens", five_minutes)
+            .num("ephemeral_1h_input_tokens", one_hour),
+    )
+}
+
+/// The counts Anthropic's `message_delta` carries: the totals so far, input and cache too, but
+/// not the split of the cache writes (`cache_creation`).
+fn messages_totals(info: &ReqInfo, output: u64) -> Obj {
     let (read, write) = info.cache;
     Obj::new()
         .num("input_tokens", info.prompt_tokens)
         .num("cache_creation_input_tokens", write)
         .num("cache_read_input_tokens", read)
-        .obj(
-            "cache_creation",
-            Obj::new()
-                .num("ephemeral_5m_input_tokens", write)
-                .num("ephemeral_1h_input_tokens", 0),
-        )
         .num("output_tokens", output)
 }
 
@@ -1021,7 +1048,7 @@ fn finish(api: Api, b: &mut Builder, info: &ReqInfo, sc: &Scenario, text: &str) 
                 .str("type", "message_delta")
                 .obj("delta", Obj::new().str("stop_reason", reason).null("stop_sequence"));
             if !sc.no_usage {
-                d = d.obj("usage", Obj::new().num("output_tokens", n));
+                d = d.obj("usage", messages_totals(info, n));
             }
             b.event(Some("message_delta"), &d.build());
             if !sc.no_done {
@@ -1787,5 +1814,51 @@ mod tests {
         assert_eq!(v["usage"]["output_tokens"], 5);
         assert_eq!(split("abc", 5), ["a", "b", "c"]);
         assert!(split("abc", 0).is_empty());
+    }
+}
+
+#[cfg(test)]
+mod cache_tests {
+    use super::*;
+    use crate::scenario::parse_scenario;
+
+    fn data_of(steps: &[Step], name: &str) -> Value {
+        let data = steps
+            .iter()
+            .find_map(|s| match s {
+                Step::Event(e) if e.starts_with(&format!("event: {name}\n")) => {
+                    e.lines().find_map(|l| l.strip_prefix("data: ")).map(str::to_string)
+                }
+                _ => None,
+            })
+            .unwrap_or_default();
+        serde_json::from_str(&data).unwrap_or(Value::Null)
+    }
+
+    #[test]
+    fn anthropic_writes_the_cache_a_request_asks_for_and_its_delta_repeats_the_total_unsplit() {
+        let sc = parse_scenario("cache/0/200").unwrap();
+        for (ttl, five, hour) in [(r#""ttl":"1h""#, 0, 200), (r#""ttl":"5m""#, 200, 0), ("", 200, 0)] {
+            let sep = if ttl.is_empty() { "" } else { "," };
+            let body = format!(
+                r#"{{"model":"c","stream":true,"max_tokens":9,"system":[{{"type":"text","text":"x","cache_control":{{"type":"ephemeral"{sep}{ttl}}}}}],"messages":[{{"role":"user","content":"hi"}}]}}"#
+            );
+            let mut info = ReqInfo::from_body(body.as_bytes());
+            info.cache = sc.cache.unwrap_or_default();
+            let steps = stream_plan(Api::Messages, &info, &sc);
+            let start = data_of(&steps, "message_start");
+            let split = &start["message"]["usage"]["cache_creation"];
+            assert_eq!(
+                (
+                    split["ephemeral_5m_input_tokens"].as_u64(),
+                    split["ephemeral_1h_input_tokens"].as_u64()
+                ),
+                (Some(five), Some(hour)),
+                "{ttl}: {start}"
+            );
+            let delta = data_of(&steps, "message_delta");
+            assert_eq!(delta["usage"]["cache_creation_input_tokens"], 200, "{delta}");
+            assert!(delta["usage"].get("cache_creation").is_none(), "{delta}");
+        }
     }
 }

@@ -156,6 +156,29 @@ impl Body {
         }
     }
 
+    /// The body with each field's key and value respelled by `f` (a dialect's one spelling of
+    /// its field names); a key made equal to an earlier one replaces its value, as a repeated key
+    /// does.
+    pub(crate) fn respell(self, mut f: impl FnMut(String, Box<RawValue>) -> (String, Box<RawValue>)) -> Body {
+        let mut fields: Vec<(String, Box<RawValue>)> = Vec::with_capacity(self.fields.len());
+        let mut at: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+        for (key, value) in self.fields {
+            let (key, value) = f(key, value);
+            match at.get(&key) {
+                Some(&i) => {
+                    if let Some(field) = fields.get_mut(i) {
+                        field.1 = value;
+                    }
+                }
+                None => {
+                    at.insert(key.clone(), fields.len());
+                    fields.push((key, value));
+                }
+            }
+        }
+        Body { fields }
+    }
+
     pub fn remove(&mut self, name: &str) {
         self.fields.retain(|(k, _)| k != name);
     }

@@ -76,11 +76,15 @@ pub fn external_input(body: &Body) -> Option<String> {
         })
 }
 
-/// The first tool the provider runs and bills per use, as (`tools[i]`, its kind), if any: every
-/// tool that is not the client's own function. Chat and Responses function tools have `type`
-/// `function` (or `custom`); Anthropic client tools have a name and an input schema and no `type`
-/// (or `custom`); a Gemini tool entry is the client's only when it declares functions alone.
+/// The first tool the provider runs and bills per use, as (its field, its kind), if any: chat's
+/// `web_search_options` (web search beside the tools), else every tool of `tools[i]` that is not
+/// the client's own function. Chat and Responses function tools have `type` `function` (or
+/// `custom`); Anthropic client tools have a name and an input schema and no `type` (or `custom`);
+/// a Gemini tool entry is the client's only when it declares functions alone.
 pub fn priced_tool(body: &Body) -> Option<(String, String)> {
+    if !matches!(body.shape("web_search_options"), Shape::Absent | Shape::Null) {
+        return Some(("web_search_options".into(), "web_search".into()));
+    }
     let raw = body.raw("tools")?;
     let mut de = serde_json::Deserializer::from_str(raw.get());
     let (i, kind) = de.deserialize_any(FirstPricedTool).ok()??;
@@ -480,5 +484,13 @@ mod tests {
         assert_eq!(found(json!({"tools": [{"type": "custom", "name": "x"}]})), None);
         assert_eq!(found(json!({"tools": [{"functionDeclarations": [{"name": "f"}]}]})), None);
         assert_eq!(found(json!({"messages": []})), None);
+        // Chat's web search is set beside the tools, not among them.
+        for options in [json!({}), json!({"search_context_size": "low"})] {
+            assert_eq!(
+                found(json!({"messages": [], "web_search_options": options})),
+                Some(("web_search_options".into(), "web_search".into()))
+            );
+        }
+        assert_eq!(found(json!({"messages": [], "web_search_options": null})), None);
     }
 }

@@ -3,6 +3,9 @@
 //! finish, usage, error, a blocked prompt), non-stream bodies, and the error chunk that ends a
 //! broken stream.
 //!
+//! Field names are read in camelCase only: the body is respelled once, when it is parsed
+//! (`gemini_names`), so no reader sees Google's other spelling.
+//!
 //! The model and the mode come from the path, never the body. Every stream chunk is a whole
 //! `GenerateContentResponse`; there is no end sentinel — a stream is complete when a candidate gave
 //! its `finishReason`. The commit point (SPEC §6) is the first chunk whose candidate has a
@@ -14,6 +17,7 @@
 use serde_json::{json, Map, Value};
 
 use super::body::{Body, Shape};
+use super::gemini_names;
 use super::{count, event_json, own_fields, parse_object, BodyInfo, ClientRequest, EventInfo, FinishReason, Reported};
 use super::{CHARS_PER_TOKEN, IMAGE_OUTPUT_TOKENS};
 use crate::catalog::Api;
@@ -29,7 +33,8 @@ pub fn parse_request(bytes: &[u8], model: &str, stream: bool) -> Result<ClientRe
             None,
         ));
     }
-    let mut body = parse_object(bytes)?;
+    // Every reader of the body sees each field under one name (Google takes two).
+    let (mut body, respelled) = gemini_names::camel_case(parse_object(bytes)?);
     let provider = own_fields(&mut body, model)?;
     match body.shape("contents") {
         Shape::Array => {}
@@ -65,7 +70,14 @@ pub fn parse_request(bytes: &[u8], model: &str, stream: bool) -> Result<ClientRe
     Ok(ClientRequest {
         max_tokens,
         completions,
-        ..ClientRequest::parsed(Api::Gemini, model.to_string(), stream, provider, body, bytes.len())
+        ..ClientRequest::parsed(
+            Api::Gemini,
+            model.to_string(),
+            stream,
+            provider,
+            body,
+            bytes.len().saturating_sub(respelled),
+        )
     })
 }
 

@@ -163,24 +163,26 @@ pub(crate) fn usage_of(u: Option<&Value>) -> Reported {
         };
     };
     let read = count(u, "/cache_read_input_tokens").unwrap_or(0);
+    // Without `cache_creation` (a `message_delta`) the writes are a total whose split is not
+    // given: `None` for the 1-hour part, so an earlier split stands (`Reported::update`).
     let (write_5m, write_1h) = match u.and_then(|u| u.get("cache_creation")).filter(|c| c.is_object()) {
         Some(split) => (
             count(Some(split), "/ephemeral_5m_input_tokens").unwrap_or(0),
-            count(Some(split), "/ephemeral_1h_input_tokens").unwrap_or(0),
+            Some(count(Some(split), "/ephemeral_1h_input_tokens").unwrap_or(0)),
         ),
-        None => (count(u, "/cache_creation_input_tokens").unwrap_or(0), 0),
+        None => (count(u, "/cache_creation_input_tokens").unwrap_or(0), None),
     };
     Reported {
         input_tokens: Some(
             uncached
                 .saturating_add(read)
                 .saturating_add(write_5m)
-                .saturating_add(write_1h),
+                .saturating_add(write_1h.unwrap_or(0)),
         ),
         output_tokens,
         cache_read_tokens: Some(read),
         cache_write_tokens: Some(write_5m),
-        cache_write_1h_tokens: Some(write_1h),
+        cache_write_1h_tokens: write_1h,
     }
 }
 
@@ -210,7 +212,7 @@ mod usage_tests {
                 output_tokens: Some(5),
                 cache_read_tokens: Some(700),
                 cache_write_tokens: Some(200),
-                cache_write_1h_tokens: Some(0),
+                cache_write_1h_tokens: None, // a total, its split not given
             }
         );
         let split = json!({"input_tokens": 10, "cache_creation_input_tokens": 300, "cache_read_input_tokens": 0,
@@ -233,6 +235,63 @@ mod usage_tests {
             &json!({"type": "message_start", "message": {"id": "m", "usage": flat}}).to_string(),
         ));
         assert_eq!((start.usage.input_tokens, start.usage.output_tokens), (Some(910), None));
+    }
+
+    /// The stream's events as Anthropic sends them: message_start splits the cache writes
+    /// (`cache_creation`), message_delta repeats only their cumulative total.
+    fn stream_usage(split: (u64, u64), delta_total: Option<u64>) -> Reported {
+        let (five, hour) = split;
+        let start = json!({"type": "message_start", "message": {"id": "m", "usage": {
+            "input_tokens": 10, "cache_read_input_tokens": 0, "cache_creation_input_tokens": five + hour,
+            "cache_creation": {"ephemeral_5m_input_tokens": five, "ephemeral_1h_input_tokens": hour},
+            "output_tokens": 1}}});
+        let mut delta_usage = json!({"output_tokens": 7});
+        if let Some(total) = delta_total {
+            delta_usage = json!({"input_tokens": 10, "cache_read_input_tokens": 0,
+                                 "cache_creation_input_tokens": total, "output_tokens": 7});
+        }
+        let delta = json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": delta_usage});
+        let mut seen = Reported::default();
+        for ev in [start, delta] {
+            seen.update(inspect_event(&SseEvent::from_data(&ev.to_string())).usage);
+        }
+        seen
+    }
+
+    #[test]
+    fn a_later_total_of_cache_writes_keeps_the_split_of_message_start() {
+        // Issue 31: message_delta's unsplit total used to turn 1-hour writes into 5-minute ones.
+        let writes = |r: Reported| (r.cache_write_tokens, r.cache_write_1h_tokens, r.input_tokens);
+        for (split, total, want) in [
+            ((0, 300), Some(300), (Some(0), Some(300), Some(310))),
+            ((100, 200), Some(300), (Some(100), Some(200), Some(310))),
+            ((100, 200), None, (Some(100), Some(200), Some(310))),
+            ((300, 0), Some(300), (Some(300), Some(0), Some(310))),
+            // A total that changed keeps the share of each cache.
+            ((100, 300), Some(800), (Some(200), Some(600), Some(810))),
+            ((0, 0), Some(40), (Some(40), Some(0), Some(50))),
+        ] {
+            assert_eq!(
+                writes(stream_usage(split, total)),
+                want,
+                "split {split:?}, then total {total:?}"
+            );
+        }
+        // Charged: the 1-hour writes at the 1-hour price, whatever event came last.
+        let price = crate::catalog::Price {
+            input_per_mtok: 3.0,
+            output_per_mtok: 15.0,
+            cache_write_per_mtok: Some(3.75),
+            cache_write_1h_per_mtok: Some(6.0),
+            ..crate::catalog::Price::per_mtok(3.0, 15.0)
+        };
+        let limits = crate::generation::UsageLimits {
+            max_tokens: 100,
+            max_input_tokens: 1000,
+            body_len: 40,
+        };
+        let (usage, _, _) = crate::generation::settle_usage(stream_usage((0, 300), Some(300)), 0, limits);
+        assert_eq!(crate::generation::cost_micros(usage, &price), 10 * 3 + 300 * 6 + 7 * 15);
     }
 }
 
@@ -301,7 +360,7 @@ mod tests {
                 output_tokens: None,
                 cache_read_tokens: Some(0),
                 cache_write_tokens: Some(0),
-                cache_write_1h_tokens: Some(0),
+                cache_write_1h_tokens: None,
             }
         );
         let empty_block =

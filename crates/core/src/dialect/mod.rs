@@ -10,6 +10,7 @@ pub mod chat;
 pub mod converse;
 pub mod external;
 pub mod gemini;
+pub mod gemini_names;
 pub mod messages;
 pub mod responses;
 
@@ -72,7 +73,9 @@ impl Usage {
 /// Token counts as an upstream reported them, each when it did: an Anthropic stream reports input
 /// at its start and output at its end, so a stream cut in between knows only the input. Each
 /// dialect maps its own fields in once (SPEC §17): `input_tokens` is every input token, the cache
-/// counts are parts of it.
+/// counts are parts of it. `cache_write_tokens` without `cache_write_1h_tokens` is a total of
+/// writes whose split was not given (charged as 5-minute writes unless an earlier report split
+/// them, [`Reported::update`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Reported {
     pub input_tokens: Option<u64>,
@@ -94,13 +97,38 @@ impl Reported {
         }
     }
 
-    /// Takes the counts `newer` has (a later report replaces an earlier one).
+    /// Takes the counts `newer` has (a later report replaces an earlier one). Cache writes given
+    /// as a total without their split ([`Reported::cache_write_1h_tokens`] `None`: Anthropic's
+    /// `message_delta`) keep the split an earlier report gave, scaled to the new total — a
+    /// later event never turns 1-hour writes into 5-minute ones.
     pub fn update(&mut self, newer: Reported) {
+        let (writes, writes_1h) = match (newer.cache_write_tokens, newer.cache_write_1h_tokens) {
+            (Some(total), None) => self.split_like_before(total),
+            (five_minutes, one_hour) => (
+                five_minutes.or(self.cache_write_tokens),
+                one_hour.or(self.cache_write_1h_tokens),
+            ),
+        };
         self.input_tokens = newer.input_tokens.or(self.input_tokens);
         self.output_tokens = newer.output_tokens.or(self.output_tokens);
         self.cache_read_tokens = newer.cache_read_tokens.or(self.cache_read_tokens);
-        self.cache_write_tokens = newer.cache_write_tokens.or(self.cache_write_tokens);
-        self.cache_write_1h_tokens = newer.cache_write_1h_tokens.or(self.cache_write_1h_tokens);
+        self.cache_write_tokens = writes;
+        self.cache_write_1h_tokens = writes_1h;
+    }
+
+    /// `total` cache writes split as this report split its own: the same share in the 1-hour
+    /// cache (all 5-minute writes when it gave no 1-hour ones).
+    fn split_like_before(&self, total: u64) -> (Option<u64>, Option<u64>) {
+        let (five_minutes, one_hour) = (
+            self.cache_write_tokens.unwrap_or(0),
+            self.cache_write_1h_tokens.unwrap_or(0),
+        );
+        if one_hour == 0 {
+            return (Some(total), self.cache_write_1h_tokens);
+        }
+        let before = u128::from(five_minutes) + u128::from(one_hour);
+        let hour = u64::try_from(u128::from(total) * u128::from(one_hour) / before).unwrap_or(total);
+        (Some(total - hour.min(total)), Some(hour.min(total)))
     }
 
     pub fn is_empty(&self) -> bool {

@@ -37,6 +37,16 @@ pub fn parse_request(bytes: &[u8]) -> Result<ClientRequest, ApiError> {
         }
     }
     let stream = optional_bool(&body, "stream")?.unwrap_or(false);
+    // A background response is queued at the provider and answered later, to a retrieval this
+    // gateway does not serve: its `queued` answer is no answer, and every route would start a
+    // billed generation for nothing. Refused before any route (SPEC §17).
+    if optional_bool(&body, "background")? == Some(true) {
+        return Err(ApiError::invalid(
+            "`background` responses are not served: the provider keeps them and answers later, which \
+             this gateway cannot relay or charge. Send the request without `background`.",
+            Some("background"),
+        ));
+    }
     let max_tokens = optional_u64(&body, "max_output_tokens")?;
     let previous_response_id = match body.small("previous_response_id")? {
         None | Some(Value::Null) => None,
@@ -222,6 +232,30 @@ mod tests {
                 Err(ApiError::InvalidRequest { param: p, .. }) => assert_eq!(p.as_deref(), Some(param)),
                 other => panic!("{body}: expected a 400, got {other:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn a_background_response_is_refused_naming_the_field() {
+        // SPEC §17: its `queued` answer is no answer; every route would bill one for nothing.
+        for body in [
+            r#"{"model":"m","input":"hi","background":true}"#,
+            r#"{"model":"m","input":"hi","background":true,"stream":true}"#,
+            r#"{"model":"m","input":"hi","background":"yes"}"#,
+        ] {
+            match parse_request(body.as_bytes()) {
+                Err(ApiError::InvalidRequest { param, message }) => {
+                    assert_eq!(param.as_deref(), Some("background"), "{body}");
+                    assert!(message.contains("`background`"), "{message}");
+                }
+                other => panic!("{body}: expected a 400, got {other:?}"),
+            }
+        }
+        for body in [
+            r#"{"model":"m","input":"hi","background":false}"#,
+            r#"{"model":"m","input":"hi","background":null}"#,
+        ] {
+            assert!(parse_request(body.as_bytes()).is_ok(), "{body}");
         }
     }
 

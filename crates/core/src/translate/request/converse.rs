@@ -351,9 +351,58 @@ pub(super) fn write(w: &mut Writer) -> Result<Vec<u8>, Unable> {
             })
             .collect();
         o.field("toolConfig", &ToolConfig { tools, tool_choice })?;
+    } else if has_tool_blocks(&messages) {
+        // Bedrock refuses tool blocks without a `toolConfig` ("The toolConfig field must be
+        // defined when using toolUse and toolResult content blocks."), though a client may replay
+        // its tool calls and offer no tools for this turn: the tools the conversation used are
+        // declared, by name, taking any object.
+        if matches!(n.tool_choice, Some(ToolChoice::None)) {
+            return Err(w.unable(
+                TOOL_CHOICE,
+                "have no tool choice `none` once the conversation holds tool calls",
+            ));
+        }
+        let tools = used_tools(&messages);
+        if tools.is_empty() {
+            return Err(Unable::new(
+                super::conversation_field(n.from),
+                "Bedrock Converse routes take tool results only beside the calls they answer (the tools must be named)",
+            ));
+        }
+        o.field(
+            "toolConfig",
+            &ToolConfig {
+                tools,
+                tool_choice: None,
+            },
+        )?;
     }
     w.shared();
     Ok(o.finish())
+}
+
+/// The tools a conversation's `toolUse` blocks name, each once, in order of first use.
+fn used_tools<'a>(messages: &[OutMessage<'a>]) -> Vec<OutTool<'a>> {
+    let mut names: Vec<&'a str> = Vec::new();
+    for block in messages.iter().flat_map(|m| &m.content) {
+        if let OutBlock::ToolUse(call) = block {
+            if !names.contains(&call.name) {
+                names.push(call.name);
+            }
+        }
+    }
+    names
+        .into_iter()
+        .map(|name| OutTool {
+            tool_spec: ToolSpec {
+                name,
+                description: None,
+                input_schema: InputSchema {
+                    json: super::messages::InputSchema::of(None),
+                },
+            },
+        })
+        .collect()
 }
 
 #[cfg(test)]

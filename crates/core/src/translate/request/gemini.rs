@@ -1,6 +1,7 @@
 //! Gemini `generateContent` read into a neutral request, and written from one. The model and the
 //! stream mode are in the path, never in the body. Google's JSON takes field names in camelCase
-//! or in the proto's snake_case: both are read, camelCase is written.
+//! or in the proto's snake_case: the body was respelled in camelCase when it was parsed
+//! (`dialect::gemini_names`), so only camelCase is read here, and written.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -23,10 +24,8 @@ const MAX_STOP: usize = 5;
 pub(super) fn read(body: &Body) -> Result<Neutral, Unable> {
     let mut n = Neutral::new(Api::Gemini);
     // The system instruction comes first, wherever the field stands.
-    for name in ["systemInstruction", "system_instruction"] {
-        if let Some(raw) = body.raw(name).filter(|r| !is_null(r)) {
-            read_system(&mut n, raw)?;
-        }
+    if let Some(raw) = body.raw("systemInstruction").filter(|r| !is_null(r)) {
+        read_system(&mut n, raw)?;
     }
     let mut calls = Calls::default();
     for (name, raw) in body.fields() {
@@ -34,14 +33,14 @@ pub(super) fn read(body: &Body) -> Result<Neutral, Unable> {
             continue;
         }
         match name {
-            "model" | "provider" | "models" | "systemInstruction" | "system_instruction" => {}
+            "model" | "provider" | "models" | "systemInstruction" => {}
             "contents" => each(raw, name, |i, c: Turn| read_turn(&mut n, &mut calls, i, c))?,
             "tools" => each(raw, name, |i, t: &RawValue| read_tool(&mut n, i, t))?,
-            "toolConfig" | "tool_config" => read_tool_config(&mut n, raw)?,
-            "generationConfig" | "generation_config" => read_config(&mut n, raw)?,
+            "toolConfig" => read_tool_config(&mut n, raw)?,
+            "generationConfig" => read_config(&mut n, raw)?,
             // Google's own filters and billing labels: no other provider has them.
-            "safetySettings" | "safety_settings" | "labels" => n.dropped.push(name.into()),
-            "cachedContent" | "cached_content" => return Err(not_carried(name, "it names content cached at Google")),
+            "safetySettings" | "labels" => n.dropped.push(name.into()),
+            "cachedContent" => return Err(not_carried(name, "it names content cached at Google")),
             _ => return Err(unknown(name)),
         }
     }
@@ -64,32 +63,31 @@ struct GPart<'a> {
     text: Option<String>,
     #[serde(default)]
     thought: Option<bool>,
-    #[serde(default, alias = "thought_signature")]
+    #[serde(default)]
     thought_signature: Option<String>,
-    #[serde(default, alias = "inline_data")]
+    #[serde(default)]
     inline_data: Option<Blob>,
-    #[serde(default, alias = "file_data")]
+    #[serde(default)]
     file_data: Option<FileData>,
-    #[serde(borrow, default, alias = "function_call")]
+    #[serde(borrow, default)]
     function_call: Option<Call<'a>>,
-    #[serde(borrow, default, alias = "function_response")]
+    #[serde(borrow, default)]
     function_response: Option<Response<'a>>,
-    #[serde(default, alias = "executable_code")]
+    #[serde(default)]
     executable_code: Option<IgnoredAny>,
-    #[serde(default, alias = "code_execution_result")]
+    #[serde(default)]
     code_execution_result: Option<IgnoredAny>,
-    #[serde(default, alias = "video_metadata")]
+    #[serde(default)]
     video_metadata: Option<IgnoredAny>,
-    #[serde(default, alias = "part_metadata")]
+    #[serde(default)]
     part_metadata: Option<IgnoredAny>,
-    #[serde(default, alias = "media_resolution")]
+    #[serde(default)]
     media_resolution: Option<IgnoredAny>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct Blob {
-    #[serde(alias = "mime_type")]
     mime_type: String,
     data: String,
 }
@@ -97,9 +95,8 @@ struct Blob {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct FileData {
-    #[serde(default, alias = "mime_type")]
+    #[serde(default)]
     mime_type: Option<String>,
-    #[serde(alias = "file_uri")]
     file_uri: String,
 }
 
@@ -123,7 +120,7 @@ struct Response<'a> {
     response: Option<&'a RawValue>,
     #[serde(default)]
     parts: Option<IgnoredAny>,
-    #[serde(default, alias = "will_continue")]
+    #[serde(default)]
     will_continue: Option<IgnoredAny>,
     #[serde(default)]
     scheduling: Option<IgnoredAny>,
@@ -325,11 +322,11 @@ struct Declaration<'a> {
     description: Option<String>,
     #[serde(borrow, default)]
     parameters: Option<&'a RawValue>,
-    #[serde(borrow, default, alias = "parameters_json_schema")]
+    #[serde(borrow, default)]
     parameters_json_schema: Option<&'a RawValue>,
     #[serde(default)]
     response: Option<IgnoredAny>,
-    #[serde(default, alias = "response_json_schema")]
+    #[serde(default)]
     response_json_schema: Option<IgnoredAny>,
     #[serde(default)]
     behavior: Option<IgnoredAny>,
@@ -338,7 +335,7 @@ struct Declaration<'a> {
 fn read_tool(n: &mut Neutral, i: usize, tool: &RawValue) -> Result<(), Unable> {
     each_field(tool, &format!("tools[{i}]"), |key, raw| {
         let at = format!("tools[{i}].{key}");
-        if !matches!(key.as_str(), "functionDeclarations" | "function_declarations") {
+        if key != "functionDeclarations" {
             return Err(not_carried(at, &format!("`{key}` is a tool Google runs")));
         }
         each(raw, &at, |j, d: Declaration| {
@@ -404,9 +401,9 @@ fn to_json_schema(v: &mut Value) {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct ToolConfig {
-    #[serde(default, alias = "function_calling_config")]
+    #[serde(default)]
     function_calling_config: Option<CallingConfig>,
-    #[serde(default, alias = "retrieval_config")]
+    #[serde(default)]
     retrieval_config: Option<IgnoredAny>,
 }
 
@@ -415,7 +412,7 @@ struct ToolConfig {
 struct CallingConfig {
     #[serde(default)]
     mode: Option<String>,
-    #[serde(default, alias = "allowed_function_names")]
+    #[serde(default)]
     allowed_function_names: Option<Few<String>>,
 }
 
@@ -450,52 +447,37 @@ fn read_tool_config(n: &mut Neutral, raw: &RawValue) -> Result<(), Unable> {
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 struct Config<'a> {
     temperature: Option<f64>,
-    #[serde(alias = "top_p")]
     top_p: Option<f64>,
-    #[serde(alias = "top_k")]
     top_k: Option<f64>,
-    #[serde(alias = "max_output_tokens")]
     max_output_tokens: Option<u64>,
-    #[serde(alias = "stop_sequences")]
     stop_sequences: Option<Few<String>>,
-    #[serde(alias = "candidate_count")]
     candidate_count: Option<u64>,
     seed: Option<i64>,
-    #[serde(alias = "presence_penalty")]
     presence_penalty: Option<f64>,
-    #[serde(alias = "frequency_penalty")]
     frequency_penalty: Option<f64>,
-    #[serde(alias = "response_mime_type")]
     response_mime_type: Option<String>,
-    #[serde(borrow, alias = "response_schema")]
+    #[serde(borrow)]
     response_schema: Option<&'a RawValue>,
-    #[serde(borrow, alias = "_responseJsonSchema", alias = "response_json_schema")]
+    #[serde(borrow, alias = "_responseJsonSchema")]
     response_json_schema: Option<&'a RawValue>,
-    #[serde(alias = "thinking_config")]
     thinking_config: Option<ThinkingConfig>,
-    #[serde(alias = "response_logprobs")]
     response_logprobs: Option<bool>,
     logprobs: Option<IgnoredAny>,
-    #[serde(alias = "response_modalities")]
     response_modalities: Option<Few<String>>,
-    #[serde(alias = "speech_config")]
     speech_config: Option<IgnoredAny>,
-    #[serde(alias = "image_config")]
     image_config: Option<IgnoredAny>,
-    #[serde(alias = "media_resolution")]
     media_resolution: Option<IgnoredAny>,
-    #[serde(alias = "enable_enhanced_civic_answers")]
     enable_enhanced_civic_answers: Option<IgnoredAny>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct ThinkingConfig {
-    #[serde(default, alias = "thinking_budget")]
+    #[serde(default)]
     thinking_budget: Option<i64>,
-    #[serde(default, alias = "include_thoughts")]
+    #[serde(default)]
     include_thoughts: Option<bool>,
-    #[serde(default, alias = "thinking_level")]
+    #[serde(default)]
     thinking_level: Option<String>,
 }
 

@@ -1154,6 +1154,105 @@ fn what_converse_cannot_carry_is_unable_naming_the_clients_field() {
     assert!(read(Api::Converse, &body(&json!({"messages": []}))).is_err());
 }
 
+/// The conversation's tool call and result kept, its tools (and output format) left out: an
+/// agent's last turn, asking for text.
+fn history_without_tools(from: Api) -> Value {
+    let mut v = conversation(from);
+    let o = v.as_object_mut().unwrap();
+    for field in ["tools", "tool_choice", "response_format", "output_config", "text"] {
+        o.remove(field);
+    }
+    if let Some(c) = o.get_mut("generationConfig").and_then(Value::as_object_mut) {
+        c.remove("responseMimeType");
+        c.remove("responseJsonSchema");
+    }
+    v
+}
+
+/// Whether a written body is one its provider takes with tool history and no tools offered:
+/// Bedrock Converse needs a `toolConfig` naming every tool its `toolUse` blocks call; the others
+/// take tool history as it is.
+fn takes_tool_history(to: Api, sent: &Value) -> Result<(), String> {
+    if to != Api::Converse {
+        return Ok(());
+    }
+    let blocks: Vec<&Value> = sent["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|m| m["content"].as_array().into_iter().flatten())
+        .collect();
+    let used: Vec<&str> = blocks
+        .iter()
+        .filter_map(|b| b.pointer("/toolUse/name").and_then(Value::as_str))
+        .collect();
+    let tool_blocks = blocks
+        .iter()
+        .any(|b| b.get("toolUse").is_some() || b.get("toolResult").is_some());
+    let declared: Vec<&str> = sent
+        .pointer("/toolConfig/tools")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t.pointer("/toolSpec/name").and_then(Value::as_str))
+        .collect();
+    match (
+        tool_blocks,
+        used.iter().all(|u| declared.contains(u)),
+        declared.is_empty(),
+    ) {
+        (false, _, _) => Ok(()),
+        (true, true, false) => Ok(()),
+        _ => Err(format!(
+            "tool blocks without a toolConfig naming their tools ({used:?}, declared {declared:?})"
+        )),
+    }
+}
+
+#[test]
+fn tool_history_without_tools_is_written_so_the_route_takes_it_or_unable() {
+    // Issue 31: a route that cannot take a body is unable (the next route is tried), never sent
+    // one its provider refuses as the client's error.
+    for from in ALL {
+        for to in [Api::Chat, Api::Messages, Api::Responses, Api::Gemini, Api::Converse] {
+            let v = history_without_tools(from);
+            match go(from, &v, to) {
+                Ok(w) => {
+                    let sent: Value = serde_json::from_slice(&w.body).unwrap();
+                    if let Err(why) = takes_tool_history(to, &sent) {
+                        panic!("{from:?} -> {to:?}: {why}: {sent}");
+                    }
+                }
+                Err(e) => assert!(!e.field.is_empty(), "{from:?} -> {to:?}: unable names a field: {e}"),
+            }
+        }
+        // Bedrock takes it once the tools the history used are declared.
+        let (sent, _) = sent(from, &history_without_tools(from), Api::Converse);
+        assert_eq!(
+            sent.pointer("/toolConfig/tools/0/toolSpec/name"),
+            Some(&json!("get_weather")),
+            "{from:?}: {sent}"
+        );
+        assert!(
+            sent.pointer("/toolConfig/toolChoice").is_none(),
+            "{from:?}: no tool forced: {sent}"
+        );
+        // Tool choice `none` cannot be said with a toolConfig: unable, not a call it forbade.
+        let mut none = history_without_tools(from);
+        match from {
+            Api::Gemini => none["toolConfig"] = json!({"functionCallingConfig": {"mode": "NONE"}}),
+            Api::Messages => none["tool_choice"] = json!({"type": "none"}),
+            _ => none["tool_choice"] = json!("none"),
+        }
+        refused(from, &none, Api::Converse);
+    }
+    assert!(takes_tool_history(
+        Api::Converse,
+        &json!({"messages": [{"role": "user", "content": [{"toolResult": {"toolUseId": "t"}}]}]})
+    )
+    .is_err());
+}
+
 #[test]
 fn a_system_message_inside_a_messages_conversation_stays_at_its_place() {
     // Claude Code's `mid-conversation-system` beta: `{"role": "system"}` among the messages.
