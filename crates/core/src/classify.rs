@@ -330,6 +330,8 @@ const PARAM_WORDS: &[&str] = &[
     "not supported for this model",
     "extra inputs are not permitted",
     "extra_forbidden",
+    // Google's words for a field it does not know: `Unknown name "x": Cannot find field.`
+    "cannot find field",
 ];
 
 /// Wording of this provider's own content policy refusing the request.
@@ -1343,6 +1345,10 @@ mod tests {
                 "n",
             ),
             ("Unrecognized request argument supplied: top_a", "top_a"),
+            (
+                r#"{"error":{"code":400,"message":"Invalid JSON payload received. Unknown name \"topK\": Cannot find field.","status":"INVALID_ARGUMENT"}}"#,
+                "topK",
+            ),
         ];
         for (body, want) in cases {
             let v = classify_status(400, None, body.as_bytes());
