@@ -378,7 +378,7 @@ pub fn classify_error_payload(payload: &Value) -> Verdict {
 /// or code that names it.
 fn payload_read_from_words(class: FailureClass, facts: &Facts) -> bool {
     match class {
-        FailureClass::Account => !facts.names_account(),
+        FailureClass::Account => !facts.names(class),
         FailureClass::Overloaded => !facts.kinds.iter().any(|k| k.contains("overload")),
         FailureClass::RateLimited => facts.code != Some(429) && !facts.kinds.iter().any(|k| contains_any(k, RATE_LIMIT_WORDS)),
         _ => false,
@@ -637,15 +637,16 @@ impl Facts {
         self.names_account() || contains_any(&self.text, ACCOUNT_PHRASES)
     }
 
-    /// A structured field (or an embedded 401–403) names a broken account.
+    /// A structured field names a broken account.
     fn names_account(&self) -> bool {
-        self.kinds.iter().any(|k| ACCOUNT_CODES.contains(&k.as_str())) || matches!(self.code, Some(401..=403))
+        self.kinds.iter().any(|k| ACCOUNT_CODES.contains(&k.as_str()))
     }
 
-    /// A structured field names the class itself, so no echo can have supplied it.
+    /// A structured field (or an embedded 401–403 code) names the class itself, so no echo can
+    /// have supplied it.
     fn names(&self, class: FailureClass) -> bool {
         match class {
-            FailureClass::Account => self.names_account(),
+            FailureClass::Account => self.names_account() || matches!(self.code, Some(401..=403)),
             FailureClass::ModelUnavailable => self.kinds.iter().any(|k| contains_any(k, MODEL_WORDS)),
             _ => false,
         }
