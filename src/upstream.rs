@@ -2,8 +2,9 @@
 //! provider's key, fetch it, and read until the first content (a stream) or the whole body — all
 //! within the attempt's one first-content deadline. The upstream is aborted on any failure. What
 //! the bytes mean is the core's (`classify`, the dialect's `inspect_body`, the stream [`Gate`]);
-//! every failure message passes through `redact` on its way out, so the upstream key (or a Vertex
-//! access token, `crate::vertex`) never leaves this module except to the upstream.
+//! every failure message passes through the attempt's one [`Redactor`] on its way out, so the
+//! upstream key (or a Vertex access token, `crate::vertex`), and any key-like token an upstream
+//! wrote, never leaves this module except to the upstream.
 
 use std::future::Future;
 use std::pin::{pin, Pin};
@@ -14,7 +15,9 @@ use switchyard_core::catalog::{Api, Kind, Provider};
 use switchyard_core::classify::{classify_error_payload, classify_status, is_error_payload, FailureClass, Verdict};
 use switchyard_core::cloud::bedrock::classify_bedrock;
 use switchyard_core::cloud::sigv4::{self, Credentials};
-use switchyard_core::dialect::{self, redact, ClientRequest, Reported};
+use switchyard_core::dialect::{self, ClientRequest, Reported};
+use switchyard_core::echo::Asked;
+use switchyard_core::redact::Redactor;
 use switchyard_core::relay::{Before, Framing, Gate, Incoming, Relay, StreamDialect};
 use switchyard_core::sse::SseEvent;
 use switchyard_core::translate::answer::{self, AnswerContext, StreamTranslator};
@@ -77,16 +80,20 @@ impl<'a> Target<'a> {
         })
     }
 
-    /// Its secrets, to keep out of any message that leaves this module.
-    fn secrets(&self) -> impl Iterator<Item = &str> {
+    /// What keeps its secrets (and `token`, an access token minted for it) out of any upstream
+    /// text that leaves this module.
+    fn redactor(&self, token: Option<&str>) -> Redactor {
         let aws = self.aws.as_ref();
-        [
-            self.key.as_deref(),
-            aws.map(|c| c.secret_access_key.as_str()),
-            aws.and_then(|c| c.session_token.as_deref()),
-        ]
-        .into_iter()
-        .flatten()
+        Redactor::new(
+            [
+                self.key.as_deref(),
+                aws.map(|c| c.secret_access_key.as_str()),
+                aws.and_then(|c| c.session_token.as_deref()),
+                token,
+            ]
+            .into_iter()
+            .flatten(),
+        )
     }
 }
 
@@ -160,10 +167,12 @@ enum Stop {
     Departed,
 }
 
-/// One attempt in flight: its deadline (or its client's departure), its abort handle, and the key
-/// to redact.
-struct Attempt<'t, 'd> {
+/// One attempt in flight: its deadline (or its client's departure), its abort handle, the key
+/// to redact, and the request its failure is judged against.
+struct Attempt<'t, 'd, 'r> {
     target: &'t Target<'t>,
+    /// The request sent: an upstream's words that repeat it are the client's (SPEC §18a).
+    asked: Asked<'r>,
     deadline: Pin<&'d mut (dyn Future<Output = Stop> + 'd)>,
     controller: Canceller,
     status: Option<u16>,
@@ -171,17 +180,15 @@ struct Attempt<'t, 'd> {
     token: Option<String>,
 }
 
-impl Attempt<'_, '_> {
-    /// A failure of this attempt, its message free of the upstream key.
+impl Attempt<'_, '_, '_> {
+    /// A failure of this attempt — every one passes here: judged against the request sent (an
+    /// echo of it blames no route or account), its message free of the upstream's secrets and of
+    /// any key-like token.
     fn fail(&self, verdict: Verdict) -> Failed {
+        let verdict = verdict.against(&self.asked, self.status);
         Failed {
             verdict: Verdict {
-                message: verdict.message.map(|m| {
-                    self.target
-                        .secrets()
-                        .chain(self.token.as_deref())
-                        .fold(m, |m, secret| redact(&m, Some(secret)))
-                }),
+                message: verdict.message.map(|m| self.target.redactor(self.token.as_deref()).text(&m)),
                 ..verdict
             },
             http_status: self.status,
@@ -300,6 +307,7 @@ pub async fn attempt(
     let deadline: Pin<&mut dyn Future<Output = Stop>> = pin!(stop);
     let mut a = Attempt {
         target,
+        asked: Asked::of(request),
         deadline,
         controller: Canceller::new(),
         status: None,
@@ -416,7 +424,7 @@ pub async fn attempt(
 
 /// Reads a stream until the gate commits (SPEC §6) or fails it.
 async fn until_content(
-    mut a: Attempt<'_, '_>,
+    mut a: Attempt<'_, '_, '_>,
     response: Response,
     request: &ClientRequest,
     wire: &Wire<'_>,
@@ -439,7 +447,7 @@ async fn until_content(
         request.include_usage,
         request.stop_sequences,
         request.completions,
-        a.token.clone().or_else(|| a.target.key.clone()),
+        a.target.redactor(a.token.as_deref()),
     );
     let mut events = Vec::new();
     loop {

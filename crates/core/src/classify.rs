@@ -8,6 +8,13 @@
 //! [`FailureClass::is_capacity`]). Matching works on lower-cased message text plus the error's
 //! `type` / `code` / `status` strings, with URLs removed (OpenAI rate-limit messages link to
 //! `/account/billing`, which must not read as a billing failure).
+//!
+//! Echoes are the client's (SPEC §18a): a class that would blame a route or an account and was
+//! read from the error's words (or its bare status), not from a structured `type` / `code` /
+//! `status` / `reason`, keeps those words in [`Verdict::read_from`]; the attempt then judges the
+//! verdict [`Verdict::against`] the request that was sent, and words that repeat any of it (a
+//! field name, a run of its text: [`Echoes`]) make the failure the client's. A 404 on a request
+//! that names state an upstream holds is one the request can have provoked.
 
 use serde_json::{Map, Value};
 
@@ -135,6 +142,30 @@ pub struct Verdict {
     pub param: Option<String>,
     /// From a `retry-after` header value (seconds, possibly fractional; or an HTTP date -> ignore) in ms.
     pub retry_after_ms: Option<u64>,
+    /// For a class that blames a route or an account and was not named by a structured field:
+    /// the upstream's words it was read from, for [`Verdict::against`].
+    pub read_from: Option<String>,
+    /// The request can have provoked this failure beyond what its class says
+    /// ([`FailureClass::provokable`]): a 404 on a request naming state an upstream holds.
+    pub provoked: bool,
+}
+
+/// What of a request an upstream's text repeats ([`Echoes::echoed_in`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Echo {
+    /// A top-level field name, as the client wrote it.
+    Field(String),
+    /// A run of the request's own text.
+    Text,
+}
+
+/// The request an attempt sent, as far as judging its failure needs it (`crate::echo::Asked`).
+pub trait Echoes {
+    /// What of the request `text` repeats, if anything.
+    fn echoed_in(&self, text: &str) -> Option<Echo>;
+    /// The request names state an upstream holds (a stored response or conversation, a file, a
+    /// remote image…): SPEC §17's external input.
+    fn names_upstream_state(&self) -> bool;
 }
 
 impl Verdict {
@@ -145,7 +176,44 @@ impl Verdict {
             message: Some(message.to_string()),
             param: None,
             retry_after_ms: None,
+            read_from: None,
+            provoked: false,
         }
+    }
+
+    /// The verdict once the request that was sent is known (SPEC §18a): a class of route or
+    /// account blame read from words that repeat the request (its field names, a run of its text)
+    /// is the client's — `context_length` or `unsupported_param` when the words say so, else
+    /// `invalid_request` — whatever phrase they hold; a 404 on a request naming state an upstream
+    /// holds (`http_status`) is provoked.
+    pub fn against(self, request: &dyn Echoes, http_status: Option<u16>) -> Verdict {
+        if let Some(echo) = self.read_from.as_deref().and_then(|text| request.echoed_in(text)) {
+            let text = normalise(self.read_from.as_deref().unwrap_or_default());
+            let class = if contains_any(&text, CONTEXT_WORDS) {
+                FailureClass::ContextLength
+            } else if contains_any(&text, PARAM_WORDS) {
+                FailureClass::UnsupportedParam
+            } else {
+                FailureClass::InvalidRequest
+            };
+            let param = match echo {
+                _ if class != FailureClass::UnsupportedParam => None,
+                Echo::Field(name) => Some(name),
+                Echo::Text => self.param.or_else(|| self.message.as_deref().and_then(param_from_message)),
+            };
+            return Verdict {
+                class,
+                param,
+                read_from: None,
+                provoked: false,
+                ..self
+            };
+        }
+        let provoked = self.provoked
+            || (self.class == FailureClass::ModelUnavailable
+                && http_status == Some(404)
+                && request.names_upstream_state());
+        Verdict { provoked, ..self }
     }
 
     /// A `bad_response`: the answer is not one (SPEC §4).
@@ -262,6 +330,8 @@ const PARAM_WORDS: &[&str] = &[
     "not supported for this model",
     "extra inputs are not permitted",
     "extra_forbidden",
+    // Google's words for a field it does not know: `Unknown name "x": Cannot find field.`
+    "cannot find field",
 ];
 
 /// Wording of this provider's own content policy refusing the request.
@@ -281,7 +351,13 @@ const CONTENT_WORDS: &[&str] = &[
 pub fn classify_status(status: u16, retry_after: Option<&str>, body: &[u8]) -> Verdict {
     let facts = Facts::from_body(body);
     let class = status_class(status, &facts);
-    facts.into_verdict(class, retry_after.and_then(parse_retry_after))
+    // A 4xx's words may be the request's own (SPEC §18a); a 2xx is judged as a payload.
+    let words = match status {
+        400..=499 => matches!(class, FailureClass::Account | FailureClass::ModelUnavailable),
+        200..=299 => payload_read_from_words(class, &facts),
+        _ => false,
+    };
+    facts.into_verdict(class, retry_after.and_then(parse_retry_after), words)
 }
 
 /// Classifies an error that arrived with a 2xx status: a non-stream 2xx body that is an error object,
@@ -294,7 +370,19 @@ pub fn classify_status(status: u16, retry_after: Option<&str>, body: &[u8]) -> V
 pub fn classify_error_payload(payload: &Value) -> Verdict {
     let facts = Facts::from_value(payload, None);
     let class = payload_class(&facts);
-    facts.into_verdict(class, None)
+    let words = payload_read_from_words(class, &facts);
+    facts.into_verdict(class, None, words)
+}
+
+/// Whether an error payload's class of blame came from its words rather than a structured field
+/// or code that names it.
+fn payload_read_from_words(class: FailureClass, facts: &Facts) -> bool {
+    match class {
+        FailureClass::Account => !facts.names(class),
+        FailureClass::Overloaded => !facts.kinds.iter().any(|k| k.contains("overload")),
+        FailureClass::RateLimited => facts.code != Some(429) && !facts.kinds.iter().any(|k| contains_any(k, RATE_LIMIT_WORDS)),
+        _ => false,
+    }
 }
 
 /// True when a JSON value is an error object rather than an answer: it has a top-level "error" that is
@@ -406,6 +494,8 @@ struct Facts {
     code: Option<u16>,
     /// The raw body text (truncated) when it was not JSON, for parameter names in plain text.
     raw: Option<String>,
+    /// The words matched, as the upstream wrote them (not normalised): what an echo is sought in.
+    said: String,
 }
 
 impl Facts {
@@ -418,6 +508,7 @@ impl Facts {
                 let raw = truncated_text(body);
                 Facts {
                     text: normalise(&raw),
+                    said: raw.clone(),
                     raw: Some(raw),
                     ..Facts::default()
                 }
@@ -435,6 +526,7 @@ impl Facts {
             Value::String(s) => Facts {
                 message: non_empty(s),
                 text: normalise(s),
+                said: s.clone(),
                 ..Facts::default()
             },
             Value::Object(obj) => Facts::from_object(obj),
@@ -446,6 +538,7 @@ impl Facts {
                 None => truncated_text(value.to_string().as_bytes()),
             };
             facts.text = normalise(&fallback);
+            facts.said = fallback;
         }
         facts
     }
@@ -515,6 +608,8 @@ impl Facts {
         if let Some(details) = error.get("details").and_then(Value::as_array) {
             kinds.extend(details.iter().filter_map(|d| d.get("reason")).filter_map(scalar_text));
         }
+        // What an echo is sought in: the provider's words, not its structured codes.
+        let said = messages.iter().chain(pieces.iter()).cloned().collect::<Vec<_>>().join(" ");
         pieces.extend(kinds.iter().cloned());
         let kinds: Vec<String> = kinds.iter().map(|k| k.trim().to_lowercase()).collect();
 
@@ -524,17 +619,11 @@ impl Facts {
             .find_map(|v| v.as_u64().filter(|c| (100..600).contains(c)))
             .and_then(|c| u16::try_from(c).ok());
 
-        let text = normalise(
-            &messages
-                .iter()
-                .chain(pieces.iter())
-                .cloned()
-                .collect::<Vec<_>>()
-                .join(" "),
-        );
+        let text = normalise(&messages.iter().chain(pieces.iter()).cloned().collect::<Vec<_>>().join(" "));
         Facts {
             message: messages.into_iter().next(),
             text,
+            said,
             kinds,
             param,
             code,
@@ -545,10 +634,29 @@ impl Facts {
     /// A broken upstream account (SPEC §18: structured fields first, free text only as whole
     /// known phrases).
     fn says_account(&self) -> bool {
-        self.kinds.iter().any(|k| ACCOUNT_CODES.contains(&k.as_str())) || contains_any(&self.text, ACCOUNT_PHRASES)
+        self.names_account() || contains_any(&self.text, ACCOUNT_PHRASES)
     }
 
-    fn into_verdict(self, class: FailureClass, retry_after_ms: Option<u64>) -> Verdict {
+    /// A structured field names a broken account.
+    fn names_account(&self) -> bool {
+        self.kinds.iter().any(|k| ACCOUNT_CODES.contains(&k.as_str()))
+    }
+
+    /// A structured field (or an embedded 401–403 code) names the class itself, so no echo can
+    /// have supplied it.
+    fn names(&self, class: FailureClass) -> bool {
+        match class {
+            FailureClass::Account => self.names_account() || matches!(self.code, Some(401..=403)),
+            FailureClass::ModelUnavailable => self.kinds.iter().any(|k| contains_any(k, MODEL_WORDS)),
+            _ => false,
+        }
+    }
+
+    /// `words`: the class was read from the error's words (or its bare status), which the
+    /// request may have supplied — kept for [`Verdict::against`] unless a structured field names
+    /// the class.
+    fn into_verdict(self, class: FailureClass, retry_after_ms: Option<u64>, words: bool) -> Verdict {
+        let read_from = (words && !self.names(class)).then(|| self.said.clone());
         let param = if class == FailureClass::UnsupportedParam {
             self.param.or_else(|| {
                 self.message
@@ -564,6 +672,8 @@ impl Facts {
             message: self.message,
             param,
             retry_after_ms,
+            read_from,
+            provoked: false,
         }
     }
 }
@@ -1144,7 +1254,9 @@ mod tests {
                 class: Overloaded,
                 message: Some("Overloaded".into()),
                 param: None,
-                retry_after_ms: Some(3000)
+                retry_after_ms: Some(3000),
+                read_from: None,
+                provoked: false,
             }
         );
         let v = classify_status(400, None, br#"{"error":"Invalid model name passed in model=foo"}"#);
@@ -1234,6 +1346,10 @@ mod tests {
                 "n",
             ),
             ("Unrecognized request argument supplied: top_a", "top_a"),
+            (
+                r#"{"error":{"code":400,"message":"Invalid JSON payload received. Unknown name \"topK\": Cannot find field.","status":"INVALID_ARGUMENT"}}"#,
+                "topK",
+            ),
         ];
         for (body, want) in cases {
             let v = classify_status(400, None, body.as_bytes());
@@ -1361,5 +1477,146 @@ mod tests {
         for class in ALL {
             assert!(table.iter().any(|row| row.0 == class));
         }
+    }
+
+    /// A chat request with `extra` fields, as the attempt judges it.
+    fn chat_request(extra: Value) -> crate::dialect::ClientRequest {
+        let mut body = json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]});
+        if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+            b.extend(e.clone());
+        }
+        crate::dialect::parse_request(crate::catalog::Api::Chat, body.to_string().as_bytes(), None).unwrap()
+    }
+
+    /// Each provider's 400 naming an argument it does not know, with `name` in it.
+    fn unknown_field_errors(name: &str) -> Vec<(&'static str, String)> {
+        vec![
+            (
+                "openai",
+                json!({"error": {"message": format!("Unrecognized request argument supplied: {name}"),
+                                 "type": "invalid_request_error", "param": null, "code": null}})
+                .to_string(),
+            ),
+            (
+                "anthropic",
+                json!({"type": "error", "error": {"type": "invalid_request_error",
+                                                  "message": format!("{name}: Extra inputs are not permitted")}})
+                .to_string(),
+            ),
+            (
+                "gemini",
+                json!({"error": {"code": 400, "status": "INVALID_ARGUMENT",
+                                 "message": format!("Invalid JSON payload received. Unknown name \"{name}\": Cannot find field.")}})
+                .to_string(),
+            ),
+            ("plain text", format!("unknown field {name}")),
+        ]
+    }
+
+    /// The blaming phrases: every account phrase, every wording of a missing model.
+    fn blaming_phrases() -> Vec<String> {
+        ACCOUNT_PHRASES
+            .iter()
+            .chain(MODEL_WORDS)
+            .map(|p| p.to_string())
+            .chain(MODEL_WORDS_IF_ABOUT_MODEL.iter().map(|w| format!("the model {w}")))
+            .collect()
+    }
+
+    #[test]
+    fn an_echo_of_the_request_is_the_clients_whatever_phrase_it_holds() {
+        let mut wrong = Vec::new();
+        for phrase in blaming_phrases() {
+            for casing in [phrase.clone(), phrase.to_uppercase()] {
+                // The phrase as a field name, echoed by each provider's unknown-field error.
+                let named = chat_request(json!({ casing.clone(): 1 }));
+                let asked = crate::echo::Asked::of(&named);
+                let plain = chat_request(json!({}));
+                for (who, body) in unknown_field_errors(&casing) {
+                    for status in [400, 402, 404, 409, 422, 429] {
+                        let raw = classify_status(status, None, body.as_bytes());
+                        let v = raw.clone().against(&asked, Some(status));
+                        // Never an account or a missing model; at the statuses that say the
+                        // request is wrong, nothing at all (a 409 or 429 keeps its status's class).
+                        let blames = matches!(v.class, Account | ModelUnavailable)
+                            || (matches!(status, 400 | 404 | 422) && v.class.blame() != Blame::Nothing);
+                        if blames || v.provoked {
+                            wrong.push(format!("{who} {status} field {casing:?}: {:?}", v.class));
+                        }
+                        if v.class == UnsupportedParam && v.param.as_deref() != Some(casing.as_str()) {
+                            wrong.push(format!("{who} {status} field {casing:?}: param {:?}", v.param));
+                        }
+                        // The same words, not the request's: their class stands.
+                        let alone = raw.clone().against(&crate::echo::Asked::of(&plain), Some(status));
+                        if alone.class != raw.class {
+                            wrong.push(format!("{who} {status} {casing:?}: {:?} became {:?}", raw.class, alone.class));
+                        }
+                    }
+                }
+                // The phrase in the request's text, quoted back in an error.
+                let said = chat_request(json!({"messages": [{"role": "user", "content": format!("Please repeat: {casing}")}]}));
+                let quoted = json!({"error": {"message": format!("Invalid 'messages[0].content': \"Please repeat: {casing}\" is not allowed"),
+                                              "type": "invalid_request_error"}});
+                for status in [400, 403, 404, 422] {
+                    let v = classify_status(status, None, quoted.to_string().as_bytes())
+                        .against(&crate::echo::Asked::of(&said), Some(status));
+                    if v.class.blame() != Blame::Nothing {
+                        wrong.push(format!("quoted {status} {casing:?}: {:?}", v.class));
+                    }
+                }
+                // An error object in a 2xx or a stream event that echoes the field.
+                let payload = json!({"error": {"message": format!("Unrecognized request argument supplied: {casing}")}});
+                let v = classify_error_payload(&payload).against(&asked, Some(200));
+                if v.class.blame() != Blame::Nothing && !v.class.provokable(Some(200)) {
+                    wrong.push(format!("payload {casing:?}: {:?}", v.class));
+                }
+            }
+        }
+        assert!(wrong.is_empty(), "blamed a route or account for the request's own words:\n{}", wrong.join("\n"));
+    }
+
+    #[test]
+    fn without_an_echo_the_blaming_classes_stand() {
+        // The test above can fail: these are the classes an echo would have had.
+        let plain = chat_request(json!({}));
+        let asked = crate::echo::Asked::of(&plain);
+        let cases: &[(u16, &str, FailureClass)] = &[
+            (400, r#"{"error":{"message":"Unrecognized request argument supplied: invalid api key"}}"#, Account),
+            (400, r#"{"error":{"message":"Unrecognized request argument supplied: model not found"}}"#, ModelUnavailable),
+            (404, r#"{"error":{"message":"The model `gpt-9` does not exist or you do not have access to it.","type":"invalid_request_error","code":"model_not_found"}}"#, ModelUnavailable),
+            (400, r#"{"type":"error","error":{"type":"invalid_request_error","message":"Your credit balance is too low to access the Anthropic API."}}"#, Account),
+            (401, r#"{"error":{"message":"Incorrect API key provided: sk-abc***.","code":"invalid_api_key"}}"#, Account),
+        ];
+        for (status, body, want) in cases {
+            let v = classify_status(*status, None, body.as_bytes()).against(&asked, Some(*status));
+            assert_eq!(v.class, *want, "{body}");
+        }
+    }
+
+    #[test]
+    fn a_structured_field_is_read_before_any_echo() {
+        // The request names a field after the phrase, but the provider's own code says what broke.
+        let named = chat_request(json!({"exceeded your current quota": 1, "model not found": 1}));
+        let asked = crate::echo::Asked::of(&named);
+        let quota = r#"{"error":{"message":"You exceeded your current quota, please check your plan and billing details.","type":"insufficient_quota","code":"insufficient_quota"}}"#;
+        assert_eq!(classify_status(429, None, quota.as_bytes()).against(&asked, Some(429)).class, Account);
+        let missing = r#"{"error":{"message":"The model `x` does not exist (model not found)","code":"model_not_found"}}"#;
+        assert_eq!(classify_status(404, None, missing.as_bytes()).against(&asked, Some(404)).class, ModelUnavailable);
+    }
+
+    #[test]
+    fn a_404_on_state_an_upstream_holds_is_provoked() {
+        let continues = crate::dialect::parse_request(
+            crate::catalog::Api::Responses,
+            br#"{"model":"m","input":"hi","previous_response_id":"resp_x"}"#,
+            None,
+        )
+        .unwrap();
+        let body = br#"{"error":{"message":"Previous response with id 'resp_x' not found.","type":"invalid_request_error","param":"previous_response_id","code":"previous_response_not_found"}}"#;
+        let v = classify_status(404, None, body).against(&crate::echo::Asked::of(&continues), Some(404));
+        assert_eq!((v.class, v.provoked), (ModelUnavailable, true));
+        let fresh = chat_request(json!({}));
+        let v = classify_status(404, None, body).against(&crate::echo::Asked::of(&fresh), Some(404));
+        assert_eq!((v.class, v.provoked), (ModelUnavailable, false), "a plain request's 404 is the route's");
     }
 }

@@ -408,7 +408,7 @@ impl Journal {
                         .map(short_message),
                 )),
                 verdict.retry_after_ms,
-                verdict.class.provokable(http_status),
+                verdict.class.provokable(http_status) || verdict.provoked,
             ),
         };
         let (failure_class, message) = failure.unzip();
@@ -808,6 +808,8 @@ mod tests {
                 message: Some("boom".into()),
                 param: None,
                 retry_after_ms: Some(2_000),
+                read_from: None,
+                provoked: false,
             },
             http_status: Some(503),
         }

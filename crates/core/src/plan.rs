@@ -754,6 +754,8 @@ mod tests {
             message: Some("`logprobs` cannot be sent to a route that speaks messages.".into()),
             param: Some("logprobs".into()),
             retry_after_ms: None,
+            read_from: None,
+            provoked: false,
         };
         let mut doc: serde_json::Value = serde_json::to_value(c.doc()).unwrap();
         doc["models"][0]["policy"] = json!({"max_attempts": 1});
@@ -781,6 +783,8 @@ mod tests {
                 message: None,
                 param: Some("x".into()),
                 retry_after_ms: None,
+                read_from: None,
+                provoked: false,
             },
         );
         let b = p.next_usual(0).unwrap();
@@ -798,6 +802,8 @@ mod tests {
             message: Some(format!("{class:?}")),
             param: None,
             retry_after_ms: None,
+            read_from: None,
+            provoked: false,
         }
     }
 
@@ -1017,6 +1023,8 @@ mod tests {
                 message: None,
                 param: Some("logprobs".into()),
                 retry_after_ms: None,
+                read_from: None,
+                provoked: false,
             },
         );
         assert_eq!(p.next_usual(0).unwrap().route, 2);
@@ -1034,6 +1042,8 @@ mod tests {
                     message: None,
                     param: None,
                     retry_after_ms: Some(7_000),
+                    read_from: None,
+                    provoked: false,
                 },
             );
         }

@@ -13,7 +13,8 @@ use crate::catalog::Api;
 use crate::classify::{classify_error_payload, Verdict};
 use crate::cloud::converse_stream;
 use crate::cloud::invoke_stream::FrameStream;
-use crate::dialect::{chat, gemini, messages, redact, responses, with_cost, EventInfo, Reported};
+use crate::dialect::{chat, gemini, messages, responses, with_cost, EventInfo, Reported};
+use crate::redact::Redactor;
 use crate::generation::{Delivery, Tariff};
 use crate::money::micros_to_usd;
 use crate::sse::{SseEvent, SseParser};
@@ -227,8 +228,8 @@ struct Seen {
     completions: u64,
     id: String,
     model: String,
-    /// The route's upstream key, never to reach the client.
-    secret: Option<String>,
+    /// The route's secrets, and every key-like token, kept from the client (SPEC §15).
+    redactor: Redactor,
     /// A translated stream: its usage is the upstream's own report (noted per chunk), never
     /// what the client's events say — a writer's placeholder (a `message_start` with 0 input
     /// tokens before the upstream said them) is not a count (SPEC §7: what was not reported
@@ -283,7 +284,8 @@ pub struct Gate {
 }
 
 impl Gate {
-    /// `secret`: the route's upstream key, redacted from any upstream text the client sees.
+    /// `redactor`: what of the upstream's text the client may see (the route's secrets and
+    /// key-like tokens removed).
     /// `client_stop`: the request set a stop sequence; `completions`: the choices it asked for
     /// (the stream is finished when each has finished).
     pub fn new(
@@ -291,7 +293,7 @@ impl Gate {
         client_wants_usage: bool,
         client_stop: bool,
         completions: u64,
-        secret: Option<String>,
+        redactor: Redactor,
     ) -> Gate {
         Gate {
             seen: Seen {
@@ -304,7 +306,7 @@ impl Gate {
                 completions: completions.max(1),
                 id: String::new(),
                 model: String::new(),
-                secret,
+                redactor,
                 upstream_reports: false,
             },
             held: Vec::new(),
@@ -413,14 +415,14 @@ impl Relay {
     pub fn on_event(&mut self, ev: SseEvent) -> After {
         let info = self.seen.see(&ev);
         if let Some(payload) = &info.error {
-            let secret = self.seen.secret.as_deref();
+            let redactor = &self.seen.redactor;
             let message = classify_error_payload(payload)
                 .message
-                .map(|m| redact(&m, secret))
+                .map(|m| redactor.text(&m))
                 .unwrap_or_else(|| "The provider reported an error mid-stream.".to_string());
             let bytes = if self.seen.dialect.pass_error_events {
                 // As sent, but without a key in it (SPEC §15).
-                redact(&String::from_utf8_lossy(&ev.raw), secret).into_bytes()
+                redactor.text(&String::from_utf8_lossy(&ev.raw)).into_bytes()
             } else {
                 self.error_frame(&message)
             };
@@ -536,7 +538,7 @@ mod tests {
                 incoming.push(chunk, &mut events);
             }
             incoming.close(&mut events);
-            let mut gate = Gate::new(&CHAT, true, false, 1, None);
+            let mut gate = Gate::new(&CHAT, true, false, 1, Redactor::default());
             let mut sent = Vec::new();
             let mut relay = None;
             for ev in events {
@@ -546,7 +548,7 @@ mod tests {
                         Before::Commit(held) => {
                             sent.extend(held);
                             relay =
-                                Some(std::mem::replace(&mut gate, Gate::new(&CHAT, true, false, 1, None)).into_relay());
+                                Some(std::mem::replace(&mut gate, Gate::new(&CHAT, true, false, 1, Redactor::default())).into_relay());
                         }
                         Before::Fail(v) => panic!("step {step}: {v:?}"),
                     },
@@ -588,7 +590,7 @@ mod tests {
         let mut incoming = Incoming::new(Framing::Sse, Some(translator));
         let mut events = Vec::new();
         incoming.push(format!("data: {ROLE}\n\ndata: {HI}\n\n").as_bytes(), &mut events);
-        let mut gate = Gate::new(StreamDialect::of(Api::Messages), true, false, 1, None);
+        let mut gate = Gate::new(StreamDialect::of(Api::Messages), true, false, 1, Redactor::default());
         gate.note_upstream_usage(incoming.upstream_usage().unwrap());
         let mut sent = Vec::new();
         let mut relay = None;
@@ -597,7 +599,7 @@ mod tests {
                 None => {
                     if let Before::Commit(head) = gate.on_event(e) {
                         sent.extend(head);
-                        relay = Some(std::mem::replace(&mut gate, Gate::new(&CHAT, true, false, 1, None)).into_relay());
+                        relay = Some(std::mem::replace(&mut gate, Gate::new(&CHAT, true, false, 1, Redactor::default())).into_relay());
                     }
                 }
                 Some(r) => {
@@ -624,7 +626,7 @@ mod tests {
 
     /// A relay committed on `events` (the last one must commit).
     fn committed(client_wants_usage: bool, events: &[&str]) -> Relay {
-        let mut g = Gate::new(&CHAT, client_wants_usage, false, 1, None);
+        let mut g = Gate::new(&CHAT, client_wants_usage, false, 1, Redactor::default());
         let mut last = Before::Hold;
         for e in events {
             last = g.on_event(ev(e));
@@ -642,7 +644,7 @@ mod tests {
             ))
         };
         for (both, broken) in [(false, true), (true, false)] {
-            let mut g = Gate::new(&CHAT, false, false, 2, None);
+            let mut g = Gate::new(&CHAT, false, false, 2, Redactor::default());
             assert!(matches!(
                 g.on_event(choice(0, r#"{"content":"a"}"#, "null")),
                 Before::Commit(_)
@@ -662,7 +664,7 @@ mod tests {
 
     #[test]
     fn keep_alives_never_reach_the_held_event_cap() {
-        let mut g = Gate::new(&MESSAGES, false, false, 1, None);
+        let mut g = Gate::new(&MESSAGES, false, false, 1, Redactor::default());
         for _ in 0..(MAX_HELD_EVENTS * 3) {
             assert_eq!(g.on_event(SseEvent::from_data(r#"{"type":"ping"}"#)), Before::Hold);
             let comment = SseEvent {
@@ -693,7 +695,7 @@ mod tests {
             ("stop", true, true),
             ("stop", false, false),
         ] {
-            let mut g = Gate::new(&CHAT, false, client_stop, 1, None);
+            let mut g = Gate::new(&CHAT, false, client_stop, 1, Redactor::default());
             assert_eq!(g.on_event(role.clone()), Before::Hold);
             let got = g.on_event(ended(reason));
             assert_eq!(
@@ -706,7 +708,7 @@ mod tests {
 
     #[test]
     fn holds_until_content_then_releases_everything() {
-        let mut g = Gate::new(&CHAT, false, false, 1, None);
+        let mut g = Gate::new(&CHAT, false, false, 1, Redactor::default());
         let keepalive = SseEvent {
             raw: b": keep-alive\n\n".to_vec(),
             ..SseEvent::default()
@@ -797,7 +799,7 @@ mod tests {
 
     #[test]
     fn anthropic_and_responses_final_events_carry_the_charge() {
-        let mut g = Gate::new(&MESSAGES, false, false, 1, None);
+        let mut g = Gate::new(&MESSAGES, false, false, 1, Redactor::default());
         g.on_event(named(
             "message_start",
             r#"{"type":"message_start","message":{"id":"msg_1","model":"c","usage":{"input_tokens":7,"output_tokens":1}}}"#,
@@ -821,7 +823,7 @@ mod tests {
             "7 × 1.5 + 3 × 10, rounded"
         );
 
-        let mut g = Gate::new(&RESPONSES, false, false, 1, None);
+        let mut g = Gate::new(&RESPONSES, false, false, 1, Redactor::default());
         g.on_event(named(
             "response.output_text.delta",
             r#"{"type":"response.output_text.delta","delta":"Hi"}"#,
@@ -848,14 +850,14 @@ mod tests {
             ev("{oops"),
             ev("[DONE]"),
         ] {
-            let mut g = Gate::new(&CHAT, false, false, 1, None);
+            let mut g = Gate::new(&CHAT, false, false, 1, Redactor::default());
             g.on_event(ev(ROLE));
             assert!(matches!(g.on_event(bad_event), Before::Fail(_)));
         }
-        let mut g = Gate::new(&CHAT, false, false, 1, None);
+        let mut g = Gate::new(&CHAT, false, false, 1, Redactor::default());
         g.on_event(ev(ROLE));
         assert_eq!(g.on_close().class, FailureClass::BadResponse);
-        let mut g = Gate::new(&CHAT, false, false, 1, None);
+        let mut g = Gate::new(&CHAT, false, false, 1, Redactor::default());
         let overloaded = ev(r#"{"error":{"message":"The server is overloaded","type":"server_error"}}"#);
         assert!(matches!(g.on_event(overloaded), Before::Fail(v) if v.class == FailureClass::Overloaded));
     }
@@ -911,7 +913,7 @@ mod tests {
 
     #[test]
     fn commits_when_the_hold_cap_is_reached() {
-        let mut g = Gate::new(&CHAT, false, false, 1, None);
+        let mut g = Gate::new(&CHAT, false, false, 1, Redactor::default());
         for _ in 0..MAX_HELD_EVENTS - 1 {
             assert_eq!(g.on_event(ev(ROLE)), Before::Hold);
         }
@@ -943,7 +945,7 @@ mod tests {
             "content_block_delta",
             r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}"#,
         );
-        let mut g = Gate::new(&MESSAGES, false, false, 1, None);
+        let mut g = Gate::new(&MESSAGES, false, false, 1, Redactor::default());
         for held in [&start, &block, &ping] {
             assert_eq!(g.on_event(held.clone()), Before::Hold, "lifecycle is held back");
         }
@@ -971,7 +973,7 @@ mod tests {
 
     #[test]
     fn an_anthropic_stream_finished_without_message_stop_gets_it() {
-        let mut g = Gate::new(&MESSAGES, false, false, 1, None);
+        let mut g = Gate::new(&MESSAGES, false, false, 1, Redactor::default());
         g.on_event(named(
             "content_block_delta",
             r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}"#,
@@ -988,7 +990,7 @@ mod tests {
                 broken: None
             }
         );
-        let mut cut = Gate::new(&RESPONSES, false, false, 1, None);
+        let mut cut = Gate::new(&RESPONSES, false, false, 1, Redactor::default());
         cut.on_event(named(
             "response.output_text.delta",
             r#"{"type":"response.output_text.delta","delta":"Hi"}"#,
@@ -1005,14 +1007,14 @@ mod tests {
     #[test]
     fn an_error_after_commit_never_carries_a_key() {
         let leaky = r#"{"error":{"message":"Incorrect API key provided: sk-live-123 (key UPSTREAM-KEY-1)"}}"#;
-        let mut g = Gate::new(&CHAT, false, false, 1, Some("UPSTREAM-KEY-1".into()));
+        let mut g = Gate::new(&CHAT, false, false, 1, Redactor::new(["UPSTREAM-KEY-1"]));
         g.on_event(ev(HI));
         let After::End { bytes, broken } = g.into_relay().on_event(ev(leaky)) else {
             panic!("an error ends the stream")
         };
         let text = String::from_utf8(bytes).unwrap() + &broken.unwrap();
         assert!(!text.contains("sk-live") && !text.contains("UPSTREAM-KEY-1"), "{text}");
-        let mut g = Gate::new(&MESSAGES, false, false, 1, Some("UPSTREAM-KEY-1".into()));
+        let mut g = Gate::new(&MESSAGES, false, false, 1, Redactor::new(["UPSTREAM-KEY-1"]));
         g.on_event(named(
             "content_block_delta",
             r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}"#,

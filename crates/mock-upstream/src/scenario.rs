@@ -67,6 +67,8 @@
 //!             | "reject-field" / NAME / CODE    (a body with top-level field NAME gets status CODE, its
 //!                                                message echoing the field; other bodies go on as usual)
 //!             | "retry-after" / SECS            (needs an error status)
+//!             | "message" / TEXT                (an error's message is TEXT, percent-decoded — as a
+//!                                                provider or a relay in front of one words its own)
 //!             | error-kind                      (needs an error to shape)
 //!             | "tool-call" [ / N ]             (N calls, default 1, at most 16, to the request's first
 //!                                                declared function tool — unless its last turn is a
@@ -213,6 +215,8 @@ pub struct Scenario {
     /// (field, status): a request whose body has this top-level field fails with the status, the
     /// way a provider rejects (400) or chokes on (5xx) one request's content.
     pub reject_field: Option<(String, u16)>,
+    /// `message/TEXT`: an error's message, in the dialect's error shape.
+    pub message: Option<String>,
     /// `tool-call/N`: answer with N calls to the request's first declared tool.
     pub tool_calls: Option<usize>,
     /// `json`: answer with a JSON object for the request's schema.
@@ -245,6 +249,7 @@ impl Default for Scenario {
             error_kind: None,
             cache: None,
             reject_field: None,
+            message: None,
             tool_calls: None,
             json: false,
             echo_images: false,
@@ -280,6 +285,7 @@ pub const KEYWORDS: &[&str] = &[
     "retry-after",
     "cache",
     "reject-field",
+    "message",
     "tool-call",
     "json",
     "echo-images",
@@ -296,6 +302,30 @@ pub const KEYWORDS: &[&str] = &[
     "model_not_found",
     "invalid",
 ];
+
+/// `%XX` escapes decoded (a path segment's text); anything not an escape stays as written.
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(b)) => {
+                out.push(b);
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
 
 /// Why a scenario could not be parsed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -633,6 +663,12 @@ pub fn parse_scenario(key: &str) -> Result<Scenario, ScenarioError> {
                     return Err(ScenarioError(format!("`reject-field`: {code} is not an error status")));
                 }
                 set_once(&mut sc.reject_field, (name.to_string(), code), "reject-field")?;
+            }
+            "message" => {
+                let text = c
+                    .next()
+                    .ok_or_else(|| ScenarioError("`message` needs a text".into()))?;
+                set_once(&mut sc.message, percent_decoded(text), "message")?;
             }
             "tool-call" => {
                 let n = c.optional_count().unwrap_or(1);

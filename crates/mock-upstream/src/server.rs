@@ -242,7 +242,11 @@ fn error_reply(route: &Route, status: u16, e: &ErrSpec, kind: Option<scenario::E
 
 /// Answers with an HTTP error status in the route's shape.
 fn error_status(w: &mut TcpStream, route: &Route, status: u16, sc: &Scenario, info: &ReqInfo, close: bool) -> Action {
-    let e = dialect::status_error(sc.error_kind, status, &info.model_name);
+    let mut e = dialect::status_error(sc.error_kind, status, &info.model_name);
+    if let Some(message) = &sc.message {
+        e.message.clone_from(message);
+        e.an_message.clone_from(message);
+    }
     let mut r = error_reply(route, status, &e, sc.error_kind);
     r.body = padded(r.body, sc);
     if let Some(s) = sc.retry_after {
@@ -264,6 +268,14 @@ fn admit(req: &Request, host: &Host, state: &Shared) -> Result<(), JsonReply> {
         }
         Host::Vertex { .. } => vertex::admit(req, host, &state.vertex_tokens),
     }
+}
+
+/// The conversation a Responses body continues (`conversation`: an id, or `{"id": …}`), if any.
+fn unknown_conversation(api: Api, body: &Value) -> Option<String> {
+    let c = body.get("conversation").filter(|_| api == Api::Responses)?;
+    c.as_str()
+        .or_else(|| c.get("id").and_then(Value::as_str))
+        .map(str::to_string)
 }
 
 /// `body` (a JSON object) with `pad/N`'s N bytes of padding in an extra field.
@@ -356,6 +368,18 @@ fn run_scenario(
             r.body = padded(r.body, &sc);
             return reply(w, &r, close);
         }
+    }
+    if let Some(id) = unknown_conversation(api, value).filter(|_| !sc.lenient) {
+        // The mock keeps no conversations: every id names one this project does not have, and
+        // OpenAI answers that with a 404 naming it.
+        let message = format!("Conversation with id '{id}' not found.");
+        let e = ErrSpec {
+            oa_type: Some("invalid_request_error".into()),
+            an_message: message.clone(),
+            message,
+            ..dialect::status_error(None, 404, &info.model_name)
+        };
+        return reply(w, &error_reply(route, 404, &e, None), close);
     }
     info.answer = answer::decide(api, value, &sc);
 

@@ -1279,3 +1279,22 @@ fn azure_content_filter_errors() {
     );
     assert_eq!(r.json()["error"]["code"], "rate_limit_exceeded");
 }
+
+#[test]
+fn an_error_in_its_own_words_and_an_unknown_conversation() {
+    let addr = server();
+    let r = call(
+        addr,
+        "POST",
+        "/w/status/400/message/Invalid%20request:%20key=sk-abc%20refused/chat/completions",
+        r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#,
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["error"]["message"], "Invalid request: key=sk-abc refused");
+    // The mock keeps no conversations: every id is one OpenAI would not find.
+    let r = call(addr, "POST", "/c/responses", r#"{"model":"m","input":"hi","conversation":"conv_x"}"#);
+    assert_eq!(r.status, 404, "{}", r.text());
+    assert_eq!(r.json()["error"]["message"], "Conversation with id 'conv_x' not found.");
+    let r = call(addr, "POST", "/c/responses", r#"{"model":"m","input":"hi"}"#);
+    assert_eq!(r.status, 200, "{}", r.text());
+}

@@ -645,33 +645,6 @@ pub fn upstream_error_message(body: &[u8]) -> Option<String> {
     (!msg.is_empty()).then(|| msg.to_string())
 }
 
-/// Removes secrets from text that came from an upstream before it reaches a client or a log:
-/// the upstream key itself, and every key-like token (`sk-` and the key characters after it,
-/// wherever it stands: after a space, a quote, `key=` …; masked keys included).
-pub fn redact(text: &str, secret: Option<&str>) -> String {
-    let text = match secret {
-        Some(s) if !s.is_empty() => text.replace(s, "[redacted]"),
-        _ => text.to_string(),
-    };
-    let key_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '*' | '.');
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text.as_str();
-    while let Some(at) = rest.find("sk-") {
-        let starts_token = !rest[..at].ends_with(|c: char| c.is_ascii_alphanumeric());
-        let after = &rest[at + 3..];
-        let len = after.find(|c: char| !key_char(c)).unwrap_or(after.len());
-        out.push_str(&rest[..at]);
-        if starts_token {
-            out.push_str("[redacted]");
-        } else {
-            out.push_str(&rest[at..at + 3 + len]);
-        }
-        rest = &after[len..];
-    }
-    out.push_str(rest);
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -695,25 +668,5 @@ mod tests {
         );
         assert_eq!(upstream_error_message(br#"{"error":"flat"}"#).as_deref(), Some("flat"));
         assert_eq!(upstream_error_message(b"<html>"), None);
-    }
-
-    #[test]
-    fn redacts_keys() {
-        assert_eq!(
-            redact("Incorrect API key provided: sk-abc***xyz.", None),
-            "Incorrect API key provided: [redacted]"
-        );
-        assert_eq!(
-            redact("key UPSTREAM-SECRET-1 refused", Some("UPSTREAM-SECRET-1")),
-            "key [redacted] refused"
-        );
-        assert_eq!(redact("nothing here", Some("s3cr3t")), "nothing here");
-        assert_eq!(
-            redact(r#"{"message":"bad key=sk-live-AbC123 given"}"#, None),
-            r#"{"message":"bad key=[redacted] given"}"#,
-            "anywhere, and JSON stays JSON"
-        );
-        assert_eq!(redact(r#"{"k":"sk-abc"}"#, None), r#"{"k":"[redacted]"}"#);
-        assert_eq!(redact("task-sk-1 stays", None), "task-sk-1 stays", "not a token start");
     }
 }

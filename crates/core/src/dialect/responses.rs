@@ -21,8 +21,31 @@ use crate::error::ApiError;
 use crate::sse::SseEvent;
 
 /// Parses and validates a Responses request body.
+///
+/// State an upstream holds that the gateway cannot place with its route is refused here, before
+/// any route is tried (SPEC §17, §18a): a `conversation` (the gateway has no conversations
+/// endpoint, so no id is one it created) and a stored `prompt` (it lives at one upstream project,
+/// and no route is known to hold it). Sent on, each was a 404 at every route, read as the model
+/// missing there.
 pub fn parse_request(bytes: &[u8]) -> Result<ClientRequest, ApiError> {
     let (body, model, provider) = parse_common(bytes)?;
+    if !matches!(body.shape("conversation"), Shape::Absent | Shape::Null) {
+        return Err(ApiError::invalid(
+            "`conversation` is not served: this gateway has no conversations endpoint, so no \
+             conversation id is one it can send to the route that holds it. Continue a \
+             conversation with `previous_response_id` (a response this gateway relayed) or send \
+             its turns in `input`.",
+            Some("conversation"),
+        ));
+    }
+    if body.shape("prompt") == Shape::Object {
+        return Err(ApiError::invalid(
+            "`prompt` (a stored prompt) is not served: it lives at one upstream project, and this \
+             gateway cannot know which route holds it. Send the prompt's text in `instructions` \
+             and `input`.",
+            Some("prompt"),
+        ));
+    }
     match body.shape("input") {
         Shape::String | Shape::Array => {}
         Shape::EmptyString | Shape::EmptyArray => {

@@ -638,7 +638,7 @@ mod through_the_relay {
     }
 
     fn gate(client: Api, wants_usage: bool) -> Gate {
-        Gate::new(StreamDialect::of(client), wants_usage, false, 1, None)
+        Gate::new(StreamDialect::of(client), wants_usage, false, 1, crate::redact::Redactor::default())
     }
 
     /// Runs client events through a gate, then its relay once committed: the index of the
