@@ -343,3 +343,27 @@ fn doors_refusals_and_cancellations_are_not_in_the_public_record() {
     assert_eq!(entry["status"], "down", "{entry}");
     assert_eq!(history_counts(&entry), (0, 3), "{entry}");
 }
+
+/// One key's content that makes a model's only route fail (a 500 only that content triggers) does
+/// not paint the model Down: unconfirmed — one key, no demotion — those unanswered requests are
+/// not in the public record; the next answered request shows alone, and the model reads
+/// Operational.
+#[test]
+fn doors_one_keys_poison_paints_no_model_down() {
+    let policy = json!({"nonstream_base_ms": 2000, "nonstream_per_20_tokens_ms": 0, "last_route_min_ms": 2000});
+    let m = Model::new(&[("reject-field/temperature/500", json!({"verify": false}))], policy);
+    let (key, poisoner) = (m.s.new_key(1.0), m.s.new_key(1.0));
+    for _ in 0..5 {
+        let r = m.s.chat(&poisoner, &with(chat_body(&m.id, false), poison()));
+        assert_eq!(r.status, 502, "{}", r.text());
+    }
+    // One answered request: once it shows, every request before it has been reported too.
+    m.ask(&key, json!({}));
+    let entry = api_model_when(&m.s, &m.id, 10, |e| history_counts(e).0 > 0);
+    assert_eq!(
+        history_counts(&entry),
+        (1, 0),
+        "one key's poisoned requests are not the route's unanswered requests: {entry}"
+    );
+    assert_eq!(entry["status"], "operational", "{entry}");
+}

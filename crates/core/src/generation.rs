@@ -539,11 +539,21 @@ impl Journal {
         } else {
             None
         };
+        // Unanswered after provokable failures only: counted once the object holds them confirmed.
+        let failures: Vec<&Observation> = observations
+            .iter()
+            .filter(|o| matches!(o.outcome, AttemptOutcome::Failure(c) if c.blame() != Blame::Nothing))
+            .collect();
+        let provoked_at = match !answered && failures.iter().all(|o| o.provoked) {
+            true => failures.iter().map(|o| (o.route.clone(), o.account.clone())).collect(),
+            false => Vec::new(),
+        };
         let request = RequestObservation {
             at_ms: now_ms,
             answered,
             counted: answered || counted,
             stream_ttfb_ms,
+            provoked_at,
         };
         Finished {
             record,
@@ -870,6 +880,7 @@ mod tests {
         assert_eq!(
             f.request,
             RequestObservation {
+                provoked_at: Vec::new(),
                 at_ms: 1_500,
                 answered: true,
                 counted: true,

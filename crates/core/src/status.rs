@@ -649,6 +649,7 @@ mod tests {
         let total = u64::from(answered + unanswered);
         for i in 0..total {
             h.observe_request(&RequestObservation {
+                provoked_at: Vec::new(),
                 at_ms: T0 + (i * 30 * MIN) / total.max(1),
                 answered: i < u64::from(answered),
                 counted: true,
@@ -694,6 +695,7 @@ mod tests {
         let mut h = traffic(0, 10, None);
         for i in 0..10 {
             h.observe_request(&RequestObservation {
+                provoked_at: Vec::new(),
                 at_ms: T0 + 70 * MIN + i,
                 answered: true,
                 counted: true,
@@ -706,6 +708,7 @@ mod tests {
         let mut h = ModelHealth::default();
         for _ in 0..10 {
             h.observe_request(&RequestObservation {
+                provoked_at: Vec::new(),
                 at_ms: T0,
                 answered: false,
                 counted: false,
@@ -717,6 +720,7 @@ mod tests {
         let mut h = traffic(2, 0, Some(12_000));
         for i in 0..3 {
             h.observe_request(&RequestObservation {
+                provoked_at: Vec::new(),
                 at_ms: T0 + 40 * MIN + i,
                 answered: true,
                 counted: true,
@@ -779,6 +783,7 @@ mod tests {
 
     fn request(h: &mut ModelHealth, at_ms: u64, answered: bool) {
         h.observe_request(&RequestObservation {
+            provoked_at: Vec::new(),
             at_ms,
             answered,
             counted: true,

@@ -162,6 +162,7 @@ mod tests {
 
     fn req(h: &mut ModelHealth, at_ms: u64, answered: bool, ttfb: Option<u64>) {
         h.observe_request(&RequestObservation {
+            provoked_at: Vec::new(),
             at_ms,
             answered,
             counted: true,
@@ -178,6 +179,7 @@ mod tests {
         req(&mut h, H0 + HOUR_MS + 1, true, Some(11_000));
         req(&mut h, H0 + HOUR_MS + 2, true, Some(9_000));
         h.observe_request(&RequestObservation {
+            provoked_at: Vec::new(),
             at_ms: H0,
             answered: false,
             counted: false,

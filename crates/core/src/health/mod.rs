@@ -181,7 +181,7 @@ impl Observation {
 
 /// Per-request (not per-attempt) outcome for the status page buckets: a request that a later route
 /// answered counts as answered for the model.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RequestObservation {
     pub at_ms: u64,
     pub answered: bool,
@@ -191,6 +191,12 @@ pub struct RequestObservation {
     pub counted: bool,
     /// Time to first content of the answered stream, ms.
     pub stream_ttfb_ms: Option<u64>,
+    /// Unanswered after failures that were all of a kind the request's own content can provoke:
+    /// the (route, account) of each. Such a request is in the public record only once the object
+    /// holds those failures confirmed — a breaker demoted, or failing for two keys (SPEC §18a):
+    /// one key's poison paints nothing Down.
+    #[serde(default)]
+    pub provoked_at: Vec<(String, String)>,
 }
 
 /// One breaker: of a route (for one model) or of an upstream account.
@@ -251,6 +257,12 @@ pub enum BreakerState {
 impl Breaker {
     pub fn is_demoted(&self) -> bool {
         self.demoted_until_ms.is_some()
+    }
+
+    /// Demoted, or its current run of failures came from two keys: what it failed with is the
+    /// route's (or account's), not one client's content.
+    pub fn confirmed_failing(&self) -> bool {
+        self.is_demoted() || self.failing_keys.len() >= 2
     }
 
     /// Demoted and the cooldown has not ended.
@@ -667,7 +679,7 @@ impl ModelHealth {
     /// Records one request in the model's minute bucket (status word, SPEC §14) and in its hour
     /// (the history); uncounted ones are skipped.
     pub fn observe_request(&mut self, obs: &RequestObservation) {
-        if !obs.counted {
+        if !obs.counted || !(obs.answered || obs.provoked_at.is_empty() || self.confirms(&obs.provoked_at)) {
             return;
         }
         hours::record(&mut self.model_hours, obs);
@@ -682,6 +694,14 @@ impl ModelHealth {
                 b.failed = b.failed.saturating_add(1);
             }
         }
+    }
+
+    /// Whether any of these (route, account) breakers holds its failures confirmed.
+    fn confirms(&self, failed: &[(String, String)]) -> bool {
+        failed.iter().any(|(route, account)| {
+            self.routes.get(route).is_some_and(|s| s.breaker.confirmed_failing())
+                || self.accounts.get(account).is_some_and(Breaker::confirmed_failing)
+        })
     }
 
     /// The usual order with health applied (SPEC §8). `routes` is the model's routes in catalog
@@ -1429,6 +1449,7 @@ mod tests {
         for m in 0..90 {
             ok(&mut h, "r", T0 + m * MIN);
             h.observe_request(&RequestObservation {
+                provoked_at: Vec::new(),
                 at_ms: T0 + m * MIN,
                 answered: true,
                 counted: true,
@@ -1497,6 +1518,7 @@ mod tests {
     fn observe_request_skips_uncounted_requests() {
         let mut h = ModelHealth::default();
         let req = |answered, counted, ttfb| RequestObservation {
+            provoked_at: Vec::new(),
             at_ms: T0,
             answered,
             counted,
@@ -1512,6 +1534,43 @@ mod tests {
     }
 
     #[test]
+    fn one_keys_provoked_failures_paint_nothing_until_confirmed() {
+        // SPEC §18a: a request left unanswered by failures its own content can provoke is in the
+        // public record only once the object holds them confirmed (two keys, or a demotion).
+        let mut h = ModelHealth::default();
+        let poisoned = |key: &str, at_ms| {
+            let mut o = obs("r0", "acct", AttemptOutcome::Failure(Upstream5xx), at_ms);
+            o.key = key.into();
+            o.provoked = true;
+            o
+        };
+        let unanswered = |provoked_at: Vec<(String, String)>| RequestObservation {
+            at_ms: T0,
+            answered: false,
+            counted: true,
+            stream_ttfb_ms: None,
+            provoked_at,
+        };
+        let at = vec![("r0".to_string(), "acct".to_string())];
+        for i in 0..5 {
+            h.observe(&poisoned("k1", T0 + i), &cfg());
+            h.observe_request(&unanswered(at.clone()));
+        }
+        let failed = |h: &ModelHealth| h.model_buckets.iter().map(|b| b.failed).sum::<u32>();
+        assert_eq!(failed(&h), 0, "one key's poison is in no bucket");
+        assert!(h.model_hours.iter().all(|hr| hr.requests == 0), "nor in the hourly history");
+        // A second key's failure of the same kind confirms the run: counted from then on.
+        h.observe(&poisoned("k2", T0 + 10), &cfg());
+        h.observe_request(&unanswered(at.clone()));
+        assert_eq!(failed(&h), 1);
+        // Failures no content provokes were never in question.
+        let mut fresh = ModelHealth::default();
+        fail(&mut fresh, "r0", Overloaded, T0);
+        fresh.observe_request(&unanswered(Vec::new()));
+        assert_eq!(failed(&fresh), 1);
+    }
+
+    #[test]
     fn serde_round_trip_snapshot_and_reset() {
         let mut h = ModelHealth::default();
         fail(&mut h, "a", Overloaded, T0);
@@ -1524,6 +1583,7 @@ mod tests {
         o.duration_ms = 1_800;
         h.observe(&o, &cfg());
         h.observe_request(&RequestObservation {
+            provoked_at: Vec::new(),
             at_ms: T0,
             answered: true,
             counted: true,
