@@ -50,6 +50,28 @@ pub enum Blame {
 }
 
 impl FailureClass {
+    /// Every class, for the tests that must cover each.
+    #[cfg(test)]
+    pub const ALL: [FailureClass; 14] = {
+        use FailureClass::*;
+        [
+            Connect,
+            Timeout,
+            Upstream5xx,
+            RateLimited,
+            Overloaded,
+            ModelUnavailable,
+            Account,
+            BadResponse,
+            ContextLength,
+            UnsupportedParam,
+            ContentPolicy,
+            InvalidRequest,
+            Cancelled,
+            Unable,
+        ]
+    };
+
     /// The class's wire name, as serialized and logged.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -821,22 +843,6 @@ mod tests {
     use serde_json::json;
     use FailureClass::*;
 
-    const ALL: [FailureClass; 14] = [
-        Connect,
-        Timeout,
-        Upstream5xx,
-        RateLimited,
-        Overloaded,
-        ModelUnavailable,
-        Account,
-        BadResponse,
-        ContextLength,
-        UnsupportedParam,
-        ContentPolicy,
-        InvalidRequest,
-        Cancelled,
-        Unable,
-    ];
 
     /// Real provider error bodies (ids and keys redacted) and the class each must get.
     const STATUS_TABLE: &[(&str, u16, &str, FailureClass)] = &[
@@ -1466,7 +1472,7 @@ mod tests {
             (Cancelled, "cancelled", false, Blame::Nothing, false),
             (Unable, "unable", true, Blame::Nothing, false),
         ];
-        assert_eq!(table.len(), ALL.len());
+        assert_eq!(table.len(), FailureClass::ALL.len());
         for (class, name, falls_back, blame, capacity) in table {
             assert_eq!(class.as_str(), name);
             assert_eq!(serde_json::to_value(class).unwrap(), json!(name));
@@ -1474,7 +1480,7 @@ mod tests {
             assert_eq!(class.blame(), blame, "{name}");
             assert_eq!(class.is_capacity(), capacity, "{name}");
         }
-        for class in ALL {
+        for class in FailureClass::ALL {
             assert!(table.iter().any(|row| row.0 == class));
         }
     }

@@ -948,25 +948,6 @@ mod tests {
         }
     }
 
-    const CLASSES: [FailureClass; 14] = {
-        use FailureClass::*;
-        [
-            Connect,
-            Timeout,
-            Upstream5xx,
-            RateLimited,
-            Overloaded,
-            ModelUnavailable,
-            Account,
-            BadResponse,
-            ContextLength,
-            UnsupportedParam,
-            ContentPolicy,
-            InvalidRequest,
-            Cancelled,
-            Unable,
-        ]
-    };
 
     /// SPEC §14, §18a: the public record counts only what routes did. Every ending (answered,
     /// broken, no answer, no answer with the client gone, a committed answer the gateway failed
@@ -1008,7 +989,7 @@ mod tests {
             End::CommittedButUndelivered,
             End::Rejected,
         ];
-        let classes = CLASSES.iter().copied().map(Some).chain([None]);
+        let classes = FailureClass::ALL.iter().copied().map(Some).chain([None]);
         for class in classes {
             for end in ends {
                 for error in &errors {
@@ -1060,7 +1041,7 @@ mod tests {
             }
         }
         // The same rule the record's attempts state: each class's own verdict.
-        for class in CLASSES {
+        for class in FailureClass::ALL {
             let mut j = Journal::open(opening(false));
             j.attempt(target("r0", 1_000), failed(class), 1_010);
             let f = j.finish(

@@ -96,6 +96,7 @@ pub fn answer(health: &mut ModelHealth, call: HealthCall, now_ms: u64) -> Result
             for r in &requests {
                 health.observe_request(r);
             }
+            health.settle_pending();
             health.keep_scope(scope);
             (serde_json::to_value(health.snapshot_reply(now_ms))?, true)
         }

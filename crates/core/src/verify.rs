@@ -215,7 +215,21 @@ impl ModelHealth {
 
     /// Records a check's result at `at_ms` and gives its lease back. `verify`: the route's own
     /// (a confirmation that fails demotes a route that opted out without waiting for a check).
+    /// Requests waiting on the run it decides are then counted or forgotten (SPEC §18a).
     pub fn record_check(
+        &mut self,
+        route: &str,
+        kind: CheckKind,
+        result: &CheckResult,
+        at_ms: u64,
+        verify: bool,
+        cfg: &HealthConfig,
+    ) {
+        self.apply_check(route, kind, result, at_ms, verify, cfg);
+        self.settle_pending();
+    }
+
+    fn apply_check(
         &mut self,
         route: &str,
         kind: CheckKind,

@@ -590,7 +590,20 @@ pub struct ModelHealth {
     pub model_buckets: Vec<Bucket>,
     /// The model's counted requests by hour, for a week and more (the status page's history).
     pub model_hours: Vec<Hour>,
+    /// Requests left unanswered by failures one key's content could provoke, waiting for the run
+    /// they belong to: counted once it is confirmed, forgotten once it clears (SPEC §18a).
+    pub pending: Vec<Pending>,
 }
+
+/// A request waiting to be counted: when it ended, and the (route, account) it failed at.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct Pending {
+    pub at_ms: u64,
+    pub failed: Vec<(String, String)>,
+}
+
+/// The most requests a model keeps waiting to be counted (the oldest go first).
+const MAX_PENDING: usize = 256;
 
 impl ModelHealth {
     /// Applies one attempt's outcome (SPEC §8, §9) and records it in the route's bucket.
@@ -678,10 +691,56 @@ impl ModelHealth {
 
     /// Records one request in the model's minute bucket (status word, SPEC §14) and in its hour
     /// (the history); uncounted ones are skipped.
+    ///
+    /// A request left unanswered by provokable failures only waits ([`ModelHealth::pending`])
+    /// until the object holds those failures confirmed — a breaker demoted, or failing for two
+    /// keys — and is counted then; if the run clears first (a passed check, a success) it was
+    /// that client's content, and is forgotten: one key's poison paints nothing Down.
     pub fn observe_request(&mut self, obs: &RequestObservation) {
-        if !obs.counted || !(obs.answered || obs.provoked_at.is_empty() || self.confirms(&obs.provoked_at)) {
+        if !obs.counted {
             return;
         }
+        if !obs.answered && !obs.provoked_at.is_empty() {
+            if self.pending.len() >= MAX_PENDING {
+                self.pending.remove(0);
+            }
+            self.pending.push(Pending {
+                at_ms: obs.at_ms,
+                failed: obs.provoked_at.clone(),
+            });
+            self.settle_pending();
+            return;
+        }
+        self.count_request(obs);
+        self.settle_pending();
+    }
+
+    /// Counts what waits on a confirmed run, forgets what waits on a cleared one.
+    pub fn settle_pending(&mut self) {
+        for p in std::mem::take(&mut self.pending) {
+            if self.confirms(&p.failed) {
+                self.count_request(&RequestObservation {
+                    at_ms: p.at_ms,
+                    answered: false,
+                    counted: true,
+                    stream_ttfb_ms: None,
+                    provoked_at: Vec::new(),
+                });
+            } else if self.in_question(&p.failed) {
+                self.pending.push(p);
+            }
+        }
+    }
+
+    /// Whether any of these (route, account) breakers is in a run of failures not yet decided.
+    fn in_question(&self, failed: &[(String, String)]) -> bool {
+        failed.iter().any(|(route, account)| {
+            self.routes.get(route).is_some_and(|s| !s.breaker.failing_keys.is_empty())
+                || self.accounts.get(account).is_some_and(|b| !b.failing_keys.is_empty())
+        })
+    }
+
+    fn count_request(&mut self, obs: &RequestObservation) {
         hours::record(&mut self.model_hours, obs);
         if let Some(b) = bucket_mut(&mut self.model_buckets, obs.at_ms) {
             b.requests = b.requests.saturating_add(1);
@@ -799,6 +858,7 @@ impl ModelHealth {
             accounts: self.accounts.clone(),
             model_buckets: Vec::new(),
             model_hours: Vec::new(),
+            pending: Vec::new(),
         }
     }
 
@@ -1559,10 +1619,27 @@ mod tests {
         let failed = |h: &ModelHealth| h.model_buckets.iter().map(|b| b.failed).sum::<u32>();
         assert_eq!(failed(&h), 0, "one key's poison is in no bucket");
         assert!(h.model_hours.iter().all(|hr| hr.requests == 0), "nor in the hourly history");
-        // A second key's failure of the same kind confirms the run: counted from then on.
+        // A second key's failure of the same kind confirms the run: counted, and the five that
+        // waited on it with it.
         h.observe(&poisoned("k2", T0 + 10), &cfg());
         h.observe_request(&unanswered(at.clone()));
-        assert_eq!(failed(&h), 1);
+        assert_eq!(failed(&h), 6);
+        assert!(h.pending.is_empty());
+        // A run a passed check clears was the client's: what waited on it is forgotten.
+        let mut cleared = ModelHealth::default();
+        cleared.observe(&poisoned("k1", T0), &cfg());
+        cleared.observe_request(&unanswered(at.clone()));
+        assert_eq!(cleared.pending.len(), 1);
+        cleared.record_check("r0", crate::verify::CheckKind::Confirm, &Ok(()), T0 + 5, false, &cfg());
+        assert!(cleared.pending.is_empty());
+        assert_eq!(failed(&cleared), 0);
+        // A check that fails demotes the route: what waited is counted.
+        let mut confirmed = ModelHealth::default();
+        confirmed.observe(&poisoned("k1", T0), &cfg());
+        confirmed.observe_request(&unanswered(at.clone()));
+        let failure = Err((Upstream5xx, "500".to_string()));
+        confirmed.record_check("r0", crate::verify::CheckKind::Confirm, &failure, T0 + 5, false, &cfg());
+        assert_eq!(failed(&confirmed), 1);
         // Failures no content provokes were never in question.
         let mut fresh = ModelHealth::default();
         fail(&mut fresh, "r0", Overloaded, T0);
