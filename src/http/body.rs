@@ -35,8 +35,12 @@ pub async fn read_budgeted(req: &mut Request, limit: usize, key_id: &str) -> Res
     let mut body = Body::new(&stream).ok_or_else(unreadable)?;
     let started_ms = now_ms();
     let mut bytes = Vec::new();
+    // Past the budget mid-read: the rest is read and dropped (held nowhere), then 503 — answering
+    // while the client still sends would close the connection under it, before it reads the 503.
+    let mut refused = false;
+    let mut received = 0usize;
     loop {
-        let wait_ms = next_bytes_due_ms(started_ms, bytes.len()).saturating_sub(now_ms());
+        let wait_ms = next_bytes_due_ms(started_ms, received).saturating_sub(now_ms());
         let chunk = match select(pin!(body.next()), pin!(sleep(wait_ms))).await {
             Either::Left((chunk, _)) => chunk.map_err(|()| unreadable())?,
             Either::Right(_) => {
@@ -46,13 +50,22 @@ pub async fn read_budgeted(req: &mut Request, limit: usize, key_id: &str) -> Res
             }
         };
         let Some(chunk) = chunk else {
-            return Ok((bytes, share));
+            return match refused {
+                true => Err(ApiError::GatewayBusy),
+                false => Ok((bytes, share)),
+            };
         };
-        if bytes.len() + chunk.len() > limit {
+        received += chunk.len();
+        if received > limit {
             return Err(too_large(limit));
         }
-        if !share.grow(chunk.len()) {
-            return Err(ApiError::GatewayBusy);
+        if refused || !share.grow(chunk.len()) {
+            if !refused {
+                refused = true;
+                bytes = Vec::new(); // given back now: nothing of this body is kept
+                share = BodyShare::new(key_id);
+            }
+            continue;
         }
         bytes.extend_from_slice(&chunk);
     }
