@@ -15,6 +15,9 @@
 #![allow(clippy::disallowed_methods)]
 
 mod http;
+// Parse and translate time of the worst request bodies (tests and a benchmark row, no binary code).
+#[cfg(test)]
+mod parse;
 mod report;
 mod stats;
 

@@ -20,8 +20,6 @@ pub mod health_rpc;
 pub mod ids;
 pub mod keys;
 pub mod limits;
-#[cfg(test)]
-mod linear_tests;
 pub mod money;
 pub mod plan;
 pub mod redact;
