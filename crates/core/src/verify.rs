@@ -225,19 +225,6 @@ impl ModelHealth {
         verify: bool,
         cfg: &HealthConfig,
     ) {
-        self.apply_check(route, kind, result, at_ms, verify, cfg);
-        self.settle_pending();
-    }
-
-    fn apply_check(
-        &mut self,
-        route: &str,
-        kind: CheckKind,
-        result: &CheckResult,
-        at_ms: u64,
-        verify: bool,
-        cfg: &HealthConfig,
-    ) {
         if kind == CheckKind::Confirm {
             // The accounts this route's failures were waiting to confirm (SPEC §18).
             for account in self.accounts.values_mut() {
@@ -289,18 +276,19 @@ impl ModelHealth {
                 // A failed cooldown check doubles the cooldown; a failed idle check demotes, and
                 // so does a failed confirmation (the route fails known content too).
                 if confirming && b.demoted_until_ms.is_some() && !b.confirm_pending {
-                    return; // demoted meanwhile by proof from live traffic
-                }
-                // A failed recheck while the cooldown runs: the cooldown stands, the next recheck
-                // one interval on. (Past its end it counts as the cooldown's check.)
-                if kind == CheckKind::Recheck && b.is_cooling(at_ms) {
+                    // Demoted meanwhile by proof from live traffic.
+                } else if kind == CheckKind::Recheck && b.is_cooling(at_ms) {
+                    // A failed recheck while the cooldown runs: the cooldown stands, the next
+                    // recheck one interval on. (Past its end it counts as the cooldown's check.)
                     b.schedule_recheck(at_ms, cfg);
-                    return;
+                } else {
+                    b.demote(at_ms, cfg);
+                    b.check_pending = verify || !confirming;
                 }
-                b.demote(at_ms, cfg);
-                b.check_pending = verify || !confirming;
             }
         }
+        // Requests waiting on the run this check decides: counted or forgotten (SPEC §18a).
+        self.settle_pending();
     }
 }
 
