@@ -115,7 +115,8 @@ fn epoch_ms() -> u64 {
         .as_millis() as u64
 }
 
-/// A route demoted once (503s for its first 0.8 s, three in a row), 1.5 s cooldown: once it has
+/// A route demoted once (503s for its first three requests — a count, not a time, so a slow
+/// machine cannot stretch the outage past the probe), 1.5 s cooldown: once it has
 /// ended, one key wins the probe with content the route fails (a 500 only that content triggers).
 /// The route is not demoted again — no new cooldown, its level unchanged — and another key's next
 /// request is served by it.
@@ -125,7 +126,7 @@ fn doors_a_poisoned_probe_after_the_cooldown_does_not_demote_the_route_again() {
                         "nonstream_per_20_tokens_ms": 0, "last_route_min_ms": 2000});
     let m = Model::new(
         &[
-            ("down-for/800/reject-field/temperature/500", json!({"verify": false})),
+            ("down-first/3/reject-field/temperature/500", json!({"verify": false})),
             ("ok", json!({"verify": false})),
         ],
         policy,
@@ -137,7 +138,7 @@ fn doors_a_poisoned_probe_after_the_cooldown_does_not_demote_the_route_again() {
     let before = m.route_health_when(0, 5, |h| h["state"] == "cooling");
     assert_eq!(before["state"], "cooling", "three 503s demote r0: {before}");
     assert_eq!(before["breaker"]["cooldown_level"], 1, "{before}");
-    // Past the cooldown (and the 503s): the probe is due.
+    // Past the cooldown (the 503s are spent): the probe is due.
     let until = before["breaker"]["demoted_until_ms"].as_u64().unwrap();
     let h = m.route_health_when(0, 10, |h| h["state"] == "probe_due");
     assert_eq!(h["state"], "probe_due", "the cooldown (until {until}) ended: {h}");

@@ -82,6 +82,8 @@
 //! behaviour  := "status" / CODE | "hang" | "reset" | "cut-after" / N
 //!             | "error-event-first" | "error-event-after" / N | "error-body-200"
 //! gate       := "flaky" / K | "down-for" / MS | "flaky-until" / K / MS
+//!             | "down-first" / N                (the key's first N requests answer 503: a count, so a
+//!                                                slow machine cannot stretch the outage past them)
 //! error-kind := overloaded | rate_limit | context_length | unsupported_param
 //!             | credit | quota | invalid_key | content_filter
 //!             | model_not_found | invalid
@@ -143,6 +145,8 @@ pub enum Gate {
     /// Every k-th request answers 503 until this many ms after the key's first request; then none
     /// (a route that heals).
     FlakyUntil(u64, u64),
+    /// The key's first n requests answer 503; then none.
+    DownFirst(u64),
 }
 
 /// Realistic provider error bodies.
@@ -277,6 +281,7 @@ pub const KEYWORDS: &[&str] = &[
     "flaky",
     "down-for",
     "flaky-until",
+    "down-first",
     "pad",
     "answer-status",
     "held",
@@ -605,6 +610,10 @@ pub fn parse_scenario(key: &str) -> Result<Scenario, ScenarioError> {
                 }
                 set_once(&mut sc.gate, Gate::FlakyUntil(k, ms), "flaky/down-for")?;
             }
+            "down-first" => {
+                let n: u64 = c.num("down-first", "a count of requests")?;
+                set_once(&mut sc.gate, Gate::DownFirst(n), "flaky/down-for")?;
+            }
             "chunks" => {
                 let n = c.count("chunks")?;
                 let gap: u64 = c.num("chunks", "a gap in milliseconds (chunks/<n>/<gap_ms>)")?;
@@ -916,6 +925,8 @@ mod tests {
         assert!(s.no_done);
         let s = parse_scenario("down-for/1000/retry-after/1/overloaded").unwrap();
         assert_eq!(s.gate, Some(Gate::DownFor(1000)));
+        assert_eq!(parse_scenario("down-first/3/ok").unwrap().gate, Some(Gate::DownFirst(3)));
+        assert!(parse_scenario("down-first/3/flaky/2").is_err());
         let s = parse_scenario("error-event-after/3/rate_limit").unwrap();
         assert_eq!(s.behavior, Behavior::ErrorEventAfter(3));
         assert_eq!(s.error_kind, Some(ErrorKind::RateLimit));

@@ -387,6 +387,7 @@ fn run_scenario(
         Some(Gate::Flaky(k)) => count % k == 0,
         Some(Gate::DownFor(ms)) => first_seen.elapsed() < Duration::from_millis(ms),
         Some(Gate::FlakyUntil(k, ms)) => count % k == 0 && first_seen.elapsed() < Duration::from_millis(ms),
+        Some(Gate::DownFirst(n)) => count <= n,
         None => false,
     };
     if gated {
