@@ -15,13 +15,13 @@ use futures_channel::oneshot;
 use futures_util::future::select;
 
 use switchyard_core::catalog::{Api, Balance, Catalog, Model, Policy, Price};
-use switchyard_core::dialect::{with_cost, ClientRequest};
+use switchyard_core::dialects::neutral::answer::AnswerContext;
+use switchyard_core::dialects::{with_cost, ClientRequest};
 use switchyard_core::generation::{AttemptResult, AttemptTarget, Delivery, Ending, Journal, Opening};
 use switchyard_core::health::HealthConfig;
 use switchyard_core::limits::{rate_headers, RateWindow};
 use switchyard_core::money::micros_to_usd;
 use switchyard_core::plan::{Attempt, Plan, PlanInput};
-use switchyard_core::translate::answer::AnswerContext;
 use switchyard_core::wire;
 use switchyard_core::ApiError;
 use wasm_bindgen::JsCast;

@@ -15,12 +15,12 @@ use switchyard_core::catalog::{Api, Kind, Provider};
 use switchyard_core::classify::{classify_error_payload, classify_status, is_error_payload, FailureClass, Verdict};
 use switchyard_core::cloud::bedrock::classify_bedrock;
 use switchyard_core::cloud::sigv4::{self, Credentials};
-use switchyard_core::dialect::{self, ClientRequest, Reported};
+use switchyard_core::dialects::neutral::answer::{self, AnswerContext, StreamTranslator};
+use switchyard_core::dialects::{self, ClientRequest, Reported};
 use switchyard_core::echo::Asked;
 use switchyard_core::redact::Redactor;
 use switchyard_core::relay::{Before, Framing, Gate, Incoming, Relay, StreamDialect};
 use switchyard_core::sse::SseEvent;
-use switchyard_core::translate::answer::{self, AnswerContext, StreamTranslator};
 use switchyard_core::wire::{self, Outgoing};
 use switchyard_core::ApiError;
 use worker::{Env, Fetch, Headers, Method, Request, RequestInit, Response};
@@ -188,7 +188,9 @@ impl Attempt<'_, '_, '_> {
         let verdict = verdict.against(&self.asked, self.status);
         Failed {
             verdict: Verdict {
-                message: verdict.message.map(|m| self.target.redactor(self.token.as_deref()).text(&m)),
+                message: verdict
+                    .message
+                    .map(|m| self.target.redactor(self.token.as_deref()).text(&m)),
                 ..verdict
             },
             http_status: self.status,
@@ -408,7 +410,7 @@ pub async fn attempt(
     }
     // What the answer means is read in the route's own dialect (SPEC §19); a translated answer
     // then reaches the client in its own.
-    let info = dialect::inspect_body(wire.api, &body, request.stop_sequences).map_err(|v| a.fail(v))?;
+    let info = dialects::inspect_body(wire.api, &body, request.stop_sequences).map_err(|v| a.fail(v))?;
     let bytes = match wire.outgoing.translated {
         false => body,
         true => answer::body(wire.api, request.api, &body, &wire.answer).map_err(|v| a.fail(v))?,

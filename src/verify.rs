@@ -7,8 +7,8 @@
 
 use switchyard_core::catalog::{Catalog, Model, Policy, Route};
 use switchyard_core::classify::FailureClass;
+use switchyard_core::dialects::neutral::answer::AnswerContext;
 use switchyard_core::generation::{Charge, Tariff, UsageLimits};
-use switchyard_core::translate::answer::AnswerContext;
 use switchyard_core::verify::{self, CheckKind, CheckResult};
 use switchyard_core::wire;
 use worker::Env;

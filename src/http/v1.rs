@@ -11,7 +11,7 @@ use futures_util::future::{select, Either};
 
 use serde_json::{json, Value};
 use switchyard_core::catalog::Api;
-use switchyard_core::dialect::{self, MAX_BODY_BYTES};
+use switchyard_core::dialects::{self, MAX_BODY_BYTES};
 use switchyard_core::ids::{record_may_be_pending, RECORD_WAIT_MS};
 use switchyard_core::keys::{hash_key, presented_key, well_formed};
 use switchyard_core::money::micros_to_usd;
@@ -233,7 +233,7 @@ pub async fn generate(
     // request holds its body: until it commits or ends.
     let (parsed, body_share) = match read_budgeted(req, MAX_BODY_BYTES, &key.id).await {
         Ok((body, share)) => (
-            dialect::parse_request(api, &body, gemini.as_ref().map(|(m, s)| (m.as_str(), *s))),
+            dialects::parse_request(api, &body, gemini.as_ref().map(|(m, s)| (m.as_str(), *s))),
             Some(share),
         ),
         Err(e) => (Err(e), None),

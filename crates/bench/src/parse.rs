@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use switchyard_core::catalog::Api;
-use switchyard_core::dialect::parse_request;
-use switchyard_core::dialect::ClientRequest;
-use switchyard_core::translate::request::{neutral_of, write, Unable, Written};
+use switchyard_core::dialects::neutral::request::{neutral_of, write, Unable, Written};
+use switchyard_core::dialects::parse_request;
+use switchyard_core::dialects::ClientRequest;
 
 /// The request written for a route speaking `to`, as the Worker does it: read once into the
 /// neutral form, then written.
@@ -46,7 +46,7 @@ fn shape(name: &str, n: usize) -> (Api, Vec<u8>, Option<Api>) {
             (Api::Chat, text.into_bytes(), None)
         }
         "nesting at the limit" => {
-            let depth = switchyard_core::dialect::body::MAX_DEPTH - 2;
+            let depth = switchyard_core::dialects::body::MAX_DEPTH - 2;
             let one = format!("{}0{}", "[".repeat(depth), "]".repeat(depth));
             let text = format!(
                 r#"{{"model":"m","messages":[{{"role":"user","content":"hi"}}],"x":[{}]}}"#,

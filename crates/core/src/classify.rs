@@ -221,7 +221,9 @@ impl Verdict {
             let param = match echo {
                 _ if class != FailureClass::UnsupportedParam => None,
                 Echo::Field(name) => Some(name),
-                Echo::Text => self.param.or_else(|| self.message.as_deref().and_then(param_from_message)),
+                Echo::Text => self
+                    .param
+                    .or_else(|| self.message.as_deref().and_then(param_from_message)),
             };
             return Verdict {
                 class,
@@ -402,7 +404,9 @@ fn payload_read_from_words(class: FailureClass, facts: &Facts) -> bool {
     match class {
         FailureClass::Account => !facts.names(class),
         FailureClass::Overloaded => !facts.kinds.iter().any(|k| k.contains("overload")),
-        FailureClass::RateLimited => facts.code != Some(429) && !facts.kinds.iter().any(|k| contains_any(k, RATE_LIMIT_WORDS)),
+        FailureClass::RateLimited => {
+            facts.code != Some(429) && !facts.kinds.iter().any(|k| contains_any(k, RATE_LIMIT_WORDS))
+        }
         _ => false,
     }
 }
@@ -631,7 +635,12 @@ impl Facts {
             kinds.extend(details.iter().filter_map(|d| d.get("reason")).filter_map(scalar_text));
         }
         // What an echo is sought in: the provider's words, not its structured codes.
-        let said = messages.iter().chain(pieces.iter()).cloned().collect::<Vec<_>>().join(" ");
+        let said = messages
+            .iter()
+            .chain(pieces.iter())
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(" ");
         pieces.extend(kinds.iter().cloned());
         let kinds: Vec<String> = kinds.iter().map(|k| k.trim().to_lowercase()).collect();
 
@@ -641,7 +650,14 @@ impl Facts {
             .find_map(|v| v.as_u64().filter(|c| (100..600).contains(c)))
             .and_then(|c| u16::try_from(c).ok());
 
-        let text = normalise(&messages.iter().chain(pieces.iter()).cloned().collect::<Vec<_>>().join(" "));
+        let text = normalise(
+            &messages
+                .iter()
+                .chain(pieces.iter())
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(" "),
+        );
         Facts {
             message: messages.into_iter().next(),
             text,
@@ -842,7 +858,6 @@ mod tests {
     use super::*;
     use serde_json::json;
     use FailureClass::*;
-
 
     /// Real provider error bodies (ids and keys redacted) and the class each must get.
     const STATUS_TABLE: &[(&str, u16, &str, FailureClass)] = &[
@@ -1486,12 +1501,12 @@ mod tests {
     }
 
     /// A chat request with `extra` fields, as the attempt judges it.
-    fn chat_request(extra: Value) -> crate::dialect::ClientRequest {
+    fn chat_request(extra: Value) -> crate::dialects::ClientRequest {
         let mut body = json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]});
         if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
             b.extend(e.clone());
         }
-        crate::dialect::parse_request(crate::catalog::Api::Chat, body.to_string().as_bytes(), None).unwrap()
+        crate::dialects::parse_request(crate::catalog::Api::Chat, body.to_string().as_bytes(), None).unwrap()
     }
 
     /// Each provider's 400 naming an argument it does not know, with `name` in it.
@@ -1555,12 +1570,17 @@ mod tests {
                         // The same words, not the request's: their class stands.
                         let alone = raw.clone().against(&crate::echo::Asked::of(&plain), Some(status));
                         if alone.class != raw.class {
-                            wrong.push(format!("{who} {status} {casing:?}: {:?} became {:?}", raw.class, alone.class));
+                            wrong.push(format!(
+                                "{who} {status} {casing:?}: {:?} became {:?}",
+                                raw.class, alone.class
+                            ));
                         }
                     }
                 }
                 // The phrase in the request's text, quoted back in an error.
-                let said = chat_request(json!({"messages": [{"role": "user", "content": format!("Please repeat: {casing}")}]}));
+                let said = chat_request(
+                    json!({"messages": [{"role": "user", "content": format!("Please repeat: {casing}")}]}),
+                );
                 let quoted = json!({"error": {"message": format!("Invalid 'messages[0].content': \"Please repeat: {casing}\" is not allowed"),
                                               "type": "invalid_request_error"}});
                 for status in [400, 403, 404, 422] {
@@ -1571,14 +1591,19 @@ mod tests {
                     }
                 }
                 // An error object in a 2xx or a stream event that echoes the field.
-                let payload = json!({"error": {"message": format!("Unrecognized request argument supplied: {casing}")}});
+                let payload =
+                    json!({"error": {"message": format!("Unrecognized request argument supplied: {casing}")}});
                 let v = classify_error_payload(&payload).against(&asked, Some(200));
                 if v.class.blame() != Blame::Nothing && !v.class.provokable(Some(200)) {
                     wrong.push(format!("payload {casing:?}: {:?}", v.class));
                 }
             }
         }
-        assert!(wrong.is_empty(), "blamed a route or account for the request's own words:\n{}", wrong.join("\n"));
+        assert!(
+            wrong.is_empty(),
+            "blamed a route or account for the request's own words:\n{}",
+            wrong.join("\n")
+        );
     }
 
     #[test]
@@ -1587,11 +1612,31 @@ mod tests {
         let plain = chat_request(json!({}));
         let asked = crate::echo::Asked::of(&plain);
         let cases: &[(u16, &str, FailureClass)] = &[
-            (400, r#"{"error":{"message":"Unrecognized request argument supplied: invalid api key"}}"#, Account),
-            (400, r#"{"error":{"message":"Unrecognized request argument supplied: model not found"}}"#, ModelUnavailable),
-            (404, r#"{"error":{"message":"The model `gpt-9` does not exist or you do not have access to it.","type":"invalid_request_error","code":"model_not_found"}}"#, ModelUnavailable),
-            (400, r#"{"type":"error","error":{"type":"invalid_request_error","message":"Your credit balance is too low to access the Anthropic API."}}"#, Account),
-            (401, r#"{"error":{"message":"Incorrect API key provided: sk-abc***.","code":"invalid_api_key"}}"#, Account),
+            (
+                400,
+                r#"{"error":{"message":"Unrecognized request argument supplied: invalid api key"}}"#,
+                Account,
+            ),
+            (
+                400,
+                r#"{"error":{"message":"Unrecognized request argument supplied: model not found"}}"#,
+                ModelUnavailable,
+            ),
+            (
+                404,
+                r#"{"error":{"message":"The model `gpt-9` does not exist or you do not have access to it.","type":"invalid_request_error","code":"model_not_found"}}"#,
+                ModelUnavailable,
+            ),
+            (
+                400,
+                r#"{"type":"error","error":{"type":"invalid_request_error","message":"Your credit balance is too low to access the Anthropic API."}}"#,
+                Account,
+            ),
+            (
+                401,
+                r#"{"error":{"message":"Incorrect API key provided: sk-abc***.","code":"invalid_api_key"}}"#,
+                Account,
+            ),
         ];
         for (status, body, want) in cases {
             let v = classify_status(*status, None, body.as_bytes()).against(&asked, Some(*status));
@@ -1605,14 +1650,25 @@ mod tests {
         let named = chat_request(json!({"exceeded your current quota": 1, "model not found": 1}));
         let asked = crate::echo::Asked::of(&named);
         let quota = r#"{"error":{"message":"You exceeded your current quota, please check your plan and billing details.","type":"insufficient_quota","code":"insufficient_quota"}}"#;
-        assert_eq!(classify_status(429, None, quota.as_bytes()).against(&asked, Some(429)).class, Account);
-        let missing = r#"{"error":{"message":"The model `x` does not exist (model not found)","code":"model_not_found"}}"#;
-        assert_eq!(classify_status(404, None, missing.as_bytes()).against(&asked, Some(404)).class, ModelUnavailable);
+        assert_eq!(
+            classify_status(429, None, quota.as_bytes())
+                .against(&asked, Some(429))
+                .class,
+            Account
+        );
+        let missing =
+            r#"{"error":{"message":"The model `x` does not exist (model not found)","code":"model_not_found"}}"#;
+        assert_eq!(
+            classify_status(404, None, missing.as_bytes())
+                .against(&asked, Some(404))
+                .class,
+            ModelUnavailable
+        );
     }
 
     #[test]
     fn a_404_on_state_an_upstream_holds_is_provoked() {
-        let continues = crate::dialect::parse_request(
+        let continues = crate::dialects::parse_request(
             crate::catalog::Api::Responses,
             br#"{"model":"m","input":"hi","previous_response_id":"resp_x"}"#,
             None,
@@ -1623,6 +1679,10 @@ mod tests {
         assert_eq!((v.class, v.provoked), (ModelUnavailable, true));
         let fresh = chat_request(json!({}));
         let v = classify_status(404, None, body).against(&crate::echo::Asked::of(&fresh), Some(404));
-        assert_eq!((v.class, v.provoked), (ModelUnavailable, false), "a plain request's 404 is the route's");
+        assert_eq!(
+            (v.class, v.provoked),
+            (ModelUnavailable, false),
+            "a plain request's 404 is the route's"
+        );
     }
 }

@@ -15,8 +15,8 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::classify::{Echo, Echoes};
-use crate::dialect::body::Body;
-use crate::dialect::ClientRequest;
+use crate::dialects::body::Body;
+use crate::dialects::ClientRequest;
 
 /// How long a run of the request's text must be to count as an echo.
 pub const RUN: usize = 16;
@@ -55,7 +55,6 @@ impl<'a> Asked<'a> {
             .filter(|(name, _)| *name != "model")
             .map(|(name, value)| (name, value.get()))
     }
-
 }
 
 impl Echoes for Asked<'_> {
@@ -145,12 +144,7 @@ impl<'t> Index<'t> {
         loop {
             if let Some(places) = self.windows.get(&roll.hash) {
                 let window = &bytes[at..at + RUN];
-                let same = |p: &usize| {
-                    self.text[*p..*p + RUN]
-                        .iter()
-                        .zip(window)
-                        .all(|(t, b)| *t == lower(*b))
-                };
+                let same = |p: &usize| self.text[*p..*p + RUN].iter().zip(window).all(|(t, b)| *t == lower(*b));
                 if places.iter().any(same) {
                     return true;
                 }
@@ -211,7 +205,10 @@ mod tests {
             Some(Echo::Field("n".into()))
         );
         // Inside another word is no echo; `model` is the gateway's.
-        assert_eq!(asked.echoed_in("The model `gpt-4o` does not exist, no messagesx here"), None);
+        assert_eq!(
+            asked.echoed_in("The model `gpt-4o` does not exist, no messagesx here"),
+            None
+        );
         assert_eq!(asked.echoed_in("internal error"), None);
         assert_eq!(asked.echoed_in(""), None);
     }
@@ -227,10 +224,7 @@ mod tests {
         );
         // Fifteen bytes in common are not enough; the model's name is not the client's text.
         assert_eq!(asked.echoed_in("exceeded your c"), None);
-        assert_eq!(
-            asked.echoed_in("model: claude-3-5-sonnet-20241022 not found"),
-            None
-        );
+        assert_eq!(asked.echoed_in("model: claude-3-5-sonnet-20241022 not found"), None);
         // A long field name is found by its run.
         let b = body(json!({"a field name longer than sixteen": 1}));
         assert_eq!(
@@ -247,7 +241,10 @@ mod tests {
         assert_eq!(asked.echoed_in(&far), None);
         assert_eq!(asked.echoed_in(&far[TEXT_LIMIT - 4..]), Some(Echo::Text));
         // Cut inside a two-byte character: no panic.
-        assert_eq!(asked.echoed_in(&format!("a{}", "é".repeat(TEXT_LIMIT))), Some(Echo::Text));
+        assert_eq!(
+            asked.echoed_in(&format!("a{}", "é".repeat(TEXT_LIMIT))),
+            Some(Echo::Text)
+        );
         assert_eq!(asked.echoed_in("ééééééé"), None, "14 bytes");
     }
 }

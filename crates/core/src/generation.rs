@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::catalog::{Api, Price};
 use crate::classify::{Blame, FailureClass, Verdict};
-use crate::dialect::{Reported, Usage};
+use crate::dialects::{Reported, Usage};
 use crate::error::ApiError;
 use crate::health::{AttemptOutcome, Observation, RequestObservation};
 
@@ -140,7 +140,7 @@ pub fn settle_usage(reported: Reported, output_chars: usize, limits: UsageLimits
         .unwrap_or((limits.body_len / crate::billing::BODY_BYTES_PER_TOKEN) as u64);
     let output = reported
         .output_tokens
-        .unwrap_or_else(|| output_chars.div_ceil(crate::dialect::CHARS_PER_TOKEN) as u64);
+        .unwrap_or_else(|| output_chars.div_ceil(crate::dialects::CHARS_PER_TOKEN) as u64);
     let mut clamped = false;
     let mut cut = |value: u64, most: u64| {
         clamped |= value > most;
@@ -947,7 +947,6 @@ mod tests {
             ContextLength | UnsupportedParam | ContentPolicy | InvalidRequest | Cancelled | Unable => false,
         }
     }
-
 
     /// SPEC §14, §18a: the public record counts only what routes did. Every ending (answered,
     /// broken, no answer, no answer with the client gone, a committed answer the gateway failed

@@ -11,7 +11,7 @@ pub mod bodies;
 pub mod catalog;
 pub mod classify;
 pub mod cloud;
-pub mod dialect;
+pub mod dialects;
 pub mod echo;
 pub mod error;
 pub mod generation;
@@ -27,7 +27,6 @@ pub mod relay;
 pub mod spread;
 pub mod sse;
 pub mod status;
-pub mod translate;
 pub mod verify;
 pub mod wire;
 

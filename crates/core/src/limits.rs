@@ -729,7 +729,11 @@ mod tests {
             disconnect_grace_ms: 0,
             ..Policy::default()
         };
-        assert_eq!(lease_ms(&short), 8_000, "the longest request of a short policy, and the margin");
+        assert_eq!(
+            lease_ms(&short),
+            8_000,
+            "the longest request of a short policy, and the margin"
+        );
         assert_eq!(renew_every_ms(MAX_LEASE_MS), 5_000);
         let mut k = KeyState::default();
         let limit = KeyLimit {
@@ -738,11 +742,17 @@ mod tests {
         };
         assert!(matches!(k.admit("a", limit, 1_000, 0), KeyAdmit::Granted { .. }));
         assert!(k.renew("a", 900, 1_000), "renewed before it expired");
-        assert!(matches!(k.admit("b", limit, 1_000, 1_500), KeyAdmit::Wait { .. } | KeyAdmit::Refused { .. }));
+        assert!(matches!(
+            k.admit("b", limit, 1_000, 1_500),
+            KeyAdmit::Wait { .. } | KeyAdmit::Refused { .. }
+        ));
         assert!(!k.renew("a", 5_000, 1_000), "expired: nothing to renew");
         assert!(matches!(k.admit("b", limit, 1_000, 5_000), KeyAdmit::Granted { .. }));
         let mut c = Capacity::default();
-        let wants = [Want { route: "r".into(), max: Some(1) }];
+        let wants = [Want {
+            route: "r".into(),
+            max: Some(1),
+        }];
         assert!(matches!(c.admit("a", &wants, 1_000, 0), CapacityAdmit::Granted { .. }));
         assert!(c.renew("r", "a", 900, 1_000));
         assert!(!c.renew("r", "nobody", 900, 1_000));

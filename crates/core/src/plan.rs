@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use crate::catalog::{Api, Balance, Catalog, Model, Policy, Route};
 use crate::classify::{FailureClass, Verdict};
-use crate::dialect::{ClientRequest, Sort};
+use crate::dialects::{ClientRequest, Sort};
 use crate::error::ApiError;
 use crate::health::{ModelHealth, RouteHealth, RouteStats};
 use crate::spread::{health_factor, pick};
@@ -638,7 +638,7 @@ impl Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dialect::chat;
+    use crate::dialects::chat;
     use serde_json::json;
 
     fn catalog(routes: serde_json::Value, reasoning: bool) -> Catalog {

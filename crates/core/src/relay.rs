@@ -13,12 +13,12 @@ use crate::catalog::Api;
 use crate::classify::{classify_error_payload, Verdict};
 use crate::cloud::converse_stream;
 use crate::cloud::invoke_stream::FrameStream;
-use crate::dialect::{chat, gemini, messages, responses, with_cost, EventInfo, Reported};
-use crate::redact::Redactor;
+use crate::dialects::neutral::answer::StreamTranslator;
+use crate::dialects::{chat, gemini, messages, responses, with_cost, EventInfo, Reported};
 use crate::generation::{Delivery, Tariff};
 use crate::money::micros_to_usd;
+use crate::redact::Redactor;
 use crate::sse::{SseEvent, SseParser};
-use crate::translate::answer::StreamTranslator;
 
 /// Held-back events past which the route commits anyway (SPEC §6).
 pub const MAX_HELD_EVENTS: usize = 64;
@@ -505,7 +505,7 @@ mod tests {
     #[test]
     fn a_converse_stream_is_framed_translated_and_relayed() {
         use crate::cloud::converse_stream::testing::event;
-        use crate::translate::answer::AnswerContext;
+        use crate::dialects::neutral::answer::AnswerContext;
         use serde_json::json;
         let bytes: Vec<u8> = [
             ("messageStart", json!({"role": "assistant"})),
@@ -547,8 +547,10 @@ mod tests {
                         Before::Hold => {}
                         Before::Commit(held) => {
                             sent.extend(held);
-                            relay =
-                                Some(std::mem::replace(&mut gate, Gate::new(&CHAT, true, false, 1, Redactor::default())).into_relay());
+                            relay = Some(
+                                std::mem::replace(&mut gate, Gate::new(&CHAT, true, false, 1, Redactor::default()))
+                                    .into_relay(),
+                            );
                         }
                         Before::Fail(v) => panic!("step {step}: {v:?}"),
                     },
@@ -579,7 +581,7 @@ mod tests {
     /// charge estimates it (SPEC §7) instead of billing 0.
     #[test]
     fn a_translated_streams_usage_is_the_upstreams_not_the_writers_placeholder() {
-        use crate::translate::answer::AnswerContext;
+        use crate::dialects::neutral::answer::AnswerContext;
         let ctx = AnswerContext {
             id: "g".into(),
             model: "m".into(),
@@ -599,7 +601,10 @@ mod tests {
                 None => {
                     if let Before::Commit(head) = gate.on_event(e) {
                         sent.extend(head);
-                        relay = Some(std::mem::replace(&mut gate, Gate::new(&CHAT, true, false, 1, Redactor::default())).into_relay());
+                        relay = Some(
+                            std::mem::replace(&mut gate, Gate::new(&CHAT, true, false, 1, Redactor::default()))
+                                .into_relay(),
+                        );
                     }
                 }
                 Some(r) => {
@@ -610,7 +615,10 @@ mod tests {
             }
         }
         let text = String::from_utf8(sent).unwrap();
-        assert!(text.contains(r#""usage":{"input_tokens":0,"output_tokens":0}"#), "{text}");
+        assert!(
+            text.contains(r#""usage":{"input_tokens":0,"output_tokens":0}"#),
+            "{text}"
+        );
         let usage = relay.expect("committed on the text").delivery().usage;
         assert_eq!((usage.input_tokens, usage.output_tokens), (None, None), "{text}");
     }
@@ -1028,7 +1036,7 @@ mod tests {
         };
         let text = String::from_utf8(bytes).unwrap();
         assert!(text.contains("key=[redacted]") && !text.contains("sk-x1"), "{text}");
-        let data: serde_json::Value = crate::dialect::frame_data(text.as_bytes());
+        let data: serde_json::Value = crate::dialects::frame_data(text.as_bytes());
         assert_eq!(
             data["error"]["type"], "api_error",
             "still the upstream's event, still JSON"

@@ -127,7 +127,7 @@ mod tests {
 
     #[test]
     fn a_conversation_is_named_by_the_client_or_by_its_opening() {
-        use crate::dialect::{chat, messages, responses};
+        use crate::dialects::{chat, messages, responses};
         let turn = |extra: &str| {
             let body = format!(
                 r#"{{"model":"m","messages":[{{"role":"system","content":"Be brief"}},{{"role":"user","content":"Hi"}}{extra}]}}"#

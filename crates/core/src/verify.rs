@@ -79,9 +79,9 @@ pub fn check_body(api: Api, model: &Model) -> Vec<u8> {
 
 /// The check as a parsed request in `api`'s dialect (for Converse, which no client speaks, a chat
 /// request: it reaches the route translated).
-pub fn check_request(api: Api, model: &Model) -> Result<crate::dialect::ClientRequest, crate::ApiError> {
+pub fn check_request(api: Api, model: &Model) -> Result<crate::dialects::ClientRequest, crate::ApiError> {
     let client = if api.is_client() { api } else { Api::Chat };
-    crate::dialect::parse_request(client, &check_body(api, model), Some((&model.id, false)))
+    crate::dialects::parse_request(client, &check_body(api, model), Some((&model.id, false)))
 }
 
 /// One route of the model as the checker sees it: its id and its `verify` field.

@@ -9,10 +9,10 @@ use serde_json::Value;
 use crate::catalog::{Api, Kind, Provider};
 use crate::cloud::sigv4::path_segment;
 use crate::cloud::vertex;
-use crate::dialect::body::Body;
-use crate::dialect::ClientRequest;
-use crate::translate::request::{self, Neutral};
-use crate::translate::Unable;
+use crate::dialects::body::Body;
+use crate::dialects::neutral::request::{self, Neutral};
+use crate::dialects::neutral::Unable;
+use crate::dialects::ClientRequest;
 
 /// The `anthropic_version` Bedrock's InvokeModel takes in an Anthropic body (the version goes in
 /// the body there, not in a header).
@@ -153,7 +153,7 @@ fn cloud_anthropic_body(body: &[u8], version: &str, keep_stream: bool) -> Vec<u8
 mod tests {
     use super::*;
     use crate::catalog::Catalog;
-    use crate::dialect;
+    use crate::dialects;
     use serde_json::json;
 
     fn provider(fields: Value) -> Provider {
@@ -167,7 +167,7 @@ mod tests {
     fn messages_request(stream: bool) -> ClientRequest {
         let body = json!({"model": "m", "max_tokens": 64, "stream": stream,
                           "messages": [{"role": "user", "content": "hi"}]});
-        dialect::parse_request(Api::Messages, body.to_string().as_bytes(), None).unwrap()
+        dialects::parse_request(Api::Messages, body.to_string().as_bytes(), None).unwrap()
     }
 
     #[test]

@@ -106,3 +106,97 @@ fn every_error_code_and_failure_class_is_documented() {
         );
     }
 }
+
+/// docs/ARCHITECTURE.md stays true (issue 32): every file or folder it names exists (under
+/// `crates/core/src`, `src` or the repository), and every name it gives in parentheses after a
+/// file — `relay.rs` (`Gate`, `Relay::price_with`) — is a word of that file (or folder).
+#[test]
+fn every_file_and_name_architecture_gives_exists() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let doc = std::fs::read_to_string(root.join("docs/ARCHITECTURE.md")).unwrap();
+    let mut wrong = Vec::new();
+    // Backticked pieces with the offset just past their closing backtick.
+    let mut pieces = Vec::new();
+    let mut at = 0;
+    for (k, piece) in doc.split('`').enumerate() {
+        at += piece.len() + 1;
+        if k % 2 == 1 {
+            pieces.push((piece, at.min(doc.len())));
+        }
+    }
+    for (path, end_at) in pieces {
+        let is_path = (path.ends_with(".rs") || path.ends_with(".js") || path.ends_with('/'))
+            && path.chars().all(|c| c.is_ascii_alphanumeric() || "_./{},-".contains(c));
+        if !is_path {
+            continue;
+        }
+        let mut text = String::new();
+        for each in expand(path) {
+            // A name both the core and the Worker use (`limits.rs`) is read in both.
+            let found: Vec<_> = ["crates/core/src", "src", ""]
+                .iter()
+                .map(|r| root.join(r).join(&each))
+                .filter(|p| p.exists())
+                .collect();
+            if found.is_empty() {
+                wrong.push(format!("no file {each}"));
+            }
+            for p in found {
+                read_all(&p, &mut text);
+            }
+        }
+        // The names in the parentheses right after the path.
+        let Some(after) = doc[end_at..].strip_prefix(" (") else { continue };
+        let mut depth = 1;
+        let end = after
+            .char_indices()
+            .find(|&(_, c)| {
+                depth += match c {
+                    '(' => 1,
+                    ')' => -1,
+                    _ => 0,
+                };
+                depth == 0
+            })
+            .map_or(after.len(), |(at, _)| at);
+        for (k, name) in after[..end].split('`').enumerate() {
+            let identifier = k % 2 == 1
+                && name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':');
+            if identifier && !name.split("::").all(|seg| has_word(&text, seg)) {
+                wrong.push(format!("{path} has no `{name}`"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "docs/ARCHITECTURE.md drifted from the code:\n{}", wrong.join("\n"));
+}
+
+/// `dialects/{chat,gemini}/mod.rs` as its paths.
+fn expand(path: &str) -> Vec<String> {
+    match (path.find('{'), path.find('}')) {
+        (Some(a), Some(b)) if a < b => path[a + 1..b]
+            .split(',')
+            .map(|x| format!("{}{x}{}", &path[..a], &path[b + 1..]))
+            .collect(),
+        _ => vec![path.to_string()],
+    }
+}
+
+fn read_all(p: &std::path::Path, text: &mut String) {
+    if p.is_dir() {
+        for entry in std::fs::read_dir(p).unwrap() {
+            read_all(&entry.unwrap().path(), text);
+        }
+    } else if let Ok(s) = std::fs::read_to_string(p) {
+        text.push_str(&s);
+    }
+}
+
+fn has_word(text: &str, word: &str) -> bool {
+    let word_char = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    text.match_indices(word).any(|(at, _)| {
+        let before = text[..at].chars().next_back().is_none_or(|c| !word_char(c));
+        let after = text[at + word.len()..].chars().next().is_none_or(|c| !word_char(c));
+        before && after
+    })
+}

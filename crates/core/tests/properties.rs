@@ -6,7 +6,7 @@
 
 use proptest::prelude::*;
 use switchyard_core::catalog::{Api, Catalog};
-use switchyard_core::dialect::{self, chat, messages, responses};
+use switchyard_core::dialects::{self, chat, messages, responses};
 use switchyard_core::sse::{SseParser, MAX_EVENT_BYTES};
 
 /// Bytes that look like SSE often enough to reach every branch.
@@ -67,8 +67,8 @@ proptest! {
     #[test]
     fn bodies_and_requests_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
         for api in [Api::Chat, Api::Messages, Api::Responses, Api::Gemini] {
-            let _ = dialect::inspect_body(api, &bytes, false);
-            let _ = dialect::parse_request(api, &bytes, Some(("m", false)));
+            let _ = dialects::inspect_body(api, &bytes, false);
+            let _ = dialects::parse_request(api, &bytes, Some(("m", false)));
         }
         let _ = Catalog::parse(&bytes);
     }
@@ -87,7 +87,7 @@ proptest! {
             "generationConfig": {"maxOutputTokens": limit, "candidateCount": n},
         });
         for api in [Api::Chat, Api::Messages, Api::Responses, Api::Gemini] {
-            if let Ok(mut r) = dialect::parse_request(api, body.to_string().as_bytes(), Some(("m", true))) {
+            if let Ok(mut r) = dialects::parse_request(api, body.to_string().as_bytes(), Some(("m", true))) {
                 let held = r.limit_output(4096);
                 prop_assert!(r.held_output_tokens(4096) >= held, "n multiplies, never shrinks");
             }

@@ -1,7 +1,7 @@
 //! Bedrock's ConverseStream read as events (SPEC §20): each `event` frame becomes an event named
 //! by its `:event-type` (`messageStart`, `contentBlockStart`, `contentBlockDelta`,
 //! `contentBlockStop`, `messageStop`, `metadata`) carrying the frame's JSON payload, which the
-//! Converse answer reader (`translate::answer`) turns into the client's events. An exception or
+//! Converse answer reader (`dialects::neutral::answer`) turns into the client's events. An exception or
 //! error frame becomes an `error` event of its class (as an InvokeModel stream's does), so the
 //! gate fails the route before content and the relay ends a committed stream with the client's
 //! error frame; a frame that fails its CRC ends the stream the same way, and nothing after it is
@@ -45,7 +45,7 @@ mod tests {
     use super::testing::{event, frame};
     use super::*;
     use crate::classify::{classify_error_payload, FailureClass};
-    use crate::dialect::messages;
+    use crate::dialects::messages;
 
     /// A ConverseStream answer: text, a tool call, the stop and the usage.
     fn answer() -> Vec<(&'static str, Value)> {

@@ -124,7 +124,7 @@ pub(super) fn named(name: &str, data: &Value) -> SseEvent {
 mod tests {
     use super::*;
     use crate::classify::classify_error_payload;
-    use crate::dialect::messages;
+    use crate::dialects::messages;
 
     /// A frame as Bedrock encodes it (headers of string type), CRCs and all.
     fn frame(headers: &[(&str, &str)], payload: &[u8]) -> Vec<u8> {

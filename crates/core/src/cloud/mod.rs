@@ -6,7 +6,7 @@
 //! - [`bedrock`]: Bedrock's errors (HTTP answers and stream exceptions) as [`crate::classify::Verdict`]s.
 //! - [`invoke_stream`]: a Bedrock InvokeModel stream read as the Anthropic events it carries.
 //! - [`vertex`]: Vertex AI's addresses and bodies, and its service-account access tokens.
-//! - [`converse_stream`]: a Bedrock ConverseStream read as its events (`translate::answer` reads
+//! - [`converse_stream`]: a Bedrock ConverseStream read as its events (`dialects::neutral::answer` reads
 //!   them).
 
 pub mod bedrock;

@@ -641,13 +641,13 @@ mod tests {
 
     #[test]
     fn an_attempt_on_vertex_is_sent_to_the_publisher_with_a_bearer_token() {
-        use crate::{dialect, wire};
+        use crate::{dialects, wire};
         let p: Provider = serde_json::from_value(json!({"id": "p", "kind": "vertex", "project": "proj-1",
             "region": "us-east5", "key_secret": "SA", "base_url": "http://127.0.0.1:9/x"}))
         .unwrap();
         let messages = json!({"model": "m", "max_tokens": 64, "stream": true,
                               "messages": [{"role": "user", "content": "hi"}]});
-        let request = dialect::parse_request(Api::Messages, messages.to_string().as_bytes(), None).unwrap();
+        let request = dialects::parse_request(Api::Messages, messages.to_string().as_bytes(), None).unwrap();
         let o = wire::outgoing(&request, Api::Messages, &p, "claude@1", 64).unwrap();
         assert_eq!(
             o.url,
@@ -661,7 +661,7 @@ mod tests {
         );
         // Another dialect reaches the Anthropic model translated, with the same body rules.
         let chat = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
-        let request = dialect::parse_request(Api::Chat, chat.to_string().as_bytes(), None).unwrap();
+        let request = dialects::parse_request(Api::Chat, chat.to_string().as_bytes(), None).unwrap();
         let o = wire::outgoing(&request, Api::Messages, &p, "claude@1", 64).unwrap();
         let body: Value = serde_json::from_slice(&o.body).unwrap();
         assert!(

@@ -735,7 +735,9 @@ impl ModelHealth {
     /// Whether any of these (route, account) breakers is in a run of failures not yet decided.
     fn in_question(&self, failed: &[(String, String)]) -> bool {
         failed.iter().any(|(route, account)| {
-            self.routes.get(route).is_some_and(|s| !s.breaker.failing_keys.is_empty())
+            self.routes
+                .get(route)
+                .is_some_and(|s| !s.breaker.failing_keys.is_empty())
                 || self.accounts.get(account).is_some_and(|b| !b.failing_keys.is_empty())
         })
     }
@@ -1618,7 +1620,10 @@ mod tests {
         }
         let failed = |h: &ModelHealth| h.model_buckets.iter().map(|b| b.failed).sum::<u32>();
         assert_eq!(failed(&h), 0, "one key's poison is in no bucket");
-        assert!(h.model_hours.iter().all(|hr| hr.requests == 0), "nor in the hourly history");
+        assert!(
+            h.model_hours.iter().all(|hr| hr.requests == 0),
+            "nor in the hourly history"
+        );
         // A second key's failure of the same kind confirms the run: counted, and the five that
         // waited on it with it.
         h.observe(&poisoned("k2", T0 + 10), &cfg());

@@ -19,10 +19,9 @@ use std::borrow::Cow;
 use serde::Serialize;
 use serde_json::value::RawValue;
 
-use super::{
+use crate::dialects::neutral::request::{
     arguments_object, system_text, Content, Image, ImageSource, JsonObject, Neutral, Part, Piece, ResponseFormat, Role,
-    Thinking, ToolChoice, Unable, Writer, FORMAT, FREQUENCY, PRESENCE, SEED, SHOW_REASONING, STOP, TEMPERATURE,
-    THINKING, TOOL_CHOICE, TOP_K, TOP_P, USER, VERBOSITY,
+    Setting, Thinking, ToolChoice, Unable, Writer,
 };
 
 /// The most stop sequences Converse takes.
@@ -113,7 +112,7 @@ struct ToolSpec<'a> {
 
 #[derive(Serialize)]
 struct InputSchema<'a> {
-    json: super::messages::InputSchema<'a>,
+    json: crate::dialects::messages::request::InputSchema<'a>,
 }
 
 #[derive(Serialize)]
@@ -259,47 +258,47 @@ fn has_tool_blocks(messages: &[OutMessage]) -> bool {
         .any(|b| matches!(b, OutBlock::ToolUse(_) | OutBlock::ToolResult(_)))
 }
 
-pub(super) fn write(w: &mut Writer) -> Result<Vec<u8>, Unable> {
+pub(crate) fn write(w: &mut Writer) -> Result<Vec<u8>, Unable> {
     let n = w.n;
     w.refuse_candidates()?;
     w.refuse_set(&[
-        (n.top_k.is_some(), TOP_K),
-        (n.seed.is_some(), SEED),
-        (n.presence_penalty.is_some(), PRESENCE),
-        (n.frequency_penalty.is_some(), FREQUENCY),
-        (n.verbosity.is_some(), VERBOSITY),
+        (n.top_k.is_some(), Setting::TopK),
+        (n.seed.is_some(), Setting::Seed),
+        (n.presence_penalty.is_some(), Setting::Presence),
+        (n.frequency_penalty.is_some(), Setting::Frequency),
+        (n.verbosity.is_some(), Setting::Verbosity),
     ])?;
     match n.thinking {
         None => {}
-        Some(Thinking::Off) => w.drop_setting(THINKING),
+        Some(Thinking::Off) => w.drop_setting(Setting::Thinking),
         Some(_) => {
             return Err(w.unable(
-                THINKING,
+                Setting::Thinking,
                 "have no reasoning setting of their own (it is model-specific on Bedrock)",
             ))
         }
     }
     if n.show_reasoning.is_some() && n.thinking.is_none() {
-        w.drop_setting(SHOW_REASONING);
+        w.drop_setting(Setting::ShowReasoning);
     }
     match &n.response_format {
         None | Some(ResponseFormat::Text) => {}
-        Some(_) => return Err(w.unable(FORMAT, "have no JSON output mode")),
+        Some(_) => return Err(w.unable(Setting::Format, "have no JSON output mode")),
     }
     if n.temperature.is_some_and(|t| !(0.0..=1.0).contains(&t)) {
-        return Err(w.unable(TEMPERATURE, "take a temperature between 0 and 1"));
+        return Err(w.unable(Setting::Temperature, "take a temperature between 0 and 1"));
     }
     if n.top_p.is_some_and(|p| !(0.0..=1.0).contains(&p)) {
-        return Err(w.unable(TOP_P, "take a top_p between 0 and 1"));
+        return Err(w.unable(Setting::TopP, "take a top_p between 0 and 1"));
     }
     if n.stop.len() > MAX_STOP {
-        return Err(w.unable(STOP, "take at most 4 stop sequences"));
+        return Err(w.unable(Setting::Stop, "take at most 4 stop sequences"));
     }
     if n.user.is_some() {
-        w.drop_setting(USER);
+        w.drop_setting(Setting::User);
     }
     let (system, messages) = messages(w)?;
-    let mut o = JsonObject::new(super::capacity(n));
+    let mut o = JsonObject::new(crate::dialects::neutral::request::capacity(n));
     o.field("messages", &messages)?;
     if !system.is_empty() {
         o.field("system", &system)?;
@@ -315,7 +314,7 @@ pub(super) fn write(w: &mut Writer) -> Result<Vec<u8>, Unable> {
     )?;
     let choice = w.tool_choice();
     if w.parallel_tool_calls().is_some() {
-        w.drop_setting(super::PARALLEL);
+        w.drop_setting(crate::dialects::neutral::request::Setting::Parallel);
     }
     if !n.tools.is_empty() {
         let tool_choice = match choice {
@@ -325,7 +324,7 @@ pub(super) fn write(w: &mut Writer) -> Result<Vec<u8>, Unable> {
             Some(ToolChoice::Function(name)) => Some(OutChoice::Tool { name }),
             Some(ToolChoice::None) if has_tool_blocks(&messages) => {
                 return Err(w.unable(
-                    TOOL_CHOICE,
+                    Setting::ToolChoice,
                     "have no tool choice `none` once the conversation holds tool calls",
                 ))
             }
@@ -345,7 +344,7 @@ pub(super) fn write(w: &mut Writer) -> Result<Vec<u8>, Unable> {
                     name: &t.name,
                     description: t.description.as_deref().filter(|d| !d.is_empty()),
                     input_schema: InputSchema {
-                        json: super::messages::InputSchema::of(t.parameters.as_deref()),
+                        json: crate::dialects::messages::request::InputSchema::of(t.parameters.as_deref()),
                     },
                 },
             })
@@ -358,14 +357,14 @@ pub(super) fn write(w: &mut Writer) -> Result<Vec<u8>, Unable> {
         // declared, by name, taking any object.
         if matches!(n.tool_choice, Some(ToolChoice::None)) {
             return Err(w.unable(
-                TOOL_CHOICE,
+                Setting::ToolChoice,
                 "have no tool choice `none` once the conversation holds tool calls",
             ));
         }
         let tools = used_tools(&messages);
         if tools.is_empty() {
             return Err(Unable::new(
-                super::conversation_field(n.from),
+                crate::dialects::of(n.from).conversation_field(),
                 "Bedrock Converse routes take tool results only beside the calls they answer (the tools must be named)",
             ));
         }
@@ -398,7 +397,7 @@ fn used_tools<'a>(messages: &[OutMessage<'a>]) -> Vec<OutTool<'a>> {
                 name,
                 description: None,
                 input_schema: InputSchema {
-                    json: super::messages::InputSchema::of(None),
+                    json: crate::dialects::messages::request::InputSchema::of(None),
                 },
             },
         })

@@ -1,7 +1,7 @@
 //! Gemini `generateContent` read into a neutral request, and written from one. The model and the
 //! stream mode are in the path, never in the body. Google's JSON takes field names in camelCase
 //! or in the proto's snake_case: the body was respelled in camelCase when it was parsed
-//! (`dialect::gemini_names`), so only camelCase is read here, and written.
+//! (`dialects::gemini::names`), so only camelCase is read here, and written.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -10,18 +10,18 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use super::{
+use crate::catalog::Api;
+use crate::dialects::body::{Body, SMALL_FIELD_BYTES};
+use crate::dialects::neutral::request::{
     arguments_object, drop_present, each, each_field, is_null, not_carried, parse, result_text, system_text, unknown,
     Content, Effort, Few, ImageSource, JsonObject, JsonSchema, Neutral, Part, Piece, Reasoning, ResponseFormat, Role,
-    Seal, Thinking, Tool, ToolCall, ToolChoice, ToolResult, Unable, Writer, PARALLEL, STOP, USER, VERBOSITY,
+    Seal, Setting, Thinking, Tool, ToolCall, ToolChoice, ToolResult, Unable, Writer,
 };
-use crate::catalog::Api;
-use crate::dialect::body::{Body, SMALL_FIELD_BYTES};
 
 /// The most stop sequences Gemini takes.
 const MAX_STOP: usize = 5;
 
-pub(super) fn read(body: &Body) -> Result<Neutral, Unable> {
+pub(crate) fn read(body: &Body) -> Result<Neutral, Unable> {
     let mut n = Neutral::new(Api::Gemini);
     // The system instruction comes first, wherever the field stands.
     if let Some(raw) = body.raw("systemInstruction").filter(|r| !is_null(r)) {
@@ -229,7 +229,7 @@ fn read_turn(n: &mut Neutral, calls: &mut Calls, i: usize, t: Turn) -> Result<()
                     &format!("`{}` input is not translated", blob.mime_type),
                 ));
             }
-            Content::Image(super::Image {
+            Content::Image(crate::dialects::neutral::request::Image {
                 source: ImageSource::Base64 {
                     media_type: blob.mime_type,
                     data: blob.data,
@@ -245,7 +245,7 @@ fn read_turn(n: &mut Neutral, calls: &mut Calls, i: usize, t: Turn) -> Result<()
                     "it names a file stored at Google, or one that is not an image",
                 ));
             }
-            Content::Image(super::Image {
+            Content::Image(crate::dialects::neutral::request::Image {
                 source: ImageSource::Url(file.file_uri),
                 detail: None,
             })
@@ -635,7 +635,7 @@ fn response_object(w: &Writer, part: &Part, r: &ToolResult) -> Result<Box<RawVal
 fn parts<'a>(
     w: &mut Writer<'a>,
     names: &HashMap<&'a str, &'a str>,
-    turn: &'a super::Turn,
+    turn: &'a crate::dialects::neutral::request::Turn,
 ) -> Result<Vec<OutPart<'a>>, Unable> {
     let mut out = Vec::new();
     let mut signature = None;
@@ -799,11 +799,11 @@ fn thinking(n: &Neutral) -> Option<OutThinking> {
     })
 }
 
-pub(super) fn write(w: &mut Writer) -> Result<Vec<u8>, Unable> {
+pub(crate) fn write(w: &mut Writer) -> Result<Vec<u8>, Unable> {
     let n = w.n;
-    w.refuse_set(&[(n.verbosity.is_some(), VERBOSITY)])?;
+    w.refuse_set(&[(n.verbosity.is_some(), Setting::Verbosity)])?;
     if n.stop.len() > MAX_STOP {
-        return Err(w.unable(STOP, "take at most 5 stop sequences"));
+        return Err(w.unable(Setting::Stop, "take at most 5 stop sequences"));
     }
     let names = w.call_names();
     let mut system = Vec::new();
@@ -831,7 +831,7 @@ pub(super) fn write(w: &mut Writer) -> Result<Vec<u8>, Unable> {
             _ => contents.push(OutTurn { role, parts }),
         }
     }
-    let mut o = JsonObject::new(super::capacity(n));
+    let mut o = JsonObject::new(crate::dialects::neutral::request::capacity(n));
     o.field("contents", &contents)?;
     if !system.is_empty() {
         o.field("systemInstruction", &OutSystem { parts: system })?;
@@ -873,10 +873,10 @@ pub(super) fn write(w: &mut Writer) -> Result<Vec<u8>, Unable> {
         )?;
     }
     if n.parallel_tool_calls.is_some() {
-        w.drop_setting(PARALLEL);
+        w.drop_setting(Setting::Parallel);
     }
     if n.user.is_some() {
-        w.drop_setting(USER);
+        w.drop_setting(Setting::User);
     }
     w.shared();
     let (mime, schema) = match &n.response_format {

@@ -4,16 +4,16 @@ use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use super::{
+use crate::catalog::Api;
+use crate::dialects::body::Body;
+use crate::dialects::neutral::request::{
     drop_present, each, image_from_url, is_null, not_carried, parse, strings, tag_of, text_or_list, unknown,
     word_or_object, Content, Effort, Few, Image, ImageUrl, JsonObject, JsonSchema, Neutral, Part, Piece,
-    ResponseFormat, Role, TextOr, Thinking, Tool, ToolCall, ToolChoice, ToolResult, Unable, Writer, OPENAI_SHARED,
-    SHOW_REASONING, THINKING,
+    ResponseFormat, Role, Setting, TextOr, Thinking, Tool, ToolCall, ToolChoice, ToolResult, Unable, Writer,
+    OPENAI_SHARED,
 };
-use crate::catalog::Api;
-use crate::dialect::body::Body;
 
-pub(super) fn read(body: &Body) -> Result<Neutral, Unable> {
+pub(crate) fn read(body: &Body) -> Result<Neutral, Unable> {
     let mut n = Neutral::new(Api::Chat);
     for (name, raw) in body.fields() {
         if is_null(raw) {
@@ -120,7 +120,7 @@ struct Message<'a> {
 
 fn read_message(n: &mut Neutral, i: usize, raw: &RawValue) -> Result<(), Unable> {
     let at = format!("messages[{i}]");
-    let m: Message = super::parse(raw, &at)?;
+    let m: Message = crate::dialects::neutral::request::parse(raw, &at)?;
     drop_present(
         &mut n.dropped,
         &at,
@@ -374,7 +374,7 @@ fn read_tool_choice(raw: &RawValue) -> Result<ToolChoice, Unable> {
 }
 
 /// `auto`, `none` or `required` (both OpenAI dialects).
-pub(super) fn choice_word(word: &str, at: &str) -> Result<ToolChoice, Unable> {
+pub(crate) fn choice_word(word: &str, at: &str) -> Result<ToolChoice, Unable> {
     match word {
         "auto" => Ok(ToolChoice::Auto),
         "none" => Ok(ToolChoice::None),
@@ -425,7 +425,7 @@ fn read_format(raw: &RawValue) -> Result<ResponseFormat, Unable> {
 }
 
 /// A JSON-schema output format (both OpenAI dialects).
-pub(super) fn json_schema(
+pub(crate) fn json_schema(
     name: Option<String>,
     description: Option<String>,
     schema: Option<&RawValue>,
@@ -448,7 +448,7 @@ fn read_effort(raw: &RawValue, at: &str) -> Result<Thinking, Unable> {
 }
 
 /// An OpenAI reasoning effort word (`none` is no reasoning).
-pub(super) fn effort_of(word: &str, at: &str) -> Result<Thinking, Unable> {
+pub(crate) fn effort_of(word: &str, at: &str) -> Result<Thinking, Unable> {
     if word == "none" {
         return Ok(Thinking::Off);
     }
@@ -651,7 +651,7 @@ struct OutStreamOptions {
 }
 
 /// The tool choice in either OpenAI dialect's words.
-pub(super) fn choice_word_of(choice: &ToolChoice) -> Option<&'static str> {
+pub(crate) fn choice_word_of(choice: &ToolChoice) -> Option<&'static str> {
     match choice {
         ToolChoice::Auto => Some("auto"),
         ToolChoice::None => Some("none"),
@@ -661,20 +661,20 @@ pub(super) fn choice_word_of(choice: &ToolChoice) -> Option<&'static str> {
 }
 
 /// The reasoning effort either OpenAI dialect gets ("off" has no word every model takes: dropped).
-pub(super) fn effort_word(w: &mut Writer) -> Option<&'static str> {
+pub(crate) fn effort_word(w: &mut Writer) -> Option<&'static str> {
     match w.n.thinking {
         Some(Thinking::Off) => {
-            w.drop_setting(THINKING);
+            w.drop_setting(Setting::Thinking);
             None
         }
         thinking => thinking.and_then(Thinking::effort).map(Effort::openai),
     }
 }
 
-pub(super) fn write(w: &mut Writer, model: &str) -> Result<Vec<u8>, Unable> {
+pub(crate) fn write(w: &mut Writer, model: &str) -> Result<Vec<u8>, Unable> {
     let n = w.n;
     let messages = messages(w)?;
-    let mut o = JsonObject::new(super::capacity(n));
+    let mut o = JsonObject::new(crate::dialects::neutral::request::capacity(n));
     o.field("model", model)?;
     o.field("messages", &messages)?;
     if !n.tools.is_empty() {
@@ -750,7 +750,7 @@ pub(super) fn write(w: &mut Writer, model: &str) -> Result<Vec<u8>, Unable> {
     o.opt("reasoning_effort", effort)?;
     // Asked for in so many words (Responses, Gemini); Anthropic's thinking shows itself.
     if n.show_reasoning == Some(true) && n.from != Api::Messages {
-        w.drop_setting(SHOW_REASONING);
+        w.drop_setting(Setting::ShowReasoning);
     }
     o.opt("verbosity", n.verbosity.as_deref())?;
     o.opt("user", n.user.as_deref())?;

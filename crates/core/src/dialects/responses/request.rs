@@ -6,17 +6,16 @@ use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use super::chat::{choice_word, choice_word_of, effort_of, effort_word, json_schema};
-use super::{
+use crate::catalog::Api;
+use crate::dialects::body::Body;
+use crate::dialects::chat::request::{choice_word, choice_word_of, effort_of, effort_word, json_schema};
+use crate::dialects::neutral::request::{
     drop_present, each, image_from_url, is_null, not_carried, parse, result_text, system_text, tag_of, text_or_list,
     unknown, word_or_object, Content, Few, Image, ImageUrl, JsonObject, Neutral, Piece, Reasoning, ResponseFormat,
-    Role, Seal, TextOr, Tool, ToolCall, ToolChoice, ToolResult, Unable, Writer, FREQUENCY, OPENAI_SHARED, PRESENCE,
-    SEED, STOP, TOP_K,
+    Role, Seal, Setting, TextOr, Tool, ToolCall, ToolChoice, ToolResult, Unable, Writer, OPENAI_SHARED,
 };
-use crate::catalog::Api;
-use crate::dialect::body::Body;
 
-pub(super) fn read(body: &Body) -> Result<Neutral, Unable> {
+pub(crate) fn read(body: &Body) -> Result<Neutral, Unable> {
     let mut n = Neutral::new(Api::Responses);
     // The instructions come first, wherever the field stands.
     if let Some(raw) = body.raw("instructions").filter(|r| !is_null(r)) {
@@ -634,18 +633,18 @@ fn format(f: &ResponseFormat) -> OutFormat<'_> {
     }
 }
 
-pub(super) fn write(w: &mut Writer, model: &str) -> Result<Vec<u8>, Unable> {
+pub(crate) fn write(w: &mut Writer, model: &str) -> Result<Vec<u8>, Unable> {
     let n = w.n;
     w.refuse_candidates()?;
     w.refuse_set(&[
-        (!n.stop.is_empty(), STOP),
-        (n.top_k.is_some(), TOP_K),
-        (n.seed.is_some(), SEED),
-        (n.presence_penalty.is_some(), PRESENCE),
-        (n.frequency_penalty.is_some(), FREQUENCY),
+        (!n.stop.is_empty(), Setting::Stop),
+        (n.top_k.is_some(), Setting::TopK),
+        (n.seed.is_some(), Setting::Seed),
+        (n.presence_penalty.is_some(), Setting::Presence),
+        (n.frequency_penalty.is_some(), Setting::Frequency),
     ])?;
     let (instructions, input) = items(w)?;
-    let mut o = JsonObject::new(super::capacity(n));
+    let mut o = JsonObject::new(crate::dialects::neutral::request::capacity(n));
     o.field("model", model)?;
     o.opt("instructions", instructions)?;
     o.field("input", &input)?;

@@ -11,13 +11,13 @@ use std::collections::{BTreeSet, HashMap};
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::{
-    ended_for_tools, event_data, frame, index_at, items_at, text_at, Answer, AnswerContext, CachedTokens, Choice,
-    Event, Part, Read, ReasoningTokens, Tokens, Unreadable, UpstreamError, Write, MAX_CALLS,
-};
 use crate::classify::{is_error_payload, Verdict};
-use crate::dialect::chat::{finish_reason, usage_from};
-use crate::dialect::{count, FinishReason};
+use crate::dialects::chat::{finish_reason, usage_from};
+use crate::dialects::neutral::answer::{
+    ended_for_tools, event_data, frame, index_at, items_at, text_at, Answer, AnswerContext, AnswerReader, AnswerWriter,
+    CachedTokens, Choice, Event, Part, ReasoningTokens, Tokens, Unreadable, UpstreamError, MAX_CALLS,
+};
+use crate::dialects::{count, FinishReason};
 use crate::sse::SseEvent;
 
 /// A chat usage object's counts (SPEC §17) and its reasoning tokens.
@@ -51,13 +51,13 @@ fn texts(m: &Value) -> Vec<Part> {
 
 /// Reads a chat upstream's chunks.
 #[derive(Debug, Default)]
-pub(super) struct Reader {
+pub(crate) struct Reader {
     /// (choice, tool index) of the calls begun: some providers repeat a call's id and name on
     /// every fragment.
     calls: BTreeSet<(u32, u32)>,
 }
 
-impl Read for Reader {
+impl AnswerReader for Reader {
     fn read(&mut self, ev: &SseEvent, out: &mut Vec<Event>) -> Result<(), Unreadable> {
         if ev.has_data && ev.data.trim() == "[DONE]" {
             out.push(Event::End);
@@ -123,7 +123,7 @@ impl Reader {
 }
 
 /// A whole chat answer: every choice's message and finish reason, and the usage.
-pub(super) fn read_body(v: &Value) -> Result<Answer, Verdict> {
+pub(crate) fn read_body(v: &Value) -> Result<Answer, Verdict> {
     let choices = v
         .get("choices")
         .and_then(Value::as_array)
@@ -237,7 +237,7 @@ struct FunctionDelta<'a> {
 
 /// Writes neutral events as chat chunks.
 #[derive(Debug)]
-pub(super) struct Writer {
+pub(crate) struct Writer {
     ctx: AnswerContext,
     id: String,
     /// The chat index of each (choice, upstream call number) begun: a hash lookup per fragment,
@@ -250,7 +250,7 @@ pub(super) struct Writer {
 }
 
 impl Writer {
-    pub(super) fn new(ctx: AnswerContext) -> Writer {
+    pub(crate) fn new(ctx: AnswerContext) -> Writer {
         Writer {
             id: ctx.answer_id("chatcmpl-"),
             ctx,
@@ -301,7 +301,7 @@ impl Writer {
     }
 }
 
-impl Write for Writer {
+impl AnswerWriter for Writer {
     fn write(&mut self, ev: Event, out: &mut Vec<SseEvent>) {
         match ev {
             Event::Start => {
@@ -436,7 +436,7 @@ struct Function<'a> {
 }
 
 /// A whole answer as a `chat.completion`.
-pub(super) fn write_body(answer: &Answer, ctx: &AnswerContext) -> Vec<u8> {
+pub(crate) fn write_body(answer: &Answer, ctx: &AnswerContext) -> Vec<u8> {
     let mut calls_made = 0;
     let mut choices = Vec::with_capacity(answer.choices.len());
     for (index, choice) in answer.choices.iter().enumerate() {

@@ -8,7 +8,7 @@
 //! `converse` (Bedrock's, which only routes speak) a reader.
 //!
 //! The readers reuse the dialect modules' own mappings (usage fields, finish reasons, error
-//! payloads), and every writer writes what the client dialect's inspector (`dialect::*::
+//! payloads), and every writer writes what the client dialect's inspector (`dialects::*::
 //! inspect_event`, `inspect_body`) reads back, so the gateway decides on translated events as on
 //! native ones: the commit point is the first translated content event, a finish is a finish, the
 //! usage read from the client's fields is the upstream's (SPEC §17), and an upstream error event
@@ -44,12 +44,6 @@
 //!   Responses `encrypted_content`: only their own provider can read them back), refusals (carried
 //!   as text), citations, logprobs, audio and media parts.
 
-mod chat;
-mod converse;
-mod gemini;
-mod messages;
-mod responses;
-
 use std::collections::BTreeSet;
 
 use serde::Serialize;
@@ -57,7 +51,8 @@ use serde_json::{json, Map, Value};
 
 use crate::catalog::Api;
 use crate::classify::{classify_error_payload, is_error_payload, FailureClass, Verdict};
-use crate::dialect::{event_json, upstream_error_message, FinishReason, NoJson, Reported};
+use crate::dialects;
+use crate::dialects::{event_json, upstream_error_message, FinishReason, NoJson, Reported};
 use crate::sse::SseEvent;
 
 /// The most choices a translated answer carries (chat's `n` cap).
@@ -84,17 +79,17 @@ pub struct AnswerContext {
 
 impl AnswerContext {
     /// The answer's own id in a dialect: `prefix` then the context's id.
-    fn answer_id(&self, prefix: &str) -> String {
+    pub(crate) fn answer_id(&self, prefix: &str) -> String {
         format!("{prefix}{}", self.id)
     }
 
     /// The id of the `n`th item or tool call where the upstream gave none.
-    fn item_id(&self, prefix: &str, n: usize) -> String {
+    pub(crate) fn item_id(&self, prefix: &str, n: usize) -> String {
         format!("{prefix}{}_{n}", self.id)
     }
 
     /// A tool call's id: the upstream's, else the `n`th generated one.
-    fn call_id(&self, prefix: &str, id: &str, n: usize) -> String {
+    pub(crate) fn call_id(&self, prefix: &str, id: &str, n: usize) -> String {
         match id.is_empty() {
             true => self.item_id(prefix, n),
             false => id.to_string(),
@@ -103,9 +98,9 @@ impl AnswerContext {
 
     /// The context with its choices as a `client` answer can carry them.
     fn for_client(&self, client: Api) -> AnswerContext {
-        let choices = match client {
-            Api::Chat | Api::Gemini => self.choices.clamp(1, MAX_CHOICES),
-            Api::Messages | Api::Responses | Api::Converse => 1,
+        let choices = match dialects::of(client).many_choices() {
+            true => self.choices.clamp(1, MAX_CHOICES),
+            false => 1,
         };
         AnswerContext {
             choices,
@@ -124,23 +119,23 @@ pub struct Tokens {
 
 impl Tokens {
     /// Takes the counts `newer` has (a later report replaces an earlier one).
-    fn update(&mut self, newer: Tokens) {
+    pub(crate) fn update(&mut self, newer: Tokens) {
         self.counts.update(newer.counts);
         self.reasoning = newer.reasoning.or(self.reasoning);
     }
 
     /// Every input and output token, when both are known.
-    fn total(&self) -> Option<u64> {
+    pub(crate) fn total(&self) -> Option<u64> {
         Some(self.counts.input_tokens?.saturating_add(self.counts.output_tokens?))
     }
 
     /// The reasoning part of the output, never more than the output.
-    fn reasoning_part(&self) -> Option<u64> {
+    pub(crate) fn reasoning_part(&self) -> Option<u64> {
         Some(self.reasoning?.min(self.counts.output_tokens?))
     }
 
     /// Every cache write (5-minute and 1-hour).
-    fn cache_writes(&self) -> u64 {
+    pub(crate) fn cache_writes(&self) -> u64 {
         let c = &self.counts;
         c.cache_write_tokens
             .unwrap_or(0)
@@ -198,7 +193,7 @@ impl UpstreamError {
 
     /// The error object with `defaults` for the fields it lacks (the upstream's own fields stay:
     /// they are what the class was read from).
-    fn object_with(&self, defaults: &[(&str, Value)]) -> Value {
+    pub(crate) fn object_with(&self, defaults: &[(&str, Value)]) -> Value {
         let mut error = self.error.clone();
         error.insert("message".into(), Value::from(self.message()));
         for (key, value) in defaults {
@@ -210,7 +205,7 @@ impl UpstreamError {
     }
 
     /// The class's names in each dialect, for the fields an error object lacks.
-    fn names(&self) -> ClassNames {
+    pub(crate) fn names(&self) -> ClassNames {
         let (anthropic_type, openai_code, http_code, google_status) = match self.class {
             FailureClass::Account => ("authentication_error", "invalid_api_key", 403, "PERMISSION_DENIED"),
             FailureClass::ContentPolicy => ("invalid_request_error", "content_filter", 400, "INVALID_ARGUMENT"),
@@ -231,11 +226,11 @@ impl UpstreamError {
 /// A failure class's names: Anthropic's error `type`, OpenAI's `code`, the HTTP code and Google's
 /// `status`. Each says no more than the class does, so an error object given them is still read
 /// as that class.
-struct ClassNames {
-    anthropic_type: &'static str,
-    openai_code: &'static str,
-    http_code: u16,
-    google_status: &'static str,
+pub(crate) struct ClassNames {
+    pub(crate) anthropic_type: &'static str,
+    pub(crate) openai_code: &'static str,
+    pub(crate) http_code: u16,
+    pub(crate) google_status: &'static str,
 }
 
 fn message_only(message: &str) -> Map<String, Value> {
@@ -275,7 +270,7 @@ pub enum Event {
 }
 
 impl Event {
-    fn choice(&self) -> Option<u32> {
+    pub(crate) fn choice(&self) -> Option<u32> {
         match self {
             Event::Text { choice, .. }
             | Event::Reasoning { choice, .. }
@@ -289,37 +284,26 @@ impl Event {
 
 /// An upstream event whose data is not JSON.
 #[derive(Debug)]
-struct Unreadable;
+pub(crate) struct Unreadable;
 
 /// Reads one dialect's upstream stream events.
-trait Read: std::fmt::Debug {
+pub(crate) trait AnswerReader: std::fmt::Debug {
     /// The neutral events of one upstream event, in order.
     fn read(&mut self, ev: &SseEvent, out: &mut Vec<Event>) -> Result<(), Unreadable>;
 }
 
 /// Writes neutral events as one dialect's client events.
-trait Write: std::fmt::Debug {
+pub(crate) trait AnswerWriter: std::fmt::Debug {
     fn write(&mut self, ev: Event, out: &mut Vec<SseEvent>);
 }
 
-fn reader(api: Api) -> Box<dyn Read> {
-    match api {
-        Api::Chat => Box::<chat::Reader>::default(),
-        Api::Messages => Box::new(messages::Reader),
-        Api::Responses => Box::new(responses::Reader),
-        Api::Gemini => Box::<gemini::Reader>::default(),
-        Api::Converse => Box::<converse::Reader>::default(),
-    }
+fn reader(api: Api) -> Box<dyn AnswerReader> {
+    dialects::of(api).answer_reader()
 }
 
 /// The writer of a client's dialect (Converse, no client's, gets chat's).
-fn writer(api: Api, ctx: AnswerContext) -> Box<dyn Write> {
-    match api {
-        Api::Chat | Api::Converse => Box::new(chat::Writer::new(ctx)),
-        Api::Messages => Box::new(messages::Writer::new(ctx)),
-        Api::Responses => Box::new(responses::Writer::new(ctx)),
-        Api::Gemini => Box::new(gemini::Writer::new(ctx)),
-    }
+fn writer(api: Api, ctx: AnswerContext) -> Box<dyn AnswerWriter> {
+    dialects::of(api).answer_writer(ctx)
 }
 
 /// One upstream stream translated into the client's dialect, event by event (never buffered
@@ -327,12 +311,12 @@ fn writer(api: Api, ctx: AnswerContext) -> Box<dyn Write> {
 /// upstream closed; what comes out goes to the client dialect's `relay::Gate` and `Relay`.
 #[derive(Debug)]
 pub struct StreamTranslator {
-    reader: Box<dyn Read>,
-    writer: Box<dyn Write>,
-    choices: u32,
+    reader: Box<dyn AnswerReader>,
+    writer: Box<dyn AnswerWriter>,
+    pub(crate) choices: u32,
     started: bool,
     finished: BTreeSet<u32>,
-    usage: Tokens,
+    pub(crate) usage: Tokens,
     /// Ended (the upstream's end, or an error): nothing more is written.
     closed: bool,
 }
@@ -408,29 +392,29 @@ impl StreamTranslator {
 
 /// A whole neutral answer (non-stream).
 #[derive(Debug, Clone, PartialEq, Default)]
-struct Answer {
-    choices: Vec<Choice>,
-    usage: Tokens,
+pub(crate) struct Answer {
+    pub(crate) choices: Vec<Choice>,
+    pub(crate) usage: Tokens,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
-struct Choice {
-    parts: Vec<Part>,
-    finish: Option<FinishReason>,
+pub(crate) struct Choice {
+    pub(crate) parts: Vec<Part>,
+    pub(crate) finish: Option<FinishReason>,
 }
 
 impl Choice {
-    fn has_calls(&self) -> bool {
+    pub(crate) fn has_calls(&self) -> bool {
         self.parts.iter().any(|p| matches!(p, Part::Call { .. }))
     }
 
     /// How it ended: as said, else naturally.
-    fn reason(&self) -> FinishReason {
+    pub(crate) fn reason(&self) -> FinishReason {
         self.finish.unwrap_or(FinishReason::Natural)
     }
 
     /// Its text parts joined (`None` without any), or its reasoning parts'.
-    fn joined(&self, reasoning: bool) -> Option<String> {
+    pub(crate) fn joined(&self, reasoning: bool) -> Option<String> {
         let mut texts = self.parts.iter().filter_map(|p| match (p, reasoning) {
             (Part::Text(t), false) | (Part::Reasoning(t), true) => Some(t.as_str()),
             _ => None,
@@ -441,7 +425,7 @@ impl Choice {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-enum Part {
+pub(crate) enum Part {
     Text(String),
     Reasoning(String),
     /// A whole tool call: the upstream's id (empty when it gave none), its JSON arguments.
@@ -455,7 +439,7 @@ enum Part {
 impl Part {
     /// The part as stream events of `choice`; a whole call (numbered `call`) begins and carries
     /// its arguments in one fragment.
-    fn into_events(self, choice: u32, call: u32, out: &mut Vec<Event>) {
+    pub(crate) fn into_events(self, choice: u32, call: u32, out: &mut Vec<Event>) {
         match self {
             Part::Text(text) => out.push(Event::Text { choice, text }),
             Part::Reasoning(text) => out.push(Event::Reasoning { choice, text }),
@@ -479,21 +463,10 @@ pub fn body(upstream: Api, client: Api, bytes: &[u8], ctx: &AnswerContext) -> Re
     if is_error_payload(&v) {
         return Err(classify_error_payload(&v));
     }
-    let mut answer = match upstream {
-        Api::Chat => chat::read_body(&v),
-        Api::Messages => messages::read_body(&v),
-        Api::Responses => responses::read_body(&v),
-        Api::Gemini => gemini::read_body(&v),
-        Api::Converse => converse::read_body(&v),
-    }?;
+    let mut answer = dialects::of(upstream).read_answer(&v)?;
     let ctx = ctx.for_client(client);
     answer.choices.truncate(ctx.choices as usize);
-    Ok(match client {
-        Api::Chat | Api::Converse => chat::write_body(&answer, &ctx),
-        Api::Messages => messages::write_body(&answer, &ctx),
-        Api::Responses => responses::write_body(&answer, &ctx),
-        Api::Gemini => gemini::write_body(&answer, &ctx),
-    })
+    Ok(dialects::of(client).write_answer(&answer, &ctx))
 }
 
 /// The human message of an upstream's error body, read in its dialect (a Gemini prompt the
@@ -502,7 +475,7 @@ pub fn error_message(upstream: Api, bytes: &[u8]) -> Option<String> {
     if upstream == Api::Gemini {
         let blocked = serde_json::from_slice::<Value>(bytes)
             .ok()
-            .and_then(|v| crate::dialect::gemini::blocked(&v));
+            .and_then(|v| crate::dialects::gemini::blocked(&v));
         if let Some(payload) = blocked {
             return Some(UpstreamError::from_payload(&payload).message());
         }
@@ -511,7 +484,7 @@ pub fn error_message(upstream: Api, bytes: &[u8]) -> Option<String> {
 }
 
 /// One client event: its `event:` name (Messages and Responses name theirs) and JSON data.
-fn frame(name: Option<&str>, data: &impl Serialize) -> SseEvent {
+pub(crate) fn frame(name: Option<&str>, data: &impl Serialize) -> SseEvent {
     // Serializing the module's own types and JSON values cannot fail.
     let data = serde_json::to_string(data).unwrap_or_default();
     let raw = match name {
@@ -533,7 +506,7 @@ fn unreadable() -> SseEvent {
 }
 
 /// An event's JSON and type, `None` for a keep-alive (no data).
-fn event_data(ev: &SseEvent) -> Result<Option<(Value, String)>, Unreadable> {
+pub(crate) fn event_data(ev: &SseEvent) -> Result<Option<(Value, String)>, Unreadable> {
     match event_json(ev) {
         Ok(parsed) => Ok(Some(parsed)),
         Err(NoJson::NoData) => Ok(None),
@@ -542,17 +515,17 @@ fn event_data(ev: &SseEvent) -> Result<Option<(Value, String)>, Unreadable> {
 }
 
 /// A non-empty string at `pointer`.
-fn text_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
+pub(crate) fn text_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
     v.pointer(pointer).and_then(Value::as_str).filter(|s| !s.is_empty())
 }
 
 /// The elements of an array at `pointer` (none if it is not one).
-fn items_at<'a>(v: &'a Value, pointer: &str) -> impl Iterator<Item = &'a Value> {
+pub(crate) fn items_at<'a>(v: &'a Value, pointer: &str) -> impl Iterator<Item = &'a Value> {
     v.pointer(pointer).and_then(Value::as_array).into_iter().flatten()
 }
 
 /// An index field: absent or null is 0; anything but a `u32` is none.
-fn index_at(v: &Value, pointer: &str) -> Option<u32> {
+pub(crate) fn index_at(v: &Value, pointer: &str) -> Option<u32> {
     match v.pointer(pointer) {
         None | Some(Value::Null) => Some(0),
         Some(n) => n.as_u64().and_then(|n| u32::try_from(n).ok()),
@@ -561,7 +534,7 @@ fn index_at(v: &Value, pointer: &str) -> Option<u32> {
 
 /// Appends `more` to what a writer keeps, within its budget of [`MAX_KEPT_BYTES`]: past it,
 /// nothing more is kept (what was kept stays a prefix of the output).
-fn keep(kept: &mut String, more: &str, budget: &mut usize) {
+pub(crate) fn keep(kept: &mut String, more: &str, budget: &mut usize) {
     if more.len() <= *budget {
         kept.push_str(more);
         *budget -= more.len();
@@ -572,7 +545,7 @@ fn keep(kept: &mut String, more: &str, budget: &mut usize) {
 
 /// A tool call's arguments as the JSON object the dialects that carry calls whole need (`{}`
 /// when they are not one: a call cut by the output limit).
-fn arguments_object(arguments: &str) -> Value {
+pub(crate) fn arguments_object(arguments: &str) -> Value {
     match serde_json::from_str::<Value>(arguments) {
         Ok(v @ Value::Object(_)) => v,
         _ => json!({}),
@@ -580,33 +553,33 @@ fn arguments_object(arguments: &str) -> Value {
 }
 
 /// A choice that called a tool and ended naturally ended to call it.
-fn ended_for_tools(reason: FinishReason, tools: bool) -> bool {
+pub(crate) fn ended_for_tools(reason: FinishReason, tools: bool) -> bool {
     tools && matches!(reason, FinishReason::Natural | FinishReason::Other)
 }
 
 /// OpenAI's `cached_tokens` detail (chat `prompt_tokens_details`, Responses
 /// `input_tokens_details`).
 #[derive(Debug, Serialize)]
-struct CachedTokens {
+pub(crate) struct CachedTokens {
     cached_tokens: u64,
 }
 
 /// OpenAI's `reasoning_tokens` detail (chat `completion_tokens_details`, Responses
 /// `output_tokens_details`).
 #[derive(Debug, Serialize)]
-struct ReasoningTokens {
+pub(crate) struct ReasoningTokens {
     reasoning_tokens: u64,
 }
 
 impl Tokens {
-    fn cached_detail(&self) -> Option<CachedTokens> {
+    pub(crate) fn cached_detail(&self) -> Option<CachedTokens> {
         self.counts.input_tokens?;
         Some(CachedTokens {
             cached_tokens: self.counts.cache_read_tokens.unwrap_or(0),
         })
     }
 
-    fn reasoning_detail(&self) -> Option<ReasoningTokens> {
+    pub(crate) fn reasoning_detail(&self) -> Option<ReasoningTokens> {
         self.counts.output_tokens?;
         Some(ReasoningTokens {
             reasoning_tokens: self.reasoning_part().unwrap_or(0),
@@ -638,7 +611,13 @@ mod through_the_relay {
     }
 
     fn gate(client: Api, wants_usage: bool) -> Gate {
-        Gate::new(StreamDialect::of(client), wants_usage, false, 1, crate::redact::Redactor::default())
+        Gate::new(
+            StreamDialect::of(client),
+            wants_usage,
+            false,
+            1,
+            crate::redact::Redactor::default(),
+        )
     }
 
     /// Runs client events through a gate, then its relay once committed: the index of the

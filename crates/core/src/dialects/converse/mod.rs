@@ -1,16 +1,31 @@
 //! What an answer of AWS Bedrock's Converse API means (SPEC §20): a dialect only routes speak, so
 //! there is no request to parse here — only the whole answer ([`inspect_body`]), its stop reasons
 //! ([`finish_reason`]) and its usage ([`usage_of`]), which the Converse answer reader
-//! (`translate::answer`) reuses for the stream's `messageStop` and `metadata` events.
+//! (`dialects::neutral::answer`) reuses for the stream's `messageStop` and `metadata` events.
 //!
 //! A Converse answer: `{"output": {"message": {"role": "assistant", "content": [{"text"} |
 //! {"toolUse": {toolUseId, name, input}} | {"reasoningContent": {"reasoningText": {text,
 //! signature}} | {"redactedContent"}}]}}, "stopReason", "usage", "metrics": {"latencyMs"}}`.
 
+pub(crate) mod answer;
+pub(crate) mod request;
+
 use serde_json::Value;
 
+use super::body::Body;
+use super::neutral::answer::Answer;
+use super::neutral::answer::AnswerContext;
+use super::neutral::answer::AnswerReader;
+use super::neutral::answer::AnswerWriter;
+use super::neutral::request::Neutral;
+use super::neutral::request::Setting;
+use super::neutral::request::Unable;
+use super::neutral::request::Writer;
+use super::ClientRequest;
+use super::Dialect;
 use super::{count, BodyInfo, FinishReason, Reported};
 use crate::classify::{classify_error_payload, is_error_payload, Verdict};
+use crate::error::ApiError;
 
 /// A whole Converse answer: usage, output size and stop reason, or why it is no answer.
 pub fn inspect_body(body: &[u8]) -> Result<BodyInfo, Verdict> {
@@ -79,6 +94,49 @@ pub(crate) fn usage_of(u: Option<&Value>) -> Reported {
         cache_read_tokens: Some(read),
         cache_write_tokens: Some(writes - hour),
         cache_write_1h_tokens: Some(hour),
+    }
+}
+
+/// The Bedrock Converse dialect ([`super::of`]): spoken by routes only, so a client's request in
+/// it is refused, and what a client would be written in it is chat's (never asked for).
+pub(crate) struct Converse;
+
+impl Dialect for Converse {
+    fn name(&self) -> &'static str {
+        "Bedrock Converse"
+    }
+    fn parse_request(&self, _bytes: &[u8], _path: Option<(&str, bool)>) -> Result<ClientRequest, ApiError> {
+        Err(ApiError::invalid(
+            format!("{}.", super::spoken_by_routes(self.name())),
+            None,
+        ))
+    }
+    fn inspect_body(&self, body: &[u8]) -> Result<BodyInfo, Verdict> {
+        inspect_body(body)
+    }
+    fn conversation_field(&self) -> &'static str {
+        "messages"
+    }
+    fn setting_name(&self, setting: Setting) -> &'static str {
+        super::chat::Chat.setting_name(setting)
+    }
+    fn read_request(&self, _body: &Body) -> Result<Neutral, Unable> {
+        Err(Unable::new("", super::spoken_by_routes(self.name())))
+    }
+    fn write_request(&self, w: &mut Writer, _upstream_model: &str) -> Result<Vec<u8>, Unable> {
+        request::write(w)
+    }
+    fn answer_reader(&self) -> Box<dyn AnswerReader> {
+        Box::<answer::Reader>::default()
+    }
+    fn answer_writer(&self, ctx: AnswerContext) -> Box<dyn AnswerWriter> {
+        super::chat::Chat.answer_writer(ctx)
+    }
+    fn read_answer(&self, body: &Value) -> Result<Answer, Verdict> {
+        answer::read_body(body)
+    }
+    fn write_answer(&self, answer: &Answer, ctx: &AnswerContext) -> Vec<u8> {
+        super::chat::Chat.write_answer(answer, ctx)
     }
 }
 

@@ -5,7 +5,9 @@
 //! lossy step in and one out: `request` reads a client body into a neutral request and writes it in
 //! the route's dialect (or says which field cannot be carried); `answer` reads the route's stream
 //! events and whole bodies into neutral answer events and writes them in the client's dialect, as
-//! they arrive.
+//! they arrive. Each dialect's own reader and writer live in its folder (`dialects/<name>/request.rs`
+//! and `answer.rs`), reached through the registry ([`crate::dialects::of`]); what is here is the
+//! form and the machinery they share.
 
 pub mod answer;
 pub mod request;

@@ -13,14 +13,14 @@
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
-use super::{
-    event_data, frame, index_at, items_at, keep, text_at, Answer, AnswerContext, CachedTokens, Choice, Event, Part,
-    Read, ReasoningTokens, Tokens, Unreadable, UpstreamError, Write, MAX_KEPT_BYTES,
-};
 use crate::classify::{classify_error_payload, Verdict};
-use crate::dialect::count;
-use crate::dialect::responses::{failed_payload, finish_reason, usage_of};
-use crate::dialect::FinishReason;
+use crate::dialects::count;
+use crate::dialects::neutral::answer::{
+    event_data, frame, index_at, items_at, keep, text_at, Answer, AnswerContext, AnswerReader, AnswerWriter,
+    CachedTokens, Choice, Event, Part, ReasoningTokens, Tokens, Unreadable, UpstreamError, MAX_KEPT_BYTES,
+};
+use crate::dialects::responses::{failed_payload, finish_reason, usage_of};
+use crate::dialects::FinishReason;
 use crate::sse::SseEvent;
 
 /// A `response` object's usage counts (SPEC §17) and its reasoning tokens.
@@ -33,9 +33,9 @@ fn tokens(response: Option<&Value>) -> Tokens {
 
 /// Reads a Responses upstream's events.
 #[derive(Debug, Default)]
-pub(super) struct Reader;
+pub(crate) struct Reader;
 
-impl Read for Reader {
+impl AnswerReader for Reader {
     fn read(&mut self, ev: &SseEvent, out: &mut Vec<Event>) -> Result<(), Unreadable> {
         let Some((v, kind)) = event_data(ev)? else {
             return Ok(());
@@ -110,7 +110,7 @@ fn item_part(item: &Value, no_arguments: &str) -> Option<Part> {
 }
 
 /// A whole Responses answer: its output items in order, its status and usage.
-pub(super) fn read_body(v: &Value) -> Result<Answer, Verdict> {
+pub(crate) fn read_body(v: &Value) -> Result<Answer, Verdict> {
     if v.get("status").and_then(Value::as_str) == Some("failed") {
         return Err(classify_error_payload(&failed_payload(Some(v))));
     }
@@ -429,7 +429,7 @@ impl<'a> Response<'a> {
 
 /// Writes neutral events as Responses stream events.
 #[derive(Debug)]
-pub(super) struct Writer {
+pub(crate) struct Writer {
     ctx: AnswerContext,
     sequence: u64,
     /// The open item and, for a function call, its upstream number.
@@ -443,7 +443,7 @@ pub(super) struct Writer {
 }
 
 impl Writer {
-    pub(super) fn new(ctx: AnswerContext) -> Writer {
+    pub(crate) fn new(ctx: AnswerContext) -> Writer {
         Writer {
             ctx,
             sequence: 0,
@@ -532,7 +532,7 @@ impl Writer {
     }
 }
 
-impl Write for Writer {
+impl AnswerWriter for Writer {
     fn write(&mut self, ev: Event, out: &mut Vec<SseEvent>) {
         match ev {
             Event::Start => {
@@ -584,7 +584,7 @@ impl Write for Writer {
 
 /// A whole answer as a `response` (its first choice): consecutive text in one message item,
 /// consecutive reasoning in one reasoning item, each call its own item.
-pub(super) fn write_body(answer: &Answer, ctx: &AnswerContext) -> Vec<u8> {
+pub(crate) fn write_body(answer: &Answer, ctx: &AnswerContext) -> Vec<u8> {
     let none = Choice::default();
     let choice = answer.choices.first().unwrap_or(&none);
     let mut items: Vec<Item> = Vec::new();

@@ -6,7 +6,7 @@ use proptest::prelude::*;
 use serde_json::{json, Value};
 
 use super::*;
-use crate::dialect::{chat, gemini, messages, responses, EventInfo, Usage};
+use crate::dialects::{chat, gemini, messages, responses, EventInfo, Usage};
 use crate::sse::SseParser;
 
 const ALL: [Api; 4] = [Api::Chat, Api::Messages, Api::Responses, Api::Gemini];
@@ -484,7 +484,11 @@ fn chat_expected(scenario: Scenario, up: Api) -> Vec<Value> {
 fn messages_expected(scenario: Scenario, up: Api) -> Vec<Value> {
     let full = json!({"input_tokens": 60, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 40});
     // Input not reported yet is written 0: Anthropic's schema requires the count.
-    let mut start_usage = if up == Api::Gemini { full.clone() } else { json!({"input_tokens": 0}) };
+    let mut start_usage = if up == Api::Gemini {
+        full.clone()
+    } else {
+        json!({"input_tokens": 0})
+    };
     start_usage["output_tokens"] = json!(0);
     let mut out = vec![
         json!({"type": "message_start", "message": {"id": "msg_gen1", "type": "message",
@@ -848,7 +852,7 @@ fn whole_bodies_of_every_pair() {
         let got: Value = serde_json::from_slice(&bytes).unwrap();
         assert_eq!(got, body_expected(client, up), "{label}");
         // The client dialect's inspector accepts it, with the upstream's usage and finish.
-        let info = crate::dialect::inspect_body(client, &bytes, false).unwrap();
+        let info = crate::dialects::inspect_body(client, &bytes, false).unwrap();
         assert_eq!(as_usage(info.usage), fixture_usage(up), "{label}");
         assert!(info.output_chars > 0, "{label}");
     }
@@ -1128,7 +1132,10 @@ fn a_count_not_reported_is_not_written() {
     let mut t = StreamTranslator::new(Api::Chat, Api::Messages, ctx(1));
     let out: Vec<SseEvent> = events.iter().flat_map(|e| t.on_event(e)).collect();
     let start = datas(Api::Messages, &out)[0].clone();
-    assert_eq!(start["message"]["usage"], json!({"input_tokens": 0, "output_tokens": 0}));
+    assert_eq!(
+        start["message"]["usage"],
+        json!({"input_tokens": 0, "output_tokens": 0})
+    );
     assert!(t.usage().is_empty());
 }
 

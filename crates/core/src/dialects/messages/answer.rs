@@ -11,20 +11,20 @@
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
-use super::{
-    arguments_object, ended_for_tools, event_data, frame, index_at, text_at, Answer, AnswerContext, Choice, Event,
-    Part, Read, Tokens, Unreadable, UpstreamError, Write,
-};
 use crate::classify::Verdict;
-use crate::dialect::messages::{finish_reason, usage_of};
-use crate::dialect::{FinishReason, Reported};
+use crate::dialects::messages::{finish_reason, usage_of};
+use crate::dialects::neutral::answer::{
+    arguments_object, ended_for_tools, event_data, frame, index_at, text_at, Answer, AnswerContext, AnswerReader,
+    AnswerWriter, Choice, Event, Part, Tokens, Unreadable, UpstreamError,
+};
+use crate::dialects::{FinishReason, Reported};
 use crate::sse::SseEvent;
 
 /// Reads a Messages upstream's events.
 #[derive(Debug, Default)]
-pub(super) struct Reader;
+pub(crate) struct Reader;
 
-impl Read for Reader {
+impl AnswerReader for Reader {
     fn read(&mut self, ev: &SseEvent, out: &mut Vec<Event>) -> Result<(), Unreadable> {
         let Some((v, kind)) = event_data(ev)? else {
             return Ok(());
@@ -127,7 +127,7 @@ fn block_part(b: &Value) -> Option<Part> {
 }
 
 /// A whole Messages answer: its blocks, stop reason and usage.
-pub(super) fn read_body(v: &Value) -> Result<Answer, Verdict> {
+pub(crate) fn read_body(v: &Value) -> Result<Answer, Verdict> {
     let blocks = v
         .get("content")
         .and_then(Value::as_array)
@@ -186,7 +186,7 @@ fn usage(t: &Tokens) -> Usage {
             ephemeral_5m_input_tokens: c.cache_write_tokens.unwrap_or(0),
             ephemeral_1h_input_tokens: one_hour,
         });
-        let uncached = crate::dialect::Usage {
+        let uncached = crate::dialects::Usage {
             input_tokens: c.input_tokens.unwrap_or(0),
             cache_read_tokens: c.cache_read_tokens.unwrap_or(0),
             cache_write_tokens: c.cache_write_tokens.unwrap_or(0),
@@ -241,7 +241,7 @@ enum Open {
 
 /// Writes neutral events as Messages stream events.
 #[derive(Debug)]
-pub(super) struct Writer {
+pub(crate) struct Writer {
     ctx: AnswerContext,
     started: bool,
     /// The open block and its index.
@@ -253,7 +253,7 @@ pub(super) struct Writer {
 }
 
 impl Writer {
-    pub(super) fn new(ctx: AnswerContext) -> Writer {
+    pub(crate) fn new(ctx: AnswerContext) -> Writer {
         Writer {
             ctx,
             started: false,
@@ -324,7 +324,7 @@ impl Writer {
     }
 }
 
-impl Write for Writer {
+impl AnswerWriter for Writer {
     fn write(&mut self, ev: Event, out: &mut Vec<SseEvent>) {
         match ev {
             Event::Start => {} // `message_start` waits for the first block or the end
@@ -398,7 +398,7 @@ struct Message<'a> {
 }
 
 /// A whole answer as a Messages `message` (its first choice).
-pub(super) fn write_body(answer: &Answer, ctx: &AnswerContext) -> Vec<u8> {
+pub(crate) fn write_body(answer: &Answer, ctx: &AnswerContext) -> Vec<u8> {
     let none = Choice::default();
     let choice = answer.choices.first().unwrap_or(&none);
     let content = choice.parts.iter().enumerate().map(|(n, part)| match part {

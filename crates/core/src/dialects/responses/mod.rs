@@ -8,9 +8,22 @@
 //! `response.content_part.added`) are held back. `response.completed` (or `response.incomplete`)
 //! ends the stream and carries the usage; `error` and `response.failed` are errors.
 
+pub(crate) mod answer;
+pub(crate) mod request;
+
 use serde_json::{json, Value};
 
+use super::body::Body;
 use super::body::Shape;
+use super::neutral::answer::Answer;
+use super::neutral::answer::AnswerContext;
+use super::neutral::answer::AnswerReader;
+use super::neutral::answer::AnswerWriter;
+use super::neutral::request::Neutral;
+use super::neutral::request::Setting;
+use super::neutral::request::Unable;
+use super::neutral::request::Writer;
+use super::Dialect;
 use super::{
     count, event_json, optional_bool, optional_u64, parse_common, BodyInfo, ClientRequest, EventInfo, FinishReason,
     Reported,
@@ -222,6 +235,64 @@ pub fn error_frame(id: &str, model: &str, message: &str) -> Vec<u8> {
 /// Nothing: a Responses stream ends with `response.completed`, which is also its finish.
 pub const DONE_FRAME: &[u8] = b"";
 
+/// The OpenAI Responses dialect ([`super::of`]).
+pub(crate) struct Responses;
+
+impl Dialect for Responses {
+    fn name(&self) -> &'static str {
+        "OpenAI Responses"
+    }
+    fn parse_request(&self, bytes: &[u8], _path: Option<(&str, bool)>) -> Result<ClientRequest, ApiError> {
+        parse_request(bytes)
+    }
+    fn inspect_body(&self, body: &[u8]) -> Result<BodyInfo, Verdict> {
+        inspect_body(body)
+    }
+    fn conversation_field(&self) -> &'static str {
+        "input"
+    }
+    fn setting_name(&self, setting: Setting) -> &'static str {
+        match setting {
+            Setting::Stop => "stop",
+            Setting::Temperature => "temperature",
+            Setting::TopP => "top_p",
+            Setting::TopK => "top_k",
+            Setting::Candidates => "n",
+            Setting::Seed => "seed",
+            Setting::Presence => "presence_penalty",
+            Setting::Frequency => "frequency_penalty",
+            Setting::Format => "text.format",
+            Setting::Thinking => "reasoning.effort",
+            Setting::ShowReasoning => "reasoning.summary",
+            Setting::ToolChoice => "tool_choice",
+            Setting::Parallel => "parallel_tool_calls",
+            Setting::User => "user",
+            Setting::Verbosity => "text.verbosity",
+        }
+    }
+    fn openai_shared(&self) -> bool {
+        true
+    }
+    fn read_request(&self, body: &Body) -> Result<Neutral, Unable> {
+        request::read(body)
+    }
+    fn write_request(&self, w: &mut Writer, upstream_model: &str) -> Result<Vec<u8>, Unable> {
+        request::write(w, upstream_model)
+    }
+    fn answer_reader(&self) -> Box<dyn AnswerReader> {
+        Box::<answer::Reader>::default()
+    }
+    fn answer_writer(&self, ctx: AnswerContext) -> Box<dyn AnswerWriter> {
+        Box::new(answer::Writer::new(ctx))
+    }
+    fn read_answer(&self, body: &Value) -> Result<Answer, Verdict> {
+        answer::read_body(body)
+    }
+    fn write_answer(&self, answer: &Answer, ctx: &AnswerContext) -> Vec<u8> {
+        answer::write_body(answer, ctx)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -373,7 +444,7 @@ mod tests {
     fn the_error_frame_is_a_failed_response() {
         let text = String::from_utf8(error_frame("resp_1", "gpt", "cut")).unwrap();
         assert!(text.starts_with("event: response.failed\ndata: "));
-        let data = crate::dialect::frame_data(text.as_bytes());
+        let data = crate::dialects::frame_data(text.as_bytes());
         assert_eq!(data["response"]["status"], "failed");
         assert_eq!(data["response"]["error"]["message"], "cut");
         assert_eq!(data["response"]["id"], "resp_1");

@@ -6,19 +6,18 @@ use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use super::{
+use crate::catalog::Api;
+use crate::dialects::body::Body;
+use crate::dialects::neutral::request::{
     arguments_object, drop_present, each, is_false, is_null, not_carried, parse, system_text, tag_of, text_or_list,
     unknown, Content, Effort, Few, Image, ImageSource, JsonObject, JsonSchema, Neutral, Part, Piece, Reasoning,
-    ResponseFormat, Role, Seal, TextOr, Thinking, Tool, ToolCall, ToolChoice, ToolResult, Unable, Writer, FORMAT,
-    FREQUENCY, PRESENCE, SEED, TEMPERATURE, THINKING, TOOL_CHOICE, TOP_K, TOP_P, VERBOSITY,
+    ResponseFormat, Role, Seal, Setting, TextOr, Thinking, Tool, ToolCall, ToolChoice, ToolResult, Unable, Writer,
 };
-use crate::catalog::Api;
-use crate::dialect::body::Body;
 
 /// The smallest thinking budget Anthropic takes.
 const MIN_BUDGET: u64 = 1024;
 
-pub(super) fn read(body: &Body) -> Result<Neutral, Unable> {
+pub(crate) fn read(body: &Body) -> Result<Neutral, Unable> {
     let mut n = Neutral::new(Api::Messages);
     // The system prompt comes first, wherever the field stands.
     if let Some(raw) = body.raw("system").filter(|r| !is_null(r)) {
@@ -599,7 +598,7 @@ struct OutTool<'a> {
 /// (Anthropic requires a schema, and so does Bedrock's Converse, which writes it the same way).
 #[derive(Serialize)]
 #[serde(untagged)]
-pub(super) enum InputSchema<'a> {
+pub(crate) enum InputSchema<'a> {
     Given(&'a RawValue),
     NoParameters {
         #[serde(rename = "type")]
@@ -609,7 +608,7 @@ pub(super) enum InputSchema<'a> {
 }
 
 impl<'a> InputSchema<'a> {
-    pub(super) fn of(parameters: Option<&'a RawValue>) -> InputSchema<'a> {
+    pub(crate) fn of(parameters: Option<&'a RawValue>) -> InputSchema<'a> {
         match parameters {
             Some(p) => InputSchema::Given(p),
             None => InputSchema::NoParameters {
@@ -666,19 +665,19 @@ fn thinking_budget(w: &Writer, messages: &[OutMessage]) -> Result<Option<u64>, U
     };
     let max = w.max_output_tokens;
     if max <= MIN_BUDGET {
-        return Err(w.unable(THINKING, "think only with an output limit above 1024 tokens"));
+        return Err(w.unable(Setting::Thinking, "think only with an output limit above 1024 tokens"));
     }
     if n.temperature.is_some_and(|t| t != 1.0) {
-        return Err(w.unable(TEMPERATURE, "take no temperature but 1 while thinking"));
+        return Err(w.unable(Setting::Temperature, "take no temperature but 1 while thinking"));
     }
     if n.top_k.is_some() {
-        return Err(w.unable(TOP_K, "take no top_k while thinking"));
+        return Err(w.unable(Setting::TopK, "take no top_k while thinking"));
     }
     if n.top_p.is_some_and(|p| p < 0.95) {
-        return Err(w.unable(TOP_P, "take no top_p below 0.95 while thinking"));
+        return Err(w.unable(Setting::TopP, "take no top_p below 0.95 while thinking"));
     }
     if matches!(n.tool_choice, Some(ToolChoice::Required | ToolChoice::Function(_))) && !n.tools.is_empty() {
-        return Err(w.unable(TOOL_CHOICE, "cannot force a tool call while thinking"));
+        return Err(w.unable(Setting::ToolChoice, "cannot force a tool call while thinking"));
     }
     // Continuing a tool call with thinking on needs that turn's signed thinking.
     let last_assistant = messages.iter().rev().find(|m| m.role == "assistant");
@@ -690,7 +689,7 @@ fn thinking_budget(w: &Writer, messages: &[OutMessage]) -> Result<Option<u64>, U
         );
         if calls && !signed {
             return Err(w.unable(
-                THINKING,
+                Setting::Thinking,
                 "continue a tool call while thinking only with the signed thinking of the turn that made it",
             ));
         }
@@ -698,18 +697,18 @@ fn thinking_budget(w: &Writer, messages: &[OutMessage]) -> Result<Option<u64>, U
     Ok(Some(budget.clamp(MIN_BUDGET, max - 1)))
 }
 
-pub(super) fn write(w: &mut Writer, model: &str) -> Result<Vec<u8>, Unable> {
+pub(crate) fn write(w: &mut Writer, model: &str) -> Result<Vec<u8>, Unable> {
     let n = w.n;
     w.refuse_candidates()?;
     w.refuse_set(&[
-        (n.seed.is_some(), SEED),
-        (n.presence_penalty.is_some(), PRESENCE),
-        (n.frequency_penalty.is_some(), FREQUENCY),
-        (n.verbosity.is_some(), VERBOSITY),
+        (n.seed.is_some(), Setting::Seed),
+        (n.presence_penalty.is_some(), Setting::Presence),
+        (n.frequency_penalty.is_some(), Setting::Frequency),
+        (n.verbosity.is_some(), Setting::Verbosity),
     ])?;
     let (system, messages) = messages(w)?;
     let budget = thinking_budget(w, &messages)?;
-    let mut o = JsonObject::new(super::capacity(n));
+    let mut o = JsonObject::new(crate::dialects::neutral::request::capacity(n));
     o.field("model", model)?;
     o.field("max_tokens", &w.max_output_tokens)?;
     match system.as_slice() {
@@ -771,7 +770,7 @@ pub(super) fn write(w: &mut Writer, model: &str) -> Result<Vec<u8>, Unable> {
         None | Some(ResponseFormat::Text) => {}
         Some(ResponseFormat::JsonObject) => {
             return Err(w.unable(
-                FORMAT,
+                Setting::Format,
                 "give JSON only for a JSON schema, not in a schemaless JSON mode",
             ))
         }

@@ -1,9 +1,21 @@
 //! OpenAI Chat Completions (`POST /v1/chat/completions`): request validation, what each stream
 //! event means (content, finish, usage, error), non-stream bodies, and the error frame.
 
+pub(crate) mod answer;
+pub(crate) mod request;
+
 use serde_json::Value;
 
 use super::body::{Body, Shape};
+use super::neutral::answer::Answer;
+use super::neutral::answer::AnswerContext;
+use super::neutral::answer::AnswerReader;
+use super::neutral::answer::AnswerWriter;
+use super::neutral::request::Neutral;
+use super::neutral::request::Setting;
+use super::neutral::request::Unable;
+use super::neutral::request::Writer;
+use super::Dialect;
 use super::CHARS_PER_TOKEN;
 use super::{
     count, optional_bool, optional_u64, parse_common, BodyInfo, ClientRequest, EventInfo, FinishReason, Reported,
@@ -77,6 +89,66 @@ pub fn parse_request(bytes: &[u8]) -> Result<ClientRequest, ApiError> {
         include_usage,
         ..ClientRequest::parsed(Api::Chat, model, stream, provider, body, bytes.len())
     })
+}
+
+/// The Chat Completions dialect ([`super::of`]).
+pub(crate) struct Chat;
+
+impl Dialect for Chat {
+    fn name(&self) -> &'static str {
+        "Chat Completions"
+    }
+    fn parse_request(&self, bytes: &[u8], _path: Option<(&str, bool)>) -> Result<ClientRequest, ApiError> {
+        parse_request(bytes)
+    }
+    fn inspect_body(&self, body: &[u8]) -> Result<BodyInfo, Verdict> {
+        inspect_body(body)
+    }
+    fn conversation_field(&self) -> &'static str {
+        "messages"
+    }
+    fn setting_name(&self, setting: Setting) -> &'static str {
+        match setting {
+            Setting::Stop => "stop",
+            Setting::Temperature => "temperature",
+            Setting::TopP => "top_p",
+            Setting::TopK => "top_k",
+            Setting::Candidates => "n",
+            Setting::Seed => "seed",
+            Setting::Presence => "presence_penalty",
+            Setting::Frequency => "frequency_penalty",
+            Setting::Format => "response_format",
+            Setting::Thinking | Setting::ShowReasoning => "reasoning_effort",
+            Setting::ToolChoice => "tool_choice",
+            Setting::Parallel => "parallel_tool_calls",
+            Setting::User => "user",
+            Setting::Verbosity => "verbosity",
+        }
+    }
+    fn openai_shared(&self) -> bool {
+        true
+    }
+    fn many_choices(&self) -> bool {
+        true
+    }
+    fn read_request(&self, body: &Body) -> Result<Neutral, Unable> {
+        request::read(body)
+    }
+    fn write_request(&self, w: &mut Writer, upstream_model: &str) -> Result<Vec<u8>, Unable> {
+        request::write(w, upstream_model)
+    }
+    fn answer_reader(&self) -> Box<dyn AnswerReader> {
+        Box::<answer::Reader>::default()
+    }
+    fn answer_writer(&self, ctx: AnswerContext) -> Box<dyn AnswerWriter> {
+        Box::new(answer::Writer::new(ctx))
+    }
+    fn read_answer(&self, body: &Value) -> Result<Answer, Verdict> {
+        answer::read_body(body)
+    }
+    fn write_answer(&self, answer: &Answer, ctx: &AnswerContext) -> Vec<u8> {
+        answer::write_body(answer, ctx)
+    }
 }
 
 #[cfg(test)]
@@ -539,7 +611,7 @@ mod stream_tests {
         let f = String::from_utf8(error_frame("c1", "m", "cut")).unwrap();
         assert!(f.starts_with("data: {"));
         assert!(f.ends_with("data: [DONE]\n\n"));
-        let first = crate::dialect::frame_data(f.as_bytes());
+        let first = crate::dialects::frame_data(f.as_bytes());
         assert_eq!(first["choices"][0]["finish_reason"], "error");
         assert_eq!(first["error"]["metadata"]["error_type"], "provider_unavailable");
     }

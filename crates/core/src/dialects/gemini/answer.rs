@@ -11,13 +11,13 @@
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::{
-    arguments_object, ended_for_tools, event_data, frame, index_at, items_at, keep, text_at, Answer, AnswerContext,
-    Choice, Event, Part, Read, Tokens, Unreadable, UpstreamError, Write, MAX_KEPT_BYTES,
-};
 use crate::classify::{classify_error_payload, is_error_payload, Verdict};
-use crate::dialect::gemini::{blocked, finish_reason, usage as usage_of};
-use crate::dialect::{count, FinishReason};
+use crate::dialects::gemini::{blocked, finish_reason, usage as usage_of};
+use crate::dialects::neutral::answer::{
+    arguments_object, ended_for_tools, event_data, frame, index_at, items_at, keep, text_at, Answer, AnswerContext,
+    AnswerReader, AnswerWriter, Choice, Event, Part, Tokens, Unreadable, UpstreamError, MAX_KEPT_BYTES,
+};
+use crate::dialects::{count, FinishReason};
 use crate::sse::SseEvent;
 
 /// A response's usage counts (SPEC §17) and its thought tokens.
@@ -60,12 +60,12 @@ fn error_of(v: &Value) -> Option<UpstreamError> {
 
 /// Reads a Gemini upstream's chunks.
 #[derive(Debug, Default)]
-pub(super) struct Reader {
+pub(crate) struct Reader {
     /// Calls so far: each whole call gets the next number.
     calls: u32,
 }
 
-impl Read for Reader {
+impl AnswerReader for Reader {
     fn read(&mut self, ev: &SseEvent, out: &mut Vec<Event>) -> Result<(), Unreadable> {
         let Some((v, _)) = event_data(ev)? else {
             return Ok(());
@@ -98,7 +98,7 @@ impl Read for Reader {
 }
 
 /// A whole Gemini answer: every candidate's parts and finish reason, and the usage.
-pub(super) fn read_body(v: &Value) -> Result<Answer, Verdict> {
+pub(crate) fn read_body(v: &Value) -> Result<Answer, Verdict> {
     if let Some(error) = blocked(v) {
         return Err(classify_error_payload(&error));
     }
@@ -251,7 +251,7 @@ struct ChoiceState {
 
 /// Writes neutral events as Gemini chunks.
 #[derive(Debug)]
-pub(super) struct Writer {
+pub(crate) struct Writer {
     ctx: AnswerContext,
     choices: Vec<ChoiceState>,
     budget: usize,
@@ -259,7 +259,7 @@ pub(super) struct Writer {
 }
 
 impl Writer {
-    pub(super) fn new(ctx: AnswerContext) -> Writer {
+    pub(crate) fn new(ctx: AnswerContext) -> Writer {
         Writer {
             ctx,
             choices: Vec::new(),
@@ -302,7 +302,7 @@ impl Writer {
     }
 }
 
-impl Write for Writer {
+impl AnswerWriter for Writer {
     fn write(&mut self, ev: Event, out: &mut Vec<SseEvent>) {
         if let Some(choice) = ev.choice() {
             let continues = match (&ev, self.choices.get(choice as usize).and_then(|s| s.pending.as_ref())) {
@@ -368,7 +368,7 @@ impl Write for Writer {
 }
 
 /// A whole answer as a `GenerateContentResponse`.
-pub(super) fn write_body(answer: &Answer, ctx: &AnswerContext) -> Vec<u8> {
+pub(crate) fn write_body(answer: &Answer, ctx: &AnswerContext) -> Vec<u8> {
     let candidates = answer.choices.iter().zip(0..).map(|(choice, index)| {
         let parts = choice.parts.iter().map(GeminiPart::of).collect();
         candidate(index, parts, Some(finish_word(choice.reason(), choice.has_calls())))

@@ -13,7 +13,7 @@ use std::borrow::Cow;
 
 use serde_json::value::RawValue;
 
-use super::body::Body;
+use crate::dialects::body::Body;
 
 /// Fields whose value is the client's data (a `Struct`, a map, a JSON schema): no key in it is a
 /// field name.
@@ -192,7 +192,7 @@ fn string_end(bytes: &[u8], start: usize) -> usize {
 mod tests {
     use super::*;
     use crate::catalog::Api;
-    use crate::dialect::{parse_request, ClientRequest};
+    use crate::dialects::{parse_request, ClientRequest};
     use proptest::prelude::*;
     use serde_json::{json, Map, Value};
 
@@ -302,7 +302,7 @@ mod tests {
             prop_assert_eq!(seen(&camel), seen(&other), "{} vs {}", body, snaked);
             let named_outside = seed & 1 == 1 || seed >> 4 & 1 == 1;
             prop_assert_eq!(camel.external_input.is_some(), named_outside, "{}", body);
-            let read = |r: &ClientRequest| crate::translate::request::read(Api::Gemini, r.body()).map(|n| n.turns.len()).map_err(|e| e.field);
+            let read = |r: &ClientRequest| crate::dialects::neutral::request::read(Api::Gemini, r.body()).map(|n| n.turns.len()).map_err(|e| e.field);
             prop_assert_eq!(read(&camel), read(&other));
         }
     }

@@ -1,28 +1,85 @@
-//! Client dialects: how a request in each API is read, validated and rewritten for an upstream,
-//! and what its answers mean.
+//! The dialects: everything one API knows, one folder each, behind one trait and one registry.
 //!
-//! Each dialect module parses its request body into a [`ClientRequest`] and reads its stream
-//! events ([`EventInfo`]) and whole bodies ([`BodyInfo`]); the driver in `src/` is
-//! dialect-agnostic and only sees those (and `relay::StreamDialect`).
+//! A dialect folder (`chat/`, `messages/`, `responses/`, `gemini/`, `converse/`) holds how a
+//! request in that API is parsed and validated (`mod.rs`: [`ClientRequest`], stream events as
+//! [`EventInfo`], whole bodies as [`BodyInfo`]), how it is read into and written from the neutral
+//! request (`request.rs`), and how its answers are read into and written from neutral answer
+//! events (`answer.rs`). [`neutral`] is the form between them (SPEC §19). Everything else asks
+//! [`of`] which dialect — the one registry — instead of matching on [`Api`]; adding a dialect is a
+//! folder, an [`Api`] variant and a line in [`of`] (docs/ARCHITECTURE.md says how).
 
 pub mod body;
 pub mod chat;
 pub mod converse;
 pub mod external;
 pub mod gemini;
-pub mod gemini_names;
 pub mod messages;
+pub mod neutral;
 pub mod responses;
 
 use serde::Deserialize;
 use serde_json::Value;
 
 use body::Body;
+use neutral::answer::{Answer, AnswerContext, AnswerReader, AnswerWriter};
+use neutral::request::{Neutral, Setting, Unable, Writer};
 
 use crate::catalog::{Api, Kind};
 use crate::classify::Verdict;
 use crate::error::ApiError;
 use crate::sse::SseEvent;
+
+/// What one dialect knows. Each folder implements it once; [`of`] is the registry.
+pub(crate) trait Dialect: Sync {
+    /// How errors name it ("Chat Completions").
+    fn name(&self) -> &'static str;
+    /// A client's request body parsed and validated; `path` is Gemini's (model, stream), which it
+    /// names in the path. A dialect only routes speak refuses.
+    fn parse_request(&self, bytes: &[u8], path: Option<(&str, bool)>) -> Result<ClientRequest, ApiError>;
+    /// A whole non-stream answer: usage and output size, or why it is no answer.
+    fn inspect_body(&self, body: &[u8]) -> Result<BodyInfo, Verdict>;
+    /// The field that holds the conversation.
+    fn conversation_field(&self) -> &'static str;
+    /// How a client writing this dialect names `setting` (in errors and dropped-field lists).
+    fn setting_name(&self, setting: Setting) -> &'static str;
+    /// Speaks OpenAI's shared fields (`store`, `metadata`, `service_tier`…), carried between the
+    /// two OpenAI dialects and dropped for the rest.
+    fn openai_shared(&self) -> bool {
+        false
+    }
+    /// Its answers carry several choices (`n`, `candidateCount`).
+    fn many_choices(&self) -> bool {
+        false
+    }
+    /// A client's body read into the neutral request.
+    fn read_request(&self, body: &Body) -> Result<Neutral, Unable>;
+    /// The neutral request written for a route serving `upstream_model`.
+    fn write_request(&self, w: &mut Writer, upstream_model: &str) -> Result<Vec<u8>, Unable>;
+    /// Reads a route's stream events into neutral answer events.
+    fn answer_reader(&self) -> Box<dyn AnswerReader>;
+    /// Writes neutral answer events as this client's stream.
+    fn answer_writer(&self, ctx: AnswerContext) -> Box<dyn AnswerWriter>;
+    /// Reads a route's whole answer body.
+    fn read_answer(&self, body: &Value) -> Result<Answer, Verdict>;
+    /// Writes a whole answer as this client's body.
+    fn write_answer(&self, answer: &Answer, ctx: &AnswerContext) -> Vec<u8>;
+}
+
+/// The registry: the dialect that speaks `api`.
+pub(crate) fn of(api: Api) -> &'static dyn Dialect {
+    match api {
+        Api::Chat => &chat::Chat,
+        Api::Messages => &messages::Messages,
+        Api::Responses => &responses::Responses,
+        Api::Gemini => &gemini::Gemini,
+        Api::Converse => &converse::Converse,
+    }
+}
+
+/// A client asked for a dialect only routes speak.
+fn spoken_by_routes(name: &str) -> String {
+    format!("{name} is spoken by routes, not by clients")
+}
 
 /// Characters per token when the upstream gave no count (SPEC §7).
 pub const CHARS_PER_TOKEN: usize = 4;
@@ -305,21 +362,7 @@ pub struct ClientRequest {
 /// price, and Switchyard never serves at an unknown cost); input the body only names is noted
 /// in [`ClientRequest::external_input`] for the hold.
 pub fn parse_request(api: Api, bytes: &[u8], path: Option<(&str, bool)>) -> Result<ClientRequest, ApiError> {
-    let mut request = match api {
-        Api::Chat => chat::parse_request(bytes),
-        Api::Messages => messages::parse_request(bytes),
-        Api::Responses => responses::parse_request(bytes),
-        Api::Gemini => {
-            let (model, stream) = path.ok_or_else(|| ApiError::invalid("The model belongs in the path.", None))?;
-            gemini::parse_request(bytes, model, stream)
-        }
-        Api::Converse => {
-            return Err(ApiError::invalid(
-                "Bedrock Converse is spoken by routes, not by clients.",
-                None,
-            ))
-        }
-    }?;
+    let mut request = of(api).parse_request(bytes, path)?;
     if let Some((param, kind)) = external::priced_tool(&request.body) {
         return Err(ApiError::invalid(
             format!(
@@ -338,13 +381,7 @@ pub fn parse_request(api: Api, bytes: &[u8], path: Option<(&str, bool)>) -> Resu
 /// An answer with no output is none (SPEC §4) unless its finish reason explains it
 /// ([`FinishReason::explains_empty`]; `client_stop`: the request set a stop sequence).
 pub fn inspect_body(api: Api, body: &[u8], client_stop: bool) -> Result<BodyInfo, Verdict> {
-    let info = match api {
-        Api::Chat => chat::inspect_body(body),
-        Api::Messages => messages::inspect_body(body),
-        Api::Responses => responses::inspect_body(body),
-        Api::Gemini => gemini::inspect_body(body),
-        Api::Converse => converse::inspect_body(body),
-    }?;
+    let info = of(api).inspect_body(body)?;
     if info.output_chars == 0 && !info.finish.is_some_and(|f| f.explains_empty(client_stop)) {
         return Err(Verdict::bad("response has no output"));
     }
@@ -647,7 +684,97 @@ pub fn upstream_error_message(body: &[u8]) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
+    use super::neutral::answer::{body as answer_body, AnswerContext};
+    use super::neutral::request::{neutral_of, write};
     use super::*;
+
+    const EVERY: [Api; 5] = [Api::Chat, Api::Messages, Api::Responses, Api::Gemini, Api::Converse];
+
+    /// A one-turn request as a client writes it in `api`.
+    fn plain_request(api: Api) -> Value {
+        match api {
+            Api::Chat => json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}),
+            Api::Messages => json!({"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}),
+            Api::Responses => json!({"model": "m", "input": "hi"}),
+            Api::Gemini => json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}),
+            Api::Converse => json!({"messages": [{"role": "user", "content": [{"text": "hi"}]}]}),
+        }
+    }
+
+    /// A whole one-word answer as a route in `api` gives it.
+    fn plain_answer(api: Api) -> Value {
+        match api {
+            Api::Chat => json!({"id": "c", "object": "chat.completion", "created": 1, "model": "m",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "hello"}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}}),
+            Api::Messages => json!({"id": "msg", "type": "message", "role": "assistant", "model": "m",
+                "content": [{"type": "text", "text": "hello"}], "stop_reason": "end_turn",
+                "usage": {"input_tokens": 3, "output_tokens": 1}}),
+            Api::Responses => json!({"id": "resp", "object": "response", "status": "completed", "model": "m",
+                "output": [{"type": "message", "id": "msg", "role": "assistant", "status": "completed",
+                            "content": [{"type": "output_text", "text": "hello", "annotations": []}]}],
+                "usage": {"input_tokens": 3, "output_tokens": 1, "total_tokens": 4}}),
+            Api::Gemini => json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "hello"}]},
+                "finishReason": "STOP", "index": 0}],
+                "usageMetadata": {"promptTokenCount": 3, "candidatesTokenCount": 1, "totalTokenCount": 4}}),
+            Api::Converse => json!({"output": {"message": {"role": "assistant", "content": [{"text": "hello"}]}},
+                "stopReason": "end_turn", "usage": {"inputTokens": 3, "outputTokens": 1, "totalTokens": 4}}),
+        }
+    }
+
+    /// The registry's completeness check: every registered dialect has every part. A client
+    /// dialect parses a plain request, reads it into the neutral form and names every setting;
+    /// every dialect writes that form for a route (and a client dialect parses what it wrote);
+    /// every dialect's plain answer is read and written back for every client, whose own
+    /// inspector finds the answer in it. A dialect added to the registry with a part left out
+    /// (or a stub) fails here.
+    #[test]
+    fn every_registered_dialect_has_every_part() {
+        for client in Api::ALL {
+            let d = of(client);
+            assert!(!d.name().is_empty());
+            for setting in Setting::ALL {
+                assert!(!d.setting_name(setting).is_empty(), "{client:?} names no {setting:?}");
+            }
+            let path = Some(("m", false));
+            let request = parse_request(client, plain_request(client).to_string().as_bytes(), path)
+                .unwrap_or_else(|e| panic!("{client:?} refused its own plain request: {e:?}"));
+            let neutral = neutral_of(&request).unwrap_or_else(|e| panic!("{client:?} read into neutral: {e}"));
+            for route in EVERY {
+                let written = write(route, &neutral, "up", 64)
+                    .unwrap_or_else(|e| panic!("{client:?} → {route:?} not written: {e}"));
+                let v: Value = serde_json::from_slice(&written.body).expect("a written body is JSON");
+                let text = v.to_string();
+                assert!(text.contains("hi"), "{client:?} → {route:?} lost the turn: {text}");
+                if route.is_client() {
+                    parse_request(route, &written.body, path)
+                        .unwrap_or_else(|e| panic!("{route:?} refused what it wrote for {client:?}: {e:?}"));
+                }
+            }
+        }
+        let ctx = AnswerContext {
+            id: "g".into(),
+            model: "m".into(),
+            created: 1,
+            choices: 1,
+        };
+        for upstream in EVERY {
+            let answer = plain_answer(upstream).to_string();
+            let info = inspect_body(upstream, answer.as_bytes(), false)
+                .unwrap_or_else(|v| panic!("{upstream:?}'s own answer not inspected: {v:?}"));
+            assert_eq!(info.output_chars, 5, "{upstream:?}");
+            for client in Api::ALL {
+                let out = answer_body(upstream, client, answer.as_bytes(), &ctx)
+                    .unwrap_or_else(|v| panic!("{upstream:?} → {client:?}: {v:?}"));
+                let seen = inspect_body(client, &out, false)
+                    .unwrap_or_else(|v| panic!("{client:?} cannot read what it was written from {upstream:?}: {v:?}"));
+                assert_eq!(seen.output_chars, 5, "{upstream:?} → {client:?}");
+            }
+        }
+        assert!(parse_request(Api::Converse, plain_request(Api::Converse).to_string().as_bytes(), None).is_err());
+    }
 
     #[test]
     fn finds_upstream_messages() {

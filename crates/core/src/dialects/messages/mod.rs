@@ -7,9 +7,22 @@
 //! `ping` and empty block starts are held back. Input tokens come from `message_start`, output
 //! tokens from `message_delta` (its count is the total so far).
 
+pub(crate) mod answer;
+pub(crate) mod request;
+
 use serde_json::Value;
 
+use super::body::Body;
 use super::body::Shape;
+use super::neutral::answer::Answer;
+use super::neutral::answer::AnswerContext;
+use super::neutral::answer::AnswerReader;
+use super::neutral::answer::AnswerWriter;
+use super::neutral::request::Neutral;
+use super::neutral::request::Setting;
+use super::neutral::request::Unable;
+use super::neutral::request::Writer;
+use super::Dialect;
 use super::{
     count, event_json, optional_bool, optional_u64, parse_common, BodyInfo, ClientRequest, EventInfo, FinishReason,
     Reported,
@@ -193,6 +206,60 @@ pub fn error_frame(_id: &str, _model: &str, message: &str) -> Vec<u8> {
         "error": {"type": "api_error", "message": message},
     });
     format!("event: error\ndata: {data}\n\n").into_bytes()
+}
+
+/// The Anthropic Messages dialect ([`super::of`]).
+pub(crate) struct Messages;
+
+impl Dialect for Messages {
+    fn name(&self) -> &'static str {
+        "Anthropic Messages"
+    }
+    fn parse_request(&self, bytes: &[u8], _path: Option<(&str, bool)>) -> Result<ClientRequest, ApiError> {
+        parse_request(bytes)
+    }
+    fn inspect_body(&self, body: &[u8]) -> Result<BodyInfo, Verdict> {
+        inspect_body(body)
+    }
+    fn conversation_field(&self) -> &'static str {
+        "messages"
+    }
+    fn setting_name(&self, setting: Setting) -> &'static str {
+        match setting {
+            Setting::Stop => "stop_sequences",
+            Setting::Temperature => "temperature",
+            Setting::TopP => "top_p",
+            Setting::TopK => "top_k",
+            Setting::Candidates => "n",
+            Setting::Seed => "seed",
+            Setting::Presence => "presence_penalty",
+            Setting::Frequency => "frequency_penalty",
+            Setting::Format => "output_config.format",
+            Setting::Thinking | Setting::ShowReasoning => "thinking",
+            Setting::ToolChoice => "tool_choice",
+            Setting::Parallel => "tool_choice.disable_parallel_tool_use",
+            Setting::User => "metadata.user_id",
+            Setting::Verbosity => "verbosity",
+        }
+    }
+    fn read_request(&self, body: &Body) -> Result<Neutral, Unable> {
+        request::read(body)
+    }
+    fn write_request(&self, w: &mut Writer, upstream_model: &str) -> Result<Vec<u8>, Unable> {
+        request::write(w, upstream_model)
+    }
+    fn answer_reader(&self) -> Box<dyn AnswerReader> {
+        Box::<answer::Reader>::default()
+    }
+    fn answer_writer(&self, ctx: AnswerContext) -> Box<dyn AnswerWriter> {
+        Box::new(answer::Writer::new(ctx))
+    }
+    fn read_answer(&self, body: &Value) -> Result<Answer, Verdict> {
+        answer::read_body(body)
+    }
+    fn write_answer(&self, answer: &Answer, ctx: &AnswerContext) -> Vec<u8> {
+        answer::write_body(answer, ctx)
+    }
 }
 
 #[cfg(test)]
@@ -446,7 +513,7 @@ mod tests {
     fn the_error_frame_is_an_anthropic_error_event() {
         let text = String::from_utf8(error_frame("msg_1", "m", "cut")).unwrap();
         assert!(text.starts_with("event: error\ndata: "));
-        let data = crate::dialect::frame_data(text.as_bytes());
+        let data = crate::dialects::frame_data(text.as_bytes());
         assert_eq!(
             data,
             json!({"type": "error", "error": {"type": "api_error", "message": "cut"}})

@@ -14,16 +14,29 @@
 //! input `promptTokenCount`, output `candidatesTokenCount` + `thoughtsTokenCount` (each chunk
 //! carries the totals so far).
 
+pub(crate) mod answer;
+pub mod names;
+pub(crate) mod request;
+
 use serde_json::{json, Map, Value};
 
 use super::body::{Body, Shape};
-use super::gemini_names;
+use super::neutral::answer::Answer;
+use super::neutral::answer::AnswerContext;
+use super::neutral::answer::AnswerReader;
+use super::neutral::answer::AnswerWriter;
+use super::neutral::request::Neutral;
+use super::neutral::request::Setting;
+use super::neutral::request::Unable;
+use super::neutral::request::Writer;
+use super::Dialect;
 use super::{count, event_json, own_fields, parse_object, BodyInfo, ClientRequest, EventInfo, FinishReason, Reported};
 use super::{CHARS_PER_TOKEN, IMAGE_OUTPUT_TOKENS};
 use crate::catalog::Api;
 use crate::classify::{classify_error_payload, is_error_payload, Verdict};
 use crate::error::ApiError;
 use crate::sse::SseEvent;
+use names as gemini_names;
 
 /// Parses and validates a Gemini request body for `model` (from the path).
 pub fn parse_request(bytes: &[u8], model: &str, stream: bool) -> Result<ClientRequest, ApiError> {
@@ -252,6 +265,64 @@ pub fn error_frame(_id: &str, _model: &str, message: &str) -> Vec<u8> {
 /// Gemini streams have no end sentinel: a finished stream simply closes.
 pub const DONE_FRAME: &[u8] = b"";
 
+/// The Gemini dialect ([`super::of`]).
+pub(crate) struct Gemini;
+
+impl Dialect for Gemini {
+    fn name(&self) -> &'static str {
+        "Gemini"
+    }
+    fn parse_request(&self, bytes: &[u8], path: Option<(&str, bool)>) -> Result<ClientRequest, ApiError> {
+        let (model, stream) = path.ok_or_else(|| ApiError::invalid("The model belongs in the path.", None))?;
+        parse_request(bytes, model, stream)
+    }
+    fn inspect_body(&self, body: &[u8]) -> Result<BodyInfo, Verdict> {
+        inspect_body(body)
+    }
+    fn conversation_field(&self) -> &'static str {
+        "contents"
+    }
+    fn setting_name(&self, setting: Setting) -> &'static str {
+        match setting {
+            Setting::Stop => "generationConfig.stopSequences",
+            Setting::Temperature => "generationConfig.temperature",
+            Setting::TopP => "generationConfig.topP",
+            Setting::TopK => "generationConfig.topK",
+            Setting::Candidates => "generationConfig.candidateCount",
+            Setting::Seed => "generationConfig.seed",
+            Setting::Presence => "generationConfig.presencePenalty",
+            Setting::Frequency => "generationConfig.frequencyPenalty",
+            Setting::Format => "generationConfig",
+            Setting::Thinking => "generationConfig.thinkingConfig",
+            Setting::ShowReasoning => "generationConfig.thinkingConfig.includeThoughts",
+            Setting::ToolChoice | Setting::Parallel => "toolConfig",
+            Setting::User => "user",
+            Setting::Verbosity => "verbosity",
+        }
+    }
+    fn many_choices(&self) -> bool {
+        true
+    }
+    fn read_request(&self, body: &Body) -> Result<Neutral, Unable> {
+        request::read(body)
+    }
+    fn write_request(&self, w: &mut Writer, _upstream_model: &str) -> Result<Vec<u8>, Unable> {
+        request::write(w)
+    }
+    fn answer_reader(&self) -> Box<dyn AnswerReader> {
+        Box::<answer::Reader>::default()
+    }
+    fn answer_writer(&self, ctx: AnswerContext) -> Box<dyn AnswerWriter> {
+        Box::new(answer::Writer::new(ctx))
+    }
+    fn read_answer(&self, body: &Value) -> Result<Answer, Verdict> {
+        answer::read_body(body)
+    }
+    fn write_answer(&self, answer: &Answer, ctx: &AnswerContext) -> Vec<u8> {
+        answer::write_body(answer, ctx)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -411,7 +482,7 @@ mod tests {
     fn the_error_frame_is_a_gemini_error_chunk() {
         let text = String::from_utf8(error_frame("r", "m", "cut")).unwrap();
         assert!(text.starts_with("data: ") && text.ends_with("\n\n"));
-        let data = crate::dialect::frame_data(text.as_bytes());
+        let data = crate::dialects::frame_data(text.as_bytes());
         assert_eq!(
             data,
             json!({"error": {"code": 502, "message": "cut", "status": "UNAVAILABLE"}})

@@ -43,11 +43,6 @@
 //! Any field not in this table is unable (never dropped unseen). [`Written::dropped`] lists each
 //! kind of dropped field once, list indexes as `[*]` (`messages[*].content[*].cache_control`).
 
-mod chat;
-mod converse;
-mod gemini;
-mod messages;
-mod responses;
 #[cfg(test)]
 mod tests;
 
@@ -61,8 +56,9 @@ use serde::{Deserialize, Serialize, Serializer};
 use serde_json::value::RawValue;
 
 use crate::catalog::Api;
-use crate::dialect::body::Body;
-use crate::dialect::ClientRequest;
+use crate::dialects;
+use crate::dialects::body::Body;
+use crate::dialects::ClientRequest;
 use crate::error::ApiError;
 
 /// The most turns, parts and tools one neutral request holds (a bound on its memory, SPEC §18).
@@ -110,11 +106,11 @@ pub struct Neutral {
     pub shared: Vec<Extra>,
     /// Fields read but carried nowhere, because they do not change the answer.
     pub dropped: Vec<String>,
-    parts: usize,
+    pub(crate) parts: usize,
 }
 
 /// The fields of [`Neutral::shared`], read by both OpenAI dialects.
-const OPENAI_SHARED: [&str; 6] = [
+pub(crate) const OPENAI_SHARED: [&str; 6] = [
     "metadata",
     "store",
     "service_tier",
@@ -139,7 +135,7 @@ pub enum Role {
 
 impl Role {
     /// The role's word in the OpenAI APIs.
-    fn openai(self) -> &'static str {
+    pub(crate) fn openai(self) -> &'static str {
         match self {
             Role::System => "system",
             Role::User => "user",
@@ -282,7 +278,7 @@ pub enum Effort {
 }
 
 impl Effort {
-    fn parse(word: &str) -> Option<Effort> {
+    pub(crate) fn parse(word: &str) -> Option<Effort> {
         Some(match word.to_ascii_lowercase().as_str() {
             "minimal" => Effort::Minimal,
             "low" => Effort::Low,
@@ -295,7 +291,7 @@ impl Effort {
     }
 
     /// The word the OpenAI APIs take (`max` is their `xhigh`).
-    fn openai(self) -> &'static str {
+    pub(crate) fn openai(self) -> &'static str {
         match self {
             Effort::Minimal => "minimal",
             Effort::Low => "low",
@@ -306,7 +302,7 @@ impl Effort {
     }
 
     /// A thinking budget for the APIs that take tokens.
-    fn budget(self) -> u64 {
+    pub(crate) fn budget(self) -> u64 {
         match self {
             Effort::Minimal => 1024,
             Effort::Low => 2048,
@@ -327,7 +323,7 @@ impl Effort {
 
 impl Thinking {
     /// The effort the OpenAI APIs get: none for `Off` and `Auto` (the route's default).
-    fn effort(self) -> Option<Effort> {
+    pub(crate) fn effort(self) -> Option<Effort> {
         match self {
             Thinking::Effort(e) => Some(e),
             Thinking::Budget(b) => Some(Effort::of_budget(b)),
@@ -375,15 +371,13 @@ pub struct Written {
 
 /// Reads a body in `api`'s dialect (Gemini's model and stream mode are in the path, not here).
 pub fn read(api: Api, body: &Body) -> Result<Neutral, Unable> {
-    let neutral = match api {
-        Api::Chat => chat::read(body),
-        Api::Messages => messages::read(body),
-        Api::Responses => responses::read(body),
-        Api::Gemini => gemini::read(body),
-        Api::Converse => return Err(Unable::new("", "Bedrock Converse is spoken by routes, not by clients")),
-    }?;
+    let dialect = dialects::of(api);
+    let neutral = dialect.read_request(body)?;
     if !neutral.turns.iter().any(|t| t.role != Role::System) {
-        return Err(Unable::new(conversation_field(api), "holds no user or assistant turn"));
+        return Err(Unable::new(
+            dialect.conversation_field(),
+            "holds no user or assistant turn",
+        ));
     }
     Ok(neutral)
 }
@@ -403,13 +397,7 @@ pub fn write(
         max_output_tokens: neutral.max_output_tokens.unwrap_or(default_max_output_tokens),
         dropped: neutral.dropped.clone(),
     };
-    let body = match api {
-        Api::Chat => chat::write(&mut w, upstream_model),
-        Api::Messages => messages::write(&mut w, upstream_model),
-        Api::Responses => responses::write(&mut w, upstream_model),
-        Api::Gemini => gemini::write(&mut w),
-        Api::Converse => converse::write(&mut w),
-    }?;
+    let body = dialects::of(api).write_request(&mut w, upstream_model)?;
     Ok(Written {
         body,
         dropped: compact(w.dropped),
@@ -480,112 +468,82 @@ pub fn neutral_of(request: &ClientRequest) -> Result<Neutral, Unable> {
     Ok(neutral)
 }
 
-/// The field that holds the conversation in `api`'s dialect.
-fn conversation_field(api: Api) -> &'static str {
-    match api {
-        Api::Chat | Api::Messages | Api::Converse => "messages",
-        Api::Responses => "input",
-        Api::Gemini => "contents",
-    }
-}
-
 /// How the errors name a dialect.
 fn api_name(api: Api) -> &'static str {
-    match api {
-        Api::Chat => "Chat Completions",
-        Api::Messages => "Anthropic Messages",
-        Api::Responses => "OpenAI Responses",
-        Api::Gemini => "Gemini",
-        Api::Converse => "Bedrock Converse",
-    }
+    dialects::of(api).name()
 }
 
-/// A setting's field in each dialect, in [`Api`] order (chat, messages, responses, gemini).
-type Names = [&'static str; 4];
+/// A setting a dialect names in its own way (`stop` / `stop_sequences` /
+/// `generationConfig.stopSequences`): each dialect spells it in [`Dialect::setting_name`], so an
+/// error names the field the client wrote.
+///
+/// [`Dialect::setting_name`]: crate::dialects::Dialect::setting_name
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Setting {
+    Stop,
+    Temperature,
+    TopP,
+    TopK,
+    Candidates,
+    Seed,
+    Presence,
+    Frequency,
+    Format,
+    Thinking,
+    ShowReasoning,
+    ToolChoice,
+    Parallel,
+    User,
+    Verbosity,
+}
 
-const STOP: Names = ["stop", "stop_sequences", "stop", "generationConfig.stopSequences"];
-const TEMPERATURE: Names = [
-    "temperature",
-    "temperature",
-    "temperature",
-    "generationConfig.temperature",
-];
-const TOP_P: Names = ["top_p", "top_p", "top_p", "generationConfig.topP"];
-const TOP_K: Names = ["top_k", "top_k", "top_k", "generationConfig.topK"];
-const CANDIDATES: Names = ["n", "n", "n", "generationConfig.candidateCount"];
-const SEED: Names = ["seed", "seed", "seed", "generationConfig.seed"];
-const PRESENCE: Names = [
-    "presence_penalty",
-    "presence_penalty",
-    "presence_penalty",
-    "generationConfig.presencePenalty",
-];
-const FREQUENCY: Names = [
-    "frequency_penalty",
-    "frequency_penalty",
-    "frequency_penalty",
-    "generationConfig.frequencyPenalty",
-];
-const FORMAT: Names = [
-    "response_format",
-    "output_config.format",
-    "text.format",
-    "generationConfig",
-];
-const THINKING: Names = [
-    "reasoning_effort",
-    "thinking",
-    "reasoning.effort",
-    "generationConfig.thinkingConfig",
-];
-const SHOW_REASONING: Names = [
-    "reasoning_effort",
-    "thinking",
-    "reasoning.summary",
-    "generationConfig.thinkingConfig.includeThoughts",
-];
-const TOOL_CHOICE: Names = ["tool_choice", "tool_choice", "tool_choice", "toolConfig"];
-const PARALLEL: Names = [
-    "parallel_tool_calls",
-    "tool_choice.disable_parallel_tool_use",
-    "parallel_tool_calls",
-    "toolConfig",
-];
-const USER: Names = ["user", "metadata.user_id", "user", "user"];
-const VERBOSITY: Names = ["verbosity", "verbosity", "text.verbosity", "verbosity"];
+impl Setting {
+    /// Every setting (the registry's completeness test spells each in every client dialect).
+    pub const ALL: [Setting; 15] = [
+        Setting::Stop,
+        Setting::Temperature,
+        Setting::TopP,
+        Setting::TopK,
+        Setting::Candidates,
+        Setting::Seed,
+        Setting::Presence,
+        Setting::Frequency,
+        Setting::Format,
+        Setting::Thinking,
+        Setting::ShowReasoning,
+        Setting::ToolChoice,
+        Setting::Parallel,
+        Setting::User,
+        Setting::Verbosity,
+    ];
+}
 
 /// One neutral request being written in a route's dialect.
-struct Writer<'a> {
-    n: &'a Neutral,
+pub(crate) struct Writer<'a> {
+    pub(crate) n: &'a Neutral,
     to: Api,
-    max_output_tokens: u64,
-    dropped: Vec<String>,
+    pub(crate) max_output_tokens: u64,
+    pub(crate) dropped: Vec<String>,
 }
 
 impl<'a> Writer<'a> {
     /// A setting's name in the client's dialect.
-    fn name(&self, names: Names) -> &'static str {
-        names[match self.n.from {
-            // No client speaks Converse (`read` refuses it): never the client's dialect.
-            Api::Chat | Api::Converse => 0,
-            Api::Messages => 1,
-            Api::Responses => 2,
-            Api::Gemini => 3,
-        }]
+    fn name(&self, setting: Setting) -> &'static str {
+        dialects::of(self.n.from).setting_name(setting)
     }
 
     /// The setting cannot go to this route: `why` completes "<dialect> routes …".
-    fn unable(&self, names: Names, why: &str) -> Unable {
-        Unable::new(self.name(names), format!("{} routes {why}", api_name(self.to)))
+    pub(crate) fn unable(&self, setting: Setting, why: &str) -> Unable {
+        Unable::new(self.name(setting), format!("{} routes {why}", api_name(self.to)))
     }
 
-    fn drop_setting(&mut self, names: Names) {
-        let name = self.name(names);
+    pub(crate) fn drop_setting(&mut self, setting: Setting) {
+        let name = self.name(setting);
         self.dropped.push(name.to_string());
     }
 
     /// Refuses the first of `settings` that is set (this route has no field for it).
-    fn refuse_set(&self, settings: &[(bool, Names)]) -> Result<(), Unable> {
+    pub(crate) fn refuse_set(&self, settings: &[(bool, Setting)]) -> Result<(), Unable> {
         match settings.iter().find(|(set, _)| *set) {
             Some((_, names)) => Err(self.unable(*names, "have no such setting")),
             None => Ok(()),
@@ -593,17 +551,16 @@ impl<'a> Writer<'a> {
     }
 
     /// More than one completion, to a route that answers one.
-    fn refuse_candidates(&self) -> Result<(), Unable> {
+    pub(crate) fn refuse_candidates(&self) -> Result<(), Unable> {
         match self.n.candidates {
-            Some(n) if n > 1 => Err(self.unable(CANDIDATES, "answer with one completion only")),
+            Some(n) if n > 1 => Err(self.unable(Setting::Candidates, "answer with one completion only")),
             _ => Ok(()),
         }
     }
 
     /// The OpenAI-shared fields: written by the other OpenAI dialect, dropped by the rest.
-    fn shared(&mut self) -> &'a [Extra] {
-        let openai = |api| matches!(api, Api::Chat | Api::Responses);
-        if openai(self.to) && openai(self.n.from) {
+    pub(crate) fn shared(&mut self) -> &'a [Extra] {
+        if dialects::of(self.to).openai_shared() && dialects::of(self.n.from).openai_shared() {
             return &self.n.shared;
         }
         self.dropped.extend(self.n.shared.iter().map(|e| e.field.clone()));
@@ -612,7 +569,7 @@ impl<'a> Writer<'a> {
 
     /// Reasoning from an earlier answer, for a route that cannot read it back in its own form:
     /// signed reasoning is refused, plain text is dropped (providers ignore earlier reasoning).
-    fn other_reasoning(&mut self, part: &Part, reasoning: &Reasoning) -> Result<(), Unable> {
+    pub(crate) fn other_reasoning(&mut self, part: &Part, reasoning: &Reasoning) -> Result<(), Unable> {
         match &reasoning.seal {
             Some(seal) => Err(Unable::new(
                 &part.at,
@@ -630,15 +587,15 @@ impl<'a> Writer<'a> {
     }
 
     /// A part this route has no place for.
-    fn no_place(&self, part: &Part, what: &str) -> Unable {
+    pub(crate) fn no_place(&self, part: &Part, what: &str) -> Unable {
         Unable::new(&part.at, format!("{} routes cannot take {what}", api_name(self.to)))
     }
 
     /// Tool choice for a route, or `None` when there are no tools (it is then dropped).
-    fn tool_choice(&mut self) -> Option<&'a ToolChoice> {
+    pub(crate) fn tool_choice(&mut self) -> Option<&'a ToolChoice> {
         let choice = self.n.tool_choice.as_ref()?;
         if self.n.tools.is_empty() {
-            self.drop_setting(TOOL_CHOICE);
+            self.drop_setting(Setting::ToolChoice);
             return None;
         }
         Some(choice)
@@ -646,34 +603,34 @@ impl<'a> Writer<'a> {
 
     /// Whether tool calls may run in parallel, for a route, or `None` when there are no tools (it
     /// is then dropped).
-    fn parallel_tool_calls(&mut self) -> Option<bool> {
+    pub(crate) fn parallel_tool_calls(&mut self) -> Option<bool> {
         let parallel = self.n.parallel_tool_calls?;
         if self.n.tools.is_empty() {
-            self.drop_setting(PARALLEL);
+            self.drop_setting(Setting::Parallel);
             return None;
         }
         Some(parallel)
     }
 
     /// A JSON schema's name, description and strictness, for a route with no place for them.
-    fn drop_schema_details(&mut self, schema: &JsonSchema) {
+    pub(crate) fn drop_schema_details(&mut self, schema: &JsonSchema) {
         let fields = [
             (schema.name.is_some(), "name"),
             (schema.description.is_some(), "description"),
             (schema.strict.is_some(), "strict"),
         ];
-        let base = self.name(FORMAT);
+        let base = self.name(Setting::Format);
         drop_present(&mut self.dropped, base, &fields);
     }
 
     /// `strict` on tools, for a route with no place for it.
-    fn drop_tool_strictness(&mut self) {
+    pub(crate) fn drop_tool_strictness(&mut self) {
         let strict = self.n.tools.iter().filter(|t| t.strict.is_some());
         self.dropped.extend(strict.map(|t| format!("{}.strict", t.at)));
     }
 
     /// The tool names of earlier calls, by call id (Gemini answers a call by its name).
-    fn call_names(&self) -> HashMap<&'a str, &'a str> {
+    pub(crate) fn call_names(&self) -> HashMap<&'a str, &'a str> {
         let n: &'a Neutral = self.n;
         n.turns
             .iter()
@@ -687,7 +644,7 @@ impl<'a> Writer<'a> {
 }
 
 impl Neutral {
-    fn new(from: Api) -> Neutral {
+    pub(crate) fn new(from: Api) -> Neutral {
         Neutral {
             from,
             turns: Vec::new(),
@@ -728,14 +685,14 @@ impl Neutral {
         }
     }
 
-    fn add_tool(&mut self, tool: Tool) -> Result<(), Unable> {
+    pub(crate) fn add_tool(&mut self, tool: Tool) -> Result<(), Unable> {
         self.count(&tool.at)?;
         self.tools.push(tool);
         Ok(())
     }
 
     /// Adds a part, to the last turn when it has the same role.
-    fn push(&mut self, role: Role, at: String, content: Content) -> Result<(), Unable> {
+    pub(crate) fn push(&mut self, role: Role, at: String, content: Content) -> Result<(), Unable> {
         self.count(&at)?;
         let part = Part { at, content };
         match self.turns.last_mut() {
@@ -752,7 +709,7 @@ impl Neutral {
     }
 
     /// A field both OpenAI dialects have, kept as sent.
-    fn share(&mut self, field: &str, value: &RawValue) {
+    pub(crate) fn share(&mut self, field: &str, value: &RawValue) {
         self.shared.push(Extra {
             field: field.to_string(),
             value: value.to_owned(),
@@ -763,7 +720,7 @@ impl Neutral {
 // ---- reading ----
 
 /// Whether a raw value is `null` (read as absent).
-fn is_null(raw: &RawValue) -> bool {
+pub(crate) fn is_null(raw: &RawValue) -> bool {
     raw.get().trim() == "null"
 }
 
@@ -776,13 +733,13 @@ fn reason_of(message: &str) -> String {
 }
 
 /// A value of `raw` as `T`, or why not, naming `at`.
-fn parse<'a, T: Deserialize<'a>>(raw: &'a RawValue, at: &str) -> Result<T, Unable> {
+pub(crate) fn parse<'a, T: Deserialize<'a>>(raw: &'a RawValue, at: &str) -> Result<T, Unable> {
     serde_json::from_str(raw.get()).map_err(|e| Unable::new(at, reason_of(&e.to_string())))
 }
 
 /// Walks the array `raw`, one element at a time (no list of them is built): `f` gets each
 /// element's index and value; the first element that is not a `T`, or that `f` refuses, stops it.
-fn each<'a, T, F>(raw: &'a RawValue, at: &str, mut f: F) -> Result<(), Unable>
+pub(crate) fn each<'a, T, F>(raw: &'a RawValue, at: &str, mut f: F) -> Result<(), Unable>
 where
     T: Deserialize<'a>,
     F: FnMut(usize, T) -> Result<(), Unable>,
@@ -841,7 +798,7 @@ where
 
 /// Walks the object `raw` one field at a time (no map of them is built): `f` gets each name and
 /// raw value.
-fn each_field<'a, F>(raw: &'a RawValue, at: &str, mut f: F) -> Result<(), Unable>
+pub(crate) fn each_field<'a, F>(raw: &'a RawValue, at: &str, mut f: F) -> Result<(), Unable>
 where
     F: FnMut(String, &'a RawValue) -> Result<(), Unable>,
 {
@@ -885,7 +842,7 @@ where
 
 /// A short list: one with more than [`MAX_FEW`] entries is refused at the first one past it, so
 /// no list of tiny values is built (SPEC §18).
-struct Few<T>(Vec<T>);
+pub(crate) struct Few<T>(pub(crate) Vec<T>);
 
 impl<'de, T: Deserialize<'de>> Deserialize<'de> for Few<T> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Few<T>, D::Error> {
@@ -915,12 +872,12 @@ impl<'de, T: Deserialize<'de>> Visitor<'de> for FewVisitor<T> {
 }
 
 /// A content field: a string, or a list walked with [`each`].
-enum TextOr<'a> {
+pub(crate) enum TextOr<'a> {
     Text(String),
     List(&'a RawValue),
 }
 
-fn text_or_list<'a>(raw: &'a RawValue, at: &str) -> Result<TextOr<'a>, Unable> {
+pub(crate) fn text_or_list<'a>(raw: &'a RawValue, at: &str) -> Result<TextOr<'a>, Unable> {
     match raw.get().trim_start().as_bytes().first() {
         Some(b'"') => parse(raw, at).map(TextOr::Text),
         Some(b'[') => Ok(TextOr::List(raw)),
@@ -929,7 +886,7 @@ fn text_or_list<'a>(raw: &'a RawValue, at: &str) -> Result<TextOr<'a>, Unable> {
 }
 
 /// A setting that is a word or an object: the word, or `None` for an object.
-fn word_or_object(raw: &RawValue, at: &str) -> Result<Option<String>, Unable> {
+pub(crate) fn word_or_object(raw: &RawValue, at: &str) -> Result<Option<String>, Unable> {
     match raw.get().trim_start().as_bytes().first() {
         Some(b'"') => parse(raw, at).map(Some),
         Some(b'{') => Ok(None),
@@ -945,12 +902,12 @@ struct Tag {
     kind: Option<String>,
 }
 
-fn tag_of(raw: &RawValue, at: &str) -> Result<Option<String>, Unable> {
+pub(crate) fn tag_of(raw: &RawValue, at: &str) -> Result<Option<String>, Unable> {
     parse::<Tag>(raw, at).map(|t| t.kind)
 }
 
 /// A string or a list of strings (stop sequences).
-fn strings(raw: &RawValue, at: &str) -> Result<Vec<String>, Unable> {
+pub(crate) fn strings(raw: &RawValue, at: &str) -> Result<Vec<String>, Unable> {
     match text_or_list(raw, at)? {
         TextOr::Text(s) => Ok(vec![s]),
         TextOr::List(list) => parse::<Few<String>>(list, at).map(|few| few.0),
@@ -958,7 +915,7 @@ fn strings(raw: &RawValue, at: &str) -> Result<Vec<String>, Unable> {
 }
 
 /// An image given by URL: a `data:` URL is the image itself (base64).
-fn image_from_url(url: String, detail: Option<String>, at: &str) -> Result<Image, Unable> {
+pub(crate) fn image_from_url(url: String, detail: Option<String>, at: &str) -> Result<Image, Unable> {
     let Some(rest) = url
         .get(..5)
         .filter(|p| p.eq_ignore_ascii_case("data:"))
@@ -982,13 +939,13 @@ fn image_from_url(url: String, detail: Option<String>, at: &str) -> Result<Image
 }
 
 /// Notes each field of `at` that is present (`true`) as dropped.
-fn drop_present(dropped: &mut Vec<String>, at: &str, fields: &[(bool, &str)]) {
+pub(crate) fn drop_present(dropped: &mut Vec<String>, at: &str, fields: &[(bool, &str)]) {
     let present = fields.iter().filter(|(set, _)| *set);
     dropped.extend(present.map(|(_, field)| format!("{at}.{field}")));
 }
 
 /// The field is not understood, so it is not carried (never dropped unseen).
-fn unknown(field: &str) -> Unable {
+pub(crate) fn unknown(field: &str) -> Unable {
     Unable::new(
         field,
         "is not a field the gateway can translate, so it cannot be sent to a route of another API",
@@ -997,12 +954,12 @@ fn unknown(field: &str) -> Unable {
 
 /// A field whose meaning lives at the provider (stored state, built-in tools, output other APIs
 /// cannot return).
-fn not_carried(field: impl Into<String>, why: &str) -> Unable {
+pub(crate) fn not_carried(field: impl Into<String>, why: &str) -> Unable {
     Unable::new(field, format!("{why}; it cannot be sent to a route of another API"))
 }
 
 /// A JSON object text for a function's arguments (`""` is no arguments).
-fn arguments_object(arguments: &str, at: &str) -> Result<Box<RawValue>, Unable> {
+pub(crate) fn arguments_object(arguments: &str, at: &str) -> Result<Box<RawValue>, Unable> {
     let text = arguments.trim();
     let text = if text.is_empty() { "{}" } else { text };
     match RawValue::from_string(text.to_string()) {
@@ -1014,18 +971,18 @@ fn arguments_object(arguments: &str, at: &str) -> Result<Box<RawValue>, Unable> 
 // ---- writing ----
 
 /// A JSON object written field by field straight into its bytes.
-struct JsonObject {
+pub(crate) struct JsonObject {
     buf: Vec<u8>,
 }
 
 impl JsonObject {
-    fn new(capacity: usize) -> JsonObject {
+    pub(crate) fn new(capacity: usize) -> JsonObject {
         let mut buf = Vec::with_capacity(capacity);
         buf.push(b'{');
         JsonObject { buf }
     }
 
-    fn field<T: Serialize + ?Sized>(&mut self, key: &str, value: &T) -> Result<(), Unable> {
+    pub(crate) fn field<T: Serialize + ?Sized>(&mut self, key: &str, value: &T) -> Result<(), Unable> {
         if self.buf.len() > 1 {
             self.buf.push(b',');
         }
@@ -1037,21 +994,21 @@ impl JsonObject {
     }
 
     /// Writes the field when it has a value.
-    fn opt<T: Serialize>(&mut self, key: &str, value: Option<T>) -> Result<(), Unable> {
+    pub(crate) fn opt<T: Serialize>(&mut self, key: &str, value: Option<T>) -> Result<(), Unable> {
         match value {
             Some(v) => self.field(key, &v),
             None => Ok(()),
         }
     }
 
-    fn finish(mut self) -> Vec<u8> {
+    pub(crate) fn finish(mut self) -> Vec<u8> {
         self.buf.push(b'}');
         self.buf
     }
 }
 
 /// The size a written body starts with room for (the client's content, plus some).
-fn capacity(n: &Neutral) -> usize {
+pub(crate) fn capacity(n: &Neutral) -> usize {
     let text: usize = n
         .turns
         .iter()
@@ -1070,7 +1027,7 @@ fn capacity(n: &Neutral) -> usize {
 }
 
 /// An image as a URL: its own, or a `data:` URL of its bytes (written without a copy of them).
-struct ImageUrl<'a>(&'a ImageSource);
+pub(crate) struct ImageUrl<'a>(pub(crate) &'a ImageSource);
 
 impl Serialize for ImageUrl<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -1090,7 +1047,7 @@ impl fmt::Display for DataUrl<'_> {
 }
 
 /// The text of a system turn's parts (readers put only text there).
-fn system_text(part: &Part) -> Result<&str, Unable> {
+pub(crate) fn system_text(part: &Part) -> Result<&str, Unable> {
     match &part.content {
         Content::Text(t) => Ok(t),
         _ => Err(Unable::new(&part.at, "a system prompt holds text only")),
@@ -1098,7 +1055,7 @@ fn system_text(part: &Part) -> Result<&str, Unable> {
 }
 
 /// The text parts of a tool result joined, or `None` when it holds an image.
-fn result_text(result: &ToolResult) -> Option<Cow<'_, str>> {
+pub(crate) fn result_text(result: &ToolResult) -> Option<Cow<'_, str>> {
     let mut texts = result.content.iter().map(|p| match p {
         Piece::Text(t) => Some(t.as_str()),
         Piece::Image(_) => None,
@@ -1110,6 +1067,6 @@ fn result_text(result: &ToolResult) -> Option<Cow<'_, str>> {
     }
 }
 
-fn is_false(b: &bool) -> bool {
+pub(crate) fn is_false(b: &bool) -> bool {
     !*b
 }

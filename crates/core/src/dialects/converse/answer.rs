@@ -11,19 +11,21 @@
 
 use serde_json::Value;
 
-use super::{event_data, index_at, text_at, Answer, Choice, Event, Part, Read, Tokens, Unreadable, UpstreamError};
 use crate::classify::Verdict;
-use crate::dialect::converse::{finish_reason, usage_of};
+use crate::dialects::converse::{finish_reason, usage_of};
+use crate::dialects::neutral::answer::{
+    event_data, index_at, text_at, Answer, AnswerReader, Choice, Event, Part, Tokens, Unreadable, UpstreamError,
+};
 use crate::sse::SseEvent;
 
 /// Reads a Converse upstream's events.
 #[derive(Debug, Default)]
-pub(super) struct Reader {
+pub(crate) struct Reader {
     /// `messageStop` was read: the `metadata` after it ends the answer.
     stopped: bool,
 }
 
-impl Read for Reader {
+impl AnswerReader for Reader {
     fn read(&mut self, ev: &SseEvent, out: &mut Vec<Event>) -> Result<(), Unreadable> {
         let Some((v, kind)) = event_data(ev)? else {
             return Ok(());
@@ -108,7 +110,7 @@ fn block_part(b: &Value) -> Option<Part> {
 }
 
 /// A whole Converse answer: its message's blocks, stop reason and usage.
-pub(super) fn read_body(v: &Value) -> Result<Answer, Verdict> {
+pub(crate) fn read_body(v: &Value) -> Result<Answer, Verdict> {
     let blocks = v
         .pointer("/output/message/content")
         .and_then(Value::as_array)
@@ -130,10 +132,10 @@ pub(super) fn read_body(v: &Value) -> Result<Answer, Verdict> {
 mod tests {
     use serde_json::{json, Value};
 
-    use super::super::{body, AnswerContext, StreamTranslator};
     use crate::catalog::Api;
     use crate::classify::{classify_error_payload, FailureClass};
-    use crate::dialect::{chat, gemini, messages, responses, EventInfo, FinishReason, Reported};
+    use crate::dialects::neutral::answer::{body, AnswerContext, StreamTranslator};
+    use crate::dialects::{chat, gemini, messages, responses, EventInfo, FinishReason, Reported};
     use crate::sse::SseEvent;
 
     const CLIENTS: [Api; 4] = [Api::Chat, Api::Messages, Api::Responses, Api::Gemini];
@@ -306,7 +308,7 @@ mod tests {
         });
         for client in CLIENTS {
             let out = body(Api::Converse, client, answer.to_string().as_bytes(), &ctx()).unwrap();
-            let info = crate::dialect::inspect_body(client, &out, false).unwrap();
+            let info = crate::dialects::inspect_body(client, &out, false).unwrap();
             assert_eq!(info.usage.input_tokens, Some(10), "{client:?}");
             assert_eq!(info.usage.output_tokens, Some(20), "{client:?}");
             let text = String::from_utf8(out).unwrap();
@@ -318,7 +320,7 @@ mod tests {
         assert_eq!(v["choices"][0]["message"]["tool_calls"][0]["id"], "tooluse_1");
         let limited = json!({"output": {"message": {"role": "assistant", "content": []}}, "stopReason": "max_tokens",
                              "usage": {"inputTokens": 1, "outputTokens": 0, "totalTokens": 1}});
-        let info = crate::dialect::inspect_body(Api::Converse, limited.to_string().as_bytes(), false).unwrap();
+        let info = crate::dialects::inspect_body(Api::Converse, limited.to_string().as_bytes(), false).unwrap();
         assert_eq!(
             info.finish,
             Some(FinishReason::Limit),

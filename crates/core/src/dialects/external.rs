@@ -66,14 +66,21 @@ pub fn external_input(body: &Body) -> Option<String> {
     if body.shape("mcp_servers") == Shape::Array {
         return Some("mcp_servers".into());
     }
-    ["messages", "input", "contents", "system", "instructions", "systemInstruction"]
-        .iter()
-        .find_map(|field| {
-            let raw = body.raw(field)?;
-            let mut de = serde_json::Deserializer::from_str(raw.get());
-            let found = Find.deserialize(&mut de).ok()??;
-            Some(path(field, &found))
-        })
+    [
+        "messages",
+        "input",
+        "contents",
+        "system",
+        "instructions",
+        "systemInstruction",
+    ]
+    .iter()
+    .find_map(|field| {
+        let raw = body.raw(field)?;
+        let mut de = serde_json::Deserializer::from_str(raw.get());
+        let found = Find.deserialize(&mut de).ok()??;
+        Some(path(field, &found))
+    })
 }
 
 /// The first tool the provider runs and bills per use, as (its field, its kind), if any: chat's
@@ -203,7 +210,11 @@ impl<'de> Visitor<'de> for Find {
                 }
             }
         }
-        Ok(if head.names_outside_input() { Some(Vec::new()) } else { found })
+        Ok(if head.names_outside_input() {
+            Some(Vec::new())
+        } else {
+            found
+        })
     }
 }
 
@@ -237,7 +248,9 @@ impl<'de> Visitor<'de> for Text {
 struct RemoteUrl;
 
 fn is_remote(url: &str) -> bool {
-    !url.trim_start().get(..5).is_some_and(|p| p.eq_ignore_ascii_case("data:"))
+    !url.trim_start()
+        .get(..5)
+        .is_some_and(|p| p.eq_ignore_ascii_case("data:"))
 }
 
 impl<'de> DeserializeSeed<'de> for RemoteUrl {
@@ -428,10 +441,16 @@ mod tests {
     #[test]
     fn input_named_instead_of_carried_is_found_by_structure() {
         let cases = [
-            (json!({"input": "hi", "previous_response_id": "resp_1"}), Some("previous_response_id")),
+            (
+                json!({"input": "hi", "previous_response_id": "resp_1"}),
+                Some("previous_response_id"),
+            ),
             (json!({"input": "hi", "conversation": "conv_1"}), Some("conversation")),
             (json!({"prompt": {"id": "pmpt_1"}}), Some("prompt")),
-            (json!({"contents": [], "cachedContent": "cachedContents/1"}), Some("cachedContent")),
+            (
+                json!({"contents": [], "cachedContent": "cachedContents/1"}),
+                Some("cachedContent"),
+            ),
             (
                 json!({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://x/y.png"}}]}]}),
                 Some("messages[0].content[0]"),
@@ -448,7 +467,10 @@ mod tests {
                 json!({"contents": [{"role": "user", "parts": [{"fileData": {"fileUri": "gs://b/o"}}]}]}),
                 Some("contents[0].parts[0]"),
             ),
-            (json!({"messages": [], "mcp_servers": [{"url": "https://mcp"}]}), Some("mcp_servers")),
+            (
+                json!({"messages": [], "mcp_servers": [{"url": "https://mcp"}]}),
+                Some("mcp_servers"),
+            ),
         ];
         for (body, want) in cases {
             assert_eq!(external_input(&map(body.clone())).as_deref(), want, "{body}");
@@ -480,9 +502,15 @@ mod tests {
             found(json!({"tools": [{"functionDeclarations": []}, {"googleSearch": {}}]})),
             Some(("tools[1]".into(), "googleSearch".into()))
         );
-        assert_eq!(found(json!({"tools": [{"name": "get_weather", "input_schema": {}}]})), None);
+        assert_eq!(
+            found(json!({"tools": [{"name": "get_weather", "input_schema": {}}]})),
+            None
+        );
         assert_eq!(found(json!({"tools": [{"type": "custom", "name": "x"}]})), None);
-        assert_eq!(found(json!({"tools": [{"functionDeclarations": [{"name": "f"}]}]})), None);
+        assert_eq!(
+            found(json!({"tools": [{"functionDeclarations": [{"name": "f"}]}]})),
+            None
+        );
         assert_eq!(found(json!({"messages": []})), None);
         // Chat's web search is set beside the tools, not among them.
         for options in [json!({}), json!({"search_context_size": "low"})] {

@@ -337,7 +337,7 @@ mod tests {
             text.push_str(",0");
         }
         text.push_str("]}]}");
-        let r = crate::dialect::parse_request(crate::catalog::Api::Chat, text.as_bytes(), None).unwrap();
+        let r = crate::dialects::parse_request(crate::catalog::Api::Chat, text.as_bytes(), None).unwrap();
         let sent = r.upstream_body("m");
         assert_eq!(
             sent.len(),
@@ -385,7 +385,7 @@ mod tests {
                     Err(e) => panic!("{what}: {e:?}"),
                 }
                 if !fits {
-                    let refused = crate::dialect::parse_request(Api::Chat, text.as_bytes(), None);
+                    let refused = crate::dialects::parse_request(Api::Chat, text.as_bytes(), None);
                     assert!(matches!(refused, Err(ApiError::InvalidRequest { .. })), "{what}");
                 }
             }

@@ -236,7 +236,13 @@ fn to_responses() {
         assert_eq!(dropped, Vec::<String>::new());
         // With its stop sequence, the conversation cannot go to Responses.
         let stop = refused(from, &conversation(from), Api::Responses);
-        assert_eq!(stop.field, super::STOP[from as usize]);
+        let spelled = match from {
+            Api::Chat => "stop",
+            Api::Messages => "stop_sequences",
+            Api::Gemini => "generationConfig.stopSequences",
+            other => unreachable!("{other:?} is not a client here"),
+        };
+        assert_eq!(stop.field, spelled);
     }
 }
 
@@ -351,7 +357,7 @@ fn the_output_limit_is_always_written_in_the_targets_field() {
 #[test]
 fn a_parsed_request_translates_with_its_own_mode_limit_and_usage_wish() {
     let bytes = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": true}).to_string();
-    let mut request = crate::dialect::parse_request(Api::Chat, bytes.as_bytes(), None).unwrap();
+    let mut request = crate::dialects::parse_request(Api::Chat, bytes.as_bytes(), None).unwrap();
     request.limit_output(321);
     let w = translate_request(&request, Api::Messages, "claude", 9999).unwrap();
     let v: Value = serde_json::from_slice(&w.body).unwrap();
@@ -369,7 +375,7 @@ fn a_parsed_request_translates_with_its_own_mode_limit_and_usage_wish() {
         n.stream_usage,
         "the body asks the upstream for usage; translate_request uses the client's wish"
     );
-    let gemini = crate::dialect::parse_request(
+    let gemini = crate::dialects::parse_request(
         Api::Gemini,
         br#"{"contents":[{"parts":[{"text":"hi"}]}]}"#,
         Some(("gemini-x", true)),
@@ -1266,7 +1272,12 @@ fn a_system_message_inside_a_messages_conversation_stays_at_its_place() {
     let roles: Vec<Role> = n.turns.iter().map(|t| t.role).collect();
     assert_eq!(roles, vec![System, User, Assistant, System, User]);
     let chat: Value = serde_json::from_slice(&write(Api::Chat, &n, "u", 64).unwrap().body).unwrap();
-    let roles: Vec<&str> = chat["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
+    let roles: Vec<&str> = chat["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
     assert_eq!(roles, ["system", "user", "assistant", "system", "user"], "{chat}");
     assert_eq!(chat["messages"][3]["content"], "now be brief", "{chat}");
     // Only text belongs in a system message.
