@@ -16,10 +16,11 @@ use switchyard_core::classify::{classify_error_payload, classify_status, is_erro
 use switchyard_core::cloud::bedrock::classify_bedrock;
 use switchyard_core::cloud::sigv4::{self, Credentials};
 use switchyard_core::dialects::neutral::answer::{self, AnswerContext, StreamTranslator};
+use switchyard_core::dialects::StreamDialect;
 use switchyard_core::dialects::{self, ClientRequest, Reported};
 use switchyard_core::echo::Asked;
 use switchyard_core::redact::Redactor;
-use switchyard_core::relay::{Before, Framing, Gate, Incoming, Relay, StreamDialect};
+use switchyard_core::relay::{Before, Framing, Gate, Incoming, Relay};
 use switchyard_core::sse::SseEvent;
 use switchyard_core::wire::{self, Outgoing};
 use switchyard_core::ApiError;

@@ -6,7 +6,6 @@
 
 use serde_json::{json, Value};
 
-use crate::catalog::Api;
 use crate::limits::{rate_headers, RateWindow};
 
 /// The error body shape a client expects.
@@ -29,17 +28,6 @@ impl ErrorShape {
             ErrorShape::Gemini
         } else {
             ErrorShape::OpenAi
-        }
-    }
-}
-
-impl From<Api> for ErrorShape {
-    fn from(api: Api) -> ErrorShape {
-        match api {
-            Api::Messages => ErrorShape::Anthropic,
-            // Converse is no client's dialect; an error about it is said the OpenAI way.
-            Api::Chat | Api::Responses | Api::Converse => ErrorShape::OpenAi,
-            Api::Gemini => ErrorShape::Gemini,
         }
     }
 }

@@ -9,12 +9,11 @@
 //! stream ends with the dialect's error frame — never a silent close, never a splice from another
 //! route.
 
-use crate::catalog::Api;
 use crate::classify::{classify_error_payload, Verdict};
 use crate::cloud::converse_stream;
 use crate::cloud::invoke_stream::FrameStream;
 use crate::dialects::neutral::answer::StreamTranslator;
-use crate::dialects::{chat, gemini, messages, responses, with_cost, EventInfo, Reported};
+use crate::dialects::{with_cost, EventInfo, Reported, StreamDialect};
 use crate::generation::{Delivery, Tariff};
 use crate::money::micros_to_usd;
 use crate::redact::Redactor;
@@ -65,63 +64,6 @@ impl Break {
             Break::Cut => "The provider's connection broke mid-stream.",
             Break::Idle => "The provider stopped sending data.",
             Break::Cap => "The stream exceeded the maximum duration.",
-        }
-    }
-}
-
-/// What the relay needs from a dialect: what an event means, how a broken stream ends, and the
-/// end-of-stream sentinel for a stream that finished without it.
-#[derive(Debug)]
-pub struct StreamDialect {
-    pub inspect: fn(&SseEvent) -> EventInfo,
-    /// (stream id, model, message) → the bytes that end a broken stream.
-    pub error_frame: fn(&str, &str, &str) -> Vec<u8>,
-    pub done_frame: &'static [u8],
-    /// After commit an upstream error event is passed as sent (its SDK reads it); otherwise it
-    /// is replaced by [`StreamDialect::error_frame`].
-    pub pass_error_events: bool,
-}
-
-/// OpenAI Chat Completions streams.
-pub const CHAT: StreamDialect = StreamDialect {
-    inspect: chat::inspect_event,
-    error_frame: chat::error_frame,
-    done_frame: chat::DONE_FRAME,
-    pass_error_events: false,
-};
-
-/// Anthropic Messages streams.
-pub const MESSAGES: StreamDialect = StreamDialect {
-    inspect: messages::inspect_event,
-    error_frame: messages::error_frame,
-    done_frame: messages::DONE_FRAME,
-    pass_error_events: true,
-};
-
-/// Google Gemini streams (`alt=sse`).
-pub const GEMINI: StreamDialect = StreamDialect {
-    inspect: gemini::inspect_event,
-    error_frame: gemini::error_frame,
-    done_frame: gemini::DONE_FRAME,
-    pass_error_events: true,
-};
-
-/// OpenAI Responses streams.
-pub const RESPONSES: StreamDialect = StreamDialect {
-    inspect: responses::inspect_event,
-    error_frame: responses::error_frame,
-    done_frame: responses::DONE_FRAME,
-    pass_error_events: true,
-};
-
-impl StreamDialect {
-    /// The stream dialect of a client API (Converse, no client's, is read as chat's).
-    pub fn of(api: Api) -> &'static StreamDialect {
-        match api {
-            Api::Chat | Api::Converse => &CHAT,
-            Api::Messages => &MESSAGES,
-            Api::Responses => &RESPONSES,
-            Api::Gemini => &GEMINI,
         }
     }
 }
@@ -498,7 +440,11 @@ impl Relay {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::catalog::Api;
     use crate::classify::FailureClass;
+    use crate::dialects::chat::{self, STREAM as CHAT};
+    use crate::dialects::messages::{self, STREAM as MESSAGES};
+    use crate::dialects::responses::STREAM as RESPONSES;
 
     /// A ConverseStream, however its bytes are cut, reaches a chat client as chat chunks that the
     /// gate commits and the relay finishes, with the upstream's usage (cache reads included).

@@ -26,7 +26,7 @@ use neutral::request::{Neutral, Setting, Unable, Writer};
 
 use crate::catalog::{Api, Kind};
 use crate::classify::Verdict;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorShape};
 use crate::sse::SseEvent;
 
 /// What one dialect knows. Each folder implements it once; [`of`] is the registry.
@@ -38,6 +38,13 @@ pub(crate) trait Dialect: Sync {
     fn parse_request(&self, bytes: &[u8], path: Option<(&str, bool)>) -> Result<ClientRequest, ApiError>;
     /// A whole non-stream answer: usage and output size, or why it is no answer.
     fn inspect_body(&self, body: &[u8]) -> Result<BodyInfo, Verdict>;
+    /// Its streams, as the gate and the relay read and end them.
+    fn stream(&self) -> &'static StreamDialect;
+    /// How an error is said to a client of this dialect.
+    fn error_shape(&self) -> ErrorShape;
+    /// Sets the output limit in a client's `body` that set none (it is always written, so the
+    /// upstream cannot produce more than was held).
+    fn limit_output(&self, body: &mut Body, max_output_tokens: u64);
     /// The field that holds the conversation.
     fn conversation_field(&self) -> &'static str;
     /// How a client writing this dialect names `setting` (in errors and dropped-field lists).
@@ -63,6 +70,33 @@ pub(crate) trait Dialect: Sync {
     fn read_answer(&self, body: &Value) -> Result<Answer, Verdict>;
     /// Writes a whole answer as this client's body.
     fn write_answer(&self, answer: &Answer, ctx: &AnswerContext) -> Vec<u8>;
+}
+
+/// What the relay needs from a dialect's streams: what an event means, how a broken stream
+/// ends, and the end-of-stream sentinel for a stream that finished without it. Each dialect
+/// folder has its `STREAM`.
+#[derive(Debug)]
+pub struct StreamDialect {
+    pub inspect: fn(&SseEvent) -> EventInfo,
+    /// (stream id, model, message) → the bytes that end a broken stream.
+    pub error_frame: fn(&str, &str, &str) -> Vec<u8>,
+    pub done_frame: &'static [u8],
+    /// After commit an upstream error event is passed as sent (its SDK reads it); otherwise it
+    /// is replaced by [`StreamDialect::error_frame`].
+    pub pass_error_events: bool,
+}
+
+impl StreamDialect {
+    /// The stream dialect of a client API.
+    pub fn of(api: Api) -> &'static StreamDialect {
+        of(api).stream()
+    }
+}
+
+impl From<Api> for ErrorShape {
+    fn from(api: Api) -> ErrorShape {
+        of(api).error_shape()
+    }
 }
 
 /// The registry: the dialect that speaks `api`.
@@ -495,18 +529,7 @@ impl ClientRequest {
         if let Some(limit) = self.max_tokens {
             return limit;
         }
-        let field = match self.api {
-            // A client request is never in Converse (`parse_request` refuses it).
-            Api::Chat | Api::Converse => "max_completion_tokens",
-            Api::Messages => "max_tokens",
-            Api::Responses => "max_output_tokens",
-            Api::Gemini => {
-                gemini::limit_output(&mut self.body, model_max_output_tokens);
-                self.max_tokens = Some(model_max_output_tokens);
-                return model_max_output_tokens;
-            }
-        };
-        self.body.set(field, &Value::from(model_max_output_tokens));
+        of(self.api).limit_output(&mut self.body, model_max_output_tokens);
         self.max_tokens = Some(model_max_output_tokens);
         model_max_output_tokens
     }
@@ -742,6 +765,23 @@ mod tests {
             let request = parse_request(client, plain_request(client).to_string().as_bytes(), path)
                 .unwrap_or_else(|e| panic!("{client:?} refused its own plain request: {e:?}"));
             let neutral = neutral_of(&request).unwrap_or_else(|e| panic!("{client:?} read into neutral: {e}"));
+            // The output limit, written in the dialect's own field, is read back by its parser.
+            // (Messages requires its own, so its plain request's 16 stays.)
+            let mut limited = request.clone();
+            let limit = request.max_tokens.unwrap_or(77);
+            assert_eq!(limited.limit_output(77), limit);
+            let again = parse_request(client, &limited.upstream_body("m"), path).expect("a limited body parses");
+            assert_eq!(
+                again.max_tokens,
+                Some(limit),
+                "{client:?} wrote its limit where it does not read it"
+            );
+            // A broken stream ends in the dialect's own error frame.
+            let frame = (d.stream().error_frame)("g", "m", "the provider broke");
+            assert!(
+                String::from_utf8_lossy(&frame).contains("the provider broke"),
+                "{client:?}"
+            );
             for route in EVERY {
                 let written = write(route, &neutral, "up", 64)
                     .unwrap_or_else(|e| panic!("{client:?} → {route:?} not written: {e}"));

@@ -15,14 +15,14 @@ use super::neutral::request::Neutral;
 use super::neutral::request::Setting;
 use super::neutral::request::Unable;
 use super::neutral::request::Writer;
-use super::Dialect;
 use super::CHARS_PER_TOKEN;
 use super::{
     count, optional_bool, optional_u64, parse_common, BodyInfo, ClientRequest, EventInfo, FinishReason, Reported,
 };
+use super::{Dialect, StreamDialect};
 use crate::catalog::Api;
 use crate::classify::Verdict;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorShape};
 use crate::sse::SseEvent;
 
 /// The most completions one request may ask for (`n`).
@@ -91,6 +91,14 @@ pub fn parse_request(bytes: &[u8]) -> Result<ClientRequest, ApiError> {
     })
 }
 
+/// OpenAI Chat Completions streams.
+pub const STREAM: StreamDialect = StreamDialect {
+    inspect: inspect_event,
+    error_frame,
+    done_frame: DONE_FRAME,
+    pass_error_events: false,
+};
+
 /// The Chat Completions dialect ([`super::of`]).
 pub(crate) struct Chat;
 
@@ -103,6 +111,15 @@ impl Dialect for Chat {
     }
     fn inspect_body(&self, body: &[u8]) -> Result<BodyInfo, Verdict> {
         inspect_body(body)
+    }
+    fn stream(&self) -> &'static StreamDialect {
+        &STREAM
+    }
+    fn error_shape(&self) -> ErrorShape {
+        ErrorShape::OpenAi
+    }
+    fn limit_output(&self, body: &mut Body, max_output_tokens: u64) {
+        body.set("max_completion_tokens", &Value::from(max_output_tokens));
     }
     fn conversation_field(&self) -> &'static str {
         "messages"

@@ -22,10 +22,10 @@ use super::neutral::request::Setting;
 use super::neutral::request::Unable;
 use super::neutral::request::Writer;
 use super::ClientRequest;
-use super::Dialect;
 use super::{count, BodyInfo, FinishReason, Reported};
+use super::{Dialect, StreamDialect};
 use crate::classify::{classify_error_payload, is_error_payload, Verdict};
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorShape};
 
 /// A whole Converse answer: usage, output size and stop reason, or why it is no answer.
 pub fn inspect_body(body: &[u8]) -> Result<BodyInfo, Verdict> {
@@ -113,6 +113,16 @@ impl Dialect for Converse {
     }
     fn inspect_body(&self, body: &[u8]) -> Result<BodyInfo, Verdict> {
         inspect_body(body)
+    }
+    fn stream(&self) -> &'static StreamDialect {
+        super::chat::Chat.stream()
+    }
+    fn error_shape(&self) -> ErrorShape {
+        // An error about it is said the OpenAI way.
+        ErrorShape::OpenAi
+    }
+    fn limit_output(&self, body: &mut Body, max_output_tokens: u64) {
+        super::chat::Chat.limit_output(body, max_output_tokens)
     }
     fn conversation_field(&self) -> &'static str {
         "messages"

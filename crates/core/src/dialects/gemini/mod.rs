@@ -29,12 +29,12 @@ use super::neutral::request::Neutral;
 use super::neutral::request::Setting;
 use super::neutral::request::Unable;
 use super::neutral::request::Writer;
-use super::Dialect;
 use super::{count, event_json, own_fields, parse_object, BodyInfo, ClientRequest, EventInfo, FinishReason, Reported};
+use super::{Dialect, StreamDialect};
 use super::{CHARS_PER_TOKEN, IMAGE_OUTPUT_TOKENS};
 use crate::catalog::Api;
 use crate::classify::{classify_error_payload, is_error_payload, Verdict};
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorShape};
 use crate::sse::SseEvent;
 use names as gemini_names;
 
@@ -265,6 +265,14 @@ pub fn error_frame(_id: &str, _model: &str, message: &str) -> Vec<u8> {
 /// Gemini streams have no end sentinel: a finished stream simply closes.
 pub const DONE_FRAME: &[u8] = b"";
 
+/// Google Gemini streams (`alt=sse`).
+pub const STREAM: StreamDialect = StreamDialect {
+    inspect: inspect_event,
+    error_frame,
+    done_frame: DONE_FRAME,
+    pass_error_events: true,
+};
+
 /// The Gemini dialect ([`super::of`]).
 pub(crate) struct Gemini;
 
@@ -278,6 +286,15 @@ impl Dialect for Gemini {
     }
     fn inspect_body(&self, body: &[u8]) -> Result<BodyInfo, Verdict> {
         inspect_body(body)
+    }
+    fn stream(&self) -> &'static StreamDialect {
+        &STREAM
+    }
+    fn error_shape(&self) -> ErrorShape {
+        ErrorShape::Gemini
+    }
+    fn limit_output(&self, body: &mut Body, max_output_tokens: u64) {
+        limit_output(body, max_output_tokens);
     }
     fn conversation_field(&self) -> &'static str {
         "contents"

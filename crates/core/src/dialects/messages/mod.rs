@@ -22,14 +22,14 @@ use super::neutral::request::Neutral;
 use super::neutral::request::Setting;
 use super::neutral::request::Unable;
 use super::neutral::request::Writer;
-use super::Dialect;
 use super::{
     count, event_json, optional_bool, optional_u64, parse_common, BodyInfo, ClientRequest, EventInfo, FinishReason,
     Reported,
 };
+use super::{Dialect, StreamDialect};
 use crate::catalog::Api;
 use crate::classify::{classify_error_payload, is_error_payload, Verdict};
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorShape};
 use crate::sse::SseEvent;
 
 /// The `anthropic-version` sent upstream when the client sent none.
@@ -208,6 +208,14 @@ pub fn error_frame(_id: &str, _model: &str, message: &str) -> Vec<u8> {
     format!("event: error\ndata: {data}\n\n").into_bytes()
 }
 
+/// Anthropic Messages streams.
+pub const STREAM: StreamDialect = StreamDialect {
+    inspect: inspect_event,
+    error_frame,
+    done_frame: DONE_FRAME,
+    pass_error_events: true,
+};
+
 /// The Anthropic Messages dialect ([`super::of`]).
 pub(crate) struct Messages;
 
@@ -220,6 +228,15 @@ impl Dialect for Messages {
     }
     fn inspect_body(&self, body: &[u8]) -> Result<BodyInfo, Verdict> {
         inspect_body(body)
+    }
+    fn stream(&self) -> &'static StreamDialect {
+        &STREAM
+    }
+    fn error_shape(&self) -> ErrorShape {
+        ErrorShape::Anthropic
+    }
+    fn limit_output(&self, body: &mut Body, max_output_tokens: u64) {
+        body.set("max_tokens", &Value::from(max_output_tokens));
     }
     fn conversation_field(&self) -> &'static str {
         "messages"

@@ -23,14 +23,14 @@ use super::neutral::request::Neutral;
 use super::neutral::request::Setting;
 use super::neutral::request::Unable;
 use super::neutral::request::Writer;
-use super::Dialect;
 use super::{
     count, event_json, optional_bool, optional_u64, parse_common, BodyInfo, ClientRequest, EventInfo, FinishReason,
     Reported,
 };
+use super::{Dialect, StreamDialect};
 use crate::catalog::Api;
 use crate::classify::{classify_error_payload, is_error_payload, Verdict};
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorShape};
 use crate::sse::SseEvent;
 
 /// Parses and validates a Responses request body.
@@ -235,6 +235,14 @@ pub fn error_frame(id: &str, model: &str, message: &str) -> Vec<u8> {
 /// Nothing: a Responses stream ends with `response.completed`, which is also its finish.
 pub const DONE_FRAME: &[u8] = b"";
 
+/// OpenAI Responses streams.
+pub const STREAM: StreamDialect = StreamDialect {
+    inspect: inspect_event,
+    error_frame,
+    done_frame: DONE_FRAME,
+    pass_error_events: true,
+};
+
 /// The OpenAI Responses dialect ([`super::of`]).
 pub(crate) struct Responses;
 
@@ -247,6 +255,15 @@ impl Dialect for Responses {
     }
     fn inspect_body(&self, body: &[u8]) -> Result<BodyInfo, Verdict> {
         inspect_body(body)
+    }
+    fn stream(&self) -> &'static StreamDialect {
+        &STREAM
+    }
+    fn error_shape(&self) -> ErrorShape {
+        ErrorShape::OpenAi
+    }
+    fn limit_output(&self, body: &mut Body, max_output_tokens: u64) {
+        body.set("max_output_tokens", &Value::from(max_output_tokens));
     }
     fn conversation_field(&self) -> &'static str {
         "input"

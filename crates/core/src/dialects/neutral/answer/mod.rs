@@ -601,8 +601,9 @@ mod through_the_relay {
     };
     use super::*;
     use crate::catalog::Price;
+    use crate::dialects::StreamDialect;
     use crate::generation::{Tariff, UsageLimits};
-    use crate::relay::{After, Before, Gate, Relay, StreamDialect};
+    use crate::relay::{After, Before, Gate, Relay};
 
     fn frames(bytes: &[u8]) -> Vec<SseEvent> {
         let mut events = Vec::new();
