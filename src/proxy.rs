@@ -14,7 +14,8 @@ use std::rc::Rc;
 use futures_channel::oneshot;
 use futures_util::future::select;
 
-use switchyard_core::catalog::{Api, Balance, Catalog, Model, Policy, Price};
+use switchyard_core::api::Api;
+use switchyard_core::catalog::{Balance, Catalog, Model, Policy, Price};
 use switchyard_core::dialects::neutral::answer::AnswerContext;
 use switchyard_core::dialects::{with_cost, ClientRequest};
 use switchyard_core::generation::{AttemptResult, AttemptTarget, Delivery, Ending, Journal, Opening};

@@ -11,14 +11,16 @@ use std::pin::{pin, Pin};
 
 use futures_util::future::{select, Either};
 use js_sys::Uint8Array;
-use switchyard_core::catalog::{Api, Kind, Provider};
-use switchyard_core::classify::{classify_error_payload, classify_status, is_error_payload, FailureClass, Verdict};
-use switchyard_core::cloud::bedrock::classify_bedrock;
-use switchyard_core::cloud::sigv4::{self, Credentials};
+use switchyard_core::api::Api;
+use switchyard_core::classify::{classify_error_payload, is_error_payload, FailureClass, Verdict};
+use switchyard_core::providers;
+use switchyard_core::providers::Provider;
+
 use switchyard_core::dialects::neutral::answer::{self, AnswerContext, StreamTranslator};
 use switchyard_core::dialects::StreamDialect;
 use switchyard_core::dialects::{self, ClientRequest, Reported};
 use switchyard_core::echo::Asked;
+use switchyard_core::providers::bedrock::sigv4::{self, Credentials};
 use switchyard_core::redact::Redactor;
 use switchyard_core::relay::{Before, Framing, Gate, Incoming, Relay};
 use switchyard_core::sse::SseEvent;
@@ -235,9 +237,9 @@ fn build_request(
     outgoing: &Outgoing,
     token: Option<&str>,
 ) -> Result<Request, ApiError> {
-    let kind = target.provider.kind();
+    let kind = providers::of(target.provider.kind());
     // Bedrock's `accept` is the answer body's type; the stream's framing is its own.
-    let accept = if request.stream && kind != Kind::Bedrock {
+    let accept = if request.stream && kind.streams_sse() {
         "text/event-stream"
     } else {
         "application/json"
@@ -246,7 +248,9 @@ fn build_request(
     if let Some(key) = token.or(target.key.as_deref()) {
         list.extend(wire::key_headers(target.provider, key));
     }
-    list.extend(request.upstream_headers(kind));
+    if kind.takes_anthropic_headers() {
+        list.extend(request.anthropic_headers());
+    }
     // Bedrock: signed last, over exactly the headers and the body sent (SPEC §20).
     let signed = match (&target.aws, &target.provider.region) {
         (Some(credentials), Some(region)) => {
@@ -316,7 +320,7 @@ pub async fn attempt(
         status: None,
         token: None,
     };
-    if let (Kind::Vertex, Some(secret)) = (target.provider.kind(), &target.key) {
+    if let (true, Some(secret)) = (providers::of(target.provider.kind()).mints_token(), &target.key) {
         // Its access token first (cached, or minted within the attempt's deadline).
         let minted = a
             .within(
@@ -366,13 +370,9 @@ pub async fn attempt(
             .map(|(bytes, _)| bytes)
             .unwrap_or_default();
         a.controller.abort();
-        let verdict = match target.provider.kind() {
-            Kind::Bedrock => {
-                let error_type = response.headers().get("x-amzn-errortype").ok().flatten();
-                classify_bedrock(status, error_type.as_deref(), &body)
-            }
-            _ => classify_status(status, retry_after.as_deref(), &body),
-        };
+        let header = |name: &str| response.headers().get(name).ok().flatten();
+        let verdict =
+            providers::of(target.provider.kind()).error_verdict(status, retry_after.as_deref(), &header, &body);
         return Err(a.fail(verdict));
     }
     let framing = match content_type.as_str() {

@@ -8,7 +8,7 @@
 use std::cell::RefCell;
 
 use switchyard_core::classify::{FailureClass, Verdict};
-use switchyard_core::cloud::vertex::{self, AccessToken, Lookup, ServiceAccount, TokenCache};
+use switchyard_core::providers::vertex::{self, AccessToken, Lookup, ServiceAccount, TokenCache};
 use worker::{Fetch, Headers, Method, Request, RequestInit};
 
 use crate::runtime::clock::{now_ms, sleep};

@@ -6,9 +6,10 @@
 
 use serde_json::json;
 use switchyard_core::admin::{self as body, percent_decode};
-use switchyard_core::catalog::{parse_entry, Catalog, CatalogError, Model, Provider};
+use switchyard_core::catalog::{parse_entry, Catalog, CatalogError, Model};
 use switchyard_core::keys::{hash_key, mint_key, secrets_equal};
 use switchyard_core::money::micros_to_usd;
+use switchyard_core::providers::Provider;
 use switchyard_core::ApiError;
 use worker::{Env, Method, Request};
 

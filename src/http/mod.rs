@@ -12,7 +12,7 @@ mod v1;
 use std::rc::Rc;
 
 use serde_json::json;
-use switchyard_core::catalog::Api;
+use switchyard_core::api::Api;
 use switchyard_core::error::ErrorShape;
 use switchyard_core::ApiError;
 use worker::{Context, Env, Method, Request, Response};

@@ -10,7 +10,7 @@ use std::rc::Rc;
 use futures_util::future::{select, Either};
 
 use serde_json::{json, Value};
-use switchyard_core::catalog::Api;
+use switchyard_core::api::Api;
 use switchyard_core::dialects::{self, MAX_BODY_BYTES};
 use switchyard_core::ids::{record_may_be_pending, RECORD_WAIT_MS};
 use switchyard_core::keys::{hash_key, presented_key, well_formed};

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use switchyard_core::catalog::Api;
+use switchyard_core::api::Api;
 use switchyard_core::dialects::neutral::request::{neutral_of, write, Unable, Written};
 use switchyard_core::dialects::parse_request;
 use switchyard_core::dialects::ClientRequest;

@@ -1506,7 +1506,7 @@ mod tests {
         if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
             b.extend(e.clone());
         }
-        crate::dialects::parse_request(crate::catalog::Api::Chat, body.to_string().as_bytes(), None).unwrap()
+        crate::dialects::parse_request(crate::api::Api::Chat, body.to_string().as_bytes(), None).unwrap()
     }
 
     /// Each provider's 400 naming an argument it does not know, with `name` in it.
@@ -1669,7 +1669,7 @@ mod tests {
     #[test]
     fn a_404_on_state_an_upstream_holds_is_provoked() {
         let continues = crate::dialects::parse_request(
-            crate::catalog::Api::Responses,
+            crate::api::Api::Responses,
             br#"{"model":"m","input":"hi","previous_response_id":"resp_x"}"#,
             None,
         )

@@ -9,7 +9,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::catalog::{Api, Price};
+use crate::api::Api;
+use crate::catalog::Price;
 use crate::classify::{Blame, FailureClass, Verdict};
 use crate::dialects::{Reported, Usage};
 use crate::error::ApiError;

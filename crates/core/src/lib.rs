@@ -5,12 +5,12 @@
 //! `src/` moves bytes and calls into this crate.
 
 pub mod admin;
+pub mod api;
 pub mod batch;
 pub mod billing;
 pub mod bodies;
 pub mod catalog;
 pub mod classify;
-pub mod cloud;
 pub mod dialects;
 pub mod echo;
 pub mod error;
@@ -22,6 +22,7 @@ pub mod keys;
 pub mod limits;
 pub mod money;
 pub mod plan;
+pub mod providers;
 pub mod redact;
 pub mod relay;
 pub mod spread;

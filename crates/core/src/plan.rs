@@ -10,7 +10,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::catalog::{Api, Balance, Catalog, Model, Policy, Route};
+use crate::api::Api;
+use crate::catalog::{Balance, Catalog, Model, Policy, Route};
 use crate::classify::{FailureClass, Verdict};
 use crate::dialects::{ClientRequest, Sort};
 use crate::error::ApiError;

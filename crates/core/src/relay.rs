@@ -10,12 +10,12 @@
 //! route.
 
 use crate::classify::{classify_error_payload, Verdict};
-use crate::cloud::converse_stream;
-use crate::cloud::invoke_stream::FrameStream;
 use crate::dialects::neutral::answer::StreamTranslator;
 use crate::dialects::{with_cost, EventInfo, Reported, StreamDialect};
 use crate::generation::{Delivery, Tariff};
 use crate::money::micros_to_usd;
+use crate::providers::bedrock::converse_stream;
+use crate::providers::bedrock::invoke_stream::FrameStream;
 use crate::redact::Redactor;
 use crate::sse::{SseEvent, SseParser};
 
@@ -440,7 +440,7 @@ impl Relay {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::Api;
+    use crate::api::Api;
     use crate::classify::FailureClass;
     use crate::dialects::chat::{self, STREAM as CHAT};
     use crate::dialects::messages::{self, STREAM as MESSAGES};
@@ -450,8 +450,8 @@ mod tests {
     /// gate commits and the relay finishes, with the upstream's usage (cache reads included).
     #[test]
     fn a_converse_stream_is_framed_translated_and_relayed() {
-        use crate::cloud::converse_stream::testing::event;
         use crate::dialects::neutral::answer::AnswerContext;
+        use crate::providers::bedrock::converse_stream::testing::event;
         use serde_json::json;
         let bytes: Vec<u8> = [
             ("messageStart", json!({"role": "assistant"})),

@@ -23,7 +23,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::catalog::{Api, Catalog, Model, Price};
+use crate::api::Api;
+use crate::catalog::{Catalog, Model, Price};
 use crate::health::{
     last_hours, median_ms, recent, BreakerState, Bucket, ChartPoint, Hour, ModelHealth, CHART_POINT_MINUTES,
     SLOW_TTFB_MS,

@@ -20,7 +20,8 @@
 
 use serde_json::json;
 
-use crate::catalog::{Api, Model, Policy};
+use crate::api::Api;
+use crate::catalog::{Model, Policy};
 use crate::classify::FailureClass;
 use crate::health::{Breaker, HealthConfig, ModelHealth};
 

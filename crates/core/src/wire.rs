@@ -4,19 +4,12 @@
 //! Bedrock takes Anthropic bodies on InvokeModel (`messages` routes) and its own Converse bodies on
 //! Converse (`converse` routes, always translated: no client speaks it).
 
-use serde_json::Value;
-
-use crate::catalog::{Api, Kind, Provider};
-use crate::cloud::sigv4::path_segment;
-use crate::cloud::vertex;
+use crate::api::Api;
 use crate::dialects::body::Body;
 use crate::dialects::neutral::request::{self, Neutral};
 use crate::dialects::neutral::Unable;
 use crate::dialects::ClientRequest;
-
-/// The `anthropic_version` Bedrock's InvokeModel takes in an Anthropic body (the version goes in
-/// the body there, not in a header).
-pub const BEDROCK_ANTHROPIC_VERSION: &str = "bedrock-2023-05-31";
+use crate::providers::{self, CloudAnthropic, Provider};
 
 /// What one attempt sends a route: where, what, and which client fields it leaves out.
 #[derive(Debug, Clone, PartialEq)]
@@ -75,9 +68,8 @@ impl<'a> Requests<'a> {
             let written = request::write(wire, neutral, upstream_model, model_max_output_tokens)?;
             (written.body, true, written.dropped)
         };
-        let body = match (provider.kind(), wire) {
-            (Kind::Bedrock, Api::Messages) => cloud_anthropic_body(&body, BEDROCK_ANTHROPIC_VERSION, false),
-            (Kind::Vertex, Api::Messages) => cloud_anthropic_body(&body, vertex::ANTHROPIC_VERSION, true),
+        let body = match (providers::of(provider.kind()).anthropic_body(), wire) {
+            (Some(cloud), Api::Messages) => cloud_anthropic_body(&body, cloud),
             _ => body,
         };
         Ok(Outgoing {
@@ -91,61 +83,25 @@ impl<'a> Requests<'a> {
 
 /// Where a route of `provider` speaking `api` is sent a request for `model`.
 pub fn url(provider: &Provider, api: Api, model: &str, stream: bool) -> String {
-    let base = provider.base();
-    match provider.kind() {
-        Kind::Bedrock => {
-            let action = match (api, stream) {
-                (Api::Converse, true) => "converse-stream",
-                (Api::Converse, false) => "converse",
-                (_, true) => "invoke-with-response-stream",
-                (_, false) => "invoke",
-            };
-            format!("{base}/model/{}/{action}", path_segment(model))
-        }
-        Kind::Azure => match &provider.api_version {
-            Some(version) => format!(
-                "{}?api-version={}",
-                api.upstream_url(&base, model, stream),
-                path_segment(version)
-            ),
-            None => api.upstream_url(&base, model, stream),
-        },
-        Kind::Vertex => vertex::url(
-            &base,
-            provider.project.as_deref().unwrap_or_default(),
-            provider.region.as_deref().unwrap_or_default(),
-            api,
-            model,
-            stream,
-        ),
-        Kind::Openai | Kind::Anthropic | Kind::Gemini => api.upstream_url(&base, model, stream),
-    }
+    providers::of(provider.kind()).url(provider, &provider.base(), api, model, stream)
 }
 
 /// The headers that carry a provider's key; none for Bedrock, whose requests are signed instead.
 /// For Vertex the key is the access token minted from the service account.
 pub fn key_headers(provider: &Provider, key: &str) -> Vec<(&'static str, String)> {
-    match provider.kind() {
-        Kind::Openai | Kind::Vertex => vec![("authorization", format!("Bearer {key}"))],
-        Kind::Anthropic => vec![("x-api-key", key.to_string())],
-        Kind::Gemini => vec![("x-goog-api-key", key.to_string())],
-        Kind::Azure => vec![("api-key", key.to_string())],
-        Kind::Bedrock => Vec::new(),
-    }
+    providers::of(provider.kind()).key_headers(key)
 }
 
-/// An Anthropic body as a cloud takes it: the model is in the URL, so no `model`, and
-/// `anthropic_version` is the cloud's. Bedrock's InvokeModel has the mode in its action, so no
-/// `stream` either; Vertex's `streamRawPredict` reads `stream`, so it stays.
-fn cloud_anthropic_body(body: &[u8], version: &str, keep_stream: bool) -> Vec<u8> {
+/// An Anthropic body as a cloud takes it ([`CloudAnthropic`]).
+fn cloud_anthropic_body(body: &[u8], cloud: CloudAnthropic) -> Vec<u8> {
     let Ok(mut fields) = Body::parse(body) else {
         return body.to_vec(); // written by this gateway: always an object
     };
     fields.remove("model");
-    if !keep_stream {
+    if !cloud.keep_stream {
         fields.remove("stream");
     }
-    fields.set("anthropic_version", &Value::from(version));
+    fields.set("anthropic_version", &serde_json::Value::from(cloud.version));
     fields.write_with_model("", body.len()) // no `model` left to set
 }
 
@@ -154,7 +110,9 @@ mod tests {
     use super::*;
     use crate::catalog::Catalog;
     use crate::dialects;
-    use serde_json::json;
+    use crate::providers::bedrock::BEDROCK_ANTHROPIC_VERSION;
+    use crate::providers::vertex;
+    use serde_json::{json, Value};
 
     fn provider(fields: Value) -> Provider {
         let mut p = json!({"id": "p"});
@@ -337,10 +295,10 @@ mod tests {
 
     #[test]
     fn an_anthropic_body_loses_its_model_keeps_its_stream_and_gets_vertexs_version() {
+        let vertex_kind = crate::providers::of(crate::providers::Kind::Vertex);
         let body = cloud_anthropic_body(
             br#"{"model":"m","stream":true,"max_tokens":5,"messages":[]}"#,
-            vertex::ANTHROPIC_VERSION,
-            true,
+            vertex_kind.anthropic_body().unwrap(),
         );
         let v: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(

@@ -5,7 +5,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use proptest::prelude::*;
-use switchyard_core::catalog::{Api, Catalog};
+use switchyard_core::api::Api;
+use switchyard_core::catalog::Catalog;
 use switchyard_core::dialects::{self, chat, messages, responses};
 use switchyard_core::sse::{SseParser, MAX_EVENT_BYTES};
 

@@ -337,7 +337,7 @@ mod tests {
             text.push_str(",0");
         }
         text.push_str("]}]}");
-        let r = crate::dialects::parse_request(crate::catalog::Api::Chat, text.as_bytes(), None).unwrap();
+        let r = crate::dialects::parse_request(crate::api::Api::Chat, text.as_bytes(), None).unwrap();
         let sent = r.upstream_body("m");
         assert_eq!(
             sent.len(),
@@ -358,7 +358,7 @@ mod tests {
 
     #[test]
     fn nesting_is_bounded_in_every_field_read_or_not() {
-        use crate::catalog::Api;
+        use crate::api::Api;
         // The body's object is level 1; `messages[0]` is 3 levels in; a top-level field's value 2.
         let cases = [
             ("unread", MAX_DEPTH - 1, true),

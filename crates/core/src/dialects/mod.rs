@@ -24,7 +24,7 @@ use body::Body;
 use neutral::answer::{Answer, AnswerContext, AnswerReader, AnswerWriter};
 use neutral::request::{Neutral, Setting, Unable, Writer};
 
-use crate::catalog::{Api, Kind};
+use crate::api::Api;
 use crate::classify::Verdict;
 use crate::error::{ApiError, ErrorShape};
 use crate::sse::SseEvent;
@@ -550,12 +550,10 @@ impl ClientRequest {
         self.body.write_with_model(upstream_model, self.body_len)
     }
 
-    /// Headers a route gets besides content type, accept and its key: an Anthropic provider gets
-    /// `anthropic-version` (the client's, else the default) and the client's `anthropic-beta`.
-    pub fn upstream_headers(&self, kind: Kind) -> Vec<(&'static str, String)> {
-        if kind != Kind::Anthropic {
-            return Vec::new();
-        }
+    /// The Anthropic headers a route gets when its provider takes them
+    /// (`ProviderKind::takes_anthropic_headers`): `anthropic-version` (the client's, else the
+    /// default) and the client's `anthropic-beta`.
+    pub fn anthropic_headers(&self) -> Vec<(&'static str, String)> {
         let version = self
             .anthropic_version
             .clone()

@@ -20,7 +20,7 @@ use super::{
     count, optional_bool, optional_u64, parse_common, BodyInfo, ClientRequest, EventInfo, FinishReason, Reported,
 };
 use super::{Dialect, StreamDialect};
-use crate::catalog::Api;
+use crate::api::Api;
 use crate::classify::Verdict;
 use crate::error::{ApiError, ErrorShape};
 use crate::sse::SseEvent;

@@ -4,7 +4,7 @@ use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use crate::catalog::Api;
+use crate::api::Api;
 use crate::dialects::body::Body;
 use crate::dialects::neutral::request::{
     drop_present, each, image_from_url, is_null, not_carried, parse, strings, tag_of, text_or_list, unknown,

@@ -1,7 +1,7 @@
 //! Bedrock Converse answers in translation (SPEC §20): ConverseStream events and Converse bodies
 //! read into neutral events. No client speaks Converse, so there is no writer.
 //!
-//! A stream (its event-stream frames decoded by `cloud::converse_stream`, each an event named by
+//! A stream (its event-stream frames decoded by `providers::bedrock::converse_stream`, each an event named by
 //! its `:event-type` with the frame's JSON payload) is `messageStart`, then blocks by
 //! `contentBlockIndex` — `contentBlockStart` (a tool call's `toolUseId` and `name`; text blocks
 //! have none), `contentBlockDelta` (`text`, `toolUse.input` fragments, `reasoningContent.text`),
@@ -132,7 +132,7 @@ pub(crate) fn read_body(v: &Value) -> Result<Answer, Verdict> {
 mod tests {
     use serde_json::{json, Value};
 
-    use crate::catalog::Api;
+    use crate::api::Api;
     use crate::classify::{classify_error_payload, FailureClass};
     use crate::dialects::neutral::answer::{body, AnswerContext, StreamTranslator};
     use crate::dialects::{chat, gemini, messages, responses, EventInfo, FinishReason, Reported};
@@ -277,7 +277,7 @@ mod tests {
 
     #[test]
     fn an_exception_mid_stream_is_an_error_of_its_class_in_the_clients_dialect() {
-        // The `error` event `cloud::converse_stream` makes of a `throttlingException` frame.
+        // The `error` event `providers::bedrock::converse_stream` makes of a `throttlingException` frame.
         let error = ev(
             "error",
             json!({"type": "error", "error": {"type": "rate_limit_error", "message": "Too many tokens"}}),

@@ -32,7 +32,7 @@ use super::neutral::request::Writer;
 use super::{count, event_json, own_fields, parse_object, BodyInfo, ClientRequest, EventInfo, FinishReason, Reported};
 use super::{Dialect, StreamDialect};
 use super::{CHARS_PER_TOKEN, IMAGE_OUTPUT_TOKENS};
-use crate::catalog::Api;
+use crate::api::Api;
 use crate::classify::{classify_error_payload, is_error_payload, Verdict};
 use crate::error::{ApiError, ErrorShape};
 use crate::sse::SseEvent;

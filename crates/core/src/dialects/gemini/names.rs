@@ -191,7 +191,7 @@ fn string_end(bytes: &[u8], start: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::Api;
+    use crate::api::Api;
     use crate::dialects::{parse_request, ClientRequest};
     use proptest::prelude::*;
     use serde_json::{json, Map, Value};

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::catalog::Api;
+use crate::api::Api;
 use crate::dialects::body::{Body, SMALL_FIELD_BYTES};
 use crate::dialects::neutral::request::{
     arguments_object, drop_present, each, each_field, is_null, not_carried, parse, result_text, system_text, unknown,

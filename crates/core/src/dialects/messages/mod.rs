@@ -27,7 +27,7 @@ use super::{
     Reported,
 };
 use super::{Dialect, StreamDialect};
-use crate::catalog::Api;
+use crate::api::Api;
 use crate::classify::{classify_error_payload, is_error_payload, Verdict};
 use crate::error::{ApiError, ErrorShape};
 use crate::sse::SseEvent;

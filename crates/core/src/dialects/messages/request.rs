@@ -6,7 +6,7 @@ use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use crate::catalog::Api;
+use crate::api::Api;
 use crate::dialects::body::Body;
 use crate::dialects::neutral::request::{
     arguments_object, drop_present, each, is_false, is_null, not_carried, parse, system_text, tag_of, text_or_list,

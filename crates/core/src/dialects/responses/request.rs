@@ -6,7 +6,7 @@ use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use crate::catalog::Api;
+use crate::api::Api;
 use crate::dialects::body::Body;
 use crate::dialects::chat::request::{choice_word, choice_word_of, effort_of, effort_word, json_schema};
 use crate::dialects::neutral::request::{

@@ -49,7 +49,7 @@ use std::collections::BTreeSet;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
-use crate::catalog::Api;
+use crate::api::Api;
 use crate::classify::{classify_error_payload, is_error_payload, FailureClass, Verdict};
 use crate::dialects;
 use crate::dialects::{event_json, upstream_error_message, FinishReason, NoJson, Reported};

@@ -55,7 +55,7 @@ use serde::de::{Deserializer, Error as _, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::value::RawValue;
 
-use crate::catalog::Api;
+use crate::api::Api;
 use crate::dialects;
 use crate::dialects::body::Body;
 use crate::dialects::ClientRequest;

@@ -15,8 +15,10 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use crate::catalog::Api;
+use crate::api::Api;
 use crate::classify::{FailureClass, Verdict};
+
+use super::{CloudAnthropic, Provider, ProviderKind};
 
 /// The `anthropic_version` Vertex's `rawPredict` takes in an Anthropic body.
 pub const ANTHROPIC_VERSION: &str = "vertex-2023-10-16";
@@ -117,7 +119,7 @@ impl ServiceAccount {
             return Err(KeyError("client_email is empty"));
         }
         let uri = sa.token_uri();
-        if crate::catalog::check_base_url(uri, "token_uri").is_err() {
+        if super::check_base_url(uri).is_err() {
             return Err(KeyError("token_uri is not an https:// URL"));
         }
         sa.private_key_der()?;
@@ -384,10 +386,101 @@ impl TokenCache {
     }
 }
 
+/// The `vertex` kind.
+pub struct Vertex;
+
+impl ProviderKind for Vertex {
+    fn apis(&self) -> &'static [Api] {
+        &[Api::Gemini, Api::Messages]
+    }
+    fn own_fields(&self) -> &'static [&'static str] {
+        &["region", "project"]
+    }
+    /// The dialect names the publisher: one model is Google's or Anthropic's.
+    fn one_api_per_route(&self) -> Option<&'static str> {
+        Some("a `vertex` route speaks one: `gemini` (Google's models) or `messages` (Anthropic's)")
+    }
+    fn check(&self, p: &Provider) -> Result<(), (&'static str, String)> {
+        check_vertex(p)
+    }
+    fn default_base(&self, p: &Provider) -> Option<String> {
+        p.region.as_deref().map(endpoint)
+    }
+    fn url(&self, p: &Provider, base: &str, api: Api, model: &str, stream: bool) -> String {
+        url(
+            base,
+            p.project.as_deref().unwrap_or_default(),
+            p.region.as_deref().unwrap_or_default(),
+            api,
+            model,
+            stream,
+        )
+    }
+    /// The access token minted from the service account.
+    fn key_headers(&self, token: &str) -> Vec<(&'static str, String)> {
+        vec![("authorization", format!("Bearer {token}"))]
+    }
+    fn anthropic_body(&self) -> Option<CloudAnthropic> {
+        Some(CloudAnthropic {
+            version: ANTHROPIC_VERSION,
+            keep_stream: true,
+        })
+    }
+    fn mints_token(&self) -> bool {
+        true
+    }
+}
+
+/// The region's own endpoint: `https://{region}-aiplatform.googleapis.com`, or for `global`
+/// `https://aiplatform.googleapis.com`.
+pub fn endpoint(region: &str) -> String {
+    match region {
+        "global" => "https://aiplatform.googleapis.com".to_string(),
+        _ => format!("https://{region}-aiplatform.googleapis.com"),
+    }
+}
+
+/// A `vertex` provider's own fields: a location, a project and the secret holding the service
+/// account key. `Err((field, why))`.
+fn check_vertex(p: &Provider) -> Result<(), (&'static str, String)> {
+    let region = p.region.as_deref().unwrap_or_default();
+    let region_ok = !region.is_empty()
+        && region.len() <= 63
+        && region
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if !region_ok {
+        return Err((
+            "region",
+            "required for kind `vertex`: a Google Cloud location like us-east5, or global".into(),
+        ));
+    }
+    let project = p.project.as_deref().unwrap_or_default();
+    let project_ok = !project.is_empty()
+        && project.len() <= 100
+        && project
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "-.:".contains(c));
+    if !project_ok {
+        return Err((
+            "project",
+            "required for kind `vertex`: a Google Cloud project id like my-project".into(),
+        ));
+    }
+    if p.key_secret.is_none() {
+        return Err((
+            "key_secret",
+            "required for kind `vertex`: the secret holding the service account's JSON key".into(),
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::{Catalog, Provider};
+    use crate::catalog::Catalog;
+    use crate::providers::Provider;
 
     const PEM: &str =
         "-----BEGIN PRIVATE KEY-----\nMIIBVQIBADANBgkqhkiG9w0BAQEFAASC\nAT8wggE7AgEAAkEA\n-----END PRIVATE KEY-----\n";

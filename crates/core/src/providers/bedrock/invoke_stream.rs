@@ -9,7 +9,7 @@
 use base64::Engine;
 use serde_json::{json, Value};
 
-use super::bedrock::classify_frame;
+use super::errors::classify_frame;
 use super::eventstream::{Decoder, Frame};
 use crate::classify::FailureClass;
 use crate::sse::SseEvent;
@@ -128,7 +128,7 @@ mod tests {
 
     /// A frame as Bedrock encodes it (headers of string type), CRCs and all.
     fn frame(headers: &[(&str, &str)], payload: &[u8]) -> Vec<u8> {
-        crate::cloud::eventstream::encode(headers, payload)
+        crate::providers::bedrock::eventstream::encode(headers, payload)
     }
 
     fn chunk(event: &Value) -> Vec<u8> {

@@ -167,7 +167,7 @@ pub(crate) mod testing {
 
     /// A frame as Bedrock encodes it (headers of string type), CRCs and all.
     pub(crate) fn frame(headers: &[(&str, &str)], payload: &[u8]) -> Vec<u8> {
-        crate::cloud::eventstream::encode(headers, payload)
+        crate::providers::bedrock::eventstream::encode(headers, payload)
     }
 
     pub(crate) fn event(kind: &str, payload: &Value) -> Vec<u8> {

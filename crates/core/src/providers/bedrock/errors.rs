@@ -121,7 +121,7 @@ fn message_of(json: Option<&Value>, body: &[u8]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cloud::eventstream::HeaderValue;
+    use crate::providers::bedrock::eventstream::HeaderValue;
     use FailureClass::*;
 
     /// `x-amzn-errortype` as Bedrock sends it.
