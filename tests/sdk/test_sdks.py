@@ -366,3 +366,33 @@ def test_a_responses_websocket_is_refused_at_once_with_426():
     assert body["error"]["code"] == "websocket_unsupported", body
     answer = s.openai().responses.create(model=s.model, input="Say hello")
     assert answer.output_text.startswith("Hello")
+
+
+# ---- Responses namespace tools (SPEC §21) --------------------------------------------------------
+
+NAMESPACE = {"type": "namespace", "name": "multi_agent_v1", "description": "Sub-agents",
+             "tools": [{"type": "function", "name": "spawn_agent", "description": "Start one",
+                        "parameters": {"type": "object", "properties": {"task": {"type": "string"}}}}]}
+
+
+def test_a_namespace_of_the_clients_own_tools_is_forwarded_natively():
+    """Codex sends a `namespace` tool (a client-side group of function tools) with every request:
+    it is the client's own, so a Responses route gets it as sent — not refused as a tool the
+    provider runs and bills."""
+    s = Setup("responses", ["ok"])
+    raw = s.openai().responses.with_raw_response.create(model=s.model, input="Say hello", tools=[NAMESPACE])
+    assert raw.parse().output_text.startswith("Hello")
+    assert s.attempts(raw.headers["x-generation-id"]) == [("r0", "answered")]
+    label, scenario = s.routes[0]
+    with urllib.request.urlopen(f"{MOCK}/_stats/{label}/{scenario}", timeout=10) as r:
+        sent = json.loads(r.read())["last_request"]["body"]
+    assert sent["tools"] == [NAMESPACE]
+
+
+def test_a_namespace_grouping_a_provider_run_tool_is_refused_naming_it():
+    s = Setup("responses", ["ok"])
+    grouped = {**NAMESPACE, "tools": [{"type": "web_search"}]}
+    with pytest.raises(openai.BadRequestError) as refused:
+        s.openai().responses.create(model=s.model, input="Say hello", tools=[grouped])
+    assert refused.value.body["param"] == "tools[0]", refused.value.body
+    assert s.seen(0) == 0

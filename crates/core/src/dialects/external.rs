@@ -317,6 +317,13 @@ impl<'de> Visitor<'de> for FieldText {
 /// The first tool of a `tools` array that is not the client's own function: (index, kind).
 struct FirstPricedTool;
 
+impl<'de> DeserializeSeed<'de> for FirstPricedTool {
+    type Value = Option<(usize, String)>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
 impl<'de> Visitor<'de> for FirstPricedTool {
     type Value = Option<(usize, String)>;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
@@ -363,8 +370,11 @@ impl<'de> Visitor<'de> for ToolKind {
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let (mut kind, mut typed, mut client_tool, mut other_key) = (None, false, false, None);
+        // A Responses `namespace` groups the client's own tools; what it groups decides.
+        let mut grouped: Option<Option<(usize, String)>> = None;
         while let Some(key) = map.next_key::<String>()? {
             match key.as_str() {
+                "tools" => grouped = Some(map.next_value_seed(FirstPricedTool)?),
                 "type" => {
                     typed = true;
                     kind = Some(map.next_value_seed(Text)?.unwrap_or_else(|| "unknown".into()));
@@ -384,6 +394,7 @@ impl<'de> Visitor<'de> for ToolKind {
         }
         Ok(match kind {
             Some(k) if k == "function" || k == "custom" => None,
+            Some(k) if k == "namespace" => grouped.flatten().map(|(_, inner)| inner),
             Some(k) if typed => Some(k),
             // An Anthropic client tool: a name and an input schema, no type.
             _ if client_tool => None,
@@ -507,6 +518,23 @@ mod tests {
             None
         );
         assert_eq!(found(json!({"tools": [{"type": "custom", "name": "x"}]})), None);
+        // A Responses namespace of the client's own tools is the client's; one grouping a
+        // provider's tool is that tool.
+        let namespace =
+            |inner: Value| json!({"tools": [{"type": "namespace", "name": "crm", "description": "d", "tools": inner}]});
+        assert_eq!(
+            found(namespace(
+                json!([{"type": "function", "name": "f"}, {"type": "custom", "name": "g"}])
+            )),
+            None
+        );
+        assert_eq!(
+            found(namespace(
+                json!([{"type": "function", "name": "f"}, {"type": "web_search"}])
+            )),
+            Some(("tools[0]".into(), "web_search".into()))
+        );
+        assert_eq!(found(json!({"tools": [{"type": "namespace", "name": "crm"}]})), None);
         assert_eq!(
             found(json!({"tools": [{"functionDeclarations": [{"name": "f"}]}]})),
             None

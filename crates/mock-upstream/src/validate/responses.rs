@@ -224,12 +224,27 @@ fn parts(list: &Node, kinds: &[&str]) -> Check {
     Ok(())
 }
 
-/// `tools`: flat function tools (`{type: "function", name, parameters?, strict?}`) or built-ins.
+/// `tools`: flat function tools (`{type: "function", name, parameters?, strict?}`), built-ins, or
+/// a `namespace` grouping function and custom tools (`{type, name, description, tools}`).
 fn tools(list: &Node) -> Check {
     for t in list.array()? {
         t.object()?;
         let kind = t.req("type")?.str()?;
         match kind {
+            "namespace" => {
+                t.only(&["type", "name", "description", "tools"])?;
+                let name = t.req("name")?;
+                if !name_ok(name.str()?, 64, &[]) {
+                    return name.invalid("string does not match pattern. Expected a string that matches the pattern '^[a-zA-Z0-9_-]{1,64}$'.");
+                }
+                t.req("description")?.str()?;
+                let inner = t.req("tools")?;
+                for each in inner.array()? {
+                    each.object()?;
+                    each.req("type")?.one_of(&["function", "custom"])?;
+                }
+                tools(&inner)?;
+            }
             "function" | "custom" => {
                 // Chat's `{type, function: {name}}` is the classic translation bug: no `name` here.
                 let name = t.req("name")?;
@@ -405,6 +420,19 @@ mod tests {
             "'tools[0].function'",
         );
         rejected(with(json!({"tools": [{"type": "browser"}]})), "'tools[0].type'");
+        // A namespace groups function and custom tools, and only those.
+        let namespace = |inner: Value| json!({"tools": [{"type": "namespace", "name": "crm", "description": "CRM", "tools": inner}]});
+        ok(with(namespace(
+            json!([{"type": "function", "name": "f", "parameters": {"type": "object"}}, {"type": "custom", "name": "g"}]),
+        )));
+        rejected(
+            with(namespace(json!([{"type": "web_search"}]))),
+            "'tools[0].tools[0].type'",
+        );
+        rejected(
+            with(json!({"tools": [{"type": "namespace", "name": "crm", "tools": []}]})),
+            "'tools[0].description'",
+        );
         rejected(
             with(json!({"tools": [{"type": "function", "name": "f", "parameters": []}]})),
             "'tools[0].parameters'",
