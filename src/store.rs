@@ -231,7 +231,9 @@ impl Store {
         }
     }
 
+    /// Every statement is prepared here, and counted (`crate::calls`).
     fn stmt(&self, sql: &str, args: &[JsValue]) -> Result<D1PreparedStatement, ApiError> {
+        crate::calls::d1();
         self.db.prepare(sql).bind(args).map_err(internal("bind"))
     }
 
@@ -267,8 +269,7 @@ impl Store {
             return Err(ApiError::StorageUnavailable);
         }
         let row: Option<CatalogRow> = read(
-            self.db
-                .prepare("SELECT doc, version FROM catalog WHERE id = 1")
+            self.stmt("SELECT doc, version FROM catalog WHERE id = 1", &[])?
                 .first(None),
             "catalog_read",
         )

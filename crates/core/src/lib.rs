@@ -14,6 +14,7 @@ pub mod cloud;
 pub mod dialect;
 pub mod echo;
 pub mod error;
+pub mod flight;
 pub mod generation;
 pub mod health;
 pub mod health_rpc;

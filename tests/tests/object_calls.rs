@@ -1,0 +1,149 @@
+//! Storage calls counted, and kept to their bounds (issue 34, SPEC §22): the Worker counts every
+//! Durable Object call and D1 statement by kind (`x-switchyard-calls` on each response,
+//! `GET /__test/calls` for the isolate), and these tests hold the status report and the health
+//! snapshots to one fetch in flight per isolate.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::disallowed_methods)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use switchyard_e2e::{chat_body, Stack};
+
+/// The isolate's storage calls so far on object `name`, by `<kind>.<blocking|background>`, and the
+/// isolate that answered.
+fn object_calls(s: &Stack, name: &str) -> (String, Value) {
+    let r = s.request("GET", &format!("{}/__test/calls?object={name}", s.gateway), &[], None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    (v["isolate"].as_str().unwrap().to_string(), v["object"].clone())
+}
+
+fn count(calls: &Value, kind: &str) -> u64 {
+    calls[kind].as_u64().unwrap_or(0)
+}
+
+fn catalog_version(s: &Stack) -> i64 {
+    s.admin("GET", "/admin/catalog", None).json()["version"]
+        .as_i64()
+        .unwrap()
+}
+
+/// A model of one healthy mock route (no verification checks) and a key for it.
+fn model(s: &Stack) -> (String, String) {
+    let (routes, _) = s.mock_routes(&[("ok", json!({"verify": false}))]);
+    let id = s.model(routes, None);
+    (id, s.new_key(10.0))
+}
+
+/// Item 1: a request says which storage calls it waited on, by kind, and the isolate's counters
+/// tell the blocking calls from the background ones, per object.
+#[test]
+fn calls_a_request_reports_the_storage_calls_it_waited_on() {
+    let s = Stack::from_env();
+    let (id, key) = model(&s);
+    let object = format!("model:{id}");
+    let r = s.chat(&key, &chat_body(&id, false));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let calls: Value = serde_json::from_str(r.header("x-switchyard-calls").expect("x-switchyard-calls")).unwrap();
+    assert!(
+        count(&calls, "D1") >= 2,
+        "the key read and the hold are D1 statements: {calls}"
+    );
+    assert_eq!(
+        count(&calls, "HEALTH.Snapshot"),
+        1,
+        "a model never asked before: one snapshot of its object, waited on: {calls}"
+    );
+    // The outcome's report goes from `ctx.wait_until`: background, on the model's object.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (_, on) = object_calls(&s, &object);
+        if count(&on, "HEALTH.Observe.background") >= 1 {
+            assert_eq!(count(&on, "HEALTH.Snapshot.blocking"), 1, "{on}");
+            assert_eq!(count(&on, "HEALTH.Observe.blocking"), 0, "{on}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no background report counted: {on}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Item 2: a burst of public status hits (each build made slow by the drill `slow-report-<ms>`,
+/// so the hits overlap) costs the model's object one `Full` call per isolate — not one per hit,
+/// also when the isolate has no report of its catalog yet.
+#[test]
+fn calls_a_burst_of_status_hits_builds_the_report_once() {
+    let s = Arc::new(Stack::from_env());
+    let (id, _) = model(&s);
+    let object = format!("model:{id}");
+    // The isolate reloads the catalog within 5 s: then it has the model, and no report of it.
+    std::thread::sleep(Duration::from_millis(5_500));
+    let version = catalog_version(&s);
+    let (isolate, before) = object_calls(&s, &object);
+    let hits: Vec<_> = (0..24)
+        .map(|i| {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                let path = if i % 2 == 0 { "/status" } else { "/api/health/models" };
+                let r = s.request(
+                    "GET",
+                    &format!("{}{path}", s.gateway),
+                    &[("x-switchyard-test-fault", "slow-report-1500")],
+                    None,
+                );
+                assert_eq!(r.status, 200, "{}", r.text());
+                r.header("x-switchyard-isolate").unwrap().to_string()
+            })
+        })
+        .collect();
+    let isolates: Vec<String> = hits.into_iter().map(|h| h.join().unwrap()).collect();
+    let (after_isolate, after) = object_calls(&s, &object);
+    assert!(
+        isolates.iter().all(|i| *i == isolate) && after_isolate == isolate,
+        "one isolate answered (wrangler dev)"
+    );
+    let builds = count(&after, "HEALTH.Full.blocking") - count(&before, "HEALTH.Full.blocking");
+    // A catalog changed by another test mid-burst is a new report to build.
+    let changes = (catalog_version(&s) - version) as u64;
+    assert!(
+        builds <= 1 + changes,
+        "24 status hits made {builds} Full calls to the model's object (catalog changes: {changes})"
+    );
+}
+
+/// Item 3: requests on one model in one isolate share one snapshot fetch per interval
+/// (`health_snapshot_ms`, 1 s): concurrent requests that find the snapshot stale or missing do
+/// not each call the model's object.
+#[test]
+fn calls_concurrent_requests_on_one_model_share_one_snapshot_fetch() {
+    let s = Arc::new(Stack::from_env());
+    let (id, key) = model(&s);
+    let object = format!("model:{id}");
+    let started = Instant::now();
+    let workers: Vec<_> = (0..16)
+        .map(|_| {
+            let (s, id, key) = (s.clone(), id.clone(), key.clone());
+            std::thread::spawn(move || {
+                let mut n = 0;
+                while started.elapsed() < Duration::from_millis(3_000) {
+                    let r = s.chat(&key, &chat_body(&id, false));
+                    assert_eq!(r.status, 200, "{}", r.text());
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect();
+    let requests: u64 = workers.into_iter().map(|w| w.join().unwrap()).sum();
+    let elapsed = started.elapsed();
+    let (_, on) = object_calls(&s, &object);
+    let snapshots = count(&on, "HEALTH.Snapshot.blocking") + count(&on, "HEALTH.Snapshot.background");
+    let intervals = elapsed.as_millis() as u64 / 1_000 + 1;
+    assert!(
+        snapshots <= intervals,
+        "{requests} requests in {elapsed:?} made {snapshots} snapshot calls to the model's object \
+         (at most one per 1 s interval: {intervals}): {on}"
+    );
+}
