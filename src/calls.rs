@@ -1,12 +1,13 @@
 //! Counting storage calls (SPEC §22): every Durable Object call (`object::call`) and every D1
-//! statement (`Store`) is counted here by kind — `HEALTH.Snapshot`, `HEALTH/capacity.Acquire`,
-//! `LIMITS.Release`, `OUTBOX/list`, `D1` — and by whether it blocked a request.
+//! statement (`Store`) is counted here by kind — `HEALTH.snapshot`, `HEALTH/capacity.acquire`,
+//! `LIMITS.release`, `OUTBOX/list`, `D1` — and by whether it blocked a request.
 //!
-//! A call is *blocking* when it is made from a request's own task (the handler, before its
-//! response is returned), *background* otherwise (`ctx.wait_until` tasks, a stream's body, an
-//! object's alarm). The request's task runs inside [`Scoped`], which makes its counts the current
-//! ones while it is polled (the isolate's tasks share one thread and are polled one at a time),
-//! so counting costs a map increment and no storage call.
+//! A call is *blocking* when it is made before the request has its response, from the handler or
+//! the task it waits on (`proxy::spawn`, through [`inherit`]); *background* otherwise (after the
+//! response, other `ctx.wait_until` tasks, an object's alarm). The request's tasks run inside
+//! [`Scoped`], which makes its counts the current ones while they are polled (the isolate's tasks
+//! share one thread and are polled one at a time), so counting costs a map increment and no
+//! storage call.
 //!
 //! Read by: the request's log line (`calls`, its blocking calls), and under the test drills
 //! (`SWITCHYARD_TEST_FAULTS`) the `x-switchyard-calls` response header (the same) and
@@ -23,9 +24,12 @@ use std::task::{Context, Poll};
 /// Calls by kind.
 pub type Counts = BTreeMap<String, u64>;
 
+/// A request's counts while it has not answered (`None` after: what it still does is background).
+pub type Open = Rc<RefCell<Option<Counts>>>;
+
 thread_local! {
     /// The counts of the request whose task is being polled, if any.
-    static CURRENT: RefCell<Option<Rc<RefCell<Counts>>>> = const { RefCell::new(None) };
+    static CURRENT: RefCell<Option<Open>> = const { RefCell::new(None) };
     /// The isolate's totals, by `<kind>.<blocking|background>`.
     static TOTALS: RefCell<Counts> = const { RefCell::new(BTreeMap::new()) };
     /// The isolate's totals per object name (kept only under the test drills: names are
@@ -36,22 +40,37 @@ thread_local! {
 /// A request's task: while it is polled, calls count as the request's (blocking).
 pub struct Scoped<F> {
     inner: Pin<Box<F>>,
-    counts: Rc<RefCell<Counts>>,
+    counts: Option<Open>,
 }
 
-/// Runs `inner` as a request's task, counting into `counts`.
-pub fn scoped<F: Future>(counts: Rc<RefCell<Counts>>, inner: F) -> Scoped<F> {
+/// Runs `inner` as a request's task, counting into `counts` until they are taken
+/// ([`answered`]).
+pub fn scoped<F: Future>(counts: Open, inner: F) -> Scoped<F> {
     Scoped {
         inner: Box::pin(inner),
-        counts,
+        counts: Some(counts),
     }
+}
+
+/// A task the request's handler spawns and waits for (`proxy::spawn`): its calls count as the
+/// request's while it has not answered.
+pub fn inherit<F: Future>(inner: F) -> Scoped<F> {
+    Scoped {
+        inner: Box::pin(inner),
+        counts: CURRENT.with(|c| c.borrow().clone()),
+    }
+}
+
+/// The request has answered: its counts, and from now on its calls are background.
+pub fn answered(counts: &Open) -> Counts {
+    counts.borrow_mut().take().unwrap_or_default()
 }
 
 impl<F: Future> Future for Scoped<F> {
     type Output = F::Output;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let outer = CURRENT.with(|c| c.replace(Some(self.counts.clone())));
+        let outer = CURRENT.with(|c| c.replace(self.counts.clone()));
         let out = self.inner.as_mut().poll(cx);
         CURRENT.with(|c| *c.borrow_mut() = outer);
         out
@@ -60,8 +79,11 @@ impl<F: Future> Future for Scoped<F> {
 
 fn count(kind: &str, object: Option<&str>) {
     let blocking = CURRENT.with(|c| {
-        c.borrow().as_ref().map(|counts| {
-            *counts.borrow_mut().entry(kind.to_string()).or_default() += 1;
+        c.borrow().as_ref().and_then(|open| {
+            let mut open = open.borrow_mut();
+            let counts = open.as_mut()?;
+            *counts.entry(kind.to_string()).or_default() += 1;
+            Some(())
         })
     });
     let tag = if blocking.is_some() { "blocking" } else { "background" };
@@ -79,16 +101,16 @@ fn count(kind: &str, object: Option<&str>) {
 }
 
 /// One call to object `name` of `binding` at `path` with the serialised `body`; the method is
-/// the body's enum tag (`"Snapshot"`, `{"Observe":…}`), else the path names it.
+/// the body's leading `call` field (the objects' calls are tagged so: `{"call":"snapshot",…}`),
+/// else the path names it.
 pub fn object(binding: &str, name: &str, path: &str, body: &str, per_object: bool) {
-    let tag = body
-        .strip_prefix("{\"")
-        .or_else(|| body.strip_prefix('"'))
+    let method = body
+        .strip_prefix("{\"call\":\"")
         .and_then(|rest| rest.split('"').next())
-        .filter(|t| !t.is_empty() && t.len() <= 32 && t.bytes().all(|b| b.is_ascii_alphanumeric()));
+        .filter(|m| !m.is_empty() && m.len() <= 32 && m.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'));
     let path = if path == "/" { "" } else { path };
-    let kind = match tag {
-        Some(tag) => format!("{binding}{path}.{tag}"),
+    let kind = match method {
+        Some(method) => format!("{binding}{path}.{method}"),
         None => format!("{binding}{path}"),
     };
     count(&kind, per_object.then_some(name));

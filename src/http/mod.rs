@@ -51,9 +51,9 @@ pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
     };
     let method = req.method();
     let ctx = Rc::new(ctx);
-    let counts = Rc::new(RefCell::new(Counts::new()));
-    let result = calls::scoped(counts.clone(), route(&mut req, &env, &ctx, &mut rc, &method, &path)).await;
-    let counts = counts.take();
+    let open = Rc::new(RefCell::new(Some(Counts::new())));
+    let result = calls::scoped(open.clone(), route(&mut req, &env, &ctx, &mut rc, &method, &path)).await;
+    let counts = calls::answered(&open);
     let (mut response, error_code) = match result {
         Ok(r) => (r, None),
         Err(e) => (error_response(&e, rc.shape, &rc.generation_id), Some(e.code())),

@@ -47,12 +47,9 @@ fn calls_a_request_reports_the_storage_calls_it_waited_on() {
     let r = s.chat(&key, &chat_body(&id, false));
     assert_eq!(r.status, 200, "{}", r.text());
     let calls: Value = serde_json::from_str(r.header("x-switchyard-calls").expect("x-switchyard-calls")).unwrap();
-    assert!(
-        count(&calls, "D1") >= 2,
-        "the key read and the hold are D1 statements: {calls}"
-    );
+    assert!(count(&calls, "D1") >= 1, "the key's read is a D1 statement: {calls}");
     assert_eq!(
-        count(&calls, "HEALTH.Snapshot"),
+        count(&calls, "HEALTH.snapshot"),
         1,
         "a model never asked before: one snapshot of its object, waited on: {calls}"
     );
@@ -60,9 +57,9 @@ fn calls_a_request_reports_the_storage_calls_it_waited_on() {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let (_, on) = object_calls(&s, &object);
-        if count(&on, "HEALTH.Observe.background") >= 1 {
-            assert_eq!(count(&on, "HEALTH.Snapshot.blocking"), 1, "{on}");
-            assert_eq!(count(&on, "HEALTH.Observe.blocking"), 0, "{on}");
+        if count(&on, "HEALTH.observe.background") >= 1 {
+            assert_eq!(count(&on, "HEALTH.snapshot.blocking"), 1, "{on}");
+            assert_eq!(count(&on, "HEALTH.observe.blocking"), 0, "{on}");
             break;
         }
         assert!(Instant::now() < deadline, "no background report counted: {on}");
@@ -100,11 +97,12 @@ fn calls_a_burst_of_status_hits_builds_the_report_once() {
         .collect();
     let isolates: Vec<String> = hits.into_iter().map(|h| h.join().unwrap()).collect();
     let (after_isolate, after) = object_calls(&s, &object);
+    eprintln!("status burst: before {before}, after {after}");
     assert!(
         isolates.iter().all(|i| *i == isolate) && after_isolate == isolate,
         "one isolate answered (wrangler dev)"
     );
-    let builds = count(&after, "HEALTH.Full.blocking") - count(&before, "HEALTH.Full.blocking");
+    let builds = count(&after, "HEALTH.full.blocking") - count(&before, "HEALTH.full.blocking");
     // A catalog changed by another test mid-burst is a new report to build.
     let changes = (catalog_version(&s) - version) as u64;
     assert!(
@@ -113,37 +111,50 @@ fn calls_a_burst_of_status_hits_builds_the_report_once() {
     );
 }
 
-/// Item 3: requests on one model in one isolate share one snapshot fetch per interval
-/// (`health_snapshot_ms`, 1 s): concurrent requests that find the snapshot stale or missing do
-/// not each call the model's object.
+/// Item 3: requests on one model in one isolate share one snapshot fetch at a time, and a model
+/// object that stops answering (the drill `fault-health-hang`: every call hangs 5 s, past the
+/// 300 ms timeout) is left alone with back-off — not called by every request, each waiting
+/// 300 ms for it. Over 3 s of 8 concurrent clients: at most one snapshot call per second.
 #[test]
-fn calls_concurrent_requests_on_one_model_share_one_snapshot_fetch() {
+fn calls_a_slow_health_object_gets_one_snapshot_call_per_interval() {
     let s = Arc::new(Stack::from_env());
-    let (id, key) = model(&s);
+    let (routes, _) = s.mock_routes(&[("ok", json!({"verify": false}))]);
+    let id = format!("fault-health-hang-{}", switchyard_e2e::unique("m"));
+    let doc = json!({"context_window": 8192, "max_output_tokens": 256, "routes": routes});
+    let r = s.admin("PUT", &format!("/admin/models/{id}"), Some(doc));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let key = s.new_key(10.0);
     let object = format!("model:{id}");
     let started = Instant::now();
-    let workers: Vec<_> = (0..16)
+    let workers: Vec<_> = (0..8)
         .map(|_| {
             let (s, id, key) = (s.clone(), id.clone(), key.clone());
             std::thread::spawn(move || {
-                let mut n = 0;
+                let mut waited = Vec::new();
                 while started.elapsed() < Duration::from_millis(3_000) {
                     let r = s.chat(&key, &chat_body(&id, false));
                     assert_eq!(r.status, 200, "{}", r.text());
-                    n += 1;
+                    let calls: Value = serde_json::from_str(r.header("x-switchyard-calls").unwrap()).unwrap();
+                    waited.push(count(&calls, "HEALTH.snapshot"));
                 }
-                n
+                waited
             })
         })
         .collect();
-    let requests: u64 = workers.into_iter().map(|w| w.join().unwrap()).sum();
+    let waited: Vec<u64> = workers.into_iter().flat_map(|w| w.join().unwrap()).collect();
     let elapsed = started.elapsed();
     let (_, on) = object_calls(&s, &object);
-    let snapshots = count(&on, "HEALTH.Snapshot.blocking") + count(&on, "HEALTH.Snapshot.background");
+    let snapshots = count(&on, "HEALTH.snapshot.blocking") + count(&on, "HEALTH.snapshot.background");
     let intervals = elapsed.as_millis() as u64 / 1_000 + 1;
+    eprintln!(
+        "slow object: {} requests in {elapsed:?}, {snapshots} snapshot calls ({} requests waited on one): {on}",
+        waited.len(),
+        waited.iter().filter(|n| **n > 0).count()
+    );
     assert!(
         snapshots <= intervals,
-        "{requests} requests in {elapsed:?} made {snapshots} snapshot calls to the model's object \
-         (at most one per 1 s interval: {intervals}): {on}"
+        "{} requests in {elapsed:?} made {snapshots} snapshot calls to the hanging model object \
+         (at most one per 1 s interval: {intervals}): {on}",
+        waited.len()
     );
 }
