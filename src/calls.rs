@@ -77,7 +77,9 @@ impl<F: Future> Future for Scoped<F> {
     }
 }
 
-fn count(kind: &str, object: Option<&str>) {
+/// Counts one call of `kind`, for the request being polled (if it has not answered) and the
+/// isolate, and for each of `objects` (test drills only: the callers pass none otherwise).
+fn count(kind: &str, objects: &[&str]) {
     let blocking = CURRENT.with(|c| {
         c.borrow().as_ref().and_then(|open| {
             let mut open = open.borrow_mut();
@@ -88,7 +90,7 @@ fn count(kind: &str, object: Option<&str>) {
     });
     let tag = if blocking.is_some() { "blocking" } else { "background" };
     let key = format!("{kind}.{tag}");
-    if let Some(name) = object {
+    for name in objects {
         BY_OBJECT.with(|b| {
             *b.borrow_mut()
                 .entry(name.to_string())
@@ -113,12 +115,26 @@ pub fn object(binding: &str, name: &str, path: &str, body: &str, per_object: boo
         Some(method) => format!("{binding}{path}.{method}"),
         None => format!("{binding}{path}"),
     };
-    count(&kind, per_object.then_some(name));
+    let names = [name];
+    count(&kind, if per_object { &names } else { &[] });
 }
 
 /// D1 statements about to run (one prepared statement each, alone or in a batch).
 pub fn d1() {
-    count("D1", None);
+    count("D1", &[]);
+}
+
+/// A batch of settlements sent to D1 (one round trip; its statements are counted by [`d1`]),
+/// counted also for each account it carries (`account:<id>`, test drills only).
+pub fn d1_settle<'a>(accounts: impl Iterator<Item = &'a str>, per_object: bool) {
+    let mut names: Vec<String> = match per_object {
+        true => accounts.map(|a| format!("account:{a}")).collect(),
+        false => Vec::new(),
+    };
+    names.sort_unstable();
+    names.dedup();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    count("D1.settle", &names);
 }
 
 /// The isolate's totals, and those of `object` (test drills only).

@@ -8,8 +8,10 @@
 //! The warm path makes no round trip: an isolate plans with its snapshots, applies its own
 //! outcomes to them at once with the same state machine (the very next request sees a
 //! demotion), and reports them from `ctx.wait_until`; the object's answer refreshes the snapshot.
-//! A request waits on an object only when a snapshot is older than `health_snapshot_ms`, or to
-//! claim the one probe of a route or account whose cooldown ended.
+//! A request waits on an object only to claim the one probe of a route or account whose cooldown
+//! ended, or when its isolate has no snapshot of the object yet: a snapshot older than
+//! `health_snapshot_ms` is refreshed by one request at a time while the others plan with the
+//! stale one, and an object that failed to answer is left alone for a back-off (`refresh`).
 //!
 //! A model's object also runs its routes' verification checks (SPEC §8a) from its alarm: it learns
 //! its model from its name (`object::OBJECT_NAME` on every call), sets the alarm for the next due
@@ -25,6 +27,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde::de::DeserializeOwned;
 use switchyard_core::batch::{Batches, Rules};
 use switchyard_core::catalog::{Catalog, Model, Policy};
+use switchyard_core::flight::{Flight, Rules as FetchRules, Step};
 use switchyard_core::health::{
     for_accounts, AttemptOutcome, HealthConfig, ModelHealth, Observation, ProbeClaim, RequestObservation, RouteStats,
     Scope,
@@ -37,7 +40,7 @@ use worker::{durable_object, DurableObject, Env, Request, Response, ScheduledTim
 use crate::batch::{self, Turn};
 use crate::limits::CapacityDesk;
 use crate::object;
-use crate::runtime::clock::{now_ms, sleep};
+use crate::runtime::clock::{in_request, now_ms, sleep};
 use crate::runtime::{test_faults, TEST_FAULT};
 use crate::store::Store;
 use crate::verify;
@@ -304,12 +307,29 @@ async fn call_object<T: DeserializeOwned>(env: &Env, name: &str, body: &HealthCa
 struct Snapshot {
     health: ModelHealth,
     stats: BTreeMap<String, RouteStats>,
-    fetched_ms: u64,
+    /// When it was read from the object (`None`: born here from this isolate's own outcomes).
+    fetched_ms: Option<u64>,
 }
 
 thread_local! {
     /// This isolate's copies of the health objects, by object name (`model:<id>` or `accounts`).
     static HEALTH_SNAPSHOTS: RefCell<HashMap<String, Snapshot>> = RefCell::new(HashMap::new());
+    /// The snapshot fetch under way (or backing off) per object name.
+    static FETCHES: RefCell<HashMap<String, Flight>> = RefCell::new(HashMap::new());
+}
+
+/// How a snapshot is refreshed (`switchyard_core::flight`): fresh for `health_snapshot_ms`; one
+/// fetch per object at a time in an isolate, the stale snapshot served meanwhile (a request
+/// without one waits for the fetch under way, at most its [`CALL_TIMEOUT_MS`]); after a failed or
+/// late fetch the object is left alone 1 s, doubling to 8 s, the stale snapshot served.
+fn snapshot_rules(fresh_ms: u64) -> FetchRules {
+    FetchRules {
+        fresh_ms,
+        give_up_ms: CALL_TIMEOUT_MS + 200,
+        poll_ms: 20,
+        backoff_ms: 1_000,
+        backoff_max_ms: 8_000,
+    }
 }
 
 fn remember(name: &str, reply: SnapshotReply) {
@@ -319,28 +339,53 @@ fn remember(name: &str, reply: SnapshotReply) {
             Snapshot {
                 health: reply.health,
                 stats: reply.stats,
-                fetched_ms: now_ms(),
+                fetched_ms: Some(now_ms()),
             },
         );
     });
 }
 
-fn fresh(name: &str, max_age_ms: u64, now: u64) -> bool {
-    HEALTH_SNAPSHOTS.with(|s| {
-        s.borrow()
-            .get(name)
-            .is_some_and(|snap| now.saturating_sub(snap.fetched_ms) < max_age_ms)
-    })
+fn fetched_at(name: &str) -> Option<u64> {
+    HEALTH_SNAPSHOTS.with(|s| s.borrow().get(name).and_then(|snap| snap.fetched_ms))
 }
 
-/// Refreshes the snapshots of `names` that are stale, in parallel. An unreachable object leaves
-/// the old snapshot (or none: everything healthy) — health never blocks an answer.
+/// Refreshes the snapshots of `names` that are stale, in parallel, one fetch per object at a time
+/// (see [`snapshot_rules`]). An unreachable object leaves the old snapshot (or none: everything
+/// healthy) — health never blocks an answer.
 async fn refresh(env: &Env, names: &[String], max_age_ms: u64) {
-    let now = now_ms();
-    let stale: Vec<&String> = names.iter().filter(|n| !fresh(n, max_age_ms, now)).collect();
-    let calls = stale.iter().map(|name| async move {
-        if let Some(reply) = call_object::<SnapshotReply>(env, name, &HealthCall::Snapshot).await {
-            remember(name, reply);
+    let rules = snapshot_rules(max_age_ms);
+    let calls = names.iter().map(|name| async move {
+        loop {
+            let now = now_ms();
+            let step = FETCHES.with(|f| {
+                f.borrow_mut()
+                    .entry(name.clone())
+                    .or_default()
+                    .step(fetched_at(name), now, &rules)
+            });
+            match step {
+                Step::Fresh | Step::Stale | Step::Without => return,
+                Step::Wait(ms) => {
+                    sleep(ms).await;
+                    if !in_request() {
+                        return;
+                    }
+                }
+                Step::Fetch => {
+                    let reply = call_object::<SnapshotReply>(env, name, &HealthCall::Snapshot).await;
+                    let ok = reply.is_some();
+                    if let Some(reply) = reply {
+                        remember(name, reply);
+                    }
+                    FETCHES.with(|f| {
+                        f.borrow_mut()
+                            .entry(name.clone())
+                            .or_default()
+                            .done(ok, now_ms(), &rules)
+                    });
+                    return;
+                }
+            }
         }
     });
     futures_util::future::join_all(calls).await;
@@ -410,7 +455,6 @@ async fn claim(env: &Env, object: &str, call: &HealthCall) -> bool {
 pub fn apply_local(model_id: &str, obs: &Observation, config: &HealthConfig) {
     HEALTH_SNAPSHOTS.with(|s| {
         let mut s = s.borrow_mut();
-        let now = now_ms();
         for (name, scope) in [
             (object_name(model_id), Scope::Model),
             (ACCOUNTS.to_string(), Scope::Accounts),
@@ -418,8 +462,8 @@ pub fn apply_local(model_id: &str, obs: &Observation, config: &HealthConfig) {
             let snap = s.entry(name).or_insert_with(|| Snapshot {
                 health: ModelHealth::default(),
                 stats: BTreeMap::new(),
-                // A snapshot born here has not been read from the object: stale at once.
-                fetched_ms: now.saturating_sub(u64::MAX / 2),
+                // Born here, not read from the object: the next request fetches it.
+                fetched_ms: None,
             });
             snap.health.observe_scoped(obs, config, scope);
         }

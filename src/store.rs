@@ -552,6 +552,7 @@ impl Store {
     /// but not released again. `unwritten`: a fast-path hold not written yet, written first in
     /// the same batch.
     pub async fn settle(&self, items: &[(&GenerationRecord, bool, Option<&HoldRow>)]) -> Result<(), ApiError> {
+        crate::calls::d1_settle(items.iter().map(|(g, _, _)| g.account_id.as_str()), self.drill);
         for (g, _, _) in items {
             self.unreachable_for(&g.account_id)?;
         }
