@@ -37,7 +37,7 @@ use switchyard_core::verify::{self as checks, CheckRoute};
 
 use worker::{durable_object, DurableObject, Env, Request, Response, ScheduledTime, State};
 
-use crate::batch::{self, Turn};
+use crate::batch;
 use crate::limits::CapacityDesk;
 use crate::object;
 use crate::runtime::clock::{in_request, now_ms, sleep};
@@ -471,30 +471,35 @@ pub fn apply_local(model_id: &str, obs: &Observation, config: &HealthConfig) {
 }
 
 /// Routine outcomes (successes) are gathered for up to 200 ms and sent in one call; failures and
-/// probes go at once: other isolates should learn of them promptly.
+/// probes go at once: other isolates should learn of them promptly. A call that fails rejoins the
+/// next one a second later, twice at most; then the outcomes are dropped (health is advisory, and
+/// the isolate's own snapshot has them already).
 const REPORT_BATCH: Rules = Rules {
     wait_ms: 200,
     max_items: 64,
     overdue_ms: 2_000,
     lost_ms: 5_000,
+    retry_ms: 1_000,
+    max_sends: 3,
 };
 
-/// One request's outcomes, waiting to be sent.
+/// One request's outcomes for one object, waiting to be sent.
 #[derive(Clone)]
 struct Report {
     config: HealthConfig,
     observations: Vec<Observation>,
-    request: RequestObservation,
+    /// The request's own outcome (the model's object only).
+    request: Option<RequestObservation>,
 }
 
 thread_local! {
-    /// Reports waiting to be sent, per model.
+    /// Reports waiting to be sent, per object name.
     static OUTBOX: RefCell<Batches<Report>> = RefCell::new(Batches::default());
 }
 
-/// Reports a request's outcomes (from `ctx.wait_until`), gathered with other requests' (see
-/// [`REPORT_BATCH`]): everything to the model's object, what concerns an account to the accounts
-/// object. The objects' answers refresh the snapshots.
+/// Reports a request's outcomes (from `ctx.wait_until`), gathered with other requests' per object
+/// (see [`REPORT_BATCH`]): everything to the model's object, what concerns an account to the
+/// accounts object. The objects' answers refresh the snapshots.
 pub async fn report(
     env: &Env,
     model_id: &str,
@@ -505,58 +510,63 @@ pub async fn report(
     let urgent = observations
         .iter()
         .any(|o| o.probe || !matches!(o.outcome, AttemptOutcome::Success));
-    let item = Report {
+    let accounts = HEALTH_SNAPSHOTS.with(|s| for_accounts(&observations, s.borrow().get(ACCOUNTS).map(|a| &a.health)));
+    let model = Report {
         config,
         observations,
-        request,
+        request: Some(request),
     };
-    let (batch, lead) = match batch::gather(&OUTBOX, model_id, item, urgent, &REPORT_BATCH).await {
-        Turn::Lead(mut lead) => (std::mem::take(&mut lead.items), Some(lead)),
-        Turn::Alone(item) => (vec![item], None),
-        Turn::Done => return,
+    let accounts = (!accounts.is_empty()).then_some(Report {
+        config,
+        observations: accounts,
+        request: None,
+    });
+    let model = report_to(env, object_name(model_id), Scope::Model, model, urgent);
+    let accounts = async {
+        if let Some(item) = accounts {
+            report_to(env, ACCOUNTS.to_string(), Scope::Accounts, item, urgent).await;
+        }
     };
-    let Some(config) = batch.last().map(|r| r.config) else {
-        return;
+    futures_util::future::join(model, accounts).await;
+}
+
+/// Sends `item` to `object` in a batch of its reports (`batch::run`).
+async fn report_to(env: &Env, object: String, scope: Scope, item: Report, urgent: bool) {
+    let object = &object;
+    let outcome = batch::run(&OUTBOX, object, item, urgent, &REPORT_BATCH, |items| {
+        send_reports(env, object, scope, items)
+    })
+    .await;
+    if let Some(item) = outcome.alone {
+        send_reports(env, object, scope, vec![item]).await;
+    }
+}
+
+/// One `Observe` call with `reports`; true when the object answered (its answer refreshes the
+/// snapshot).
+async fn send_reports(env: &Env, object: &str, scope: Scope, reports: Vec<Report>) -> bool {
+    let Some(config) = reports.last().map(|r| r.config) else {
+        return true;
     };
     let mut observations = Vec::new();
-    let mut requests = Vec::with_capacity(batch.len());
-    for r in batch {
+    let mut requests = Vec::with_capacity(reports.len());
+    for r in reports {
         observations.extend(r.observations);
-        requests.push(r.request);
+        requests.extend(r.request);
     }
-    let for_accounts =
-        HEALTH_SNAPSHOTS.with(|s| for_accounts(&observations, s.borrow().get(ACCOUNTS).map(|a| &a.health)));
-    let name = object_name(model_id);
-    let model_call = HealthCall::Observe {
-        scope: Scope::Model,
+    let call = HealthCall::Observe {
+        scope,
         config,
         observations,
         requests,
     };
-    let model_report = async {
-        let reply = call_object::<SnapshotReply>(env, &name, &model_call).await;
-        if let Some(lead) = &lead {
-            batch::finished(&OUTBOX, lead, reply.is_some());
+    match call_object::<SnapshotReply>(env, object, &call).await {
+        Some(reply) => {
+            remember(object, reply);
+            true
         }
-        if let Some(reply) = reply {
-            remember(&name, reply);
-        }
-    };
-    let accounts_report = async {
-        if for_accounts.is_empty() {
-            return;
-        }
-        let accounts_call = HealthCall::Observe {
-            scope: Scope::Accounts,
-            config,
-            observations: for_accounts,
-            requests: Vec::new(),
-        };
-        if let Some(reply) = call_object::<SnapshotReply>(env, ACCOUNTS, &accounts_call).await {
-            remember(ACCOUNTS, reply);
-        }
-    };
-    futures_util::future::join(model_report, accounts_report).await;
+        None => false,
+    }
 }
 
 /// Models with at least one healthy route right now (`ModelHealth::route_state`, the rule the
