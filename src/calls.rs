@@ -124,9 +124,10 @@ pub fn d1() {
     count("D1", &[]);
 }
 
-/// A batch of settlements sent to D1 (one round trip; its statements are counted by [`d1`]),
-/// counted also for each account it carries (`account:<id>`, test drills only).
-pub fn d1_settle<'a>(accounts: impl Iterator<Item = &'a str>, per_object: bool) {
+/// A batch of settlements sent to D1 (one round trip; its statements are counted by [`d1`]):
+/// `D1.settle` from a request's settlement, `D1.replay` from the outbox; counted also for each
+/// account it carries (`account:<id>`, test drills only).
+pub fn d1_settle<'a>(kind: &str, accounts: impl Iterator<Item = &'a str>, per_object: bool) {
     let mut names: Vec<String> = match per_object {
         true => accounts.map(|a| format!("account:{a}")).collect(),
         false => Vec::new(),
@@ -134,7 +135,7 @@ pub fn d1_settle<'a>(accounts: impl Iterator<Item = &'a str>, per_object: bool) 
     names.sort_unstable();
     names.dedup();
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
-    count("D1.settle", &names);
+    count(kind, &names);
 }
 
 /// The isolate's totals, and those of `object` (test drills only).

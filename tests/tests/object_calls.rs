@@ -196,7 +196,8 @@ fn burst(s: &Arc<Stack>, key: &str, model: &str, n: usize) {
     }
 }
 
-/// D1 settlement batches that carried `account`'s settlements so far.
+/// D1 settlement batches that carried `account`'s settlements so far, from requests (the
+/// outbox's replays, `D1.replay`, are not counted).
 fn settle_calls(s: &Stack, account: &str) -> u64 {
     let (_, on) = object_calls(s, &format!("account:{account}"));
     count(&on, "D1.settle.blocking") + count(&on, "D1.settle.background")
@@ -234,7 +235,8 @@ fn calls_settlements_refused_by_d1_rejoin_the_next_batch() {
         unix_ms() < until,
         "the burst and its retries ran inside the outage window"
     );
-    eprintln!("12 settlements: {offered} D1 calls with D1 working, {issued} with D1 refusing them");
+    let (_, on) = object_calls(&s, &format!("account:{refused}"));
+    eprintln!("12 settlements: {offered} D1 calls with D1 working, {issued} with D1 refusing them: {on}");
     assert!(offered >= 1, "the control burst was settled");
     assert!(
         issued <= 3 * offered,
