@@ -83,12 +83,6 @@ impl Flight {
         self.failures = self.failures.saturating_add(1);
         self.retry_at_ms = now_ms.saturating_add(doubling.min(rules.backoff_max_ms));
     }
-
-    /// Whether a fetch is under way at `now_ms` (for a caller that only wants to know).
-    pub fn under_way(&self, now_ms: u64, rules: &Rules) -> bool {
-        self.since_ms
-            .is_some_and(|since| now_ms.saturating_sub(since) < rules.give_up_ms)
-    }
 }
 
 #[cfg(test)]
