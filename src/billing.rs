@@ -251,6 +251,8 @@ const SETTLE_BATCH: Rules = Rules {
     max_items: 16,
     overdue_ms: 100,
     lost_ms: 5_000,
+    retry_ms: 200,
+    max_sends: 3,
 };
 
 thread_local! {
@@ -261,8 +263,9 @@ thread_local! {
 /// releases the hold, charges `record.total_cost_micros`, writes the ledger row and the
 /// generation. Runs inside `ctx.wait_until`. Settlements of the same isolate share one D1 batch
 /// ([`SETTLE_BATCH`]): the first one queued waits and writes them all; the others wait on their
-/// own timers until it is written, and write their own settlement alone if it failed or its
-/// writer's task died (`batch::gather`). The batch is one transaction.
+/// own timers until it is written. A batch D1 refused rejoins the queue and is written with the
+/// next one 200 ms later (`batch::run`), at most three times, then goes to the outbox; a rider
+/// whose writer's task died writes its own alone. The batch is one transaction.
 pub async fn settle(env: Env, hold: Option<Hold>, record: GenerationRecord) {
     let mut unwritten = None;
     if let Some(fast) = hold.as_ref().and_then(|h| h.fast.as_ref()) {
@@ -284,32 +287,46 @@ pub async fn settle(env: Env, hold: Option<Hold>, record: GenerationRecord) {
         Some(d) => (d.key.clone(), if d.dies { DRILL_BATCH } else { SETTLE_BATCH }),
         None => (String::new(), SETTLE_BATCH),
     };
-    let lead = match batch::gather(&SETTLEMENTS, &key, item, false, &rules).await {
-        Turn::Lead(lead) => lead,
-        Turn::Alone(item) => return settle_alone(&env, &item).await,
-        Turn::Done => return,
-    };
-    if drill.is_some_and(|d| d.dies) {
+    if drill.as_ref().is_some_and(|d| d.dies) {
         // The drill's writer dies with the batch in hand: its riders must not lose theirs.
-        worker::console_log!(
-            "{{\"event\":\"drill_settlement_writer_died\",\"items\":{}}}",
-            lead.items.len()
-        );
+        match batch::gather(&SETTLEMENTS, &key, item, false, &rules).await {
+            Turn::Lead(lead) => worker::console_log!(
+                "{{\"event\":\"drill_settlement_writer_died\",\"items\":{}}}",
+                lead.items.len()
+            ),
+            Turn::Alone(item) => settle_alone(&env, &item).await,
+            Turn::Done => {}
+        }
         return;
     }
-    let parts: Vec<_> = lead.items.iter().map(Settlement::parts).collect();
-    let together = match Store::new(&env) {
-        Ok(store) => store.settle(&parts).await,
-        Err(e) => Err(e),
-    };
-    batch::finished(&SETTLEMENTS, &lead, together.is_ok());
-    if together.is_ok() {
-        for item in &lead.items {
-            Store::note_spend(&item.record.key_id, item.record.total_cost_micros);
-        }
-    } else if let Some(own) = lead.own.and_then(|i| lead.items.get(i)) {
-        // The riders write theirs alone, each from its own task.
-        settle_alone(&env, own).await;
+    let env = &env;
+    let outcome = batch::run(
+        &SETTLEMENTS,
+        &key,
+        item,
+        false,
+        &rules,
+        |items: Vec<Settlement>| async move {
+            let parts: Vec<_> = items.iter().map(Settlement::parts).collect();
+            let together = match Store::new(env) {
+                Ok(store) => store.settle(&parts).await,
+                Err(e) => Err(e),
+            };
+            if together.is_ok() {
+                for item in &items {
+                    Store::note_spend(&item.record.key_id, item.record.total_cost_micros);
+                }
+            }
+            together.is_ok()
+        },
+    )
+    .await;
+    if let Some(item) = outcome.alone {
+        settle_alone(env, &item).await;
+    }
+    // D1 refused their batches `max_sends` times: the outbox takes them.
+    for item in &outcome.given_up {
+        defer(env, item).await;
     }
 }
 
@@ -373,9 +390,16 @@ async fn settle_alone(env: &Env, item: &Settlement) {
     }
     if result.is_ok() {
         Store::note_spend(&record.key_id, record.total_cost_micros);
-    } else if outbox::keep(env, item).await {
-        // D1 is out of reach: the outbox replays it when D1 is back (exactly once: every money
-        // statement is guarded by the hold being unsettled).
+    } else {
+        defer(env, item).await;
+    }
+}
+
+/// Hands a settlement D1 would not take to the outbox, which replays it when D1 is back (exactly
+/// once: every money statement is guarded by the hold being unsettled).
+async fn defer(env: &Env, item: &Settlement) {
+    let record = &item.record;
+    if outbox::keep(env, item).await {
         worker::console_error!(
             "{{\"event\":\"settlement_deferred\",\"generation_id\":{:?},\"charge_micros\":{}}}",
             record.id,

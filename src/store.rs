@@ -231,7 +231,9 @@ impl Store {
         }
     }
 
+    /// Every statement is prepared here, and counted (`crate::calls`).
     fn stmt(&self, sql: &str, args: &[JsValue]) -> Result<D1PreparedStatement, ApiError> {
+        crate::calls::d1();
         self.db.prepare(sql).bind(args).map_err(internal("bind"))
     }
 
@@ -267,8 +269,7 @@ impl Store {
             return Err(ApiError::StorageUnavailable);
         }
         let row: Option<CatalogRow> = read(
-            self.db
-                .prepare("SELECT doc, version FROM catalog WHERE id = 1")
+            self.stmt("SELECT doc, version FROM catalog WHERE id = 1", &[])?
                 .first(None),
             "catalog_read",
         )
@@ -551,6 +552,16 @@ impl Store {
     /// but not released again. `unwritten`: a fast-path hold not written yet, written first in
     /// the same batch.
     pub async fn settle(&self, items: &[(&GenerationRecord, bool, Option<&HoldRow>)]) -> Result<(), ApiError> {
+        self.settle_as("D1.settle", items).await
+    }
+
+    /// [`Store::settle`], counted as `kind` (`crate::calls::d1_settle`).
+    async fn settle_as(
+        &self,
+        kind: &str,
+        items: &[(&GenerationRecord, bool, Option<&HoldRow>)],
+    ) -> Result<(), ApiError> {
+        crate::calls::d1_settle(kind, items.iter().map(|(g, _, _)| g.account_id.as_str()), self.drill);
         for (g, _, _) in items {
             self.unreachable_for(&g.account_id)?;
         }
@@ -896,7 +907,7 @@ impl Settlement {
 impl Store {
     /// One settlement in its own D1 batch; true when D1 took it.
     pub async fn settle_one(&self, item: &Settlement) -> bool {
-        self.settle(&[item.parts()]).await.is_ok()
+        self.settle_as("D1.replay", &[item.parts()]).await.is_ok()
     }
 }
 

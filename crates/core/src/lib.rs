@@ -14,6 +14,7 @@ pub mod classify;
 pub mod dialects;
 pub mod echo;
 pub mod error;
+pub mod flight;
 pub mod generation;
 pub mod health;
 pub mod health_rpc;
