@@ -546,10 +546,12 @@ impl Store {
 
     /// Settles requests in one batch — one transaction: all or none (SPEC §11). Each releases its
     /// hold, charges `g.total_cost_micros` to the account and the key, writes the ledger row and
-    /// the generation with its attempts. Every money statement is guarded by the hold not being
-    /// settled yet, so settling twice charges once; a hold the sweeper already expired is charged
-    /// but not released again. `unwritten`: a fast-path hold not written yet, written first in
-    /// the same batch.
+    /// the generation with its attempts, and deletes the hold (SPEC §22: no row outlives what it
+    /// holds). Every money statement is guarded by the hold still being there, and a hold row is
+    /// never written again for a generation with a ledger charge or a generation row, so settling
+    /// twice — a replay, a duplicate, a reply lost after D1 applied it — charges once; a hold the
+    /// sweeper already expired is charged but not released again. `unwritten`: a fast-path hold
+    /// not written yet, written first in the same batch.
     pub async fn settle(&self, items: &[(&GenerationRecord, bool, Option<&HoldRow>)]) -> Result<(), ApiError> {
         for (g, _, _) in items {
             self.unreachable_for(&g.account_id)?;
@@ -602,13 +604,10 @@ impl Store {
                     "INSERT INTO ledger (account_id, kind, amount_micros, generation_id, key_id, estimated, created_at) \
                      SELECT ?3, 'charge', ?2, ?1, ?4, ?5, ?6 WHERE ?2 > 0 AND {UNSETTLED}"
                 ),
-                &[gen_id.clone(), charge.clone(), account, key, opt_bool(Some(g.estimated)), now.clone()],
+                &[gen_id.clone(), charge.clone(), account, key, opt_bool(Some(g.estimated)), now],
             )?);
-            statements.push(self.stmt(
-                "UPDATE holds SET state = 'settled', charged_micros = ?2, settled_at = ?3 \
-                 WHERE generation_id = ?1 AND state IN ('open', 'expired')",
-                &[gen_id, charge, now],
-            )?);
+            // Last of the money statements: the hold goes with the settlement that charged it.
+            statements.push(self.stmt("DELETE FROM holds WHERE generation_id = ?1", &[gen_id])?);
         }
         statements.push(self.stmt(
             "INSERT OR IGNORE INTO generations (id, account_id, key_id, model, api, stream, outcome, route, provider, \
@@ -670,7 +669,17 @@ impl Store {
         guarded: bool,
         or_ignore: bool,
     ) -> Result<D1PreparedStatement, ApiError> {
-        let guard = if guarded { " WHERE changes() = 1" } else { "" };
+        // A fast-path row may be written again (a replay, a late deferred write): never for a
+        // generation already settled — its charge in the ledger or its generation row proves it,
+        // as its hold row is gone (SPEC §22).
+        let guard = match (guarded, or_ignore) {
+            (true, _) => " WHERE changes() = 1",
+            (false, true) => {
+                " WHERE NOT EXISTS (SELECT 1 FROM ledger WHERE generation_id = ?1) \
+                 AND NOT EXISTS (SELECT 1 FROM generations WHERE id = ?1)"
+            }
+            (false, false) => "",
+        };
         let or = if or_ignore { " OR IGNORE" } else { "" };
         self.stmt(
             &format!(
@@ -758,9 +767,12 @@ impl Store {
         ])
     }
 
-    /// Releases every open hold past its expiry (the cron sweep); returns how many.
-    pub async fn sweep_expired_holds(&self, now: u64) -> Result<usize, ApiError> {
-        let now = num(now as i64);
+    /// Releases every open hold past its expiry (the cron sweep); returns how many. An expired
+    /// hold stays (released, not charged) for its settlement, which may still come from the outbox,
+    /// for [`EXPIRED_KEPT_MS`]; then it goes too.
+    pub async fn sweep_expired_holds(&self, now_ms: u64) -> Result<usize, ApiError> {
+        let now = num(now_ms as i64);
+        let forget_before = num(now_ms.saturating_sub(EXPIRED_KEPT_MS) as i64);
         let statements =
             vec![
             self.stmt(
@@ -770,6 +782,10 @@ impl Store {
                 std::slice::from_ref(&now),
             )?,
             self.stmt("UPDATE holds SET state = 'expired' WHERE state = 'open' AND expires_at < ?1", &[now])?,
+            self.stmt(
+                "DELETE FROM holds WHERE state = 'expired' AND expires_at < ?1",
+                &[forget_before],
+            )?,
         ];
         let results = self.db.batch(statements).await.map_err(internal("sweep"))?;
         Ok(results
@@ -790,11 +806,7 @@ impl Store {
                  WHERE id IN (SELECT account_id FROM holds WHERE generation_id = ?1 AND state = 'open')",
                 std::slice::from_ref(&id),
             )?,
-            self.stmt(
-                "UPDATE holds SET state = 'settled', charged_micros = 0, settled_at = ?2 \
-                 WHERE generation_id = ?1 AND state = 'open'",
-                &[id.clone(), num(now_ms() as i64)],
-            )?,
+            self.stmt("DELETE FROM holds WHERE generation_id = ?1 AND state = 'open'", &[id])?,
         ];
         read(self.db.batch(statements), "release_lost_hold").await.map(drop)
     }
@@ -857,6 +869,10 @@ impl Store {
 /// plus `?2` within it (SPEC §11), decided in the same statement as the balance.
 const KEY_HAS_ROOM: &str = "(SELECT k.spend_limit_micros IS NULL OR k.spent_micros + ?2 + COALESCE((SELECT SUM(h.amount_micros) \
      FROM holds h WHERE h.key_id = k.id AND h.state = 'open'), 0) <= k.spend_limit_micros FROM api_keys k WHERE k.id = ?3)";
+
+/// How long an expired hold waits for its settlement (kept in the outbox while D1 was out of
+/// reach) before the sweep deletes it: past this, a settlement still to come charges nothing.
+const EXPIRED_KEPT_MS: u64 = 7 * 24 * 3_600_000;
 
 /// A hold to write: who, how much, and until when.
 #[derive(Debug, Clone, Serialize, Deserialize)]
