@@ -551,7 +551,8 @@ impl Store {
     /// never written again for a generation with a ledger charge or a generation row, so settling
     /// twice — a replay, a duplicate, a reply lost after D1 applied it — charges once; a hold the
     /// sweeper already expired is charged but not released again. `unwritten`: a fast-path hold
-    /// not written yet, written first in the same batch.
+    /// not written yet, written first in the same batch. These rules are modelled, and their
+    /// exactly-once property tested, in `switchyard_core::settlement::Books`.
     pub async fn settle(&self, items: &[(&GenerationRecord, bool, Option<&HoldRow>)]) -> Result<(), ApiError> {
         for (g, _, _) in items {
             self.unreachable_for(&g.account_id)?;

@@ -24,6 +24,7 @@ pub mod money;
 pub mod plan;
 pub mod redact;
 pub mod relay;
+pub mod settlement;
 pub mod spread;
 pub mod sse;
 pub mod status;
