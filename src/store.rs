@@ -25,7 +25,9 @@ const CACHE_TTL_MS: u64 = 5_000;
 /// requests go on for ten minutes of an outage on what was last known, then get 503.
 const STALE_MAX_MS: u64 = 10 * 60_000;
 /// The longest a D1 read on the request path may take before it counts as D1 being down.
-const D1_DEADLINE_MS: u64 = 5_000;
+pub const D1_DEADLINE_MS: u64 = 5_000;
+/// How long each statement takes in the `d1-slow-…` drill (tests only, [`Store::drill_for`]).
+const SLOW_STATEMENT_MS: u64 = 5_000;
 /// How long an isolate remembers that a key hash is unknown.
 const MISS_TTL_MS: u64 = 60_000;
 
@@ -145,15 +147,17 @@ fn remember_catalog(catalog: Rc<Catalog>, version: i64, now: u64) -> Rc<Catalog>
 
 pub struct Store {
     db: D1Database,
-    /// The D1 outage drill is on (tests only, see [`Store::unreachable_for`]).
+    /// The D1 drills are on (tests only, see [`Store::drill_for`]).
     drill: bool,
     /// The request-path drill `d1-down` (tests only): the catalog and key reads find D1 down.
     down: bool,
 }
 
-/// A D1 read within [`D1_DEADLINE_MS`]: an error or no answer in time is D1 being out of reach
-/// (`storage_unavailable`, logged with `label`), never a 500.
-async fn read<T>(
+/// A D1 call within [`D1_DEADLINE_MS`] — every read on the request path and every write on the
+/// money path: an error or no answer in time is D1 being out of reach (`storage_unavailable`,
+/// logged with `label`), never a 500 and never a wait past the deadline (SPEC §22). A write that
+/// missed it may still be applied later; every money write is idempotent for that reason.
+async fn timely<T>(
     fut: impl std::future::Future<Output = worker::Result<T>>,
     label: &'static str,
 ) -> Result<T, ApiError> {
@@ -211,24 +215,56 @@ impl Store {
         self
     }
 
-    /// The D1 outage drill: when `SWITCHYARD_TEST_FAULTS` is `1` (`scripts/test` only, never a
-    /// deploy), the money statements of an account named `d1-outage-<from ms>-<until ms>[-…]` fail
-    /// between those times, as if D1 were down for it.
-    fn unreachable_for(&self, account: &str) -> Result<(), ApiError> {
+    /// The D1 drills: when `SWITCHYARD_TEST_FAULTS` is `1` (`scripts/test` only, never a deploy),
+    /// the money statements of an account named `d1-outage-<from ms>-<until ms>[-…]` fail between
+    /// those times, as if D1 were down for it; those of one named `d1-slow-<from>-<until>[-…]` each
+    /// take [`SLOW_STATEMENT_MS`] then (a batch as long as its statements together), as a
+    /// saturated D1 answers. `Ok` is how long this account's statements take more than usual.
+    fn drill_for(&self, account: &str) -> Result<u64, ApiError> {
         if !self.drill {
-            return Ok(());
+            return Ok(0);
         }
-        let window = account.strip_prefix("d1-outage-").and_then(|w| {
-            let (from, rest) = w.split_once('-')?;
+        let window = |prefix: &str| {
+            let (from, rest) = account.strip_prefix(prefix)?.split_once('-')?;
             let until = rest.split('-').next()?;
-            Some((from.parse::<u64>().ok()?, until.parse::<u64>().ok()?))
-        });
-        match window {
-            Some((from, until)) if (from..until).contains(&now_ms()) => Err(ApiError::Internal {
+            let (from, until) = (from.parse::<u64>().ok()?, until.parse::<u64>().ok()?);
+            (from..until).contains(&now_ms()).then_some(())
+        };
+        if window("d1-outage-").is_some() {
+            return Err(ApiError::Internal {
                 label: "d1_outage_drill",
-            }),
-            _ => Ok(()),
+            });
         }
+        Ok(if window("d1-slow-").is_some() {
+            SLOW_STATEMENT_MS
+        } else {
+            0
+        })
+    }
+
+    /// A batch of money statements for `accounts`, within the deadline (see [`timely`]), slowed
+    /// or failed by the drills.
+    async fn money_batch<'a>(
+        &self,
+        accounts: impl IntoIterator<Item = &'a str>,
+        statements: Vec<D1PreparedStatement>,
+        label: &'static str,
+    ) -> Result<Vec<worker::D1Result>, ApiError> {
+        let mut slow = 0;
+        for account in accounts {
+            slow = slow.max(self.drill_for(account)?);
+        }
+        let delay = slow.saturating_mul(statements.len() as u64);
+        timely(
+            async move {
+                if delay > 0 {
+                    crate::runtime::clock::sleep(delay).await;
+                }
+                self.db.batch(statements).await
+            },
+            label,
+        )
+        .await
     }
 
     fn stmt(&self, sql: &str, args: &[JsValue]) -> Result<D1PreparedStatement, ApiError> {
@@ -266,7 +302,7 @@ impl Store {
         if self.down {
             return Err(ApiError::StorageUnavailable);
         }
-        let row: Option<CatalogRow> = read(
+        let row: Option<CatalogRow> = timely(
             self.db
                 .prepare("SELECT doc, version FROM catalog WHERE id = 1")
                 .first(None),
@@ -368,7 +404,7 @@ impl Store {
                 &[id, num(micros), now],
             )?,
         ];
-        self.db.batch(statements).await.map_err(internal("credit"))?;
+        timely(self.db.batch(statements), "credit").await?;
         Ok(true)
     }
 
@@ -453,7 +489,7 @@ impl Store {
         let fresh = if self.down {
             Err(ApiError::StorageUnavailable)
         } else {
-            read(query.first::<KeyRecord>(None), "key_read").await
+            timely(query.first::<KeyRecord>(None), "key_read").await
         };
         let rec = match fresh {
             Ok(rec) => rec,
@@ -554,15 +590,12 @@ impl Store {
     /// not written yet, written first in the same batch. These rules are modelled, and their
     /// exactly-once property tested, in `switchyard_core::settlement::Books`.
     pub async fn settle(&self, items: &[(&GenerationRecord, bool, Option<&HoldRow>)]) -> Result<(), ApiError> {
-        for (g, _, _) in items {
-            self.unreachable_for(&g.account_id)?;
-        }
         let mut statements = Vec::new();
         for (g, has_hold, unwritten) in items {
             statements.extend(self.settle_statements(g, *has_hold, *unwritten)?);
         }
-        self.db.batch(statements).await.map_err(internal("settle"))?;
-        Ok(())
+        let accounts = items.iter().map(|(g, _, _)| g.account_id.as_str());
+        self.money_batch(accounts, statements, "settle").await.map(drop)
     }
 
     /// The statements of one settlement (see [`Store::settle`]).
@@ -652,12 +685,18 @@ impl Store {
 
     /// The account's available balance (balance − held), fresh from D1.
     pub async fn available(&self, account_id: &str) -> Result<Option<i64>, ApiError> {
-        self.unreachable_for(account_id)?;
+        let slow = self.drill_for(account_id)?;
         let query = self.stmt(
             "SELECT balance_micros - held_micros AS available FROM accounts WHERE id = ?1",
             &[JsValue::from_str(account_id)],
         )?;
-        let v: Option<f64> = read(query.first(Some("available")), "balance_read").await?;
+        let read = async move {
+            if slow > 0 {
+                crate::runtime::clock::sleep(slow).await;
+            }
+            query.first(Some("available")).await
+        };
+        let v: Option<f64> = timely(read, "balance_read").await?;
         Ok(v.map(|v| v as i64))
     }
 
@@ -704,7 +743,6 @@ impl Store {
     /// hold, in one transaction. Returns the available balance after the hold, or `None` when it
     /// did not fit.
     pub async fn hold_atomic(&self, h: &HoldRow) -> Result<Option<i64>, ApiError> {
-        self.unreachable_for(&h.account)?;
         let statements = vec![
             self.stmt(
                 &format!(
@@ -715,7 +753,7 @@ impl Store {
             )?,
             self.hold_row(h, "awaited", true, false)?,
         ];
-        let results = read(self.db.batch(statements), "hold").await?;
+        let results = self.money_batch([h.account.as_str()], statements, "hold").await?;
         if self.drill && h.account.starts_with("hold-reply-lost") {
             // The lost-reply drill (test faults only): D1 applied the hold, its answer never came.
             return Err(ApiError::Internal {
@@ -742,17 +780,17 @@ impl Store {
             &format!("SELECT CASE WHEN {KEY_HAS_ROOM} THEN 1 ELSE 0 END AS room"),
             &[JsValue::NULL, num(amount), JsValue::from_str(key_id)],
         )?;
-        let room: Option<f64> = read(query.first(Some("room")), "spend_limit_read").await?;
+        let room: Option<f64> = timely(query.first(Some("room")), "spend_limit_read").await?;
         Ok(room == Some(0.0))
     }
 
     /// The fast-path hold: admitted already on the isolate's snapshot, so written without the
     /// balance condition (the snapshot rule bounds what this can overspend).
     pub async fn hold_unchecked(&self, h: &HoldRow) -> Result<(), ApiError> {
-        self.unreachable_for(&h.account)?;
         let statements = self.hold_unchecked_statements(h)?;
-        self.db.batch(statements).await.map_err(internal("hold_fast"))?;
-        Ok(())
+        self.money_batch([h.account.as_str()], statements, "hold_fast")
+            .await
+            .map(drop)
     }
 
     /// The fast path's hold: the open hold row and the account's held amount, unchecked, and
@@ -788,7 +826,7 @@ impl Store {
                 &[forget_before],
             )?,
         ];
-        let results = self.db.batch(statements).await.map_err(internal("sweep"))?;
+        let results = timely(self.db.batch(statements), "sweep").await?;
         Ok(results
             .get(1)
             .and_then(|r| r.meta().ok().flatten())
@@ -809,7 +847,7 @@ impl Store {
             )?,
             self.stmt("DELETE FROM holds WHERE generation_id = ?1 AND state = 'open'", &[id])?,
         ];
-        read(self.db.batch(statements), "release_lost_hold").await.map(drop)
+        timely(self.db.batch(statements), "release_lost_hold").await.map(drop)
     }
 
     /// `GET /v1/credits`: the account's balance and held amount, its ledger totals, the key's
@@ -836,7 +874,7 @@ impl Store {
              AND route IS NOT NULL ORDER BY created_at DESC LIMIT 1",
             &[JsValue::from_str(account_id), JsValue::from_str(response_id)],
         )?;
-        read(query.first::<String>(Some("route")), "response_route").await
+        timely(query.first::<String>(Some("route")), "response_route").await
     }
 
     /// A generation with its attempts, if it belongs to `account_id`.

@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use switchyard_e2e::{chat_body, fast_policy, unique, Stack};
+use switchyard_e2e::{chat_body, fast_policy, unique, Api, Stack, APIS};
 
 fn unix_ms() -> u64 {
     std::time::SystemTime::now()
@@ -110,9 +110,118 @@ fn money_settled_holds_leave_no_row_and_the_balance_is_the_ledger() {
     let (holds, charged, charges, c) = settled_books(&s, &key, 30);
     assert!(holds.is_empty(), "settled holds leave no row: {holds:?}");
     assert!(charged > 0 && charges > 0, "{c}");
-    assert_eq!(charged, recorded_charges(&s, &key, &ids), "the ledger is what was delivered");
+    assert_eq!(
+        charged,
+        recorded_charges(&s, &key, &ids),
+        "the ledger is what was delivered"
+    );
     assert_eq!(c["balance_micros"].as_i64(), Some(1_000_000 - charged), "{c}");
     assert_eq!(c["charges_total_micros"].as_i64(), Some(charged), "{c}");
     let (holds, _, _, _) = settled_books(&s, &poor, 10);
     assert!(holds.is_empty(), "{holds:?}");
+}
+
+// ---- 2: a deadline on every money write -------------------------------------------------------
+
+/// Switchyard's code in an error answer of `api`'s dialect (Gemini keeps it in `details`), and
+/// whether the rest of the answer has that dialect's shape for a 503.
+fn dialect_code(api: Api, v: &Value) -> (String, bool) {
+    match api {
+        Api::Gemini => (
+            v["error"]["details"][0]["reason"].as_str().unwrap_or("").to_string(),
+            v["error"]["code"] == 503 && v["error"]["status"] == "UNAVAILABLE",
+        ),
+        Api::Messages => (
+            v["error"]["code"].as_str().unwrap_or("").to_string(),
+            v["type"] == "error" && v["error"]["type"] == "overloaded_error",
+        ),
+        Api::Chat | Api::Responses => (
+            v["error"]["code"].as_str().unwrap_or("").to_string(),
+            v["error"]["type"] == "service_unavailable",
+        ),
+    }
+}
+
+/// The drill of issue 33: every D1 statement of the account takes 5 s (the store's `d1-slow-…`
+/// drill) for 20 s, under load from a client of each dialect. Every request is served or refused
+/// 503 `storage_unavailable` in its dialect — never a 500; every answer served is charged exactly
+/// what its record says, once the outbox has replayed what missed its deadline; nothing stays
+/// held and no hold row is left.
+#[test]
+fn money_a_slow_d1_loses_no_charge_and_answers_no_500() {
+    let s = Stack::from_env();
+    let ok = model(&s, &["ok"], fast_policy());
+    let now = unix_ms();
+    let (from, until) = (now + 3_000, now + 23_000);
+    let key = account_key(&s, &format!("d1-slow-{from}-{until}-{}", unique("a")), 100.0);
+
+    // Before: an answer on the awaited path (the isolate learns the balance for the fast path).
+    let r = s.send(Api::Chat, &key, &Api::Chat.body(&ok, false), &[]);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let mut served = vec![r.header("x-generation-id").unwrap().to_string()];
+    std::thread::sleep(Duration::from_millis(from.saturating_sub(unix_ms()) + 100));
+
+    // During: a client of each dialect, stream and not; each request starts early enough to end
+    // inside the window (one waiting for D1 gives up after its 5 s deadline).
+    let outcomes: Vec<(Api, u16, String, Option<String>)> = std::thread::scope(|scope| {
+        let clients: Vec<_> = APIS
+            .iter()
+            .map(|&api| {
+                let (s, key, ok) = (&s, &key, &ok);
+                scope.spawn(move || {
+                    let mut seen = vec![];
+                    let mut stream = false;
+                    while unix_ms() + 7_000 < until {
+                        let r = s.send(api, key, &api.body(ok, stream), &[]);
+                        seen.push((api, r.status, r.text(), r.header("x-generation-id").map(str::to_string)));
+                        stream = !stream;
+                    }
+                    seen
+                })
+            })
+            .collect();
+        clients.into_iter().flat_map(|c| c.join().unwrap()).collect()
+    });
+    let mut refused = 0;
+    for (api, status, text, id) in &outcomes {
+        match status {
+            200 => served.push(id.clone().expect("a served answer has its generation id")),
+            503 => {
+                let (code, shaped) = dialect_code(*api, &serde_json::from_str(text).unwrap());
+                assert_eq!(code, "storage_unavailable", "{api:?}: {text}");
+                assert!(shaped, "a 503 in the {api:?} dialect: {text}");
+                refused += 1;
+            }
+            _ => panic!("{api:?} answered {status} while D1 was slow: {text}"),
+        }
+    }
+    assert!(served.len() > 1, "the fast path served during the drill: {outcomes:?}");
+    eprintln!("slow D1: {} served, {refused} refused 503", served.len());
+
+    // After: the outbox replays; each served answer is charged once, what its record says.
+    let account = s.credits(&key)["account_id"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_millis(until.saturating_sub(unix_ms()) + 60_000);
+    loop {
+        let n = s.d1_query(&format!(
+            "SELECT COUNT(*) AS n FROM ledger WHERE account_id = '{account}' AND kind = 'charge'"
+        ))[0]["n"]
+            .as_u64()
+            .unwrap();
+        if n as usize >= served.len() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "60 s after the drill, {n} of {} answers charged: {}",
+            served.len(),
+            s.credits(&key)
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let (holds, charged, charges, c) = settled_books(&s, &key, 10);
+    assert!(holds.is_empty(), "no hold row left: {holds:?}");
+    let recorded = recorded_charges(&s, &key, &served);
+    assert_eq!(charged, recorded, "the ledger is what was delivered: {c}");
+    assert_eq!(charges as usize, served.len(), "one charge per answer served");
+    assert_eq!(c["balance_micros"].as_i64(), Some(100_000_000 - charged), "{c}");
 }
