@@ -5,7 +5,7 @@
 //! bound as JS numbers (exact within ±2^53). Writes made through this isolate refresh its caches at
 //! once; other isolates see them within the TTL.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 
@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use switchyard_core::admin::{NewAccount, NewKey};
 use switchyard_core::catalog::Catalog;
 use switchyard_core::generation::{AttemptRecord, GenerationRecord};
+use switchyard_core::keys::UnknownKeys;
 use switchyard_core::ApiError;
 use wasm_bindgen::JsValue;
 use worker::{D1Database, D1PreparedStatement, Env};
@@ -28,16 +29,46 @@ const STALE_MAX_MS: u64 = 10 * 60_000;
 pub const D1_DEADLINE_MS: u64 = 5_000;
 /// How long each statement takes in the `d1-slow-…` drill (tests only, [`Store::drill_for`]).
 const SLOW_STATEMENT_MS: u64 = 5_000;
-/// How long an isolate remembers that a key hash is unknown.
+/// How long an isolate remembers that a key hash is unknown, and how many it remembers.
 const MISS_TTL_MS: u64 = 60_000;
+const MISS_CAPACITY: usize = 8_192;
 
 thread_local! {
     /// The catalog, its stored version and when this isolate fetched it.
     static CATALOG: RefCell<Option<(Rc<Catalog>, i64, u64)>> = const { RefCell::new(None) };
     static KEYS: RefCell<HashMap<String, (Rc<KeyRecord>, u64)>> = RefCell::new(HashMap::new());
-    /// Hashes no active key has, with when that was read: an unknown key costs one query a
-    /// minute per isolate, not one per request.
-    static MISSES: RefCell<HashMap<String, u64>> = RefCell::new(HashMap::new());
+    /// Hashes no active key has, with when that was read: an unknown key (of a shape worth a
+    /// lookup) costs one query a minute per isolate, not one per request; a bounded LRU, so a flood
+    /// of them keeps it at its size (SPEC §22).
+    static MISSES: RefCell<UnknownKeys> = RefCell::new(UnknownKeys::new(MISS_CAPACITY, MISS_TTL_MS));
+    /// D1 statements this isolate sent, and of them key lookups, since it started
+    /// (`GET /admin/d1`: what a request costs D1, counted).
+    static SENT: Cell<D1Sent> = const { Cell::new(D1Sent { statements: 0, key_reads: 0, unknown_key_reads: 0 }) };
+}
+
+/// What this isolate sent D1 (see `SENT`).
+#[derive(Debug, Clone, Copy)]
+pub struct D1Sent {
+    pub statements: u64,
+    pub key_reads: u64,
+    /// Key lookups that found no active key.
+    pub unknown_key_reads: u64,
+}
+
+/// This isolate's D1 statement counts so far.
+pub fn d1_sent() -> D1Sent {
+    SENT.with(Cell::get)
+}
+
+fn count_sent(statements: u64, key_reads: u64, unknown_key_reads: u64) {
+    SENT.with(|c| {
+        let n = c.get();
+        c.set(D1Sent {
+            statements: n.statements + statements,
+            key_reads: n.key_reads + key_reads,
+            unknown_key_reads: n.unknown_key_reads + unknown_key_reads,
+        });
+    });
 }
 
 /// An active API key: who it belongs to, the `allow_fallbacks` of the key and its account, and
@@ -268,6 +299,7 @@ impl Store {
     }
 
     fn stmt(&self, sql: &str, args: &[JsValue]) -> Result<D1PreparedStatement, ApiError> {
+        count_sent(1, 0, 0);
         self.db.prepare(sql).bind(args).map_err(internal("bind"))
     }
 
@@ -302,6 +334,7 @@ impl Store {
         if self.down {
             return Err(ApiError::StorageUnavailable);
         }
+        count_sent(1, 0, 0);
         let row: Option<CatalogRow> = timely(
             self.db
                 .prepare("SELECT doc, version FROM catalog WHERE id = 1")
@@ -429,6 +462,7 @@ impl Store {
         .run()
         .await
         .map_err(internal("key_create"))?;
+        MISSES.with(|m| m.borrow_mut().forget(hash));
         Ok(())
     }
 
@@ -463,11 +497,7 @@ impl Store {
     /// (a new key's hash was never looked up before, so it still works at once).
     pub async fn key_by_hash(&self, hash: &str) -> Result<Option<Rc<KeyRecord>>, ApiError> {
         let now = now_ms();
-        if MISSES.with(|m| {
-            m.borrow()
-                .get(hash)
-                .is_some_and(|at| now.saturating_sub(*at) < MISS_TTL_MS)
-        }) {
+        if MISSES.with(|m| m.borrow_mut().known_unknown(hash, now)) {
             return Ok(None);
         }
         if let Some(rec) = KEYS.with(|k| {
@@ -489,6 +519,7 @@ impl Store {
         let fresh = if self.down {
             Err(ApiError::StorageUnavailable)
         } else {
+            count_sent(0, 1, 0);
             timely(query.first::<KeyRecord>(None), "key_read").await
         };
         let rec = match fresh {
@@ -523,13 +554,8 @@ impl Store {
             }
         });
         if rec.is_none() {
-            MISSES.with(|m| {
-                let mut m = m.borrow_mut();
-                if m.len() > 4096 {
-                    m.clear();
-                }
-                m.insert(hash.to_string(), now);
-            });
+            count_sent(0, 0, 1);
+            MISSES.with(|m| m.borrow_mut().remember(hash, now));
         }
         Ok(rec.map(Rc::new))
     }

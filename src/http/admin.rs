@@ -1,5 +1,6 @@
 //! `/admin/*` (SPEC §12): catalog, accounts, credit and keys, route health and the verification
-//! checks the platform paid for, behind the admin token.
+//! checks the platform paid for, the outbox and this isolate's D1 statement counts (`GET /admin/d1`),
+//! behind the admin token.
 //!
 //! Without the right token every admin path answers 401 and says nothing else — not even whether
 //! the path exists. The catalog holds secret *names* only; no response carries a secret value.
@@ -71,6 +72,14 @@ pub async fn route(req: &mut Request, env: &Env, method: &Method, rest: &str) ->
                 o.insert("version".into(), json!(version));
             }
             Ok(json_response(200, &doc))
+        }
+        (Method::Get, "d1", "") => {
+            let sent = crate::store::d1_sent();
+            Ok(json_response(
+                200,
+                &json!({"statements": sent.statements, "key_reads": sent.key_reads,
+                        "unknown_key_reads": sent.unknown_key_reads}),
+            ))
         }
         (Method::Get, "outbox", "") => {
             let held = crate::outbox::held(env).await.ok_or(ApiError::StorageUnavailable)?;

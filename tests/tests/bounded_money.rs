@@ -225,3 +225,128 @@ fn money_a_slow_d1_loses_no_charge_and_answers_no_500() {
     assert_eq!(charges as usize, served.len(), "one charge per answer served");
     assert_eq!(c["balance_micros"].as_i64(), Some(100_000_000 - charged), "{c}");
 }
+
+// ---- 3: unknown keys refused without storage ----------------------------------------------------
+
+/// The tests that count the isolate's unknown-key lookups run one at a time.
+static COUNTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// This isolate's D1 counts (`GET /admin/d1`): statements, key lookups, lookups that found none.
+fn d1_sent(s: &Stack) -> (u64, u64, u64) {
+    let r = s.admin("GET", "/admin/d1", None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    let n = |f: &str| v[f].as_u64().unwrap_or_else(|| panic!("{f}: {v}"));
+    (n("statements"), n("key_reads"), n("unknown_key_reads"))
+}
+
+/// `n` lower-case hex digits, different on every call.
+fn random_hex(n: usize, state: &mut u64) -> String {
+    (0..n)
+        .map(|_| {
+            *state ^= *state << 13;
+            *state ^= *state >> 7;
+            *state ^= *state << 17;
+            char::from(b"0123456789abcdef"[(*state % 16) as usize])
+        })
+        .collect()
+}
+
+fn sha256_hex(text: &str) -> String {
+    use std::io::Write;
+    let mut child = std::process::Command::new("sha256sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stdout)[..64].to_string()
+}
+
+/// A 401 `invalid_api_key` in `api`'s dialect.
+fn assert_refused_key(api: Api, status: u16, text: &str) {
+    assert_eq!(status, 401, "{api:?}: {text}");
+    let v: Value = serde_json::from_str(text).unwrap();
+    match api {
+        Api::Gemini => {
+            assert_eq!(v["error"]["status"], "UNAUTHENTICATED", "{text}");
+            assert_eq!(v["error"]["details"][0]["reason"], "invalid_api_key", "{text}");
+        }
+        Api::Messages => {
+            assert_eq!(
+                (&v["type"], &v["error"]["type"]),
+                (&json!("error"), &json!("authentication_error"))
+            );
+            assert_eq!(v["error"]["code"], "invalid_api_key", "{text}");
+        }
+        Api::Chat | Api::Responses => assert_eq!(v["error"]["code"], "invalid_api_key", "{text}"),
+    }
+}
+
+/// A flood of random keys shaped like the ones the admin API mints — its prefix, its length, hex —
+/// is refused 401 in each client's dialect without a single D1 key lookup: their checksum fails.
+/// (Counted by the isolate's D1 counters, `GET /admin/d1`.)
+#[test]
+fn money_a_flood_of_unknown_keys_reads_nothing_from_d1() {
+    let _alone = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
+    let s = Stack::from_env();
+    let ok = model(&s, &["ok"], fast_policy());
+    let minted = s.new_key(1.0);
+    let r = s.send(Api::Chat, &minted, &Api::Chat.body(&ok, false), &[]);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let hex_len = minted.len() - "sk-sy-".len();
+
+    let mut state = unix_ms() | 1;
+    let keys: Vec<String> = (0..200)
+        .map(|_| format!("sk-sy-{}", random_hex(hex_len, &mut state)))
+        .collect();
+    let (statements, key_reads, unknown) = d1_sent(&s);
+    for (i, key) in keys.iter().chain(keys.iter().take(50)).enumerate() {
+        let api = APIS[i % APIS.len()];
+        let r = s.send(api, key, &api.body(&ok, false), &[]);
+        assert_refused_key(api, r.status, &r.text());
+    }
+    let (statements_after, key_reads_after, unknown_after) = d1_sent(&s);
+    eprintln!(
+        "250 unknown keys: {} D1 statements, {} key lookups, {} of them unknown",
+        statements_after - statements,
+        key_reads_after - key_reads,
+        unknown_after - unknown
+    );
+    assert_eq!(
+        unknown_after - unknown,
+        0,
+        "an unknown key of the minted shape reached D1"
+    );
+}
+
+/// A key minted before keys carried a checksum (`sk-sy-` and 64 hex digits, written straight to
+/// D1 as the old admin API stored it) still works; an unknown one of that shape is looked up once,
+/// then remembered as unknown.
+#[test]
+fn money_a_key_minted_before_the_checksum_still_works() {
+    let _alone = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
+    let s = Stack::from_env();
+    let ok = model(&s, &["ok"], fast_policy());
+    let minted = s.new_key(1.0);
+    let account = s.credits(&minted)["account_id"].as_str().unwrap().to_string();
+    let mut state = (unix_ms() << 1) | 1;
+    let legacy = format!("sk-sy-{}", random_hex(64, &mut state));
+    s.d1_execute(&format!(
+        "INSERT INTO api_keys (id, account_id, key_hash, created_at) VALUES ('{}', '{account}', '{}', 0)",
+        unique("key-legacy"),
+        sha256_hex(&legacy)
+    ));
+    let r = s.send(Api::Chat, &legacy, &Api::Chat.body(&ok, false), &[]);
+    assert_eq!(r.status, 200, "an old key keeps working: {}", r.text());
+
+    let stranger = format!("sk-sy-{}", random_hex(64, &mut state));
+    let (_, _, unknown) = d1_sent(&s);
+    for api in APIS {
+        let r = s.send(api, &stranger, &api.body(&ok, false), &[]);
+        assert_refused_key(api, r.status, &r.text());
+    }
+    let (_, _, unknown_after) = d1_sent(&s);
+    assert_eq!(unknown_after - unknown, 1, "looked up once, then remembered as unknown");
+}
