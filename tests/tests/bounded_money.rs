@@ -10,6 +10,10 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use switchyard_e2e::{chat_body, fast_policy, unique, Api, Stack, APIS};
 
+/// This binary's tests run one at a time: some count the isolate's D1 statements
+/// (`GET /admin/d1`), which the others' requests would add to.
+static COUNTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn unix_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -78,6 +82,7 @@ fn recorded_charges(s: &Stack, key: &str, ids: &[String]) -> i64 {
 /// of its ledger, which is what its generation records say was delivered.
 #[test]
 fn money_settled_holds_leave_no_row_and_the_balance_is_the_ledger() {
+    let _alone = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
     let s = Stack::from_env();
     let ok = model(&s, &["ok"], fast_policy());
     let failover = model(&s, &["status/500", "ok"], fast_policy());
@@ -149,6 +154,7 @@ fn dialect_code(api: Api, v: &Value) -> (String, bool) {
 /// held and no hold row is left.
 #[test]
 fn money_a_slow_d1_loses_no_charge_and_answers_no_500() {
+    let _alone = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
     let s = Stack::from_env();
     let ok = model(&s, &["ok"], fast_policy());
     let now = unix_ms();
@@ -227,9 +233,6 @@ fn money_a_slow_d1_loses_no_charge_and_answers_no_500() {
 }
 
 // ---- 3: unknown keys refused without storage ----------------------------------------------------
-
-/// The tests that count the isolate's unknown-key lookups run one at a time.
-static COUNTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// This isolate's D1 counts (`GET /admin/d1`): statements, key lookups, lookups that found none.
 fn d1_sent(s: &Stack) -> (u64, u64, u64) {
@@ -349,4 +352,69 @@ fn money_a_key_minted_before_the_checksum_still_works() {
     }
     let (_, _, unknown_after) = d1_sent(&s);
     assert_eq!(unknown_after - unknown, 1, "looked up once, then remembered as unknown");
+}
+
+// ---- the figures of docs/SCALE.md ---------------------------------------------------------------
+
+/// Counts what plain requests cost D1 (`GET /admin/d1`) and leave in it: the first on the awaited
+/// path, then `N` on the fast path, each settled before the next. Prints the figures docs/SCALE.md
+/// keeps; asserts what issue 33 bounds: no hold row left, one ledger row and one generation row
+/// per answer, and no more statements than the design's count.
+#[test]
+fn money_plain_requests_cost_counted_statements_and_leave_counted_rows() {
+    let _alone = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
+    let s = Stack::from_env();
+    let ok = model(&s, &["ok"], fast_policy());
+    let key = s.new_key(10.0);
+    let account = s.credits(&key)["account_id"].as_str().unwrap().to_string();
+    let charges = || {
+        s.d1_query(&format!(
+            "SELECT COUNT(*) AS n FROM ledger WHERE account_id = '{account}' AND kind = 'charge'"
+        ))[0]["n"]
+            .as_u64()
+            .unwrap()
+    };
+    let settled = |n: u64| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while charges() < n {
+            assert!(Instant::now() < deadline, "not settled");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    let send = || {
+        let r = s.send(Api::Chat, &key, &Api::Chat.body(&ok, false), &[]);
+        assert_eq!(r.status, 200, "{}", r.text());
+    };
+    let (before, _, _) = d1_sent(&s);
+    send();
+    settled(1);
+    let (awaited, _, _) = d1_sent(&s);
+    const N: u64 = 10;
+    for i in 0..N {
+        send();
+        settled(2 + i);
+    }
+    let (after, _, _) = d1_sent(&s);
+    let awaited = awaited - before;
+    let fast = (after - before - awaited) as f64 / N as f64;
+    let rows = |table: &str| {
+        s.d1_query(&format!(
+            "SELECT COUNT(*) AS n FROM {table} WHERE account_id = '{account}'"
+        ))[0]["n"]
+            .as_u64()
+            .unwrap()
+    };
+    let (holds, ledger, generations) = (rows("holds"), rows("ledger"), rows("generations"));
+    eprintln!(
+        "D1 statements: awaited request {awaited}, fast-path request {fast:.1}; rows left after {} requests: \
+         holds {holds}, ledger {ledger} (1 credit), generations {generations}",
+        N + 1
+    );
+    assert_eq!(holds, 0, "no hold row outlives its settlement");
+    assert_eq!(
+        (ledger, generations),
+        (N + 2, N + 1),
+        "one charge and one record per answer"
+    );
+    assert!(awaited <= 9 && fast <= 8.0, "awaited {awaited}, fast {fast}");
 }
