@@ -6,9 +6,9 @@
 //! hold is written without waiting, from `ctx.wait_until`, [`FAST_HOLD_DEFER_MS`] after admission;
 //! a request settled before then writes its hold first in the settlement batch instead (one D1
 //! batch per request instead of two), and one settled later waits for the hold's write first.
-//! Settlement releases the hold, charges the delivered usage, adds the ledger row and writes the
-//! generation, guarded by the hold's state so settling twice charges once; an isolate's
-//! settlements within a few milliseconds share one D1 batch, and deletes the hold. Every D1 write
+//! Settlement releases the hold, charges the delivered usage, adds the ledger row, writes the
+//! generation and deletes the hold row, guarded by that row being there so settling twice charges
+//! once; an isolate's settlements within a few milliseconds share one D1 batch. Every D1 write
 //! here has a deadline: a settlement D1 keeps refusing, or does not answer in time, goes to the
 //! outbox (`outbox.rs`) within [`SETTLE_WITHIN_MS`], which replays it when D1 is back. Expired
 //! holds are swept by cron.
