@@ -36,6 +36,13 @@ fn account_key(s: &Stack, id: &str, credit_usd: f64) -> String {
     r.json()["key"].as_str().unwrap().to_string()
 }
 
+/// A stack with its own connections: `wrangler d1 execute` takes seconds, long enough for the dev
+/// server to close a kept-alive connection just as the next request reuses it; HTTP calls after
+/// one go out on fresh connections.
+fn after_d1() -> Stack {
+    Stack::from_env()
+}
+
 /// A model over one mock scenario per route; returns its id.
 fn model(s: &Stack, scenarios: &[&str], policy: Value) -> String {
     let routes: Vec<(&str, Value)> = scenarios.iter().map(|sc| (*sc, json!({}))).collect();
@@ -117,12 +124,12 @@ fn money_settled_holds_leave_no_row_and_the_balance_is_the_ledger() {
     assert!(charged > 0 && charges > 0, "{c}");
     assert_eq!(
         charged,
-        recorded_charges(&s, &key, &ids),
+        recorded_charges(&after_d1(), &key, &ids),
         "the ledger is what was delivered"
     );
     assert_eq!(c["balance_micros"].as_i64(), Some(1_000_000 - charged), "{c}");
     assert_eq!(c["charges_total_micros"].as_i64(), Some(charged), "{c}");
-    let (holds, _, _, _) = settled_books(&s, &poor, 10);
+    let (holds, _, _, _) = settled_books(&after_d1(), &poor, 10);
     assert!(holds.is_empty(), "{holds:?}");
 }
 
@@ -220,13 +227,13 @@ fn money_a_slow_d1_loses_no_charge_and_answers_no_500() {
             Instant::now() < deadline,
             "60 s after the drill, {n} of {} answers charged: {}",
             served.len(),
-            s.credits(&key)
+            after_d1().credits(&key)
         );
         std::thread::sleep(Duration::from_secs(1));
     }
-    let (holds, charged, charges, c) = settled_books(&s, &key, 10);
+    let (holds, charged, charges, c) = settled_books(&after_d1(), &key, 10);
     assert!(holds.is_empty(), "no hold row left: {holds:?}");
-    let recorded = recorded_charges(&s, &key, &served);
+    let recorded = recorded_charges(&after_d1(), &key, &served);
     assert_eq!(charged, recorded, "the ledger is what was delivered: {c}");
     assert_eq!(charges as usize, served.len(), "one charge per answer served");
     assert_eq!(c["balance_micros"].as_i64(), Some(100_000_000 - charged), "{c}");
@@ -341,6 +348,7 @@ fn money_a_key_minted_before_the_checksum_still_works() {
         unique("key-legacy"),
         sha256_hex(&legacy)
     ));
+    let s = after_d1();
     let r = s.send(Api::Chat, &legacy, &Api::Chat.body(&ok, false), &[]);
     assert_eq!(r.status, 200, "an old key keeps working: {}", r.text());
 
@@ -367,34 +375,37 @@ fn money_plain_requests_cost_counted_statements_and_leave_counted_rows() {
     let ok = model(&s, &["ok"], fast_policy());
     let key = s.new_key(10.0);
     let account = s.credits(&key)["account_id"].as_str().unwrap().to_string();
-    let charges = || {
-        s.d1_query(&format!(
-            "SELECT COUNT(*) AS n FROM ledger WHERE account_id = '{account}' AND kind = 'charge'"
-        ))[0]["n"]
-            .as_u64()
-            .unwrap()
-    };
+    // Settled: `n` charges in the ledger, read from D1 directly (not through the Worker, whose
+    // statements are being counted).
     let settled = |n: u64| {
         let deadline = Instant::now() + Duration::from_secs(20);
-        while charges() < n {
+        loop {
+            let charges = s.d1_query(&format!(
+                "SELECT COUNT(*) AS n FROM ledger WHERE account_id = '{account}' AND kind = 'charge'"
+            ))[0]["n"]
+                .as_u64()
+                .unwrap();
+            if charges >= n {
+                break;
+            }
             assert!(Instant::now() < deadline, "not settled");
             std::thread::sleep(Duration::from_millis(200));
         }
     };
     let send = || {
-        let r = s.send(Api::Chat, &key, &Api::Chat.body(&ok, false), &[]);
+        let r = after_d1().send(Api::Chat, &key, &Api::Chat.body(&ok, false), &[]);
         assert_eq!(r.status, 200, "{}", r.text());
     };
     let (before, _, _) = d1_sent(&s);
     send();
     settled(1);
-    let (awaited, _, _) = d1_sent(&s);
+    let (awaited, _, _) = d1_sent(&after_d1());
     const N: u64 = 10;
     for i in 0..N {
         send();
         settled(2 + i);
     }
-    let (after, _, _) = d1_sent(&s);
+    let (after, _, _) = d1_sent(&after_d1());
     let awaited = awaited - before;
     let fast = (after - before - awaited) as f64 / N as f64;
     let rows = |table: &str| {
