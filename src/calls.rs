@@ -138,6 +138,23 @@ pub fn d1_settle<'a>(kind: &str, accounts: impl Iterator<Item = &'a str>, per_ob
     count(kind, &names);
 }
 
+/// One event of `kind` that is no call of its own (`D1.key`: a statement counted by [`d1`] was a
+/// key lookup; `D1.key_unknown`: it found no active key).
+pub fn count_only(kind: &str) {
+    count(kind, &[]);
+}
+
+/// The isolate's count of `kind`, blocking and background together.
+pub fn total(kind: &str) -> u64 {
+    TOTALS.with(|t| {
+        let t = t.borrow();
+        ["blocking", "background"]
+            .iter()
+            .map(|tag| t.get(&format!("{kind}.{tag}")).copied().unwrap_or(0))
+            .sum()
+    })
+}
+
 /// The isolate's totals, and those of `object` (test drills only).
 pub fn totals(object: Option<&str>) -> (Counts, Counts) {
     let all = TOTALS.with(|t| t.borrow().clone());
