@@ -6,10 +6,12 @@
 //! hold is written without waiting, from `ctx.wait_until`, [`FAST_HOLD_DEFER_MS`] after admission;
 //! a request settled before then writes its hold first in the settlement batch instead (one D1
 //! batch per request instead of two), and one settled later waits for the hold's write first.
-//! Settlement releases the hold, charges the delivered usage, adds the ledger row and writes the
-//! generation, guarded by the hold's state so settling twice charges once; an isolate's
-//! settlements within a few milliseconds share one D1 batch. A settlement D1 keeps refusing goes
-//! to the outbox (`outbox.rs`), which replays it when D1 is back. Expired holds are swept by cron.
+//! Settlement releases the hold, charges the delivered usage, adds the ledger row, writes the
+//! generation and deletes the hold row, guarded by that row being there so settling twice charges
+//! once; an isolate's settlements within a few milliseconds share one D1 batch. Every D1 write
+//! here has a deadline: a settlement D1 keeps refusing, or does not answer in time, goes to the
+//! outbox (`outbox.rs`) within [`SETTLE_WITHIN_MS`], which replays it when D1 is back. Expired
+//! holds are swept by cron.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -26,7 +28,7 @@ use worker::{Context, Env};
 use crate::batch::{self, Turn};
 use crate::outbox;
 use crate::runtime::clock::{in_request, now_ms, sleep};
-use crate::store::{HoldRow, KeyRecord, Settlement, Store, SETTLEMENT_VERSION};
+use crate::store::{HoldRow, KeyRecord, Settlement, Store, D1_DEADLINE_MS, SETTLEMENT_VERSION};
 
 thread_local! {
     /// Per account: this isolate's last balance read and what it admitted on it since.
@@ -242,8 +244,14 @@ fn remember(account: &str, available: i64, now: u64) {
     });
 }
 
-/// Waits before each settlement try: at once, then twice more if D1 refused the batch.
+/// Waits before each settlement try: at once, then twice more if D1 refused the batch — while
+/// the try can still end within [`SETTLE_WITHIN_MS`].
 const SETTLE_BACKOFF_MS: [u64; 3] = [0, 100, 400];
+/// A settlement is in D1, or being handed to the outbox, within this of its start (SPEC §22): every
+/// D1 write has its deadline ([`D1_DEADLINE_MS`]), a try that could not end in time is not made,
+/// and the outbox's own call has a deadline of 5 s — 20 s in all, inside the 30 s `waitUntil`
+/// gives a settlement after its response, however slowly D1 answers.
+const SETTLE_WITHIN_MS: u64 = 15_000;
 /// An isolate's settlements within 10 ms share one D1 batch of at most 16 (each is about six
 /// statements); a batch under way for 5 s is taken for lost by its riders.
 const SETTLE_BATCH: Rules = Rules {
@@ -251,6 +259,8 @@ const SETTLE_BATCH: Rules = Rules {
     max_items: 16,
     overdue_ms: 100,
     lost_ms: 5_000,
+    retry_ms: 200,
+    max_sends: 3,
 };
 
 thread_local! {
@@ -261,9 +271,11 @@ thread_local! {
 /// releases the hold, charges `record.total_cost_micros`, writes the ledger row and the
 /// generation. Runs inside `ctx.wait_until`. Settlements of the same isolate share one D1 batch
 /// ([`SETTLE_BATCH`]): the first one queued waits and writes them all; the others wait on their
-/// own timers until it is written, and write their own settlement alone if it failed or its
-/// writer's task died (`batch::gather`). The batch is one transaction.
+/// own timers until it is written. A batch D1 refused rejoins the queue and is written with the
+/// next one 200 ms later (`batch::run`), at most three times, then goes to the outbox; a rider
+/// whose writer's task died writes its own alone. The batch is one transaction.
 pub async fn settle(env: Env, hold: Option<Hold>, record: GenerationRecord) {
+    let started = now_ms();
     let mut unwritten = None;
     if let Some(fast) = hold.as_ref().and_then(|h| h.fast.as_ref()) {
         // Written first in this batch when the deferred write has not claimed it, or claimed it
@@ -284,32 +296,46 @@ pub async fn settle(env: Env, hold: Option<Hold>, record: GenerationRecord) {
         Some(d) => (d.key.clone(), if d.dies { DRILL_BATCH } else { SETTLE_BATCH }),
         None => (String::new(), SETTLE_BATCH),
     };
-    let lead = match batch::gather(&SETTLEMENTS, &key, item, false, &rules).await {
-        Turn::Lead(lead) => lead,
-        Turn::Alone(item) => return settle_alone(&env, &item).await,
-        Turn::Done => return,
-    };
-    if drill.is_some_and(|d| d.dies) {
+    if drill.as_ref().is_some_and(|d| d.dies) {
         // The drill's writer dies with the batch in hand: its riders must not lose theirs.
-        worker::console_log!(
-            "{{\"event\":\"drill_settlement_writer_died\",\"items\":{}}}",
-            lead.items.len()
-        );
+        match batch::gather(&SETTLEMENTS, &key, item, false, &rules).await {
+            Turn::Lead(lead) => worker::console_log!(
+                "{{\"event\":\"drill_settlement_writer_died\",\"items\":{}}}",
+                lead.items.len()
+            ),
+            Turn::Alone(item) => settle_alone(&env, &item, started).await,
+            Turn::Done => {}
+        }
         return;
     }
-    let parts: Vec<_> = lead.items.iter().map(Settlement::parts).collect();
-    let together = match Store::new(&env) {
-        Ok(store) => store.settle(&parts).await,
-        Err(e) => Err(e),
-    };
-    batch::finished(&SETTLEMENTS, &lead, together.is_ok());
-    if together.is_ok() {
-        for item in &lead.items {
-            Store::note_spend(&item.record.key_id, item.record.total_cost_micros);
-        }
-    } else if let Some(own) = lead.own.and_then(|i| lead.items.get(i)) {
-        // The riders write theirs alone, each from its own task.
-        settle_alone(&env, own).await;
+    let env = &env;
+    let outcome = batch::run(
+        &SETTLEMENTS,
+        &key,
+        item,
+        false,
+        &rules,
+        |items: Vec<Settlement>| async move {
+            let parts: Vec<_> = items.iter().map(Settlement::parts).collect();
+            let together = match Store::new(env) {
+                Ok(store) => store.settle(&parts).await,
+                Err(e) => Err(e),
+            };
+            if together.is_ok() {
+                for item in &items {
+                    Store::note_spend(&item.record.key_id, item.record.total_cost_micros);
+                }
+            }
+            together.is_ok()
+        },
+    )
+    .await;
+    if let Some(item) = outcome.alone {
+        settle_alone(env, &item, started).await;
+    }
+    // D1 refused their batches `max_sends` times: the outbox takes them.
+    for item in &outcome.given_up {
+        defer(env, item).await;
     }
 }
 
@@ -352,14 +378,19 @@ const DRILL_BATCH: Rules = Rules {
     ..SETTLE_BATCH
 };
 
-/// Writes one settlement in its own batch, with retries. A failed batch may still have been
-/// applied (the reply was lost): retrying is safe because the batch charges only while the hold
-/// is unsettled.
-async fn settle_alone(env: &Env, item: &Settlement) {
+/// Writes one settlement (begun at `started`) in its own batch, with retries while they can end
+/// within [`SETTLE_WITHIN_MS`]; then the outbox. A failed batch may still have been applied (the
+/// reply was lost, or came after the deadline): retrying is safe because the batch charges only
+/// while the hold is there, and deletes it.
+async fn settle_alone(env: &Env, item: &Settlement, started: u64) {
     let parts = [item.parts()];
     let record = &item.record;
     let mut result = Err(ApiError::Internal { label: "settle" });
     for backoff_ms in SETTLE_BACKOFF_MS {
+        let ends_by = now_ms().saturating_sub(started) + backoff_ms + D1_DEADLINE_MS;
+        if ends_by > SETTLE_WITHIN_MS {
+            break;
+        }
         if backoff_ms > 0 {
             sleep(backoff_ms).await;
         }
@@ -373,9 +404,16 @@ async fn settle_alone(env: &Env, item: &Settlement) {
     }
     if result.is_ok() {
         Store::note_spend(&record.key_id, record.total_cost_micros);
-    } else if outbox::keep(env, item).await {
-        // D1 is out of reach: the outbox replays it when D1 is back (exactly once: every money
-        // statement is guarded by the hold being unsettled).
+    } else {
+        defer(env, item).await;
+    }
+}
+
+/// Hands a settlement D1 would not take to the outbox, which replays it when D1 is back (exactly
+/// once: every money statement is guarded by the hold being unsettled).
+async fn defer(env: &Env, item: &Settlement) {
+    let record = &item.record;
+    if outbox::keep(env, item).await {
         worker::console_error!(
             "{{\"event\":\"settlement_deferred\",\"generation_id\":{:?},\"charge_micros\":{}}}",
             record.id,

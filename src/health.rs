@@ -8,8 +8,10 @@
 //! The warm path makes no round trip: an isolate plans with its snapshots, applies its own
 //! outcomes to them at once with the same state machine (the very next request sees a
 //! demotion), and reports them from `ctx.wait_until`; the object's answer refreshes the snapshot.
-//! A request waits on an object only when a snapshot is older than `health_snapshot_ms`, or to
-//! claim the one probe of a route or account whose cooldown ended.
+//! A request waits on an object only to claim the one probe of a route or account whose cooldown
+//! ended, or when its isolate has no snapshot of the object yet: a snapshot older than
+//! `health_snapshot_ms` is refreshed by one request at a time while the others plan with the
+//! stale one, and an object that failed to answer is left alone for a back-off (`refresh`).
 //!
 //! A model's object also runs its routes' verification checks (SPEC §8a) from its alarm: it learns
 //! its model from its name (`object::OBJECT_NAME` on every call), sets the alarm for the next due
@@ -25,6 +27,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde::de::DeserializeOwned;
 use switchyard_core::batch::{Batches, Rules};
 use switchyard_core::catalog::{Catalog, Model, Policy};
+use switchyard_core::flight::{Flight, Rules as FetchRules, Step};
 use switchyard_core::health::{
     for_accounts, AttemptOutcome, HealthConfig, ModelHealth, Observation, ProbeClaim, RequestObservation, RouteStats,
     Scope,
@@ -34,10 +37,10 @@ use switchyard_core::verify::{self as checks, CheckRoute};
 
 use worker::{durable_object, DurableObject, Env, Request, Response, ScheduledTime, State};
 
-use crate::batch::{self, Turn};
+use crate::batch;
 use crate::limits::CapacityDesk;
 use crate::object;
-use crate::runtime::clock::{now_ms, sleep};
+use crate::runtime::clock::{in_request, now_ms, sleep};
 use crate::runtime::{test_faults, TEST_FAULT};
 use crate::store::Store;
 use crate::verify;
@@ -304,12 +307,29 @@ async fn call_object<T: DeserializeOwned>(env: &Env, name: &str, body: &HealthCa
 struct Snapshot {
     health: ModelHealth,
     stats: BTreeMap<String, RouteStats>,
-    fetched_ms: u64,
+    /// When it was read from the object (`None`: born here from this isolate's own outcomes).
+    fetched_ms: Option<u64>,
 }
 
 thread_local! {
     /// This isolate's copies of the health objects, by object name (`model:<id>` or `accounts`).
     static HEALTH_SNAPSHOTS: RefCell<HashMap<String, Snapshot>> = RefCell::new(HashMap::new());
+    /// The snapshot fetch under way (or backing off) per object name.
+    static FETCHES: RefCell<HashMap<String, Flight>> = RefCell::new(HashMap::new());
+}
+
+/// How a snapshot is refreshed (`switchyard_core::flight`): fresh for `health_snapshot_ms`; one
+/// fetch per object at a time in an isolate, the stale snapshot served meanwhile (a request
+/// without one waits for the fetch under way, at most its [`CALL_TIMEOUT_MS`]); after a failed or
+/// late fetch the object is left alone 1 s, doubling to 8 s, the stale snapshot served.
+fn snapshot_rules(fresh_ms: u64) -> FetchRules {
+    FetchRules {
+        fresh_ms,
+        give_up_ms: CALL_TIMEOUT_MS + 200,
+        poll_ms: 20,
+        backoff_ms: 1_000,
+        backoff_max_ms: 8_000,
+    }
 }
 
 fn remember(name: &str, reply: SnapshotReply) {
@@ -319,28 +339,53 @@ fn remember(name: &str, reply: SnapshotReply) {
             Snapshot {
                 health: reply.health,
                 stats: reply.stats,
-                fetched_ms: now_ms(),
+                fetched_ms: Some(now_ms()),
             },
         );
     });
 }
 
-fn fresh(name: &str, max_age_ms: u64, now: u64) -> bool {
-    HEALTH_SNAPSHOTS.with(|s| {
-        s.borrow()
-            .get(name)
-            .is_some_and(|snap| now.saturating_sub(snap.fetched_ms) < max_age_ms)
-    })
+fn fetched_at(name: &str) -> Option<u64> {
+    HEALTH_SNAPSHOTS.with(|s| s.borrow().get(name).and_then(|snap| snap.fetched_ms))
 }
 
-/// Refreshes the snapshots of `names` that are stale, in parallel. An unreachable object leaves
-/// the old snapshot (or none: everything healthy) — health never blocks an answer.
+/// Refreshes the snapshots of `names` that are stale, in parallel, one fetch per object at a time
+/// (see [`snapshot_rules`]). An unreachable object leaves the old snapshot (or none: everything
+/// healthy) — health never blocks an answer.
 async fn refresh(env: &Env, names: &[String], max_age_ms: u64) {
-    let now = now_ms();
-    let stale: Vec<&String> = names.iter().filter(|n| !fresh(n, max_age_ms, now)).collect();
-    let calls = stale.iter().map(|name| async move {
-        if let Some(reply) = call_object::<SnapshotReply>(env, name, &HealthCall::Snapshot).await {
-            remember(name, reply);
+    let rules = snapshot_rules(max_age_ms);
+    let calls = names.iter().map(|name| async move {
+        loop {
+            let now = now_ms();
+            let step = FETCHES.with(|f| {
+                f.borrow_mut()
+                    .entry(name.clone())
+                    .or_default()
+                    .step(fetched_at(name), now, &rules)
+            });
+            match step {
+                Step::Fresh | Step::Stale | Step::Without => return,
+                Step::Wait(ms) => {
+                    sleep(ms).await;
+                    if !in_request() {
+                        return;
+                    }
+                }
+                Step::Fetch => {
+                    let reply = call_object::<SnapshotReply>(env, name, &HealthCall::Snapshot).await;
+                    let ok = reply.is_some();
+                    if let Some(reply) = reply {
+                        remember(name, reply);
+                    }
+                    FETCHES.with(|f| {
+                        f.borrow_mut()
+                            .entry(name.clone())
+                            .or_default()
+                            .done(ok, now_ms(), &rules)
+                    });
+                    return;
+                }
+            }
         }
     });
     futures_util::future::join_all(calls).await;
@@ -410,7 +455,6 @@ async fn claim(env: &Env, object: &str, call: &HealthCall) -> bool {
 pub fn apply_local(model_id: &str, obs: &Observation, config: &HealthConfig) {
     HEALTH_SNAPSHOTS.with(|s| {
         let mut s = s.borrow_mut();
-        let now = now_ms();
         for (name, scope) in [
             (object_name(model_id), Scope::Model),
             (ACCOUNTS.to_string(), Scope::Accounts),
@@ -418,8 +462,8 @@ pub fn apply_local(model_id: &str, obs: &Observation, config: &HealthConfig) {
             let snap = s.entry(name).or_insert_with(|| Snapshot {
                 health: ModelHealth::default(),
                 stats: BTreeMap::new(),
-                // A snapshot born here has not been read from the object: stale at once.
-                fetched_ms: now.saturating_sub(u64::MAX / 2),
+                // Born here, not read from the object: the next request fetches it.
+                fetched_ms: None,
             });
             snap.health.observe_scoped(obs, config, scope);
         }
@@ -427,30 +471,35 @@ pub fn apply_local(model_id: &str, obs: &Observation, config: &HealthConfig) {
 }
 
 /// Routine outcomes (successes) are gathered for up to 200 ms and sent in one call; failures and
-/// probes go at once: other isolates should learn of them promptly.
+/// probes go at once: other isolates should learn of them promptly. A call that fails rejoins the
+/// next one a second later, twice at most; then the outcomes are dropped (health is advisory, and
+/// the isolate's own snapshot has them already).
 const REPORT_BATCH: Rules = Rules {
     wait_ms: 200,
     max_items: 64,
     overdue_ms: 2_000,
     lost_ms: 5_000,
+    retry_ms: 1_000,
+    max_sends: 3,
 };
 
-/// One request's outcomes, waiting to be sent.
+/// One request's outcomes for one object, waiting to be sent.
 #[derive(Clone)]
 struct Report {
     config: HealthConfig,
     observations: Vec<Observation>,
-    request: RequestObservation,
+    /// The request's own outcome (the model's object only).
+    request: Option<RequestObservation>,
 }
 
 thread_local! {
-    /// Reports waiting to be sent, per model.
+    /// Reports waiting to be sent, per object name.
     static OUTBOX: RefCell<Batches<Report>> = RefCell::new(Batches::default());
 }
 
-/// Reports a request's outcomes (from `ctx.wait_until`), gathered with other requests' (see
-/// [`REPORT_BATCH`]): everything to the model's object, what concerns an account to the accounts
-/// object. The objects' answers refresh the snapshots.
+/// Reports a request's outcomes (from `ctx.wait_until`), gathered with other requests' per object
+/// (see [`REPORT_BATCH`]): everything to the model's object, what concerns an account to the
+/// accounts object. The objects' answers refresh the snapshots.
 pub async fn report(
     env: &Env,
     model_id: &str,
@@ -461,58 +510,63 @@ pub async fn report(
     let urgent = observations
         .iter()
         .any(|o| o.probe || !matches!(o.outcome, AttemptOutcome::Success));
-    let item = Report {
+    let accounts = HEALTH_SNAPSHOTS.with(|s| for_accounts(&observations, s.borrow().get(ACCOUNTS).map(|a| &a.health)));
+    let model = Report {
         config,
         observations,
-        request,
+        request: Some(request),
     };
-    let (batch, lead) = match batch::gather(&OUTBOX, model_id, item, urgent, &REPORT_BATCH).await {
-        Turn::Lead(mut lead) => (std::mem::take(&mut lead.items), Some(lead)),
-        Turn::Alone(item) => (vec![item], None),
-        Turn::Done => return,
+    let accounts = (!accounts.is_empty()).then_some(Report {
+        config,
+        observations: accounts,
+        request: None,
+    });
+    let model = report_to(env, object_name(model_id), Scope::Model, model, urgent);
+    let accounts = async {
+        if let Some(item) = accounts {
+            report_to(env, ACCOUNTS.to_string(), Scope::Accounts, item, urgent).await;
+        }
     };
-    let Some(config) = batch.last().map(|r| r.config) else {
-        return;
+    futures_util::future::join(model, accounts).await;
+}
+
+/// Sends `item` to `object` in a batch of its reports (`batch::run`).
+async fn report_to(env: &Env, object: String, scope: Scope, item: Report, urgent: bool) {
+    let object = &object;
+    let outcome = batch::run(&OUTBOX, object, item, urgent, &REPORT_BATCH, |items| {
+        send_reports(env, object, scope, items)
+    })
+    .await;
+    if let Some(item) = outcome.alone {
+        send_reports(env, object, scope, vec![item]).await;
+    }
+}
+
+/// One `Observe` call with `reports`; true when the object answered (its answer refreshes the
+/// snapshot).
+async fn send_reports(env: &Env, object: &str, scope: Scope, reports: Vec<Report>) -> bool {
+    let Some(config) = reports.last().map(|r| r.config) else {
+        return true;
     };
     let mut observations = Vec::new();
-    let mut requests = Vec::with_capacity(batch.len());
-    for r in batch {
+    let mut requests = Vec::with_capacity(reports.len());
+    for r in reports {
         observations.extend(r.observations);
-        requests.push(r.request);
+        requests.extend(r.request);
     }
-    let for_accounts =
-        HEALTH_SNAPSHOTS.with(|s| for_accounts(&observations, s.borrow().get(ACCOUNTS).map(|a| &a.health)));
-    let name = object_name(model_id);
-    let model_call = HealthCall::Observe {
-        scope: Scope::Model,
+    let call = HealthCall::Observe {
+        scope,
         config,
         observations,
         requests,
     };
-    let model_report = async {
-        let reply = call_object::<SnapshotReply>(env, &name, &model_call).await;
-        if let Some(lead) = &lead {
-            batch::finished(&OUTBOX, lead, reply.is_some());
+    match call_object::<SnapshotReply>(env, object, &call).await {
+        Some(reply) => {
+            remember(object, reply);
+            true
         }
-        if let Some(reply) = reply {
-            remember(&name, reply);
-        }
-    };
-    let accounts_report = async {
-        if for_accounts.is_empty() {
-            return;
-        }
-        let accounts_call = HealthCall::Observe {
-            scope: Scope::Accounts,
-            config,
-            observations: for_accounts,
-            requests: Vec::new(),
-        };
-        if let Some(reply) = call_object::<SnapshotReply>(env, ACCOUNTS, &accounts_call).await {
-            remember(ACCOUNTS, reply);
-        }
-    };
-    futures_util::future::join(model_report, accounts_report).await;
+        None => false,
+    }
 }
 
 /// Models with at least one healthy route right now (`ModelHealth::route_state`, the rule the

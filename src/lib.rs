@@ -6,6 +6,7 @@
 mod batch;
 mod billing;
 mod budget;
+mod calls;
 mod finish;
 mod health;
 mod http;

@@ -1,6 +1,7 @@
 //! Calling a Durable Object from a request: one typed JSON call, raced against a deadline. Every
 //! caller treats the objects as advisory on the request path — health, limits — so a failure is a
-//! short reason the caller logs with its fallback, never an error the client sees.
+//! short reason the caller logs with its fallback, never an error the client sees. Each call is
+//! counted (`crate::calls`).
 
 use std::pin::pin;
 
@@ -31,6 +32,10 @@ pub async fn call<B: Serialize, T: DeserializeOwned>(
     if !in_request() {
         return Err("no_context"); // no I/O possible here (see `clock::in_request`)
     }
+    let Ok(text) = serde_json::to_string(body) else {
+        return Err("error");
+    };
+    crate::calls::object(binding, name, path, &text, crate::runtime::test_faults(env));
     let call = async {
         let stub = env.durable_object(binding).ok()?.get_by_name(name).ok()?;
         let headers = Headers::new();
@@ -41,7 +46,7 @@ pub async fn call<B: Serialize, T: DeserializeOwned>(
         let mut init = RequestInit::new();
         init.with_method(Method::Post)
             .with_headers(headers)
-            .with_body(Some(serde_json::to_string(body).ok()?.into()));
+            .with_body(Some(text.into()));
         let req = Request::new_with_init(&format!("https://object{path}"), &init).ok()?;
         let mut resp = stub.fetch_with_request(req).await.ok()?;
         if resp.status_code() != 200 {

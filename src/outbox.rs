@@ -1,12 +1,14 @@
 //! The settlement outbox (SPEC §11: no charge lost): Durable Objects that keep, in their own
 //! storage, every settlement D1 refused, and replay them from an alarm until D1 takes them. There
 //! are [`SHARDS`] of them, a settlement going to the one its generation id picks (SPEC §18: no
-//! single hot object); each call has a deadline, a replay settles its items concurrently, and a
-//! record no code can read any more is kept aside and logged, never deleted. A
+//! single hot object); each call has a deadline, a replay settles its items in batches of
+//! [`REPLAY_TOGETHER`] (each alone if D1 refuses the batch), and a record no code can read any more
+//! is kept aside and logged, never deleted. A
 //! replay is applied exactly once because every money statement of a settlement is guarded by its
-//! hold being unsettled, the generation row is `INSERT OR IGNORE`, and a fast-path hold row is
-//! written idempotently — so a settlement that D1 did apply although it reported an error
-//! changes nothing the second time.
+//! hold row still being there and the settlement deletes it, the generation row is `INSERT OR
+//! IGNORE`, and a fast-path hold row is never written again for a settled generation — so a
+//! settlement that D1 did apply although it reported an error (or answered after its deadline)
+//! changes nothing the second time (`switchyard_core::settlement`).
 
 use serde::{Deserialize, Serialize};
 use wasm_bindgen::JsCast;
@@ -24,7 +26,7 @@ const PREFIX: &str = "s:";
 const UNREADABLE: &str = "unreadable:";
 /// The most a caller waits for an outbox object to keep a settlement.
 const KEEP_DEADLINE_MS: u64 = 5_000;
-/// Settlements a replay sends to D1 at once.
+/// Settlements a replay sends to D1 in one batch.
 const REPLAY_TOGETHER: usize = 8;
 /// The first retry after a refusal, then doubling up to [`MAX_RETRY_MS`].
 const FIRST_RETRY_MS: i64 = 1_000;
@@ -99,8 +101,21 @@ impl DurableObject for SettlementOutbox {
                 }
             }
         }
+        let mut out_of_reach = false;
         for group in readable.chunks(REPLAY_TOGETHER) {
-            let results = futures_util::future::join_all(group.iter().map(|(_, item)| store.settle_one(item))).await;
+            if out_of_reach {
+                left += group.len();
+                continue;
+            }
+            // One D1 batch for the group; if D1 refuses it, each alone (one bad item must not
+            // hold up the others). A group of which nothing went in: D1 is out, the rest waits.
+            let parts: Vec<_> = group.iter().map(|(_, item)| item.parts()).collect();
+            let results = if store.settle(&parts).await.is_ok() {
+                vec![true; group.len()]
+            } else {
+                futures_util::future::join_all(group.iter().map(|(_, item)| store.settle_one(item))).await
+            };
+            out_of_reach = !results.iter().any(|ok| *ok);
             for ((key, _), ok) in group.iter().zip(results) {
                 if ok {
                     storage.delete(key).await?;

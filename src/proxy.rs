@@ -77,7 +77,8 @@ pub struct Served {
 pub fn spawn(call: Call, catalog: Rc<Catalog>, request: ClientRequest) -> impl Future<Output = Served> {
     let (answer, answered) = oneshot::channel();
     let ctx = call.ctx.clone();
-    ctx.wait_until(async move {
+    // Its storage calls until the answer count as the request's (`calls::inherit`).
+    ctx.wait_until(crate::calls::inherit(async move {
         let result = serve(&call, &catalog, request).await;
         // The handler may be gone (client departed): the answer is then dropped, and a stream's
         // relay sees the departure through the request's signal.
@@ -85,7 +86,7 @@ pub fn spawn(call: Call, catalog: Rc<Catalog>, request: ClientRequest) -> impl F
             result,
             attempts: call.attempts.get(),
         });
-    });
+    }));
     async move {
         answered.await.unwrap_or(Served {
             result: Err(ApiError::Internal { label: "pass_lost" }),

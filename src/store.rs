@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use switchyard_core::admin::{NewAccount, NewKey};
 use switchyard_core::catalog::Catalog;
 use switchyard_core::generation::{AttemptRecord, GenerationRecord};
+use switchyard_core::keys::UnknownKeys;
 use switchyard_core::ApiError;
 use wasm_bindgen::JsValue;
 use worker::{D1Database, D1PreparedStatement, Env};
@@ -25,17 +26,21 @@ const CACHE_TTL_MS: u64 = 5_000;
 /// requests go on for ten minutes of an outage on what was last known, then get 503.
 const STALE_MAX_MS: u64 = 10 * 60_000;
 /// The longest a D1 read on the request path may take before it counts as D1 being down.
-const D1_DEADLINE_MS: u64 = 5_000;
-/// How long an isolate remembers that a key hash is unknown.
+pub const D1_DEADLINE_MS: u64 = 5_000;
+/// How long each statement takes in the `d1-slow-…` drill (tests only, [`Store::drill_for`]).
+const SLOW_STATEMENT_MS: u64 = 5_000;
+/// How long an isolate remembers that a key hash is unknown, and how many it remembers.
 const MISS_TTL_MS: u64 = 60_000;
+const MISS_CAPACITY: usize = 8_192;
 
 thread_local! {
     /// The catalog, its stored version and when this isolate fetched it.
     static CATALOG: RefCell<Option<(Rc<Catalog>, i64, u64)>> = const { RefCell::new(None) };
     static KEYS: RefCell<HashMap<String, (Rc<KeyRecord>, u64)>> = RefCell::new(HashMap::new());
-    /// Hashes no active key has, with when that was read: an unknown key costs one query a
-    /// minute per isolate, not one per request.
-    static MISSES: RefCell<HashMap<String, u64>> = RefCell::new(HashMap::new());
+    /// Hashes no active key has, with when that was read: an unknown key (of a shape worth a
+    /// lookup) costs one query a minute per isolate, not one per request; a bounded LRU, so a flood
+    /// of them keeps it at its size (SPEC §22).
+    static MISSES: RefCell<UnknownKeys> = RefCell::new(UnknownKeys::new(MISS_CAPACITY, MISS_TTL_MS));
 }
 
 /// An active API key: who it belongs to, the `allow_fallbacks` of the key and its account, and
@@ -145,15 +150,17 @@ fn remember_catalog(catalog: Rc<Catalog>, version: i64, now: u64) -> Rc<Catalog>
 
 pub struct Store {
     db: D1Database,
-    /// The D1 outage drill is on (tests only, see [`Store::unreachable_for`]).
+    /// The D1 drills are on (tests only, see [`Store::drill_for`]).
     drill: bool,
     /// The request-path drill `d1-down` (tests only): the catalog and key reads find D1 down.
     down: bool,
 }
 
-/// A D1 read within [`D1_DEADLINE_MS`]: an error or no answer in time is D1 being out of reach
-/// (`storage_unavailable`, logged with `label`), never a 500.
-async fn read<T>(
+/// A D1 call within [`D1_DEADLINE_MS`] — every read on the request path and every write on the
+/// money path: an error or no answer in time is D1 being out of reach (`storage_unavailable`,
+/// logged with `label`), never a 500 and never a wait past the deadline (SPEC §22). A write that
+/// missed it may still be applied later; every money write is idempotent for that reason.
+async fn timely<T>(
     fut: impl std::future::Future<Output = worker::Result<T>>,
     label: &'static str,
 ) -> Result<T, ApiError> {
@@ -211,27 +218,61 @@ impl Store {
         self
     }
 
-    /// The D1 outage drill: when `SWITCHYARD_TEST_FAULTS` is `1` (`scripts/test` only, never a
-    /// deploy), the money statements of an account named `d1-outage-<from ms>-<until ms>[-…]` fail
-    /// between those times, as if D1 were down for it.
-    fn unreachable_for(&self, account: &str) -> Result<(), ApiError> {
+    /// The D1 drills: when `SWITCHYARD_TEST_FAULTS` is `1` (`scripts/test` only, never a deploy),
+    /// the money statements of an account named `d1-outage-<from ms>-<until ms>[-…]` fail between
+    /// those times, as if D1 were down for it; those of one named `d1-slow-<from>-<until>[-…]` each
+    /// take [`SLOW_STATEMENT_MS`] then (a batch as long as its statements together), as a
+    /// saturated D1 answers. `Ok` is how long this account's statements take more than usual.
+    fn drill_for(&self, account: &str) -> Result<u64, ApiError> {
         if !self.drill {
-            return Ok(());
+            return Ok(0);
         }
-        let window = account.strip_prefix("d1-outage-").and_then(|w| {
-            let (from, rest) = w.split_once('-')?;
+        let window = |prefix: &str| {
+            let (from, rest) = account.strip_prefix(prefix)?.split_once('-')?;
             let until = rest.split('-').next()?;
-            Some((from.parse::<u64>().ok()?, until.parse::<u64>().ok()?))
-        });
-        match window {
-            Some((from, until)) if (from..until).contains(&now_ms()) => Err(ApiError::Internal {
+            let (from, until) = (from.parse::<u64>().ok()?, until.parse::<u64>().ok()?);
+            (from..until).contains(&now_ms()).then_some(())
+        };
+        if window("d1-outage-").is_some() {
+            return Err(ApiError::Internal {
                 label: "d1_outage_drill",
-            }),
-            _ => Ok(()),
+            });
         }
+        Ok(if window("d1-slow-").is_some() {
+            SLOW_STATEMENT_MS
+        } else {
+            0
+        })
     }
 
+    /// A batch of money statements for `accounts`, within the deadline (see [`timely`]), slowed
+    /// or failed by the drills.
+    async fn money_batch<'a>(
+        &self,
+        accounts: impl IntoIterator<Item = &'a str>,
+        statements: Vec<D1PreparedStatement>,
+        label: &'static str,
+    ) -> Result<Vec<worker::D1Result>, ApiError> {
+        let mut slow = 0;
+        for account in accounts {
+            slow = slow.max(self.drill_for(account)?);
+        }
+        let delay = slow.saturating_mul(statements.len() as u64);
+        timely(
+            async move {
+                if delay > 0 {
+                    crate::runtime::clock::sleep(delay).await;
+                }
+                self.db.batch(statements).await
+            },
+            label,
+        )
+        .await
+    }
+
+    /// Every statement is prepared here, and counted (`crate::calls`).
     fn stmt(&self, sql: &str, args: &[JsValue]) -> Result<D1PreparedStatement, ApiError> {
+        crate::calls::d1();
         self.db.prepare(sql).bind(args).map_err(internal("bind"))
     }
 
@@ -266,9 +307,8 @@ impl Store {
         if self.down {
             return Err(ApiError::StorageUnavailable);
         }
-        let row: Option<CatalogRow> = read(
-            self.db
-                .prepare("SELECT doc, version FROM catalog WHERE id = 1")
+        let row: Option<CatalogRow> = timely(
+            self.stmt("SELECT doc, version FROM catalog WHERE id = 1", &[])?
                 .first(None),
             "catalog_read",
         )
@@ -368,7 +408,7 @@ impl Store {
                 &[id, num(micros), now],
             )?,
         ];
-        self.db.batch(statements).await.map_err(internal("credit"))?;
+        timely(self.db.batch(statements), "credit").await?;
         Ok(true)
     }
 
@@ -393,6 +433,7 @@ impl Store {
         .run()
         .await
         .map_err(internal("key_create"))?;
+        MISSES.with(|m| m.borrow_mut().forget(hash));
         Ok(())
     }
 
@@ -427,11 +468,7 @@ impl Store {
     /// (a new key's hash was never looked up before, so it still works at once).
     pub async fn key_by_hash(&self, hash: &str) -> Result<Option<Rc<KeyRecord>>, ApiError> {
         let now = now_ms();
-        if MISSES.with(|m| {
-            m.borrow()
-                .get(hash)
-                .is_some_and(|at| now.saturating_sub(*at) < MISS_TTL_MS)
-        }) {
+        if MISSES.with(|m| m.borrow_mut().known_unknown(hash, now)) {
             return Ok(None);
         }
         if let Some(rec) = KEYS.with(|k| {
@@ -453,7 +490,8 @@ impl Store {
         let fresh = if self.down {
             Err(ApiError::StorageUnavailable)
         } else {
-            read(query.first::<KeyRecord>(None), "key_read").await
+            crate::calls::count_only("D1.key");
+            timely(query.first::<KeyRecord>(None), "key_read").await
         };
         let rec = match fresh {
             Ok(rec) => rec,
@@ -487,13 +525,8 @@ impl Store {
             }
         });
         if rec.is_none() {
-            MISSES.with(|m| {
-                let mut m = m.borrow_mut();
-                if m.len() > 4096 {
-                    m.clear();
-                }
-                m.insert(hash.to_string(), now);
-            });
+            crate::calls::count_only("D1.key_unknown");
+            MISSES.with(|m| m.borrow_mut().remember(hash, now));
         }
         Ok(rec.map(Rc::new))
     }
@@ -546,20 +579,30 @@ impl Store {
 
     /// Settles requests in one batch — one transaction: all or none (SPEC §11). Each releases its
     /// hold, charges `g.total_cost_micros` to the account and the key, writes the ledger row and
-    /// the generation with its attempts. Every money statement is guarded by the hold not being
-    /// settled yet, so settling twice charges once; a hold the sweeper already expired is charged
-    /// but not released again. `unwritten`: a fast-path hold not written yet, written first in
-    /// the same batch.
+    /// the generation with its attempts, and deletes the hold (SPEC §22: no row outlives what it
+    /// holds). Every money statement is guarded by the hold still being there, and a hold row is
+    /// never written again for a generation with a ledger charge or a generation row, so settling
+    /// twice — a replay, a duplicate, a reply lost after D1 applied it — charges once; a hold the
+    /// sweeper already expired is charged but not released again. `unwritten`: a fast-path hold
+    /// not written yet, written first in the same batch. These rules are modelled, and their
+    /// exactly-once property tested, in `switchyard_core::settlement::Books`.
     pub async fn settle(&self, items: &[(&GenerationRecord, bool, Option<&HoldRow>)]) -> Result<(), ApiError> {
-        for (g, _, _) in items {
-            self.unreachable_for(&g.account_id)?;
-        }
+        self.settle_as("D1.settle", items).await
+    }
+
+    /// [`Store::settle`], counted as `kind` (`crate::calls::d1_settle`).
+    async fn settle_as(
+        &self,
+        kind: &str,
+        items: &[(&GenerationRecord, bool, Option<&HoldRow>)],
+    ) -> Result<(), ApiError> {
+        crate::calls::d1_settle(kind, items.iter().map(|(g, _, _)| g.account_id.as_str()), self.drill);
         let mut statements = Vec::new();
         for (g, has_hold, unwritten) in items {
             statements.extend(self.settle_statements(g, *has_hold, *unwritten)?);
         }
-        self.db.batch(statements).await.map_err(internal("settle"))?;
-        Ok(())
+        let accounts = items.iter().map(|(g, _, _)| g.account_id.as_str());
+        self.money_batch(accounts, statements, "settle").await.map(drop)
     }
 
     /// The statements of one settlement (see [`Store::settle`]).
@@ -602,13 +645,10 @@ impl Store {
                     "INSERT INTO ledger (account_id, kind, amount_micros, generation_id, key_id, estimated, created_at) \
                      SELECT ?3, 'charge', ?2, ?1, ?4, ?5, ?6 WHERE ?2 > 0 AND {UNSETTLED}"
                 ),
-                &[gen_id.clone(), charge.clone(), account, key, opt_bool(Some(g.estimated)), now.clone()],
+                &[gen_id.clone(), charge.clone(), account, key, opt_bool(Some(g.estimated)), now],
             )?);
-            statements.push(self.stmt(
-                "UPDATE holds SET state = 'settled', charged_micros = ?2, settled_at = ?3 \
-                 WHERE generation_id = ?1 AND state IN ('open', 'expired')",
-                &[gen_id, charge, now],
-            )?);
+            // Last of the money statements: the hold goes with the settlement that charged it.
+            statements.push(self.stmt("DELETE FROM holds WHERE generation_id = ?1", &[gen_id])?);
         }
         statements.push(self.stmt(
             "INSERT OR IGNORE INTO generations (id, account_id, key_id, model, api, stream, outcome, route, provider, \
@@ -652,12 +692,18 @@ impl Store {
 
     /// The account's available balance (balance − held), fresh from D1.
     pub async fn available(&self, account_id: &str) -> Result<Option<i64>, ApiError> {
-        self.unreachable_for(account_id)?;
+        let slow = self.drill_for(account_id)?;
         let query = self.stmt(
             "SELECT balance_micros - held_micros AS available FROM accounts WHERE id = ?1",
             &[JsValue::from_str(account_id)],
         )?;
-        let v: Option<f64> = read(query.first(Some("available")), "balance_read").await?;
+        let read = async move {
+            if slow > 0 {
+                crate::runtime::clock::sleep(slow).await;
+            }
+            query.first(Some("available")).await
+        };
+        let v: Option<f64> = timely(read, "balance_read").await?;
         Ok(v.map(|v| v as i64))
     }
 
@@ -670,7 +716,17 @@ impl Store {
         guarded: bool,
         or_ignore: bool,
     ) -> Result<D1PreparedStatement, ApiError> {
-        let guard = if guarded { " WHERE changes() = 1" } else { "" };
+        // A fast-path row may be written again (a replay, a late deferred write): never for a
+        // generation already settled — its charge in the ledger or its generation row proves it,
+        // as its hold row is gone (SPEC §22).
+        let guard = match (guarded, or_ignore) {
+            (true, _) => " WHERE changes() = 1",
+            (false, true) => {
+                " WHERE NOT EXISTS (SELECT 1 FROM ledger WHERE generation_id = ?1) \
+                 AND NOT EXISTS (SELECT 1 FROM generations WHERE id = ?1)"
+            }
+            (false, false) => "",
+        };
         let or = if or_ignore { " OR IGNORE" } else { "" };
         self.stmt(
             &format!(
@@ -694,7 +750,6 @@ impl Store {
     /// hold, in one transaction. Returns the available balance after the hold, or `None` when it
     /// did not fit.
     pub async fn hold_atomic(&self, h: &HoldRow) -> Result<Option<i64>, ApiError> {
-        self.unreachable_for(&h.account)?;
         let statements = vec![
             self.stmt(
                 &format!(
@@ -705,7 +760,7 @@ impl Store {
             )?,
             self.hold_row(h, "awaited", true, false)?,
         ];
-        let results = read(self.db.batch(statements), "hold").await?;
+        let results = self.money_batch([h.account.as_str()], statements, "hold").await?;
         if self.drill && h.account.starts_with("hold-reply-lost") {
             // The lost-reply drill (test faults only): D1 applied the hold, its answer never came.
             return Err(ApiError::Internal {
@@ -732,17 +787,17 @@ impl Store {
             &format!("SELECT CASE WHEN {KEY_HAS_ROOM} THEN 1 ELSE 0 END AS room"),
             &[JsValue::NULL, num(amount), JsValue::from_str(key_id)],
         )?;
-        let room: Option<f64> = read(query.first(Some("room")), "spend_limit_read").await?;
+        let room: Option<f64> = timely(query.first(Some("room")), "spend_limit_read").await?;
         Ok(room == Some(0.0))
     }
 
     /// The fast-path hold: admitted already on the isolate's snapshot, so written without the
     /// balance condition (the snapshot rule bounds what this can overspend).
     pub async fn hold_unchecked(&self, h: &HoldRow) -> Result<(), ApiError> {
-        self.unreachable_for(&h.account)?;
         let statements = self.hold_unchecked_statements(h)?;
-        self.db.batch(statements).await.map_err(internal("hold_fast"))?;
-        Ok(())
+        self.money_batch([h.account.as_str()], statements, "hold_fast")
+            .await
+            .map(drop)
     }
 
     /// The fast path's hold: the open hold row and the account's held amount, unchecked, and
@@ -758,9 +813,12 @@ impl Store {
         ])
     }
 
-    /// Releases every open hold past its expiry (the cron sweep); returns how many.
-    pub async fn sweep_expired_holds(&self, now: u64) -> Result<usize, ApiError> {
-        let now = num(now as i64);
+    /// Releases every open hold past its expiry (the cron sweep); returns how many. An expired
+    /// hold stays (released, not charged) for its settlement, which may still come from the outbox,
+    /// for [`EXPIRED_KEPT_MS`]; then it goes too.
+    pub async fn sweep_expired_holds(&self, now_ms: u64) -> Result<usize, ApiError> {
+        let now = num(now_ms as i64);
+        let forget_before = num(now_ms.saturating_sub(EXPIRED_KEPT_MS) as i64);
         let statements =
             vec![
             self.stmt(
@@ -770,8 +828,12 @@ impl Store {
                 std::slice::from_ref(&now),
             )?,
             self.stmt("UPDATE holds SET state = 'expired' WHERE state = 'open' AND expires_at < ?1", &[now])?,
+            self.stmt(
+                "DELETE FROM holds WHERE state = 'expired' AND expires_at < ?1",
+                &[forget_before],
+            )?,
         ];
-        let results = self.db.batch(statements).await.map_err(internal("sweep"))?;
+        let results = timely(self.db.batch(statements), "sweep").await?;
         Ok(results
             .get(1)
             .and_then(|r| r.meta().ok().flatten())
@@ -790,13 +852,9 @@ impl Store {
                  WHERE id IN (SELECT account_id FROM holds WHERE generation_id = ?1 AND state = 'open')",
                 std::slice::from_ref(&id),
             )?,
-            self.stmt(
-                "UPDATE holds SET state = 'settled', charged_micros = 0, settled_at = ?2 \
-                 WHERE generation_id = ?1 AND state = 'open'",
-                &[id.clone(), num(now_ms() as i64)],
-            )?,
+            self.stmt("DELETE FROM holds WHERE generation_id = ?1 AND state = 'open'", &[id])?,
         ];
-        read(self.db.batch(statements), "release_lost_hold").await.map(drop)
+        timely(self.db.batch(statements), "release_lost_hold").await.map(drop)
     }
 
     /// `GET /v1/credits`: the account's balance and held amount, its ledger totals, the key's
@@ -823,7 +881,7 @@ impl Store {
              AND route IS NOT NULL ORDER BY created_at DESC LIMIT 1",
             &[JsValue::from_str(account_id), JsValue::from_str(response_id)],
         )?;
-        read(query.first::<String>(Some("route")), "response_route").await
+        timely(query.first::<String>(Some("route")), "response_route").await
     }
 
     /// A generation with its attempts, if it belongs to `account_id`.
@@ -857,6 +915,10 @@ impl Store {
 /// plus `?2` within it (SPEC §11), decided in the same statement as the balance.
 const KEY_HAS_ROOM: &str = "(SELECT k.spend_limit_micros IS NULL OR k.spent_micros + ?2 + COALESCE((SELECT SUM(h.amount_micros) \
      FROM holds h WHERE h.key_id = k.id AND h.state = 'open'), 0) <= k.spend_limit_micros FROM api_keys k WHERE k.id = ?3)";
+
+/// How long an expired hold waits for its settlement (kept in the outbox while D1 was out of
+/// reach) before the sweep deletes it: past this, a settlement still to come charges nothing.
+const EXPIRED_KEPT_MS: u64 = 7 * 24 * 3_600_000;
 
 /// A hold to write: who, how much, and until when.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -896,7 +958,7 @@ impl Settlement {
 impl Store {
     /// One settlement in its own D1 batch; true when D1 took it.
     pub async fn settle_one(&self, item: &Settlement) -> bool {
-        self.settle(&[item.parts()]).await.is_ok()
+        self.settle_as("D1.replay", &[item.parts()]).await.is_ok()
     }
 }
 

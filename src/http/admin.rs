@@ -1,5 +1,6 @@
 //! `/admin/*` (SPEC §12): catalog, accounts, credit and keys, route health and the verification
-//! checks the platform paid for, behind the admin token.
+//! checks the platform paid for, the outbox and this isolate's D1 statement counts (`GET /admin/d1`),
+//! behind the admin token.
 //!
 //! Without the right token every admin path answers 401 and says nothing else — not even whether
 //! the path exists. The catalog holds secret *names* only; no response carries a secret value.
@@ -72,6 +73,14 @@ pub async fn route(req: &mut Request, env: &Env, method: &Method, rest: &str) ->
                 o.insert("version".into(), json!(version));
             }
             Ok(json_response(200, &doc))
+        }
+        (Method::Get, "d1", "") => {
+            use crate::calls::total;
+            Ok(json_response(
+                200,
+                &json!({"statements": total("D1"), "key_reads": total("D1.key"),
+                        "unknown_key_reads": total("D1.key_unknown")}),
+            ))
         }
         (Method::Get, "outbox", "") => {
             let held = crate::outbox::held(env).await.ok_or(ApiError::StorageUnavailable)?;

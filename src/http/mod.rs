@@ -9,6 +9,7 @@ mod response;
 mod status;
 mod v1;
 
+use std::cell::RefCell;
 use std::rc::Rc;
 
 use serde_json::json;
@@ -20,6 +21,7 @@ use worker::{Context, Env, Method, Request, Response};
 use context::RequestCtx;
 use response::{error_response, HandlerResult};
 
+use crate::calls::{self, Counts};
 use crate::runtime::clock::now_ms;
 use crate::runtime::ids::{new_generation_id, new_id};
 use crate::runtime::{test_faults, TEST_FAULT};
@@ -49,7 +51,9 @@ pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
     };
     let method = req.method();
     let ctx = Rc::new(ctx);
-    let result = route(&mut req, &env, &ctx, &mut rc, &method, &path).await;
+    let open = Rc::new(RefCell::new(Some(Counts::new())));
+    let result = calls::scoped(open.clone(), route(&mut req, &env, &ctx, &mut rc, &method, &path)).await;
+    let counts = calls::answered(&open);
     let (mut response, error_code) = match result {
         Ok(r) => (r, None),
         Err(e) => (error_response(&e, rc.shape, &rc.generation_id), Some(e.code())),
@@ -61,6 +65,8 @@ pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
     if test_faults(&env) {
         // Which isolate answered (tests only): what must hold across isolates is tested on two.
         let _ = headers.set("x-switchyard-isolate", &isolate_id());
+        // This request's blocking storage calls (`crate::calls`).
+        let _ = headers.set("x-switchyard-calls", &json!(counts).to_string());
     }
     if let Some(n) = rc.attempts {
         // What happened, without a second call: how many routes were tried, and which answered.
@@ -69,7 +75,7 @@ pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
     }
     // An answered generation is logged when it ends (`finish.rs`), a stream after its last byte.
     if rc.route.is_none() {
-        log_line(&rc, method.as_ref(), &path, response.status_code(), error_code);
+        log_line(&rc, method.as_ref(), &path, response.status_code(), error_code, &counts);
     }
     response
 }
@@ -82,6 +88,9 @@ async fn route(
     method: &Method,
     path: &str,
 ) -> HandlerResult {
+    if path == "/__test/calls" && test_faults(env) {
+        return Ok(test_calls(req));
+    }
     if let Some(rest) = path.strip_prefix("/admin/") {
         return admin::route(req, env, method, rest).await;
     }
@@ -119,6 +128,18 @@ async fn route(
     }
 }
 
+/// `GET /__test/calls?object=<name>` (test drills only): this isolate's storage calls since it
+/// started, by kind (`crate::calls`), all and those of one object.
+fn test_calls(req: &Request) -> Response {
+    let object = req.url().ok().and_then(|u| {
+        u.query_pairs()
+            .find(|(k, _)| k == "object")
+            .map(|(_, v)| v.into_owned())
+    });
+    let (all, one) = calls::totals(object.as_deref());
+    response::json_response(200, &json!({"isolate": isolate_id(), "all": all, "object": one}))
+}
+
 /// The request asks to become a WebSocket (`Upgrade: websocket`).
 fn upgrade_to_websocket(req: &Request) -> bool {
     req.headers()
@@ -136,9 +157,9 @@ fn isolate_id() -> String {
     ISOLATE_ID.with(String::clone)
 }
 
-/// One JSON line per request: ids, model, route, status, error code, milliseconds. Never keys or
-/// prompts.
-fn log_line(rc: &RequestCtx, method: &str, path: &str, status: u16, error: Option<&str>) {
+/// One JSON line per request: ids, model, route, status, error code, milliseconds, the storage
+/// calls it waited on (`crate::calls`). Never keys or prompts.
+fn log_line(rc: &RequestCtx, method: &str, path: &str, status: u16, error: Option<&str>, calls: &Counts) {
     let line = json!({
         "request_id": rc.request_id,
         "generation_id": rc.generation_id,
@@ -152,6 +173,7 @@ fn log_line(rc: &RequestCtx, method: &str, path: &str, status: u16, error: Optio
         "attempts": rc.attempts,
         "error": error,
         "ms": now_ms().saturating_sub(rc.started_ms),
+        "calls": calls,
     });
     worker::console_log!("{line}");
 }

@@ -1,16 +1,17 @@
 //! The public health surfaces (SPEC §14): `GET /api/health/models` (JSON) and `GET /status`
 //! (HTML, no JavaScript), plus `GET /admin/health/{model}`. I/O only: read the catalog, fetch the
-//! health objects' full state (the public report is cached per isolate for a few seconds),
-//! respond. The report, the page and the admin JSON are built in
+//! health objects' full state (the public report is built by one request at a time per isolate
+//! and served for a few seconds), respond. The report, the page and the admin JSON are built in
 //! `switchyard_core::status` (both public surfaces render one `Report`, so they always say the
 //! same thing).
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use futures_util::future::{join, join_all};
 use switchyard_core::catalog::Catalog;
+use switchyard_core::flight::{Flight, Rules, Step};
 use switchyard_core::health::ModelHealth;
 use switchyard_core::status::{self, Report};
 use worker::{Env, Headers, Request, ResponseBuilder};
@@ -22,12 +23,19 @@ use crate::limits;
 use crate::runtime::clock::{now_ms, sleep};
 use crate::store::Store;
 
-/// How long an isolate serves the same report: a busy status page costs 1 + N Durable Object
-/// calls every few seconds, not per hit (SPEC §15).
-const REPORT_CACHE_MS: u64 = 3_000;
-
-/// A build that takes longer than this is taken to have died with its request: the next one starts.
-const BUILD_GIVE_UP_MS: u64 = 10_000;
+/// How an isolate refreshes its report (`switchyard_core::flight`): the same report for 3 s, one
+/// build at a time — the hits meanwhile get the last report of the catalog, or, when the isolate
+/// has none yet, wait for the build under way. A busy status page costs each model's object one
+/// `Full` call per isolate per 3 s, however many hit it (SPEC §15, §22). A build never fails (an
+/// object that does not answer counts as healthy), so there is no back-off.
+const REPORT: Rules = Rules {
+    fresh_ms: 3_000,
+    // A build takes longer than this only if it died with its request: the next one starts.
+    give_up_ms: 5_000,
+    poll_ms: 25,
+    backoff_ms: 0,
+    backoff_max_ms: 0,
+};
 
 /// A report, the catalog it was built for, and when.
 type Cached = (Rc<Report>, Rc<Catalog>, u64);
@@ -35,47 +43,39 @@ type Cached = (Rc<Report>, Rc<Catalog>, u64);
 thread_local! {
     /// This isolate's last report.
     static LAST_REPORT: RefCell<Option<Cached>> = const { RefCell::new(None) };
-    /// When the one build in flight started (SPEC §18: a burst of status hits builds once per
-    /// isolate; the others are served the last report meanwhile).
-    static BUILDING: Cell<Option<u64>> = const { Cell::new(None) };
+    /// Its build under way, if any.
+    static BUILDING: RefCell<Flight> = RefCell::new(Flight::default());
 }
 
-/// The report: this isolate's last one while it is younger than [`REPORT_CACHE_MS`] and of the same
-/// catalog, else a new one — built once per isolate however many ask at once: while one request
-/// builds it the others get the last report of that catalog (a catalog reloaded at the same
-/// version is the same `Rc`, see `store::remember_catalog`).
+/// The report for `catalog`: this isolate's last one of that catalog while fresh (a catalog
+/// reloaded at the same version is the same `Rc`, see `store::remember_catalog`), else built by
+/// one request at a time (see [`REPORT`]). A waiting request waits on its own timer, never on the
+/// builder's task (SPEC §18).
 pub(super) async fn report(env: &Env, catalog: &Rc<Catalog>, slow_drill_ms: Option<u64>) -> Rc<Report> {
-    let now = now_ms();
-    let last = LAST_REPORT.with(|c| {
-        c.borrow()
-            .as_ref()
-            .filter(|(_, of, _)| Rc::ptr_eq(of, catalog))
-            .map(|(r, _, at)| (r.clone(), *at))
-    });
-    if let Some((r, at)) = &last {
-        if now.saturating_sub(*at) < REPORT_CACHE_MS {
-            return r.clone();
+    loop {
+        let now = now_ms();
+        let last = LAST_REPORT.with(|c| {
+            c.borrow()
+                .as_ref()
+                .filter(|(_, of, _)| Rc::ptr_eq(of, catalog))
+                .map(|(r, _, at)| (r.clone(), *at))
+        });
+        let step = BUILDING.with(|b| b.borrow_mut().step(last.as_ref().map(|(_, at)| *at), now, &REPORT));
+        match (step, last) {
+            (Step::Fresh | Step::Stale, Some((r, _))) => return r,
+            (Step::Wait(ms), _) => sleep(ms).await,
+            // Fetch (or, never with these rules, nothing to serve): build it.
+            _ => {
+                if let Some(ms) = slow_drill_ms {
+                    sleep(ms).await;
+                }
+                let r = Rc::new(build(env, catalog, now).await);
+                LAST_REPORT.with(|c| *c.borrow_mut() = Some((r.clone(), catalog.clone(), now)));
+                BUILDING.with(|b| b.borrow_mut().done(true, now_ms(), &REPORT));
+                return r;
+            }
         }
     }
-    let in_flight = BUILDING
-        .get()
-        .is_some_and(|started| now.saturating_sub(started) < BUILD_GIVE_UP_MS);
-    if in_flight {
-        if let Some((stale, _)) = last {
-            return stale;
-        }
-        // Nothing to serve meanwhile: this request builds its own (a request never waits on
-        // another's work — the runtime would take it for hung).
-        return Rc::new(build(env, catalog, now).await);
-    }
-    BUILDING.set(Some(now));
-    if let Some(ms) = slow_drill_ms {
-        sleep(ms).await;
-    }
-    let r = Rc::new(build(env, catalog, now).await);
-    LAST_REPORT.with(|c| *c.borrow_mut() = Some((r.clone(), catalog.clone(), now)));
-    BUILDING.set(None);
-    r
 }
 
 /// Every model's full health (fetched concurrently) and the accounts', then the report.

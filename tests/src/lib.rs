@@ -496,6 +496,18 @@ impl Stack {
     /// Runs SQL on the Worker's local D1 directly (as a crash would leave it), through
     /// `wrangler d1 execute` on the suite's database (`E2E_ROOT`, `E2E_D1_PERSIST`).
     pub fn d1_execute(&self, sql: &str) {
+        self.d1_run(sql, false);
+    }
+
+    /// The rows one SQL query reads from the Worker's local D1 (what a test looks at behind the
+    /// API: rows kept, sums), through `wrangler d1 execute --json`.
+    pub fn d1_query(&self, sql: &str) -> Vec<Value> {
+        let out = self.d1_run(sql, true);
+        let parsed: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("d1 query output {e}: {out}"));
+        parsed[0]["results"].as_array().cloned().unwrap_or_default()
+    }
+
+    fn d1_run(&self, sql: &str, json: bool) -> String {
         let root = env("E2E_ROOT");
         let persist = env("E2E_D1_PERSIST");
         let config = env("E2E_WRANGLER_CONFIG");
@@ -518,10 +530,11 @@ impl Stack {
                     "--command",
                     sql,
                 ])
+                .args(if json { &["--json"][..] } else { &[][..] })
                 .output()
                 .expect("running wrangler d1 execute");
             if out.status.success() {
-                return;
+                return String::from_utf8_lossy(&out.stdout).into_owned();
             }
             last = format!(
                 "{}{}",

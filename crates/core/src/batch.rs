@@ -6,9 +6,17 @@
 //! once by the caller that finds it so: nothing waits for a flusher that will never come. A rider
 //! does not trust the flusher either (SPEC §18: no write depends on another request's task
 //! finishing): it keeps a copy of its item and checks its ticket on its own timer — sent, it is
-//! done; still queued past the flusher's time, it sends the queue itself; the flusher's batch
-//! failed, or has been under way too long (its task died mid-send), it sends its copy alone (the
-//! writes are idempotent). Time is an argument; the waiting itself is the caller's
+//! done; still queued past the flusher's time, it sends the queue itself; the flusher's batch has
+//! been under way too long (its task died mid-send), it sends its copy alone (the writes are
+//! idempotent).
+//!
+//! A batch that fails is not sent again item by item (that multiplies the calls on a store that is
+//! already saturated): its items rejoin the queue, ahead of whatever was queued since, and go out
+//! together with the next batch `retry_ms` later — sent by whichever of their callers checks first.
+//! An item whose batch has failed `max_sends` times is given back to the caller that saw the last
+//! failure, for its fallback (the outbox, or nothing for advisory writes); its rider learns it is
+//! handled. So a store that refuses everything sees each batch's worth of items once per
+//! `retry_ms`, not once per item. Time is an argument; the waiting itself is the caller's
 //! (`src/batch.rs`).
 
 use std::collections::HashMap;
@@ -24,6 +32,10 @@ pub struct Rules {
     pub overdue_ms: u64,
     /// How long a batch may be under way before its riders take it for lost and send their own.
     pub lost_ms: u64,
+    /// How long a failed batch's items wait, queued, before they are sent again.
+    pub retry_ms: u64,
+    /// Failed sends after which an item is given back for its caller's fallback.
+    pub max_sends: u32,
 }
 
 /// An item's place in its key's batches: what a rider checks.
@@ -49,16 +61,19 @@ pub enum Check {
     Wait(u64),
     /// Still queued and its flusher is overdue: [`Batches::take`] the queue and send it.
     Flush,
-    /// Its batch failed or was lost: send the rider's own copy alone.
+    /// Its batch was lost under way (its sender died) or its ticket forgotten: send the rider's
+    /// own copy alone.
     Alone,
 }
 
 /// Where a taken ticket stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fate {
-    Sending { since_ms: u64 },
+    Sending {
+        since_ms: u64,
+    },
+    /// Written, or given back to a sender's fallback after its last failed send.
     Sent,
-    Failed,
 }
 
 struct Queue<T> {
@@ -75,12 +90,25 @@ pub struct Taken<T> {
     pub own: Option<usize>,
     /// The other items' tickets, to tell their riders with [`Batches::finished`].
     pub riders: Vec<Ticket>,
+    /// Every item's ticket, in the order of `items`.
+    pub tickets: Vec<Ticket>,
+}
+
+/// What a failed batch leaves its sender (see [`Batches::failed`]).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Failed<T> {
+    /// The items out of sends, for the sender's fallback.
+    pub given_up: Vec<T>,
+    /// The sender's own ticket if its item rejoined the queue: it waits on it as a rider.
+    pub rejoined: Option<Ticket>,
 }
 
 /// Queues by key (e.g. one per model), and the fate of the tickets taken from them.
 pub struct Batches<T> {
     queues: HashMap<String, Queue<T>>,
     fates: HashMap<Ticket, Fate>,
+    /// Failed sends so far of the items that have failed at least once.
+    sends: HashMap<Ticket, u32>,
     next_ticket: Ticket,
 }
 
@@ -89,6 +117,7 @@ impl<T> Default for Batches<T> {
         Batches {
             queues: HashMap::new(),
             fates: HashMap::new(),
+            sends: HashMap::new(),
             next_ticket: 0,
         }
     }
@@ -148,8 +177,10 @@ impl<T> Batches<T> {
             items: Vec::with_capacity(queued.len()),
             own: None,
             riders: Vec::new(),
+            tickets: Vec::with_capacity(queued.len()),
         };
         for (ticket, item) in queued {
+            taken.tickets.push(ticket);
             if ticket == own {
                 taken.own = Some(taken.items.len());
             } else {
@@ -161,13 +192,49 @@ impl<T> Batches<T> {
         taken
     }
 
-    /// The batch holding `tickets` was written (`ok`) or not: its riders learn it.
-    pub fn finished(&mut self, tickets: &[Ticket], ok: bool) {
+    /// The batch holding `tickets` was written: its riders learn it.
+    pub fn sent(&mut self, tickets: &[Ticket]) {
         for ticket in tickets {
+            self.sends.remove(ticket);
             if let Some(fate) = self.fates.get_mut(ticket) {
-                *fate = if ok { Fate::Sent } else { Fate::Failed };
+                *fate = Fate::Sent;
             }
         }
+    }
+
+    /// The batch `taken` from `key` failed at `now_ms`: its items rejoin the queue under `key`
+    /// ahead of those queued since, to go out with the next batch; a queue they start is due
+    /// `retry_ms` from now (its callers' checks send it then). Items that have now failed
+    /// `max_sends` times are given back instead, and their riders told they are handled.
+    pub fn failed(&mut self, key: &str, taken: Taken<T>, now_ms: u64, rules: &Rules) -> Failed<T> {
+        let own = taken.own.and_then(|i| taken.tickets.get(i).copied());
+        let mut given_up = Vec::new();
+        let mut rejoin = Vec::new();
+        for (ticket, item) in taken.tickets.into_iter().zip(taken.items) {
+            let sends = self.sends.entry(ticket).or_insert(0);
+            *sends += 1;
+            if *sends >= rules.max_sends {
+                self.sends.remove(&ticket);
+                self.fates.insert(ticket, Fate::Sent);
+                given_up.push(item);
+            } else {
+                self.fates.remove(&ticket);
+                rejoin.push((ticket, item));
+            }
+        }
+        let rejoined = own.filter(|t| rejoin.iter().any(|(r, _)| r == t));
+        if !rejoin.is_empty() {
+            let queue = self.queues.entry(key.to_string()).or_insert_with(|| Queue {
+                items: Vec::new(),
+                due_ms: now_ms.saturating_add(rules.retry_ms),
+            });
+            rejoin.append(&mut queue.items);
+            queue.items = rejoin;
+        }
+        if self.sends.len() > MAX_FATES {
+            self.sends.clear(); // forgotten counts: those items get their full sends again
+        }
+        Failed { given_up, rejoined }
     }
 
     /// What the rider holding `ticket` (queued under `key`) does now.
@@ -191,7 +258,7 @@ impl<T> Batches<T> {
                 self.fates.remove(&ticket);
                 Check::Sent
             }
-            // Failed, lost under way, or forgotten: the rider's copy goes alone.
+            // Lost under way, or forgotten: the rider's copy goes alone.
             _ => {
                 self.fates.remove(&ticket);
                 Check::Alone
@@ -209,6 +276,8 @@ mod tests {
         max_items: 3,
         overdue_ms: 100,
         lost_ms: 1_000,
+        retry_ms: 50,
+        max_sends: 3,
     };
 
     #[test]
@@ -233,7 +302,8 @@ mod tests {
             Taken {
                 items: vec![1, 2],
                 own: Some(0),
-                riders: vec![t2]
+                riders: vec![t2],
+                tickets: vec![t1, t2]
             }
         );
         assert_eq!(
@@ -242,7 +312,7 @@ mod tests {
             "the late flusher finds nothing"
         );
         assert_eq!(b.check("k", t2, 20, &RULES), Check::Wait(10), "under way");
-        b.finished(&[t2], true);
+        b.sent(&[t2]);
         assert_eq!(b.check("k", t2, 30, &RULES), Check::Sent);
         assert_eq!(
             b.push("k", 3, false, 40, &RULES).1,
@@ -301,22 +371,19 @@ mod tests {
     }
 
     #[test]
-    fn a_rider_sends_its_own_copy_when_the_batch_failed_or_was_lost_under_way() {
+    fn a_rider_sends_its_own_copy_when_the_batch_was_lost_under_way() {
         let mut b = Batches::default();
         let (t1, _) = b.push("k", 1, false, 0, &RULES);
         let (t2, _) = b.push("k", 2, false, 1, &RULES);
-        let (t3, _) = b.push("k", 3, false, 2, &RULES);
         let others = b.take("k", t1, 10).riders;
-        b.finished(&[t2], false);
-        assert_eq!(b.check("k", t2, 20, &RULES), Check::Alone, "the batch failed");
-        assert_eq!(others, vec![t2, t3]);
+        assert_eq!(others, vec![t2]);
         assert_eq!(
-            b.check("k", t3, 1_000, &RULES),
+            b.check("k", t2, 1_000, &RULES),
             Check::Wait(10),
             "still within its time"
         );
         assert_eq!(
-            b.check("k", t3, 1_011, &RULES),
+            b.check("k", t2, 1_011, &RULES),
             Check::Alone,
             "the flusher died mid-send"
         );
@@ -325,6 +392,142 @@ mod tests {
             Check::Alone,
             "a ticket nobody knows goes alone"
         );
+    }
+
+    #[test]
+    fn a_failed_batch_rejoins_the_next_one_and_is_given_up_after_its_sends() {
+        let rules = Rules { max_items: 10, ..RULES };
+        let mut b = Batches::default();
+        let (t1, _) = b.push("k", 1, false, 0, &rules);
+        let (t2, _) = b.push("k", 2, false, 1, &rules);
+        let taken = b.take("k", t1, 10);
+        let failed = b.failed("k", taken, 20, &rules);
+        assert_eq!(
+            failed,
+            Failed {
+                given_up: vec![],
+                rejoined: Some(t1)
+            }
+        );
+        assert_eq!(
+            b.check("k", t2, 30, &rules),
+            Check::Wait(10),
+            "queued again, not sent alone"
+        );
+        let (t3, role) = b.push("k", 3, false, 40, &rules);
+        assert_eq!(role, Role::Ride(20), "a new item joins the failed batch's queue");
+        assert_eq!(b.check("k", t3, 70, &rules), Check::Wait(10));
+        assert_eq!(
+            b.check("k", t1, 71, &rules),
+            Check::Flush,
+            "due retry_ms after the failure"
+        );
+        let taken = b.take("k", t1, 71);
+        assert_eq!(
+            (taken.items.clone(), taken.own),
+            (vec![1, 2, 3], Some(0)),
+            "one batch, failed items first"
+        );
+        assert_eq!(b.failed("k", taken, 80, &rules).given_up, Vec::<i32>::new());
+        let taken = b.take("k", t3, 200);
+        let failed = b.failed("k", taken, 210, &rules);
+        assert_eq!(failed.given_up, vec![1, 2], "their third failed send: given back");
+        assert_eq!(failed.rejoined, Some(t3), "the sender's own item has sends left");
+        assert_eq!(
+            b.check("k", t2, 220, &rules),
+            Check::Sent,
+            "handled by the sender's fallback"
+        );
+        let taken = b.take("k", t3, 300);
+        assert_eq!(taken.items, vec![3]);
+        b.sent(&taken.riders);
+        assert!(
+            b.sends.get(&t3).is_some_and(|n| *n == 2),
+            "the sender forgets its own count when told"
+        );
+    }
+
+    /// The class: under a store that refuses every call, the calls issued for N items offered in
+    /// batches stay within 1.1 × the batches a working store would take plus the retries of the
+    /// last ones (never one call per item), and every item is written or given back exactly once.
+    #[test]
+    fn a_saturated_store_sees_no_more_calls_than_offered() {
+        for seed in 0..50u64 {
+            let mut rng = seed.wrapping_mul(6364136223846793005).wrapping_add(7);
+            let mut next = || {
+                rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                rng >> 33
+            };
+            let rules = Rules {
+                max_items: 16,
+                wait_ms: 10,
+                overdue_ms: 100,
+                lost_ms: 5_000,
+                retry_ms: 200,
+                max_sends: 3,
+            };
+            let run = |refuse: bool, next: &mut dyn FnMut() -> u64| {
+                let mut b: Batches<u64> = Batches::default();
+                let mut calls = 0u64;
+                let mut handled: Vec<u64> = Vec::new();
+                let mut waiting: Vec<(u64, Ticket)> = Vec::new(); // (check at, ticket)
+                let mut now = 0;
+                let mut item = 0;
+                while now < 30_000 || !waiting.is_empty() {
+                    now += 1;
+                    if now < 30_000 && next().is_multiple_of(4) {
+                        let (ticket, role) = b.push("k", item, false, now, &rules);
+                        item += 1;
+                        let at = match role {
+                            Role::FlushNow => now,
+                            Role::FlushAfter(ms) | Role::Ride(ms) => now + ms,
+                        };
+                        waiting.push((at, ticket));
+                    }
+                    let due: Vec<(u64, Ticket)> = waiting.iter().copied().filter(|(at, _)| *at <= now).collect();
+                    waiting.retain(|(at, _)| *at > now);
+                    for (_, ticket) in due {
+                        match b.check("k", ticket, now, &rules) {
+                            Check::Sent => {}
+                            Check::Wait(ms) => waiting.push((now + ms, ticket)),
+                            Check::Alone => panic!("seed {seed}: nobody died, yet an item went alone"),
+                            Check::Flush => {
+                                let taken = b.take("k", ticket, now);
+                                calls += 1;
+                                if refuse {
+                                    let f = b.failed("k", taken, now, &rules);
+                                    handled.extend(f.given_up);
+                                    if let Some(t) = f.rejoined {
+                                        waiting.push((now + rules.wait_ms, t));
+                                    }
+                                } else {
+                                    b.sent(&taken.tickets);
+                                    handled.extend(taken.items);
+                                }
+                            }
+                        }
+                    }
+                }
+                handled.sort();
+                (calls, handled, item)
+            };
+            let (offered, written, n) = run(false, &mut next);
+            assert_eq!(
+                written,
+                (0..n).collect::<Vec<_>>(),
+                "seed {seed}: every item written once"
+            );
+            let (issued, given_up, n) = run(true, &mut next);
+            assert_eq!(
+                given_up,
+                (0..n).collect::<Vec<_>>(),
+                "seed {seed}: every item given back once"
+            );
+            assert!(
+                issued as f64 <= 1.1 * offered as f64,
+                "seed {seed}: {issued} calls issued against a saturated store, {offered} offered ({n} items)"
+            );
+        }
     }
 
     #[test]

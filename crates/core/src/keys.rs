@@ -3,6 +3,8 @@
 //! Invariant: only the SHA-256 hex digest of a key is ever stored or compared; the plaintext
 //! exists once, in the response that creates it.
 
+use std::collections::{BTreeMap, HashMap};
+
 use sha2::{Digest, Sha256};
 
 /// Prefix of every key Switchyard mints.
@@ -21,11 +23,51 @@ pub fn presented_key<'a>(authorization: Option<&'a str>, x_api_key: Option<&'a s
         .or_else(|| x_api_key.map(str::trim).filter(|k| !k.is_empty()))
 }
 
-/// Whether `key` has the shape [`mint_key`] gives every key: anything else is refused without a
-/// lookup (a malformed key costs no D1 query).
+/// Hex digits of a key's random part, and of its checksum.
+const RANDOM_HEX: usize = 64;
+const CHECKSUM_HEX: usize = 8;
+
+/// What a presented key's text alone says about it (SPEC §22: unknown keys cost no storage).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyShape {
+    /// A key as [`mint_key`] makes them: `sk-sy-`, 64 hex digits of randomness and the 8 of their
+    /// checksum, which holds. Looked up.
+    Checked,
+    /// A key minted before keys carried a checksum (`sk-sy-` and 64 hex digits): its customer
+    /// keeps it, so it is still looked up (and, unknown, remembered as such like any other).
+    Legacy,
+    /// Anything else — another shape, or a checksum that does not hold: refused 401 without a
+    /// lookup.
+    Malformed,
+}
+
+/// The shape of `key` (see [`KeyShape`]).
+pub fn key_shape(key: &str) -> KeyShape {
+    let Some(rest) = key.strip_prefix(KEY_PREFIX) else {
+        return KeyShape::Malformed;
+    };
+    if !rest.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+        return KeyShape::Malformed;
+    }
+    match rest.len() {
+        RANDOM_HEX => KeyShape::Legacy,
+        n if n == RANDOM_HEX + CHECKSUM_HEX && rest[RANDOM_HEX..] == checksum(&rest[..RANDOM_HEX]) => KeyShape::Checked,
+        _ => KeyShape::Malformed,
+    }
+}
+
+/// Whether `key` is worth a lookup at all: a checked key or a legacy one. Anything else is refused
+/// without one (a malformed or mistyped key costs no D1 query).
 pub fn well_formed(key: &str) -> bool {
-    key.strip_prefix(KEY_PREFIX)
-        .is_some_and(|rest| rest.len() == 64 && rest.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
+    key_shape(key) != KeyShape::Malformed
+}
+
+/// A key's checksum: the first 4 bytes of SHA-256 over `switchyard-key:` and its random hex, in
+/// hex. Not a secret — it tells a key Switchyard minted from a mistyped or invented one without
+/// asking storage; an unknown key with a valid checksum is looked up once and then remembered.
+fn checksum(random_hex: &str) -> String {
+    let digest = Sha256::digest(format!("switchyard-key:{random_hex}").as_bytes());
+    hex(&digest[..CHECKSUM_HEX / 2])
 }
 
 /// The stored form of a key: lower-case hex SHA-256 of its exact bytes.
@@ -33,9 +75,87 @@ pub fn hash_key(key: &str) -> String {
     hex(&Sha256::digest(key.as_bytes()))
 }
 
-/// A new plaintext key from 32 random bytes (the caller supplies the randomness).
+/// A new plaintext key from 32 random bytes (the caller supplies the randomness), with its
+/// checksum.
 pub fn mint_key(random: &[u8; 32]) -> String {
-    format!("{KEY_PREFIX}{}", hex(random))
+    let random = hex(random);
+    let sum = checksum(&random);
+    format!("{KEY_PREFIX}{random}{sum}")
+}
+
+/// Key hashes no key has, remembered for `ttl_ms` each, the least recently used forgotten first
+/// past `capacity` (an isolate's negative cache: a flood of unknown keys keeps it at its size, and
+/// the keys asked for most stay in it).
+#[derive(Debug, Clone)]
+pub struct UnknownKeys {
+    capacity: usize,
+    ttl_ms: u64,
+    next: u64,
+    /// Hash → (when found unknown, its place in `order`).
+    seen: HashMap<String, (u64, u64)>,
+    /// Place → hash, least recently used first.
+    order: BTreeMap<u64, String>,
+}
+
+impl UnknownKeys {
+    pub fn new(capacity: usize, ttl_ms: u64) -> UnknownKeys {
+        UnknownKeys {
+            capacity: capacity.max(1),
+            ttl_ms,
+            next: 0,
+            seen: HashMap::new(),
+            order: BTreeMap::new(),
+        }
+    }
+
+    /// Whether `hash` was found unknown within the TTL (it becomes the most recently used).
+    pub fn known_unknown(&mut self, hash: &str, now_ms: u64) -> bool {
+        let Some((at, place)) = self.seen.get(hash).copied() else {
+            return false;
+        };
+        self.order.remove(&place);
+        if now_ms.saturating_sub(at) >= self.ttl_ms {
+            self.seen.remove(hash);
+            return false;
+        }
+        self.place(hash, at);
+        true
+    }
+
+    /// Remembers that no key has `hash`, as of `now_ms`.
+    pub fn remember(&mut self, hash: &str, now_ms: u64) {
+        if let Some((_, place)) = self.seen.remove(hash) {
+            self.order.remove(&place);
+        }
+        self.place(hash, now_ms);
+        while self.seen.len() > self.capacity {
+            let Some((_, oldest)) = self.order.pop_first() else {
+                break;
+            };
+            self.seen.remove(&oldest);
+        }
+    }
+
+    /// Forgets `hash` (a key with it exists now).
+    pub fn forget(&mut self, hash: &str) {
+        if let Some((_, place)) = self.seen.remove(hash) {
+            self.order.remove(&place);
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.seen.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.seen.is_empty()
+    }
+
+    fn place(&mut self, hash: &str, at: u64) {
+        self.next += 1;
+        self.seen.insert(hash.to_string(), (at, self.next));
+        self.order.insert(self.next, hash.to_string());
+    }
 }
 
 /// Lower-case hex of `bytes`.
@@ -77,7 +197,7 @@ mod tests {
         );
         let key = mint_key(&[0xab; 32]);
         assert!(key.starts_with(KEY_PREFIX));
-        assert_eq!(key.len(), KEY_PREFIX.len() + 64);
+        assert_eq!(key.len(), KEY_PREFIX.len() + 64 + 8);
         assert!(secrets_equal("x", "x"));
         assert!(!secrets_equal("x", "y"));
     }
@@ -85,14 +205,95 @@ mod tests {
     #[test]
     fn only_minted_shapes_are_looked_up() {
         assert!(well_formed(&mint_key(&[7; 32])));
+        assert_eq!(key_shape(&mint_key(&[7; 32])), KeyShape::Checked);
+        // A key minted before the checksum: still looked up.
+        let legacy = format!("sk-sy-{}", "ab".repeat(32));
+        assert_eq!(key_shape(&legacy), KeyShape::Legacy);
+        assert!(well_formed(&legacy));
         for bad in [
             "",
             "sk-sy-",
             "sk-sy-not-a-real-key",
             "sk-live-abc",
             &format!("sk-sy-{}", "A".repeat(64)),
+            &format!("sk-sy-{}", "a".repeat(72)),
+            &format!("sk-sy-{}", "a".repeat(65)),
         ] {
             assert!(!well_formed(bad), "{bad}");
+        }
+    }
+
+    /// Known checksum: the format is a contract with every key already handed out.
+    #[test]
+    fn the_checksum_is_sha256_of_the_random_part_truncated() {
+        let key = mint_key(&[0; 32]);
+        let random = "0".repeat(64);
+        let digest = Sha256::digest(format!("switchyard-key:{random}").as_bytes());
+        assert_eq!(key, format!("sk-sy-{random}{}", hex(&digest[..4])));
+    }
+
+    proptest::proptest! {
+        /// Any change to one hex digit of a minted key — the kind a typo or a guess makes — fails
+        /// its checksum (or, in the checksum, no longer matches), so it is never looked up; a
+        /// random key of the right length passes only by a 1-in-2^32 chance.
+        #[test]
+        fn a_changed_digit_fails_the_checksum(random in proptest::array::uniform32(0u8..), at in 0usize..72, digit in 0u8..16) {
+            let key = mint_key(&random);
+            proptest::prop_assert_eq!(key_shape(&key), KeyShape::Checked);
+            let mut bytes = key.into_bytes();
+            let i = KEY_PREFIX.len() + at;
+            let new = b"0123456789abcdef"[digit as usize];
+            proptest::prop_assume!(bytes[i] != new);
+            bytes[i] = new;
+            let changed = String::from_utf8(bytes).unwrap_or_default();
+            proptest::prop_assert_eq!(key_shape(&changed), KeyShape::Malformed);
+        }
+
+        /// The negative cache never holds more than its capacity, and holds exactly the most
+        /// recently used unexpired hashes a plain list would (the model: most recent last).
+        #[test]
+        fn unknown_keys_stay_bounded_and_forget_the_least_recently_used(
+            ops in proptest::collection::vec((0u8..3, 0u8..12, 0u64..50), 1..200),
+        ) {
+            let (cap, ttl) = (4, 120);
+            let mut cache = UnknownKeys::new(cap, ttl);
+            let mut model: Vec<(String, u64)> = Vec::new();
+            let mut now = 0;
+            for (op, k, dt) in ops {
+                now += dt;
+                let hash = format!("h{k}");
+                match op {
+                    0 => {
+                        cache.remember(&hash, now);
+                        model.retain(|(h, _)| *h != hash);
+                        model.push((hash, now));
+                        if model.len() > cap {
+                            model.remove(0);
+                        }
+                    }
+                    1 => {
+                        let want = match model.iter().position(|(h, _)| *h == hash) {
+                            Some(i) if now - model[i].1 < ttl => {
+                                let e = model.remove(i);
+                                model.push(e);
+                                true
+                            }
+                            Some(i) => {
+                                model.remove(i);
+                                false
+                            }
+                            None => false,
+                        };
+                        proptest::prop_assert_eq!(cache.known_unknown(&hash, now), want);
+                    }
+                    _ => {
+                        cache.forget(&hash);
+                        model.retain(|(h, _)| *h != hash);
+                    }
+                }
+                proptest::prop_assert!(cache.len() <= cap);
+                proptest::prop_assert_eq!(cache.len(), model.len());
+            }
         }
     }
 }

@@ -1,0 +1,273 @@
+//! The settlement rules (SPEC §11, §22) as the D1 statements of `src/store.rs` apply them, over a
+//! model of the books: an account's balance and held amount, its hold rows, its ledger charges and
+//! generation rows. Each method here is one statement group there, with the same guards, so what
+//! makes settlement exactly-once is tested natively: a settlement is applied only while its hold
+//! row exists and deletes it; a hold row is never written for a generation already settled (a
+//! ledger charge or a generation row proves it, once the hold is gone); one charge per generation
+//! (the unique index on `ledger.generation_id`) — whatever replays, duplicates and reorderings the
+//! batches, the outbox and lost replies bring.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+/// One hold row: its amount and whether the sweep already released it (`expired`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HoldRow {
+    pub amount: i64,
+    pub expired: bool,
+}
+
+/// One settlement as the outbox keeps it: the generation, what it is charged, whether it had a
+/// hold, and a fast-path hold that may not be written yet (written first, idempotently).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settle {
+    pub id: String,
+    pub charge: i64,
+    pub has_hold: bool,
+    pub unwritten: Option<i64>,
+}
+
+/// One account's books in D1.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Books {
+    pub balance: i64,
+    pub held: i64,
+    pub holds: BTreeMap<String, HoldRow>,
+    /// Ledger charges by generation id (unique: a second one fails its whole batch).
+    pub ledger: BTreeMap<String, i64>,
+    pub generations: BTreeSet<String>,
+}
+
+/// A batch D1 refused as a whole (a constraint failed): nothing of it was applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused;
+
+impl Books {
+    pub fn new(balance: i64) -> Books {
+        Books {
+            balance,
+            ..Books::default()
+        }
+    }
+
+    /// Whether the generation was settled: its charge or its record is there.
+    pub fn settled(&self, id: &str) -> bool {
+        self.ledger.contains_key(id) || self.generations.contains(id)
+    }
+
+    /// The awaited hold: held only if the available balance covers it; true when placed.
+    pub fn hold_atomic(&mut self, id: &str, amount: i64) -> bool {
+        if self.balance - self.held < amount || self.holds.contains_key(id) {
+            return false;
+        }
+        self.held += amount;
+        self.holds.insert(id.to_string(), HoldRow { amount, expired: false });
+        true
+    }
+
+    /// The fast path's hold row (`INSERT OR IGNORE … WHERE NOT settled`, then the held amount only
+    /// if the row was new): its deferred write, or written first by its settlement, or both.
+    pub fn write_fast_hold(&mut self, id: &str, amount: i64) {
+        if self.holds.contains_key(id) || self.settled(id) {
+            return;
+        }
+        self.held += amount;
+        self.holds.insert(id.to_string(), HoldRow { amount, expired: false });
+    }
+
+    /// A settlement batch, one transaction: each releases its hold (unless expired), charges,
+    /// books the charge and deletes the hold — only while the hold row is there — and writes its
+    /// generation (`INSERT OR IGNORE`).
+    pub fn settle(&mut self, batch: &[Settle]) -> Result<(), Refused> {
+        let mut next = self.clone();
+        for s in batch {
+            if let Some(amount) = s.unwritten {
+                next.write_fast_hold(&s.id, amount);
+            }
+            if s.has_hold {
+                if let Some(hold) = next.holds.remove(&s.id) {
+                    if !hold.expired {
+                        next.held -= hold.amount;
+                    }
+                    next.balance -= s.charge;
+                    if s.charge > 0 && next.ledger.insert(s.id.clone(), s.charge).is_some() {
+                        return Err(Refused);
+                    }
+                }
+            }
+            next.generations.insert(s.id.clone());
+        }
+        *self = next;
+        Ok(())
+    }
+
+    /// The sweep: every open hold is released (its expiry passed) and kept, expired, for its
+    /// settlement.
+    pub fn sweep(&mut self) {
+        for hold in self.holds.values_mut().filter(|h| !h.expired) {
+            hold.expired = true;
+            self.held -= hold.amount;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// One request: its hold, its charge (a share of it), its path, how many times its settlement
+    /// is delivered, and whether a deferred hold write lands before or after it.
+    #[derive(Debug, Clone)]
+    struct Req {
+        amount: i64,
+        charge_pct: i64,
+        fast: bool,
+        copies: usize,
+        early_write: bool,
+        late_write: bool,
+    }
+
+    #[derive(Debug, Clone)]
+    enum Event {
+        Settle(Settle),
+        Write(String, i64),
+        Sweep,
+    }
+
+    fn req() -> impl Strategy<Value = Req> {
+        (
+            1..1_000i64,
+            0..=100i64,
+            any::<bool>(),
+            1..=3usize,
+            any::<bool>(),
+            any::<bool>(),
+        )
+            .prop_map(|(amount, charge_pct, fast, copies, early_write, late_write)| Req {
+                amount,
+                charge_pct,
+                fast,
+                copies,
+                early_write,
+                late_write,
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2_000, ..ProptestConfig::default() })]
+
+        /// Replayed, duplicated, reordered and batched settlements, deferred hold writes landing
+        /// before or after them, sweeps between them: each generation is charged exactly once, the
+        /// balance is the credit less the ledger, nothing stays held and no hold row is left.
+        #[test]
+        fn settlement_is_exactly_once_under_replays_reorderings_and_duplicates(
+            reqs in prop::collection::vec(req(), 1..8),
+            order in prop::collection::vec(any::<u32>(), 64),
+            batch_sizes in prop::collection::vec(1..4usize, 64),
+            sweeps in prop::collection::vec(any::<bool>(), 64),
+        ) {
+            let credit = 1_000_000;
+            let mut books = Books::new(credit);
+            let mut events = Vec::new();
+            let mut expected = BTreeMap::new();
+            for (i, r) in reqs.iter().enumerate() {
+                let id = format!("gen-{i}");
+                let charge = r.amount * r.charge_pct / 100;
+                if charge > 0 {
+                    expected.insert(id.clone(), charge);
+                }
+                if r.fast {
+                    if r.early_write {
+                        events.push(Event::Write(id.clone(), r.amount));
+                    }
+                    if r.late_write {
+                        events.push(Event::Write(id.clone(), r.amount));
+                    }
+                } else {
+                    prop_assert!(books.hold_atomic(&id, r.amount));
+                }
+                let item = Settle {
+                    id,
+                    charge,
+                    has_hold: true,
+                    unwritten: r.fast.then_some(r.amount),
+                };
+                for _ in 0..r.copies {
+                    events.push(Event::Settle(item.clone()));
+                }
+            }
+            for (i, sweep) in sweeps.iter().enumerate().take(events.len()) {
+                if *sweep && i % 5 == 0 {
+                    events.push(Event::Sweep);
+                }
+            }
+            // Any order: the outbox, batches and retries guarantee none.
+            let mut keyed: Vec<(u32, Event)> =
+                events.into_iter().enumerate().map(|(i, e)| (order[i % order.len()] ^ i as u32, e)).collect();
+            keyed.sort_by_key(|(k, _)| *k);
+            let mut pending: Vec<Settle> = Vec::new();
+            let mut sizes = batch_sizes.iter().cycle();
+            let mut want = *sizes.next().unwrap_or(&1);
+            for (_, event) in keyed {
+                match event {
+                    Event::Settle(s) => {
+                        pending.push(s);
+                        if pending.len() >= want {
+                            prop_assert_eq!(books.settle(&pending), Ok(()));
+                            pending.clear();
+                            want = *sizes.next().unwrap_or(&1);
+                        }
+                    }
+                    Event::Write(id, amount) => books.write_fast_hold(&id, amount),
+                    Event::Sweep => books.sweep(),
+                }
+            }
+            prop_assert_eq!(books.settle(&pending), Ok(()));
+            prop_assert_eq!(&books.ledger, &expected, "each charge once");
+            let charged: i64 = expected.values().sum();
+            prop_assert_eq!(books.balance, credit - charged);
+            prop_assert_eq!(books.held, 0);
+            prop_assert!(books.holds.is_empty(), "no hold row left: {:?}", books.holds);
+        }
+    }
+
+    #[test]
+    fn a_hold_is_never_written_again_for_a_settled_generation() {
+        let mut books = Books::new(1_000);
+        let s = Settle {
+            id: "g".into(),
+            charge: 30,
+            has_hold: true,
+            unwritten: Some(100),
+        };
+        assert_eq!(books.settle(std::slice::from_ref(&s)), Ok(()));
+        assert_eq!((books.balance, books.held, books.holds.len()), (970, 0, 0));
+        // The deferred write whose reply was lost lands after the settlement; then a replay.
+        books.write_fast_hold("g", 100);
+        assert_eq!(books.settle(&[s.clone(), s]), Ok(()));
+        assert_eq!((books.balance, books.held, books.holds.len()), (970, 0, 0));
+    }
+
+    #[test]
+    fn without_the_settled_guard_a_replay_would_charge_twice() {
+        // What the guard prevents: the hold row written again for a settled generation.
+        let mut books = Books::new(1_000);
+        let s = Settle {
+            id: "g".into(),
+            charge: 30,
+            has_hold: true,
+            unwritten: None,
+        };
+        books.hold_atomic("g", 100);
+        assert_eq!(books.settle(std::slice::from_ref(&s)), Ok(()));
+        books.holds.insert(
+            "g".into(),
+            HoldRow {
+                amount: 100,
+                expired: false,
+            },
+        );
+        books.held += 100;
+        assert_eq!(books.settle(&[s]), Err(Refused), "the unique charge refuses the batch");
+    }
+}

@@ -1,0 +1,257 @@
+//! Storage calls counted, and kept to their bounds (issue 34, SPEC §22): the Worker counts every
+//! Durable Object call and D1 statement by kind (`x-switchyard-calls` on each response,
+//! `GET /__test/calls` for the isolate), and these tests hold the status report and the health
+//! snapshots to one fetch in flight per isolate.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::disallowed_methods)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use switchyard_e2e::{chat_body, Stack};
+
+/// The isolate's storage calls so far on object `name`, by `<kind>.<blocking|background>`, and the
+/// isolate that answered.
+fn object_calls(s: &Stack, name: &str) -> (String, Value) {
+    let r = s.request("GET", &format!("{}/__test/calls?object={name}", s.gateway), &[], None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    (v["isolate"].as_str().unwrap().to_string(), v["object"].clone())
+}
+
+fn count(calls: &Value, kind: &str) -> u64 {
+    calls[kind].as_u64().unwrap_or(0)
+}
+
+fn catalog_version(s: &Stack) -> i64 {
+    s.admin("GET", "/admin/catalog", None).json()["version"]
+        .as_i64()
+        .unwrap()
+}
+
+/// A model of one healthy mock route (no verification checks) and a key for it.
+fn model(s: &Stack) -> (String, String) {
+    let (routes, _) = s.mock_routes(&[("ok", json!({"verify": false}))]);
+    let id = s.model(routes, None);
+    (id, s.new_key(10.0))
+}
+
+/// Item 1: a request says which storage calls it waited on, by kind, and the isolate's counters
+/// tell the blocking calls from the background ones, per object.
+#[test]
+fn calls_a_request_reports_the_storage_calls_it_waited_on() {
+    let s = Stack::from_env();
+    let (id, key) = model(&s);
+    let object = format!("model:{id}");
+    let r = s.chat(&key, &chat_body(&id, false));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let calls: Value = serde_json::from_str(r.header("x-switchyard-calls").expect("x-switchyard-calls")).unwrap();
+    assert!(count(&calls, "D1") >= 1, "the key's read is a D1 statement: {calls}");
+    assert!(
+        (1..=2).contains(&count(&calls, "HEALTH.snapshot")),
+        "a model never asked before: a snapshot of its object (and of the accounts'), waited on: {calls}"
+    );
+    // The outcome's report goes from `ctx.wait_until`: background, on the model's object.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (_, on) = object_calls(&s, &object);
+        if count(&on, "HEALTH.observe.background") >= 1 {
+            assert_eq!(count(&on, "HEALTH.snapshot.blocking"), 1, "{on}");
+            assert_eq!(count(&on, "HEALTH.observe.blocking"), 0, "{on}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no background report counted: {on}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Item 2: a burst of public status hits (each build made slow by the drill `slow-report-<ms>`,
+/// so the hits overlap) costs the model's object one `Full` call per isolate — not one per hit,
+/// also when the isolate has no report of its catalog yet.
+#[test]
+fn calls_a_burst_of_status_hits_builds_the_report_once() {
+    let s = Arc::new(Stack::from_env());
+    let (id, _) = model(&s);
+    let object = format!("model:{id}");
+    // The isolate reloads the catalog within 5 s: then it has the model, and no report of it.
+    std::thread::sleep(Duration::from_millis(5_500));
+    let version = catalog_version(&s);
+    let (isolate, before) = object_calls(&s, &object);
+    let hits: Vec<_> = (0..24)
+        .map(|i| {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                let path = if i % 2 == 0 { "/status" } else { "/api/health/models" };
+                let r = s.request(
+                    "GET",
+                    &format!("{}{path}", s.gateway),
+                    &[("x-switchyard-test-fault", "slow-report-1500")],
+                    None,
+                );
+                assert_eq!(r.status, 200, "{}", r.text());
+                r.header("x-switchyard-isolate").unwrap().to_string()
+            })
+        })
+        .collect();
+    let isolates: Vec<String> = hits.into_iter().map(|h| h.join().unwrap()).collect();
+    let (after_isolate, after) = object_calls(&s, &object);
+    eprintln!("status burst: before {before}, after {after}");
+    assert!(
+        isolates.iter().all(|i| *i == isolate) && after_isolate == isolate,
+        "one isolate answered (wrangler dev)"
+    );
+    let builds = count(&after, "HEALTH.full.blocking") - count(&before, "HEALTH.full.blocking");
+    // A catalog changed by another test mid-burst is a new report to build.
+    let changes = (catalog_version(&s) - version) as u64;
+    assert!(
+        builds <= 1 + changes,
+        "24 status hits made {builds} Full calls to the model's object (catalog changes: {changes})"
+    );
+}
+
+/// Item 3: requests on one model in one isolate share one snapshot fetch at a time, and a model
+/// object that stops answering (the drill `fault-health-hang`: every call hangs 5 s, past the
+/// 300 ms timeout) is left alone with back-off — not called by every request, each waiting
+/// 300 ms for it. Over 3 s of 8 concurrent clients: at most one snapshot call per second.
+#[test]
+fn calls_a_slow_health_object_gets_one_snapshot_call_per_interval() {
+    let s = Arc::new(Stack::from_env());
+    let (routes, _) = s.mock_routes(&[("ok", json!({"verify": false}))]);
+    let id = format!("fault-health-hang-{}", switchyard_e2e::unique("m"));
+    let doc = json!({"context_window": 8192, "max_output_tokens": 256, "routes": routes});
+    let r = s.admin("PUT", &format!("/admin/models/{id}"), Some(doc));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let key = s.new_key(10.0);
+    let object = format!("model:{id}");
+    let started = Instant::now();
+    let workers: Vec<_> = (0..8)
+        .map(|_| {
+            let (s, id, key) = (s.clone(), id.clone(), key.clone());
+            std::thread::spawn(move || {
+                let mut waited = Vec::new();
+                while started.elapsed() < Duration::from_millis(3_000) {
+                    let r = s.chat(&key, &chat_body(&id, false));
+                    assert_eq!(r.status, 200, "{}", r.text());
+                    let calls: Value = serde_json::from_str(r.header("x-switchyard-calls").unwrap()).unwrap();
+                    waited.push(count(&calls, "HEALTH.snapshot"));
+                }
+                waited
+            })
+        })
+        .collect();
+    let waited: Vec<u64> = workers.into_iter().flat_map(|w| w.join().unwrap()).collect();
+    let elapsed = started.elapsed();
+    let (_, on) = object_calls(&s, &object);
+    let snapshots = count(&on, "HEALTH.snapshot.blocking") + count(&on, "HEALTH.snapshot.background");
+    let intervals = elapsed.as_millis() as u64 / 1_000 + 1;
+    eprintln!(
+        "slow object: {} requests in {elapsed:?}, {snapshots} snapshot calls ({} requests waited on one): {on}",
+        waited.len(),
+        waited.iter().filter(|n| **n > 0).count()
+    );
+    assert!(
+        snapshots <= intervals,
+        "{} requests in {elapsed:?} made {snapshots} snapshot calls to the hanging model object \
+         (at most one per 1 s interval: {intervals}): {on}",
+        waited.len()
+    );
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// A new account named `id` with credit and a key for it.
+fn account_key(s: &Stack, id: &str) -> String {
+    let r = s.admin("POST", "/admin/accounts", Some(json!({"id": id})));
+    assert_eq!(r.status, 201, "{}", r.text());
+    let r = s.admin(
+        "POST",
+        &format!("/admin/accounts/{id}/credit"),
+        Some(json!({"amount_usd": 100.0})),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = s.admin("POST", "/admin/keys", Some(json!({"account_id": id})));
+    assert_eq!(r.status, 201, "{}", r.text());
+    r.json()["key"].as_str().unwrap().to_string()
+}
+
+/// `n` concurrent answered requests with `key`.
+fn burst(s: &Arc<Stack>, key: &str, model: &str, n: usize) {
+    let threads: Vec<_> = (0..n)
+        .map(|_| {
+            let (s, key, model) = (s.clone(), key.to_string(), model.to_string());
+            std::thread::spawn(move || {
+                let r = s.chat(&key, &chat_body(&model, false));
+                assert_eq!(r.status, 200, "{}", r.text());
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+}
+
+/// D1 settlement batches that carried `account`'s settlements so far, from requests (the
+/// outbox's replays, `D1.replay`, are not counted).
+fn settle_calls(s: &Stack, account: &str) -> u64 {
+    let (_, on) = object_calls(s, &format!("account:{account}"));
+    count(&on, "D1.settle.blocking") + count(&on, "D1.settle.background")
+}
+
+/// Item 4: settlements D1 refuses (the store's outage drill for one account) are sent again as
+/// the batch they came in — rejoining the next batch — never one call per settlement (before:
+/// each rider of a failed batch tried its own alone three times). The same burst on a working
+/// account gives the calls offered; the refused burst may cost each of its batches at most three
+/// sends. Nothing is lost: the outbox writes every charge once D1 is back.
+#[test]
+fn calls_settlements_refused_by_d1_rejoin_the_next_batch() {
+    let s = Arc::new(Stack::from_env());
+    let (model, _) = model(&s);
+    let control = format!("acct-{}", switchyard_e2e::unique("c"));
+    let control_key = account_key(&s, &control);
+    let now = unix_ms();
+    let (from, until) = (now + 3_000, now + 8_000);
+    let refused = format!("d1-outage-{from}-{until}-{}", switchyard_e2e::unique("o"));
+    let refused_key = account_key(&s, &refused);
+    // Learn both balances (the answers after take the fast path, their settlements batched).
+    burst(&s, &control_key, &model, 1);
+    burst(&s, &refused_key, &model, 1);
+    std::thread::sleep(Duration::from_millis(500));
+    let control_before = settle_calls(&s, &control);
+    burst(&s, &control_key, &model, 12);
+    std::thread::sleep(Duration::from_millis(1_000));
+    let offered = settle_calls(&s, &control) - control_before;
+    std::thread::sleep(Duration::from_millis(from.saturating_sub(unix_ms()) + 200));
+    let before = settle_calls(&s, &refused);
+    burst(&s, &refused_key, &model, 12);
+    std::thread::sleep(Duration::from_millis(2_000));
+    let issued = settle_calls(&s, &refused) - before;
+    assert!(
+        unix_ms() < until,
+        "the burst and its retries ran inside the outage window"
+    );
+    let (_, on) = object_calls(&s, &format!("account:{refused}"));
+    eprintln!("12 settlements: {offered} D1 calls with D1 working, {issued} with D1 refusing them: {on}");
+    assert!(offered >= 1, "the control burst was settled");
+    assert!(
+        issued <= 3 * offered,
+        "12 refused settlements cost {issued} D1 calls; the same burst offered {offered} \
+         (each batch at most 3 sends)"
+    );
+    // After the outage the outbox replays them: nothing stays held.
+    let deadline = Instant::now() + Duration::from_secs(45);
+    loop {
+        let c = s.credits(&refused_key);
+        if c["held_micros"] == 0 && c["open_holds_micros"] == 0 {
+            assert!(c["charges_total_micros"].as_i64().unwrap() > 0, "{c}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "not replayed: {c}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
