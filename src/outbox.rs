@@ -110,7 +110,7 @@ impl DurableObject for SettlementOutbox {
             // One D1 batch for the group; if D1 refuses it, each alone (one bad item must not
             // hold up the others). A group of which nothing went in: D1 is out, the rest waits.
             let parts: Vec<_> = group.iter().map(|(_, item)| item.parts()).collect();
-            let results = if store.settle(&parts).await.is_ok() {
+            let results = if store.replay(&parts).await.is_ok() {
                 vec![true; group.len()]
             } else {
                 futures_util::future::join_all(group.iter().map(|(_, item)| store.settle_one(item))).await

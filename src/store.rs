@@ -956,9 +956,15 @@ impl Settlement {
 }
 
 impl Store {
-    /// One settlement in its own D1 batch; true when D1 took it.
+    /// Settlements the outbox replays, in one D1 batch (counted as `D1.replay`, apart from the
+    /// requests' own settlements).
+    pub async fn replay(&self, items: &[(&GenerationRecord, bool, Option<&HoldRow>)]) -> Result<(), ApiError> {
+        self.settle_as("D1.replay", items).await
+    }
+
+    /// One replayed settlement in its own D1 batch; true when D1 took it.
     pub async fn settle_one(&self, item: &Settlement) -> bool {
-        self.settle_as("D1.replay", &[item.parts()]).await.is_ok()
+        self.replay(&[item.parts()]).await.is_ok()
     }
 }
 
