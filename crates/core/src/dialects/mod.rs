@@ -8,6 +8,35 @@
 //! [`of`] which dialect — the one registry — instead of matching on [`Api`]; adding a dialect is a
 //! folder, an [`Api`] variant and a line in [`of`] (docs/ARCHITECTURE.md says how).
 
+/// The [`Dialect`] methods every client dialect's folder answers the same way, from the parts it
+/// has under the same names: `inspect_body` and `STREAM` in its `mod.rs`, `request::read`, and
+/// `answer::{Reader, Writer, read_body, write_body}`. Used inside each folder's `impl Dialect`.
+macro_rules! folder_parts {
+    () => {
+        fn inspect_body(&self, body: &[u8]) -> Result<BodyInfo, Verdict> {
+            inspect_body(body)
+        }
+        fn stream(&self) -> &'static StreamDialect {
+            &STREAM
+        }
+        fn read_request(&self, body: &Body) -> Result<Neutral, Unable> {
+            request::read(body)
+        }
+        fn answer_reader(&self) -> Box<dyn AnswerReader> {
+            Box::<answer::Reader>::default()
+        }
+        fn answer_writer(&self, ctx: AnswerContext) -> Box<dyn AnswerWriter> {
+            Box::new(answer::Writer::new(ctx))
+        }
+        fn read_answer(&self, body: &Value) -> Result<Answer, Verdict> {
+            answer::read_body(body)
+        }
+        fn write_answer(&self, answer: &Answer, ctx: &AnswerContext) -> Vec<u8> {
+            answer::write_body(answer, ctx)
+        }
+    };
+}
+
 pub mod body;
 pub mod chat;
 pub mod converse;

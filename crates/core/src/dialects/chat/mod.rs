@@ -103,17 +103,12 @@ pub const STREAM: StreamDialect = StreamDialect {
 pub(crate) struct Chat;
 
 impl Dialect for Chat {
+    folder_parts!();
     fn name(&self) -> &'static str {
         "Chat Completions"
     }
     fn parse_request(&self, bytes: &[u8], _path: Option<(&str, bool)>) -> Result<ClientRequest, ApiError> {
         parse_request(bytes)
-    }
-    fn inspect_body(&self, body: &[u8]) -> Result<BodyInfo, Verdict> {
-        inspect_body(body)
-    }
-    fn stream(&self) -> &'static StreamDialect {
-        &STREAM
     }
     fn error_shape(&self) -> ErrorShape {
         ErrorShape::OpenAi
@@ -148,23 +143,8 @@ impl Dialect for Chat {
     fn many_choices(&self) -> bool {
         true
     }
-    fn read_request(&self, body: &Body) -> Result<Neutral, Unable> {
-        request::read(body)
-    }
     fn write_request(&self, w: &mut Writer, upstream_model: &str) -> Result<Vec<u8>, Unable> {
         request::write(w, upstream_model)
-    }
-    fn answer_reader(&self) -> Box<dyn AnswerReader> {
-        Box::<answer::Reader>::default()
-    }
-    fn answer_writer(&self, ctx: AnswerContext) -> Box<dyn AnswerWriter> {
-        Box::new(answer::Writer::new(ctx))
-    }
-    fn read_answer(&self, body: &Value) -> Result<Answer, Verdict> {
-        answer::read_body(body)
-    }
-    fn write_answer(&self, answer: &Answer, ctx: &AnswerContext) -> Vec<u8> {
-        answer::write_body(answer, ctx)
     }
 }
 

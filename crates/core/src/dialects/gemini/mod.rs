@@ -277,18 +277,13 @@ pub const STREAM: StreamDialect = StreamDialect {
 pub(crate) struct Gemini;
 
 impl Dialect for Gemini {
+    folder_parts!();
     fn name(&self) -> &'static str {
         "Gemini"
     }
     fn parse_request(&self, bytes: &[u8], path: Option<(&str, bool)>) -> Result<ClientRequest, ApiError> {
         let (model, stream) = path.ok_or_else(|| ApiError::invalid("The model belongs in the path.", None))?;
         parse_request(bytes, model, stream)
-    }
-    fn inspect_body(&self, body: &[u8]) -> Result<BodyInfo, Verdict> {
-        inspect_body(body)
-    }
-    fn stream(&self) -> &'static StreamDialect {
-        &STREAM
     }
     fn error_shape(&self) -> ErrorShape {
         ErrorShape::Gemini
@@ -320,23 +315,8 @@ impl Dialect for Gemini {
     fn many_choices(&self) -> bool {
         true
     }
-    fn read_request(&self, body: &Body) -> Result<Neutral, Unable> {
-        request::read(body)
-    }
     fn write_request(&self, w: &mut Writer, _upstream_model: &str) -> Result<Vec<u8>, Unable> {
         request::write(w)
-    }
-    fn answer_reader(&self) -> Box<dyn AnswerReader> {
-        Box::<answer::Reader>::default()
-    }
-    fn answer_writer(&self, ctx: AnswerContext) -> Box<dyn AnswerWriter> {
-        Box::new(answer::Writer::new(ctx))
-    }
-    fn read_answer(&self, body: &Value) -> Result<Answer, Verdict> {
-        answer::read_body(body)
-    }
-    fn write_answer(&self, answer: &Answer, ctx: &AnswerContext) -> Vec<u8> {
-        answer::write_body(answer, ctx)
     }
 }
 
