@@ -321,6 +321,8 @@ fn read_tool(raw: &RawValue, at: String) -> Result<Tool, Unable> {
     match tag_of(raw, &at)?.as_deref() {
         Some("function") => {}
         Some("custom") => return Err(not_carried(at, "custom (grammar) tools are not translated")),
+        // The client's own tools, grouped: served by Responses routes; not flattened for others yet.
+        Some("namespace") => return Err(not_carried(at, "namespace tools are not translated")),
         Some(kind) => return Err(not_carried(at, &format!("`{kind}` is a tool the provider runs"))),
         None => return Err(Unable::new(at, "a tool needs a `type`")),
     }

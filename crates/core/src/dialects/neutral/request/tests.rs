@@ -1328,3 +1328,16 @@ fn codexs_client_metadata_is_dropped_and_listed_when_translated() {
         assert!(!String::from_utf8_lossy(&w.body).contains("codex_exec"), "{to:?}");
     }
 }
+
+/// A Responses `namespace` (the client's own tools, grouped) is not a tool the provider runs: a
+/// route of another API is unable for it, and says so — not that the provider would run it.
+#[test]
+fn a_namespace_is_not_translated_and_not_called_a_provider_tool() {
+    let v = json!({"model": "m", "input": "hi", "tools": [{"type": "namespace", "name": "crm", "description": "d",
+                   "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}]}]});
+    for to in [Api::Chat, Api::Messages, Api::Gemini, Api::Converse] {
+        let e = refused(Api::Responses, &v, to);
+        assert_eq!(e.field, "tools[0]");
+        assert!(e.to_string().contains("namespace tools are not translated"), "{e}");
+    }
+}
