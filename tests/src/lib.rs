@@ -670,7 +670,18 @@ impl Stack {
 
     /// [`Stack::new_key`] with more fields for the key (`rpm`, `max_concurrent`, …).
     pub fn new_key_with(&self, credit_usd: f64, fields: Value) -> String {
-        let account = self.admin("POST", "/admin/accounts", Some(json!({})));
+        self.funded_key(json!({}), credit_usd, fields)
+    }
+
+    /// A key of a new account named `id` with `credit_usd` (the drills read account names:
+    /// `d1-outage-…`, `d1-slow-…`, `fault-settle-writer-dies…`).
+    pub fn named_account_key(&self, id: &str, credit_usd: f64) -> String {
+        self.funded_key(json!({"id": id}), credit_usd, json!({}))
+    }
+
+    /// A new account (`account`: its fields), credited, and a key of it with `fields`.
+    fn funded_key(&self, account: Value, credit_usd: f64, fields: Value) -> String {
+        let account = self.admin("POST", "/admin/accounts", Some(account));
         assert_eq!(account.status, 201, "creating account: {}", account.text());
         let account_id = account.json()["id"].as_str().expect("account id").to_string();
         let credit = self.admin(

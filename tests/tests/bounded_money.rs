@@ -21,21 +21,6 @@ fn unix_ms() -> u64 {
         .as_millis() as u64
 }
 
-/// A new account named `id` with `credit_usd` and a key; returns the key.
-fn account_key(s: &Stack, id: &str, credit_usd: f64) -> String {
-    let r = s.admin("POST", "/admin/accounts", Some(json!({"id": id})));
-    assert_eq!(r.status, 201, "{}", r.text());
-    let r = s.admin(
-        "POST",
-        &format!("/admin/accounts/{id}/credit"),
-        Some(json!({"amount_usd": credit_usd})),
-    );
-    assert_eq!(r.status, 200, "{}", r.text());
-    let r = s.admin("POST", "/admin/keys", Some(json!({"account_id": id})));
-    assert_eq!(r.status, 201, "{}", r.text());
-    r.json()["key"].as_str().unwrap().to_string()
-}
-
 /// A stack with its own connections: `wrangler d1 execute` takes seconds, long enough for the dev
 /// server to close a kept-alive connection just as the next request reuses it; HTTP calls after
 /// one go out on fresh connections.
@@ -166,7 +151,7 @@ fn money_a_slow_d1_loses_no_charge_and_answers_no_500() {
     let ok = model(&s, &["ok"], fast_policy());
     let now = unix_ms();
     let (from, until) = (now + 3_000, now + 23_000);
-    let key = account_key(&s, &format!("d1-slow-{from}-{until}-{}", unique("a")), 100.0);
+    let key = s.named_account_key(&format!("d1-slow-{from}-{until}-{}", unique("a")), 100.0);
 
     // Before: an answer on the awaited path (the isolate learns the balance for the fast path).
     let r = s.send(Api::Chat, &key, &Api::Chat.body(&ok, false), &[]);

@@ -52,22 +52,7 @@ fn unix_ms() -> u64 {
 
 /// An account whose money statements fail in D1 between `from` and `until` (the store's drill).
 fn outage_account(s: &Stack, from: u64, until: u64, credit_usd: f64) -> String {
-    account_key(s, &format!("d1-outage-{from}-{until}"), credit_usd)
-}
-
-/// A new account named `id` with `credit_usd` and a key; returns the key.
-fn account_key(s: &Stack, id: &str, credit_usd: f64) -> String {
-    let r = s.admin("POST", "/admin/accounts", Some(json!({"id": id})));
-    assert_eq!(r.status, 201, "{}", r.text());
-    let r = s.admin(
-        "POST",
-        &format!("/admin/accounts/{id}/credit"),
-        Some(json!({"amount_usd": credit_usd})),
-    );
-    assert_eq!(r.status, 200, "{}", r.text());
-    let r = s.admin("POST", "/admin/keys", Some(json!({"account_id": id})));
-    assert_eq!(r.status, 201, "{}", r.text());
-    r.json()["key"].as_str().unwrap().to_string()
+    s.named_account_key(&format!("d1-outage-{from}-{until}"), credit_usd)
 }
 
 #[test]
@@ -158,7 +143,7 @@ fn a_settlement_writer_that_dies_takes_no_riders_charge_with_it() {
                      "routes": [route("r0", &provider, "u", json!({}))]});
     let r = s.admin("PUT", &format!("/admin/models/{dying}"), Some(doc));
     assert_eq!(r.status, 200, "{}", r.text());
-    let key = account_key(&s, &unique("fault-settle-writer-dies"), 100.0);
+    let key = s.named_account_key(&unique("fault-settle-writer-dies"), 100.0);
 
     let r = s.chat(&key, &chat_body(&dying, false));
     assert_eq!(r.status, 200, "{}", r.text());
@@ -224,7 +209,7 @@ fn a_hold_whose_reply_was_lost_is_released_by_its_generation_id() {
     let label = unique("l");
     let provider = s.mock_provider(&label, "ok", false);
     let model = s.model(vec![route("r0", &provider, "u", json!({}))], None);
-    let key = account_key(&s, &unique("hold-reply-lost"), 100.0);
+    let key = s.named_account_key(&unique("hold-reply-lost"), 100.0);
     let r = s.chat(&key, &chat_body(&model, false));
     assert_eq!(r.status, 503, "{}", r.text());
     assert_eq!(r.json()["error"]["code"], "storage_unavailable");
@@ -252,7 +237,7 @@ fn an_unreadable_outbox_record_is_kept_aside_for_the_operator_not_deleted() {
     let model = s.model(vec![route("r0", &provider, "u", json!({}))], Some(fast_policy()));
     let now = unix_ms();
     let (from, until) = (now + 2_500, now + 5_000);
-    let key = account_key(&s, &format!("d1-outage-{from}-{until}-unreadable"), 100.0);
+    let key = s.named_account_key(&format!("d1-outage-{from}-{until}-unreadable"), 100.0);
 
     // Before the outage the isolate learns the balance; during it the fast path answers and the
     // settlement goes to the outbox.

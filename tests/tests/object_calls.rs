@@ -165,21 +165,6 @@ fn unix_ms() -> u64 {
         .as_millis() as u64
 }
 
-/// A new account named `id` with credit and a key for it.
-fn account_key(s: &Stack, id: &str) -> String {
-    let r = s.admin("POST", "/admin/accounts", Some(json!({"id": id})));
-    assert_eq!(r.status, 201, "{}", r.text());
-    let r = s.admin(
-        "POST",
-        &format!("/admin/accounts/{id}/credit"),
-        Some(json!({"amount_usd": 100.0})),
-    );
-    assert_eq!(r.status, 200, "{}", r.text());
-    let r = s.admin("POST", "/admin/keys", Some(json!({"account_id": id})));
-    assert_eq!(r.status, 201, "{}", r.text());
-    r.json()["key"].as_str().unwrap().to_string()
-}
-
 /// `n` concurrent answered requests with `key`.
 fn burst(s: &Arc<Stack>, key: &str, model: &str, n: usize) {
     let threads: Vec<_> = (0..n)
@@ -213,11 +198,11 @@ fn calls_settlements_refused_by_d1_rejoin_the_next_batch() {
     let s = Arc::new(Stack::from_env());
     let (model, _) = model(&s);
     let control = format!("acct-{}", switchyard_e2e::unique("c"));
-    let control_key = account_key(&s, &control);
+    let control_key = s.named_account_key(&control, 100.0);
     let now = unix_ms();
     let (from, until) = (now + 3_000, now + 8_000);
     let refused = format!("d1-outage-{from}-{until}-{}", switchyard_e2e::unique("o"));
-    let refused_key = account_key(&s, &refused);
+    let refused_key = s.named_account_key(&refused, 100.0);
     // Learn both balances (the answers after take the fast path, their settlements batched).
     burst(&s, &control_key, &model, 1);
     burst(&s, &refused_key, &model, 1);
