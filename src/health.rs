@@ -32,7 +32,7 @@ use switchyard_core::health::{
     for_accounts, AttemptOutcome, HealthConfig, ModelHealth, Observation, ProbeClaim, RequestObservation, RouteStats,
     Scope,
 };
-use switchyard_core::health_rpc::{answer, model_object, ClaimReply, HealthCall, SnapshotReply};
+use switchyard_core::health::rpc::{answer, model_object, ClaimReply, HealthCall, SnapshotReply};
 use switchyard_core::verify::{self as checks, CheckRoute};
 
 use worker::{durable_object, DurableObject, Env, Request, Response, ScheduledTime, State};

@@ -22,7 +22,7 @@ use futures_util::future::{select, Either};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use switchyard_core::catalog::{Model, Policy};
-use switchyard_core::health_rpc::model_object;
+use switchyard_core::health::rpc::model_object;
 use switchyard_core::limits::{
     lease_ms, Capacity, CapacityAdmit, CapacityCall, CapacityReply, KeyAdmit, KeyCall, KeyLimit, KeyReply, KeyState,
     renew_every_ms, KeyUsage, RateWindow, Want,

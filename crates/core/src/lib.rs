@@ -17,7 +17,6 @@ pub mod error;
 pub mod flight;
 pub mod generation;
 pub mod health;
-pub mod health_rpc;
 pub mod ids;
 pub mod keys;
 pub mod limits;

@@ -719,19 +719,6 @@ pub(crate) fn optional_bool(body: &Body, field: &str) -> Result<Option<bool>, Ap
     }
 }
 
-/// The human message inside an upstream error body (OpenAI and Anthropic put it at
-/// `error.message`; some providers at `message` or `error` as a string).
-pub fn upstream_error_message(body: &[u8]) -> Option<String> {
-    let v: Value = serde_json::from_slice(body).ok()?;
-    let msg = v
-        .pointer("/error/message")
-        .or_else(|| v.get("message"))
-        .or_else(|| v.get("error").filter(|e| e.is_string()))?
-        .as_str()?
-        .trim();
-    (!msg.is_empty()).then(|| msg.to_string())
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -843,24 +830,4 @@ mod tests {
         assert!(parse_request(Api::Converse, plain_request(Api::Converse).to_string().as_bytes(), None).is_err());
     }
 
-    #[test]
-    fn finds_upstream_messages() {
-        assert_eq!(
-            upstream_error_message(br#"{"error":{"message":"bad temp","type":"x"}}"#).as_deref(),
-            Some("bad temp")
-        );
-        assert_eq!(
-            upstream_error_message(
-                br#"{"type":"error","error":{"type":"invalid_request_error","message":"too long"}}"#
-            )
-            .as_deref(),
-            Some("too long")
-        );
-        assert_eq!(
-            upstream_error_message(br#"{"message":"plain"}"#).as_deref(),
-            Some("plain")
-        );
-        assert_eq!(upstream_error_message(br#"{"error":"flat"}"#).as_deref(), Some("flat"));
-        assert_eq!(upstream_error_message(b"<html>"), None);
-    }
 }

@@ -3,7 +3,8 @@
 //!
 //! This module owns [`ModelHealth`], one model's health as plain serde data, so the model's Durable
 //! Object persists it as JSON and every isolate applies its own outcomes to its cached copy with the
-//! very same code. Time is always an argument; nothing here reads a clock.
+//! very same code. Time is always an argument; nothing here reads a clock. [`rpc`] is the typed
+//! calls between an isolate and a health object.
 //!
 //! Invariants:
 //! - A [`Breaker`] is *demoted* exactly when `demoted_until_ms` is `Some`. It is *cooling* while
@@ -31,6 +32,7 @@
 //!   requests are also folded into hours, kept for [`HOURS_KEPT`] hours (`hours.rs`).
 
 mod hours;
+pub mod rpc;
 mod scope;
 
 use std::collections::BTreeMap;

@@ -52,7 +52,7 @@ use serde_json::{json, Map, Value};
 use crate::api::Api;
 use crate::classify::{classify_error_payload, is_error_payload, FailureClass, Verdict};
 use crate::dialects;
-use crate::dialects::{event_json, upstream_error_message, FinishReason, NoJson, Reported};
+use crate::dialects::{event_json, FinishReason, NoJson, Reported};
 use crate::sse::SseEvent;
 
 /// The most choices a translated answer carries (chat's `n` cap).
@@ -467,20 +467,6 @@ pub fn body(upstream: Api, client: Api, bytes: &[u8], ctx: &AnswerContext) -> Re
     let ctx = ctx.for_client(client);
     answer.choices.truncate(ctx.choices as usize);
     Ok(dialects::of(client).write_answer(&answer, &ctx))
-}
-
-/// The human message of an upstream's error body, read in its dialect (a Gemini prompt the
-/// provider blocked says why; the others' `error.message` and its variants).
-pub fn error_message(upstream: Api, bytes: &[u8]) -> Option<String> {
-    if upstream == Api::Gemini {
-        let blocked = serde_json::from_slice::<Value>(bytes)
-            .ok()
-            .and_then(|v| crate::dialects::gemini::blocked(&v));
-        if let Some(payload) = blocked {
-            return Some(UpstreamError::from_payload(&payload).message());
-        }
-    }
-    upstream_error_message(bytes)
 }
 
 /// One client event: its `event:` name (Messages and Responses name theirs) and JSON data.

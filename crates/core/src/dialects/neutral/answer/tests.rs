@@ -1335,27 +1335,6 @@ fn an_upstream_error_is_the_same_class_in_the_client_dialect() {
     }
 }
 
-#[test]
-fn error_messages_are_read_in_the_upstream_dialect() {
-    assert_eq!(
-        error_message(Api::Chat, br#"{"error":{"message":"bad temp"}}"#).as_deref(),
-        Some("bad temp")
-    );
-    assert_eq!(
-        error_message(
-            Api::Messages,
-            br#"{"type":"error","error":{"type":"x","message":"too long"}}"#
-        )
-        .as_deref(),
-        Some("too long")
-    );
-    assert!(
-        error_message(Api::Gemini, br#"{"promptFeedback":{"blockReason":"SAFETY"}}"#)
-            .is_some_and(|m| m.contains("SAFETY"))
-    );
-    assert_eq!(error_message(Api::Responses, b"<html>"), None);
-}
-
 // ---------------------------------------------------------------------------------------------
 // Robustness.
 

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::health::{HealthConfig, ModelHealth, Observation, RequestObservation, RouteStats, Scope};
+use super::{HealthConfig, ModelHealth, Observation, RequestObservation, RouteStats, Scope};
 
 /// The name of model `model_id`'s health object (its breakers, buckets and route capacity).
 pub fn model_object(model_id: &str) -> String {
