@@ -88,7 +88,7 @@ pub struct Taken<T> {
     pub items: Vec<T>,
     /// Which of `items` is the sender's own (none when a rider took it for an overdue flusher).
     pub own: Option<usize>,
-    /// The other items' tickets, to tell their riders with [`Batches::finished`].
+    /// The other items' tickets, to tell their riders with [`Batches::sent`] (written) or [`Batches::failed`].
     pub riders: Vec<Ticket>,
     /// Every item's ticket, in the order of `items`.
     pub tickets: Vec<Ticket>,

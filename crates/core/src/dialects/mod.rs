@@ -5,8 +5,8 @@
 //! [`EventInfo`], whole bodies as [`BodyInfo`]), how it is read into and written from the neutral
 //! request (`request.rs`), and how its answers are read into and written from neutral answer
 //! events (`answer.rs`). [`neutral`] is the form between them (SPEC §19). Everything else asks
-//! [`of`] which dialect — the one registry — instead of matching on [`Api`]; adding a dialect is a
-//! folder, an [`Api`] variant and a line in [`of`] (docs/ARCHITECTURE.md says how).
+//! `of` which dialect — the one registry — instead of matching on [`Api`]; adding a dialect is a
+//! folder, an [`Api`] variant and a line in `of` (docs/ARCHITECTURE.md says how).
 
 /// The [`Dialect`] methods every client dialect's folder answers the same way, from the parts it
 /// has under the same names: `inspect_body` and `STREAM` in its `mod.rs`, `request::read`, and
