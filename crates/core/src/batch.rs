@@ -167,7 +167,7 @@ impl<T> Batches<T> {
 
     /// Everything queued under `key` (empty when another caller sent it already), for the caller
     /// holding ticket `own` to send; the other tickets are under way from `now_ms` until
-    /// [`Batches::finished`].
+    /// [`Batches::sent`] or [`Batches::failed`].
     pub fn take(&mut self, key: &str, own: Ticket, now_ms: u64) -> Taken<T> {
         let queued = self.queues.remove(key).map(|q| q.items).unwrap_or_default();
         if self.fates.len() + queued.len() > MAX_FATES {

@@ -1,6 +1,6 @@
 //! What an answer of AWS Bedrock's Converse API means (SPEC §20): a dialect only routes speak, so
 //! there is no request to parse here — only the whole answer ([`inspect_body`]), its stop reasons
-//! ([`finish_reason`]) and its usage ([`usage_of`]), which the Converse answer reader
+//! (`finish_reason`) and its usage (`usage_of`), which the Converse answer reader
 //! (`dialects::neutral::answer`) reuses for the stream's `messageStop` and `metadata` events.
 //!
 //! A Converse answer: `{"output": {"message": {"role": "assistant", "content": [{"text"} |
