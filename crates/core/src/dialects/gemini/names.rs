@@ -1,6 +1,6 @@
 //! Google's JSON takes every field of a request under two names — lowerCamelCase (`fileData`)
 //! and the proto's snake_case (`file_data`) — and means the same by both. Switchyard reads one: a
-//! Gemini body is respelled in camelCase once, when it is parsed ([`camel_case`]), so the hold's
+//! Gemini body is respelled in camelCase once, when it is parsed (`camel_case`), so the hold's
 //! walk for input the body only names, the output limits, the translator and the body sent
 //! upstream all see each field under one name, and no reader can miss a spelling (SPEC §18a).
 //!

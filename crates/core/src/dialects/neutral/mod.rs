@@ -6,7 +6,7 @@
 //! the route's dialect (or says which field cannot be carried); `answer` reads the route's stream
 //! events and whole bodies into neutral answer events and writes them in the client's dialect, as
 //! they arrive. Each dialect's own reader and writer live in its folder (`dialects/<name>/request.rs`
-//! and `answer.rs`), reached through the registry ([`crate::dialects::of`]); what is here is the
+//! and `answer.rs`), reached through the registry (`dialects::of`); what is here is the
 //! form and the machinery they share.
 
 pub mod answer;

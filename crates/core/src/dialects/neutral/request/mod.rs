@@ -5,7 +5,7 @@
 //!
 //! The body is never built into a `serde_json::Value` tree (SPEC §18): every field is read from the
 //! raw JSON the [`Body`] keeps, into typed structs that refuse a wrong shape at its first value;
-//! lists are walked one element at a time ([`each`]); schemas, tool arguments and tool results stay
+//! lists are walked one element at a time (`each`); schemas, tool arguments and tool results stay
 //! raw JSON text; short lists (stop sequences…) hold at most 1024 entries. A neutral request holds
 //! at most [`MAX_PARTS`] turns, parts and tools.
 //!
@@ -474,10 +474,8 @@ fn api_name(api: Api) -> &'static str {
 }
 
 /// A setting a dialect names in its own way (`stop` / `stop_sequences` /
-/// `generationConfig.stopSequences`): each dialect spells it in [`Dialect::setting_name`], so an
+/// `generationConfig.stopSequences`): each dialect spells it in `Dialect::setting_name`, so an
 /// error names the field the client wrote.
-///
-/// [`Dialect::setting_name`]: crate::dialects::Dialect::setting_name
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Setting {
     Stop,
@@ -871,7 +869,7 @@ impl<'de, T: Deserialize<'de>> Visitor<'de> for FewVisitor<T> {
     }
 }
 
-/// A content field: a string, or a list walked with [`each`].
+/// A content field: a string, or a list walked with `each`.
 pub(crate) enum TextOr<'a> {
     Text(String),
     List(&'a RawValue),
