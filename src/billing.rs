@@ -315,19 +315,7 @@ pub async fn settle(env: Env, hold: Option<Hold>, record: GenerationRecord) {
         item,
         false,
         &rules,
-        |items: Vec<Settlement>| async move {
-            let parts: Vec<_> = items.iter().map(Settlement::parts).collect();
-            let together = match Store::new(env) {
-                Ok(store) => store.settle(&parts).await,
-                Err(e) => Err(e),
-            };
-            if together.is_ok() {
-                for item in &items {
-                    Store::note_spend(&item.record.key_id, item.record.total_cost_micros);
-                }
-            }
-            together.is_ok()
-        },
+        |items: Vec<Settlement>| async move { write(env, &items).await },
     )
     .await;
     if let Some(item) = outcome.alone {
@@ -383,9 +371,6 @@ const DRILL_BATCH: Rules = Rules {
 /// reply was lost, or came after the deadline): retrying is safe because the batch charges only
 /// while the hold is there, and deletes it.
 async fn settle_alone(env: &Env, item: &Settlement, started: u64) {
-    let parts = [item.parts()];
-    let record = &item.record;
-    let mut result = Err(ApiError::Internal { label: "settle" });
     for backoff_ms in SETTLE_BACKOFF_MS {
         let ends_by = now_ms().saturating_sub(started) + backoff_ms + D1_DEADLINE_MS;
         if ends_by > SETTLE_WITHIN_MS {
@@ -394,19 +379,27 @@ async fn settle_alone(env: &Env, item: &Settlement, started: u64) {
         if backoff_ms > 0 {
             sleep(backoff_ms).await;
         }
-        result = match Store::new(env) {
-            Ok(store) => store.settle(&parts).await,
-            Err(e) => Err(e),
-        };
-        if result.is_ok() {
-            break;
+        if write(env, std::slice::from_ref(item)).await {
+            return;
         }
     }
-    if result.is_ok() {
-        Store::note_spend(&record.key_id, record.total_cost_micros);
-    } else {
-        defer(env, item).await;
+    defer(env, item).await;
+}
+
+/// Writes `items` in one D1 batch (one transaction) and, when D1 took it, counts their charges
+/// against their keys' spend in this isolate; true when written.
+async fn write(env: &Env, items: &[Settlement]) -> bool {
+    let parts: Vec<_> = items.iter().map(Settlement::parts).collect();
+    let written = match Store::new(env) {
+        Ok(store) => store.settle(&parts).await.is_ok(),
+        Err(_) => false,
+    };
+    if written {
+        for item in items {
+            Store::note_spend(&item.record.key_id, item.record.total_cost_micros);
+        }
     }
+    written
 }
 
 /// Hands a settlement D1 would not take to the outbox, which replays it when D1 is back (exactly

@@ -183,6 +183,15 @@ async fn timely<T>(
     }
 }
 
+/// `fut`, begun `delay_ms` later: how the `d1-slow-` drill slows a statement ([`Store::drill_for`];
+/// 0 outside it).
+async fn after<T>(delay_ms: u64, fut: impl std::future::Future<Output = T>) -> T {
+    if delay_ms > 0 {
+        crate::runtime::clock::sleep(delay_ms).await;
+    }
+    fut.await
+}
+
 /// One verification check, as the platform ledger records it.
 pub struct CheckEntry<'a> {
     pub model: &'a str,
@@ -258,16 +267,7 @@ impl Store {
             slow = slow.max(self.drill_for(account)?);
         }
         let delay = slow.saturating_mul(statements.len() as u64);
-        timely(
-            async move {
-                if delay > 0 {
-                    crate::runtime::clock::sleep(delay).await;
-                }
-                self.db.batch(statements).await
-            },
-            label,
-        )
-        .await
+        timely(after(delay, self.db.batch(statements)), label).await
     }
 
     /// Every statement is prepared here, and counted (`crate::calls`).
@@ -697,13 +697,7 @@ impl Store {
             "SELECT balance_micros - held_micros AS available FROM accounts WHERE id = ?1",
             &[JsValue::from_str(account_id)],
         )?;
-        let read = async move {
-            if slow > 0 {
-                crate::runtime::clock::sleep(slow).await;
-            }
-            query.first(Some("available")).await
-        };
-        let v: Option<f64> = timely(read, "balance_read").await?;
+        let v: Option<f64> = timely(after(slow, query.first(Some("available"))), "balance_read").await?;
         Ok(v.map(|v| v as i64))
     }
 
