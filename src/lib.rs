@@ -7,6 +7,7 @@ mod batch;
 mod billing;
 mod budget;
 mod calls;
+mod count;
 mod finish;
 mod health;
 mod http;

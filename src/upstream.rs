@@ -13,8 +13,9 @@ use futures_util::future::{select, Either};
 use js_sys::Uint8Array;
 use switchyard_core::api::Api;
 use switchyard_core::classify::{classify_error_payload, is_error_payload, FailureClass, Verdict};
+use switchyard_core::count;
 use switchyard_core::providers;
-use switchyard_core::providers::Provider;
+use switchyard_core::providers::{CountCall, Provider};
 
 use switchyard_core::dialects::neutral::answer::{self, AnswerContext, StreamTranslator};
 use switchyard_core::dialects::StreamDialect;
@@ -320,61 +321,14 @@ pub async fn attempt(
         status: None,
         token: None,
     };
-    if let (true, Some(secret)) = (providers::of(target.provider.kind()).mints_token(), &target.key) {
-        // Its access token first (cached, or minted within the attempt's deadline).
-        let minted = a
-            .within(
-                async { Ok::<_, ()>(vertex::token(secret).await) },
-                "no Vertex access token within the first-content deadline",
-                (FailureClass::Connect, ""),
-            )
-            .await?;
-        a.token = Some(minted.map_err(|verdict| a.fail(verdict))?);
-    }
-    let upstream = build_request(target, request, wire.outgoing, a.token.as_deref())
-        .map_err(|_| a.failure(FailureClass::Connect, "could not build the upstream request"))?;
-    let fetch = Fetch::Request(upstream);
-    let signal = a.controller.signal();
-    let send = async {
-        match &signal {
-            Some(signal) => fetch.send_with_signal(signal).await,
-            None => fetch.send().await,
-        }
-    };
-    let mut response = a
-        .within(
-            send,
-            "no response within the first-content deadline",
-            (FailureClass::Connect, "connection failed or closed before the response"),
-        )
-        .await?;
+    let mut response = open(&mut a, request, wire.outgoing).await?;
     let status = response.status_code();
-    a.status = Some(status);
     let content_type = response
         .headers()
         .get("content-type")
         .ok()
         .flatten()
         .unwrap_or_default();
-
-    if !(200..300).contains(&status) {
-        let retry_after = response.headers().get("retry-after").ok().flatten();
-        // Only the start of an error body is read: it is classified, never relayed.
-        let body = a
-            .within(
-                read_up_to(&mut response, MAX_ERROR_BODY_BYTES),
-                "",
-                (FailureClass::Connect, ""),
-            )
-            .await
-            .map(|(bytes, _)| bytes)
-            .unwrap_or_default();
-        a.controller.abort();
-        let header = |name: &str| response.headers().get(name).ok().flatten();
-        let verdict =
-            providers::of(target.provider.kind()).error_verdict(status, retry_after.as_deref(), &header, &body);
-        return Err(a.fail(verdict));
-    }
     let framing = match content_type.as_str() {
         t if t.starts_with("text/event-stream") => Some(Framing::Sse),
         t if t.starts_with(EVENT_STREAM) && wire.api == Api::Converse => Some(Framing::ConverseEventStream),
@@ -423,6 +377,104 @@ pub async fn attempt(
         output_chars: info.output_chars,
         response_id: info.id,
     })
+}
+
+/// An attempt's request sent: its access token first (Vertex), then the request built and
+/// fetched within the deadline. A 2xx answer is returned to be read; any other status is read
+/// (the start of its body) and judged by the provider's kind.
+async fn open(a: &mut Attempt<'_, '_, '_>, request: &ClientRequest, outgoing: &Outgoing) -> Result<Response, Failed> {
+    let target = a.target;
+    if let (true, Some(secret)) = (providers::of(target.provider.kind()).mints_token(), &target.key) {
+        // Its access token first (cached, or minted within the attempt's deadline).
+        let minted = a
+            .within(
+                async { Ok::<_, ()>(vertex::token(secret).await) },
+                "no Vertex access token within the first-content deadline",
+                (FailureClass::Connect, ""),
+            )
+            .await?;
+        a.token = Some(minted.map_err(|verdict| a.fail(verdict))?);
+    }
+    let upstream = build_request(target, request, outgoing, a.token.as_deref())
+        .map_err(|_| a.failure(FailureClass::Connect, "could not build the upstream request"))?;
+    let fetch = Fetch::Request(upstream);
+    let signal = a.controller.signal();
+    let send = async {
+        match &signal {
+            Some(signal) => fetch.send_with_signal(signal).await,
+            None => fetch.send().await,
+        }
+    };
+    let mut response = a
+        .within(
+            send,
+            "no response within the first-content deadline",
+            (FailureClass::Connect, "connection failed or closed before the response"),
+        )
+        .await?;
+    let status = response.status_code();
+    a.status = Some(status);
+    if !(200..300).contains(&status) {
+        let retry_after = response.headers().get("retry-after").ok().flatten();
+        // Only the start of an error body is read: it is classified, never relayed.
+        let body = a
+            .within(
+                read_up_to(&mut response, MAX_ERROR_BODY_BYTES),
+                "",
+                (FailureClass::Connect, ""),
+            )
+            .await
+            .map(|(bytes, _)| bytes)
+            .unwrap_or_default();
+        a.controller.abort();
+        let header = |name: &str| response.headers().get(name).ok().flatten();
+        let verdict =
+            providers::of(target.provider.kind()).error_verdict(status, retry_after.as_deref(), &header, &body);
+        return Err(a.fail(verdict));
+    }
+    Ok(response)
+}
+
+/// One count request (SPEC §21): sent as an attempt is, its whole answer read within
+/// `deadline_ms`, its count found where `call` says.
+pub async fn count(
+    target: &Target<'_>,
+    request: &ClientRequest,
+    call: &CountCall,
+    deadline_ms: u64,
+) -> Result<u64, Failed> {
+    let late = async {
+        sleep(deadline_ms).await;
+        Stop::Late
+    };
+    let deadline: Pin<&mut dyn Future<Output = Stop>> = pin!(late);
+    let mut a = Attempt {
+        target,
+        asked: Asked::of(request),
+        deadline,
+        controller: Canceller::new(),
+        status: None,
+        token: None,
+    };
+    let outgoing = Outgoing {
+        url: call.url.clone(),
+        body: call.body.clone(),
+        translated: false,
+        dropped: Vec::new(),
+    };
+    let mut response = open(&mut a, request, &outgoing).await?;
+    let (body, whole) = a
+        .within(
+            read_up_to(&mut response, MAX_ERROR_BODY_BYTES),
+            "the count did not complete within the deadline",
+            (FailureClass::Connect, "the connection broke while reading the count"),
+        )
+        .await?;
+    if !whole {
+        a.controller.abort();
+        return Err(a.failure(FailureClass::BadResponse, "the count answer is too large"));
+    }
+    count::tokens(call, &body).map_err(|verdict| a.fail(verdict))
 }
 
 /// Reads a stream until the gate commits (SPEC §6) or fails it.

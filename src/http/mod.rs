@@ -95,6 +95,14 @@ async fn route(
         return admin::route(req, env, method, rest).await;
     }
     if let Some(rest) = path.strip_prefix("/v1beta/models/") {
+        if let Some(model) = rest.strip_suffix(":countTokens") {
+            if *method != Method::Post {
+                return Err(ApiError::MethodNotAllowed);
+            }
+            let model = switchyard_core::admin::percent_decode(model)
+                .ok_or_else(|| ApiError::invalid("Malformed model in the path.", Some("model")))?;
+            return v1::count_tokens(req, env, ctx, rc, Api::Gemini, Some(model)).await;
+        }
         let gemini = v1::gemini_call(req, rest)?;
         if *method != Method::Post {
             return Err(ApiError::MethodNotAllowed);
@@ -114,13 +122,22 @@ async fn route(
         (Method::Post, "/v1/chat/completions") => v1::generate(req, env, ctx, rc, Api::Chat, None).await,
         (Method::Post, "/v1/messages") => v1::generate(req, env, ctx, rc, Api::Messages, None).await,
         (Method::Post, "/v1/responses") => v1::generate(req, env, ctx, rc, Api::Responses, None).await,
+        (Method::Post, "/v1/messages/count_tokens") => v1::count_tokens(req, env, ctx, rc, Api::Messages, None).await,
+        (Method::Post, "/v1/responses/input_tokens") => v1::count_tokens(req, env, ctx, rc, Api::Responses, None).await,
         (Method::Get, "/v1/generation") => v1::generation(req, env).await,
         (Method::Get, "/v1/credits") => v1::credits(req, env).await,
         (Method::Get, "/api/health/models") => status::api(req, env).await,
         (Method::Get, "/status") => status::page(req, env).await,
         (
             _,
-            "/v1/models" | "/v1/chat/completions" | "/v1/messages" | "/v1/responses" | "/v1/generation" | "/v1/credits",
+            "/v1/models"
+            | "/v1/chat/completions"
+            | "/v1/messages"
+            | "/v1/responses"
+            | "/v1/generation"
+            | "/v1/credits"
+            | "/v1/messages/count_tokens"
+            | "/v1/responses/input_tokens",
         ) => Err(ApiError::MethodNotAllowed),
         _ => Err(ApiError::NotFound {
             what: format!("Path {path}"),

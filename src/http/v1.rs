@@ -280,6 +280,40 @@ pub async fn generate(
     Ok(answer.response)
 }
 
+/// `POST /v1/messages/count_tokens`, `POST /v1/responses/input_tokens` and Gemini's
+/// `POST /v1beta/models/{model}:countTokens` (`gemini_model`: the model from its path): the input
+/// tokens of a request in `api`'s dialect, counted by a route (`crate::count`), answered in the
+/// dialect's count shape. Never held or charged.
+pub async fn count_tokens(
+    req: &mut Request,
+    env: &Env,
+    ctx: &Rc<Context>,
+    rc: &mut RequestCtx,
+    api: Api,
+    gemini_model: Option<String>,
+) -> HandlerResult {
+    let store = Store::new(env)?;
+    let key = authenticate(req, &store).await?;
+    rc.key_id = Some(key.id.clone());
+    rc.account_id = Some(key.account_id.clone());
+    let (body, _share) = read_budgeted(req, MAX_BODY_BYTES, &key.id).await?;
+    let mut request = switchyard_core::count::parse(api, &body, gemini_model.as_deref())?;
+    let header = |name: &str| req.headers().get(name).ok().flatten();
+    request.anthropic_version = header("anthropic-version");
+    request.anthropic_beta = header("anthropic-beta");
+    rc.model = Some(request.model.clone());
+    let catalog = store.catalog().await?;
+    let counted = crate::count::serve(env, ctx, &key, &rc.generation_id, &catalog, &request).await?;
+    let mut response = json_response(
+        200,
+        &switchyard_core::count::answer(api, counted.tokens, counted.estimated),
+    );
+    let headers = response.headers_mut();
+    let _ = headers.set("x-switchyard-attempts", &counted.attempts.to_string());
+    let _ = headers.set("x-switchyard-route", counted.route.as_deref().unwrap_or("estimated"));
+    Ok(response)
+}
+
 /// The abandonment drill (tests only, `SWITCHYARD_TEST_FAULTS`): `x-switchyard-test-fault:
 /// abandon-<ms>` makes the handler stop waiting for its request after `<ms>` — what the runtime
 /// does to a departed client's handler — so a test can check the request still finishes (its

@@ -67,4 +67,16 @@ impl Api {
             Api::Converse => format!("{base}/model/{model}/converse"),
         }
     }
+
+    /// Where a provider speaking this dialect at `base_url` counts a request's input tokens for
+    /// `model` (SPEC §21), when the dialect has a count endpoint (Chat Completions has none).
+    pub fn count_url(self, base_url: &str, model: &str) -> Option<String> {
+        let base = base_url.trim_end_matches('/');
+        match self {
+            Api::Messages => Some(format!("{base}/messages/count_tokens")),
+            Api::Responses => Some(format!("{base}/responses/input_tokens")),
+            Api::Gemini => Some(format!("{base}/models/{model}:countTokens")),
+            Api::Chat | Api::Converse => None,
+        }
+    }
 }

@@ -11,6 +11,7 @@ pub mod billing;
 pub mod bodies;
 pub mod catalog;
 pub mod classify;
+pub mod count;
 pub mod dialects;
 pub mod echo;
 pub mod error;

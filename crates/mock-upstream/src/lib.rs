@@ -11,7 +11,7 @@
 //! See [`scenario`] for the path grammar.
 //!
 //! Modules: [`http`] (HTTP/1.1 wire format), [`scenario`] (path parsing),
-//! [`validate`] (request validation per dialect), [`answer`] (answers the
+//! [`validate`] (request validation per dialect), [`count`] (the token-count endpoints), [`answer`] (answers the
 //! request decides), [`dialect`] (bodies and SSE plans), [`state`] (per-key
 //! counters), [`server`] (sockets and scenario execution), [`sock`] (RST on
 //! close), [`json`] (ordered JSON builder); for the clouds [`azure`], [`bedrock`], [`converse`]
@@ -28,6 +28,7 @@ pub mod answer;
 pub mod azure;
 pub mod bedrock;
 pub mod converse;
+pub mod count;
 pub mod crypto;
 pub mod dialect;
 pub mod eventstream;

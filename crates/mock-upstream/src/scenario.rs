@@ -383,10 +383,19 @@ pub struct Route {
     /// The prefix before the API suffix (label + scenario): the key for stats and state.
     pub key: String,
     pub host: Host,
+    /// The provider's token-count endpoint ([`crate::count`]), not a generation.
+    pub count: bool,
 }
 
-/// The actions of Bedrock's runtime API after `/model/<model id>/`: InvokeModel's and Converse's.
-const BEDROCK_RUNTIME_API_ACTIONS: [&str; 4] = ["invoke", "invoke-with-response-stream", "converse", "converse-stream"];
+/// The actions of Bedrock's runtime API after `/model/<model id>/`: InvokeModel's, Converse's and
+/// CountTokens'.
+const BEDROCK_RUNTIME_API_ACTIONS: [&str; 5] = [
+    "invoke",
+    "invoke-with-response-stream",
+    "converse",
+    "converse-stream",
+    "count-tokens",
+];
 
 /// Google Vertex AI's paths' parts: `…/v1/projects/P/locations/L/publishers/PUB/models/MODEL:METHOD` as the
 /// route's host, and its dialect; `None` for another path.
@@ -428,9 +437,14 @@ pub fn route(path: &str) -> Option<Route> {
     let n = segs.len();
     let ends = |tail: &[&str]| n >= tail.len() && segs[n - tail.len()..] == *tail;
     let decoded = |seg: &str| String::from_utf8_lossy(&percent_decode(seg)).into_owned();
+    let mut count = false;
     let (api, prefix_len, host) = if let Some(vertex) = vertex_route(&segs) {
+        if let Host::Vertex { model, method, .. } = &vertex.2 {
+            count = method == "countTokens" || model == "count-tokens";
+        }
         vertex
     } else if n >= 3 && segs[n - 3] == "model" && BEDROCK_RUNTIME_API_ACTIONS.contains(&segs[n - 1]) {
+        count = segs[n - 1] == "count-tokens";
         let host = Host::Bedrock {
             model: decoded(segs[n - 2]),
             stream: segs[n - 1].ends_with("stream"),
@@ -448,11 +462,20 @@ pub fn route(path: &str) -> Option<Route> {
         (Api::Chat, n - 5, host)
     } else if ends(&["chat", "completions"]) {
         (Api::Chat, n - 2, Host::Direct)
+    } else if ends(&["messages", "count_tokens"]) {
+        count = true;
+        (Api::Messages, n - 2, Host::Direct)
     } else if ends(&["messages"]) {
         (Api::Messages, n - 1, Host::Direct)
+    } else if ends(&["responses", "input_tokens"]) {
+        count = true;
+        (Api::Responses, n - 2, Host::Direct)
     } else if ends(&["responses"]) {
         (Api::Responses, n - 1, Host::Direct)
     } else if gemini_call(path).is_some() {
+        (Api::Gemini, n - 2, Host::Direct)
+    } else if n >= 2 && segs[n - 2] == "models" && segs[n - 1].ends_with(":countTokens") {
+        count = true;
         (Api::Gemini, n - 2, Host::Direct)
     } else {
         return None;
@@ -461,6 +484,7 @@ pub fn route(path: &str) -> Option<Route> {
         api,
         key: segs[..prefix_len].join("/"),
         host,
+        count,
     })
 }
 
@@ -674,9 +698,7 @@ pub fn parse_scenario(key: &str) -> Result<Scenario, ScenarioError> {
                 set_once(&mut sc.reject_field, (name.to_string(), code), "reject-field")?;
             }
             "message" => {
-                let text = c
-                    .next()
-                    .ok_or_else(|| ScenarioError("`message` needs a text".into()))?;
+                let text = c.next().ok_or_else(|| ScenarioError("`message` needs a text".into()))?;
                 set_once(&mut sc.message, percent_decoded(text), "message")?;
             }
             "tool-call" => {
@@ -925,7 +947,10 @@ mod tests {
         assert!(s.no_done);
         let s = parse_scenario("down-for/1000/retry-after/1/overloaded").unwrap();
         assert_eq!(s.gate, Some(Gate::DownFor(1000)));
-        assert_eq!(parse_scenario("down-first/3/ok").unwrap().gate, Some(Gate::DownFirst(3)));
+        assert_eq!(
+            parse_scenario("down-first/3/ok").unwrap().gate,
+            Some(Gate::DownFirst(3))
+        );
         assert!(parse_scenario("down-first/3/flaky/2").is_err());
         let s = parse_scenario("error-event-after/3/rate_limit").unwrap();
         assert_eq!(s.behavior, Behavior::ErrorEventAfter(3));

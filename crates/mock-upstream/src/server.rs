@@ -286,6 +286,50 @@ fn padded(body: String, sc: &Scenario) -> String {
     }
 }
 
+/// Whether the scenario's gate answers this request (the key's `count`-th, its first seen at
+/// `first_seen`) with a 503.
+fn gated(sc: &Scenario, count: u64, first_seen: Instant) -> bool {
+    match sc.gate {
+        Some(Gate::Flaky(k)) => count % k == 0,
+        Some(Gate::DownFor(ms)) => first_seen.elapsed() < Duration::from_millis(ms),
+        Some(Gate::FlakyUntil(k, ms)) => count % k == 0 && first_seen.elapsed() < Duration::from_millis(ms),
+        Some(Gate::DownFirst(n)) => count <= n,
+        None => false,
+    }
+}
+
+/// A count request ([`crate::count`]): the scenario's failures (gates, an error status, a hang,
+/// a reset) as for any request, else the count — or the provider's 400 for a body it refuses.
+#[allow(clippy::too_many_arguments)]
+fn count_scenario(
+    req: &Request,
+    route: &Route,
+    w: &mut TcpStream,
+    reader: &mut BufReader<TcpStream>,
+    sc: &Scenario,
+    count: u64,
+    first_seen: Instant,
+    close: bool,
+) -> Action {
+    let info = ReqInfo::from_body(&req.body);
+    if gated(sc, count, first_seen) {
+        return error_status(w, route, 503, sc, &info, close);
+    }
+    sleep_ms(sc.first_content_after_ms.unwrap_or(0));
+    match sc.behavior {
+        Behavior::Hang => {
+            hang(reader);
+            Action::Close
+        }
+        Behavior::Reset => {
+            sock::reset_on_close(w);
+            Action::Close
+        }
+        Behavior::Status(code) => error_status(w, route, code, sc, &info, close),
+        _ => reply(w, &crate::count::reply(route, &req.body), close),
+    }
+}
+
 fn run_scenario(
     req: &Request,
     route: &Route,
@@ -305,6 +349,9 @@ fn run_scenario(
     };
     if let Err(refusal) = admit(req, &route.host, state) {
         return reply(w, &refusal, close);
+    }
+    if route.count {
+        return count_scenario(req, route, w, reader, &sc, count, first_seen, close);
     }
     // One parse of the body serves every step below.
     let body = serde_json::from_slice::<Value>(&req.body);
@@ -383,14 +430,7 @@ fn run_scenario(
     }
     info.answer = answer::decide(api, value, &sc);
 
-    let gated = match sc.gate {
-        Some(Gate::Flaky(k)) => count % k == 0,
-        Some(Gate::DownFor(ms)) => first_seen.elapsed() < Duration::from_millis(ms),
-        Some(Gate::FlakyUntil(k, ms)) => count % k == 0 && first_seen.elapsed() < Duration::from_millis(ms),
-        Some(Gate::DownFirst(n)) => count <= n,
-        None => false,
-    };
-    if gated {
+    if gated(&sc, count, first_seen) {
         return error_status(w, route, 503, &sc, &info, close);
     }
 

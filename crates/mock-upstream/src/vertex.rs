@@ -120,7 +120,7 @@ fn oauth_error(error: &str, description: &str) -> JsonReply {
 }
 
 /// Google's error shape: `{"error": {"code", "message", "status"}}`.
-fn google_error(code: u16, status: &str, message: &str) -> JsonReply {
+pub fn google_error(code: u16, status: &str, message: &str) -> JsonReply {
     JsonReply::new(
         code,
         Obj::new()
@@ -283,7 +283,7 @@ pub fn admit(req: &Request, host: &Host, tokens: &Tokens) -> Result<(), JsonRepl
     let location_ok =
         location == "global" || (location.split('-').count() == 2 && location.ends_with(|c: char| c.is_ascii_digit()));
     let methods: &[&str] = match publisher.as_str() {
-        "google" => &["generateContent", "streamGenerateContent"],
+        "google" => &["generateContent", "streamGenerateContent", "countTokens"],
         "anthropic" => &["rawPredict", "streamRawPredict"],
         _ => &[],
     };

@@ -183,10 +183,24 @@ impl Body {
         self.fields.retain(|(k, _)| k != name);
     }
 
+    /// Keeps only the fields named in `names`, in their order.
+    pub fn keep_only(&mut self, names: &[&str]) {
+        self.fields.retain(|(k, _)| names.contains(&k.as_str()));
+    }
+
     /// The body as sent upstream: every field as the client wrote it, in its order, with `model`
     /// set to `upstream_model` — no value re-serialised (SPEC §15).
     pub fn write_with_model(&self, upstream_model: &str, size_hint: usize) -> Vec<u8> {
-        let mut out = Vec::with_capacity(size_hint + upstream_model.len() + 16);
+        self.write_fields(Some(upstream_model), size_hint)
+    }
+
+    /// The body as it is, every field as written.
+    pub fn write(&self, size_hint: usize) -> Vec<u8> {
+        self.write_fields(None, size_hint)
+    }
+
+    fn write_fields(&self, model: Option<&str>, size_hint: usize) -> Vec<u8> {
+        let mut out = Vec::with_capacity(size_hint + model.map_or(0, str::len) + 16);
         out.push(b'{');
         for (i, (key, value)) in self.fields.iter().enumerate() {
             if i > 0 {
@@ -196,12 +210,13 @@ impl Body {
                 return Vec::new(); // a String always serialises
             }
             out.push(b':');
-            if key == "model" {
-                if serde_json::to_writer(&mut out, upstream_model).is_err() {
-                    return Vec::new();
+            match model.filter(|_| key == "model") {
+                Some(model) => {
+                    if serde_json::to_writer(&mut out, model).is_err() {
+                        return Vec::new();
+                    }
                 }
-            } else {
-                out.extend_from_slice(value.get().as_bytes());
+                None => out.extend_from_slice(value.get().as_bytes()),
             }
         }
         out.push(b'}');

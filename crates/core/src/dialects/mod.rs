@@ -99,6 +99,32 @@ pub(crate) trait Dialect: Sync {
     fn read_answer(&self, body: &Value) -> Result<Answer, Verdict>;
     /// Writes a whole answer as this client's body.
     fn write_answer(&self, answer: &Answer, ctx: &AnswerContext) -> Vec<u8>;
+    /// Its token-count surface (SPEC §21), when its providers have one.
+    fn counting(&self) -> Option<&'static Counting> {
+        None
+    }
+}
+
+/// A dialect's token counting (SPEC §21): a client's count request read as the generation request
+/// it counts, a route's generation body written as its provider's count body, and the answers.
+/// Each folder that has one keeps it in `counting.rs`.
+#[derive(Debug)]
+pub struct Counting {
+    /// A client's count request as the generation request whose input it counts (what the
+    /// dialect's parser then validates).
+    pub request: fn(&[u8]) -> Result<Vec<u8>, ApiError>,
+    /// A route's generation body (for `model`) as the provider's count endpoint takes it: only
+    /// the fields that endpoint accepts.
+    pub body: fn(&[u8], &str) -> Result<Vec<u8>, ApiError>,
+    /// Where the provider's count answer has the number (a JSON pointer).
+    pub tokens_at: &'static str,
+    /// The count as this dialect's clients get it; `estimated`: no route counted it.
+    pub answer: fn(u64, bool) -> Value,
+}
+
+/// The token counting of `api`, when it has one.
+pub fn counting(api: Api) -> Option<&'static Counting> {
+    of(api).counting()
 }
 
 /// What the relay needs from a dialect's streams: what an event means, how a broken stream
@@ -438,6 +464,13 @@ pub fn parse_request(api: Api, bytes: &[u8], path: Option<(&str, bool)>) -> Resu
     request.external_input = external::external_input(&request.body);
     request.stop_sequences = has_stop_sequences(&request.body);
     Ok(request)
+}
+
+/// A generation request whose input a client asks to count (SPEC §21): validated as
+/// [`parse_request`] does, except that a tool billed per use is no reason to refuse — counting
+/// runs none. `gemini_model`: the model Gemini names in the path.
+pub(crate) fn parse_counted(api: Api, bytes: &[u8], gemini_model: Option<&str>) -> Result<ClientRequest, ApiError> {
+    of(api).parse_request(bytes, gemini_model.map(|m| (m, false)))
 }
 
 /// A whole non-stream answer in `api`'s dialect: usage and output size, or why it is no answer.
@@ -829,5 +862,4 @@ mod tests {
         }
         assert!(parse_request(Api::Converse, plain_request(Api::Converse).to_string().as_bytes(), None).is_err());
     }
-
 }

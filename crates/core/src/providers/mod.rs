@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::api::Api;
 use crate::classify::{classify_status, Verdict};
+use crate::dialects;
 
 /// What one provider kind knows. Each file or folder implements it once; [`of`] is the registry.
 pub trait ProviderKind: Sync {
@@ -71,6 +72,17 @@ pub trait ProviderKind: Sync {
     fn mints_token(&self) -> bool {
         false
     }
+    /// Where and what a route speaking `api` sends to count the input of `body` (its generation
+    /// request, as [`crate::wire`] writes it for this kind) for `model` (SPEC §21); `None` when
+    /// the kind has no count endpoint for the dialect. `base` is [`Provider::base`].
+    fn count(&self, _p: &Provider, base: &str, api: Api, model: &str, body: &[u8]) -> Option<CountCall> {
+        let counting = dialects::counting(api)?;
+        Some(CountCall {
+            url: api.count_url(base, model)?,
+            body: (counting.body)(body, model).ok()?,
+            tokens_at: counting.tokens_at,
+        })
+    }
     /// An error answer as a verdict; `header` reads the answer's headers.
     fn error_verdict(
         &self,
@@ -81,6 +93,15 @@ pub trait ProviderKind: Sync {
     ) -> Verdict {
         classify_status(status, retry_after, body)
     }
+}
+
+/// A count request to a provider (SPEC §21): where it goes, its body, and where its answer has
+/// the number (a JSON pointer).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CountCall {
+    pub url: String,
+    pub body: Vec<u8>,
+    pub tokens_at: &'static str,
 }
 
 /// The registry: what a provider of `kind` is.

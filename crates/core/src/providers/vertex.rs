@@ -18,7 +18,9 @@ use sha2::{Digest, Sha256};
 use crate::api::Api;
 use crate::classify::{FailureClass, Verdict};
 
-use super::{CloudAnthropic, Provider, ProviderKind};
+use super::{CloudAnthropic, CountCall, Provider, ProviderKind};
+use crate::dialects;
+use crate::dialects::body::Body;
 
 /// The `anthropic_version` Vertex's `rawPredict` takes in an Anthropic body.
 pub const ANTHROPIC_VERSION: &str = "vertex-2023-10-16";
@@ -50,6 +52,11 @@ pub fn url(base: &str, project: &str, region: &str, api: Api, model: &str, strea
         (_, false) => ("google", "generateContent"),
         (_, true) => ("google", "streamGenerateContent?alt=sse"),
     };
+    method_url(base, project, region, publisher, model, method)
+}
+
+/// The address of a publisher's model's method in a project's region.
+fn method_url(base: &str, project: &str, region: &str, publisher: &str, model: &str, method: &str) -> String {
     format!(
         "{}/v1/projects/{}/locations/{}/publishers/{publisher}/models/{}:{method}",
         base.trim_end_matches('/'),
@@ -57,6 +64,36 @@ pub fn url(base: &str, project: &str, region: &str, api: Api, model: &str, strea
         segment(region),
         segment(model)
     )
+}
+
+/// Counting on Vertex (SPEC §21): Anthropic's models by the `count-tokens` model's `rawPredict`,
+/// with the counted model and the `anthropic_version` in the body; Google's by `countTokens`,
+/// the generation request's input fields at the top level.
+fn count(p: &Provider, base: &str, api: Api, model: &str, body: &[u8]) -> Option<CountCall> {
+    let project = p.project.as_deref().unwrap_or_default();
+    let region = p.region.as_deref().unwrap_or_default();
+    let (url, fields, tokens_at) = match api {
+        Api::Messages => {
+            let counting = dialects::counting(api)?;
+            let mut fields = Body::parse(&(counting.body)(body, model).ok()?).ok()?;
+            fields.set("model", &Value::from(model));
+            fields.set("anthropic_version", &Value::from(ANTHROPIC_VERSION));
+            let url = method_url(base, project, region, "anthropic", "count-tokens", "rawPredict");
+            (url, fields, counting.tokens_at)
+        }
+        Api::Gemini => {
+            let mut fields = Body::parse(body).ok()?;
+            fields.keep_only(&["contents", "systemInstruction", "tools", "generationConfig"]);
+            let url = method_url(base, project, region, "google", model, "countTokens");
+            (url, fields, "/totalTokens")
+        }
+        _ => return None,
+    };
+    Some(CountCall {
+        url,
+        body: fields.write(body.len()),
+        tokens_at,
+    })
 }
 
 /// A path segment: unreserved characters and `@` (Vertex's model versions, `claude-…@20250219`)
@@ -419,6 +456,9 @@ impl ProviderKind for Vertex {
     /// The access token minted from the service account.
     fn key_headers(&self, token: &str) -> Vec<(&'static str, String)> {
         vec![("authorization", format!("Bearer {token}"))]
+    }
+    fn count(&self, p: &Provider, base: &str, api: Api, model: &str, body: &[u8]) -> Option<CountCall> {
+        count(p, base, api, model, body)
     }
     fn anthropic_body(&self) -> Option<CloudAnthropic> {
         Some(CloudAnthropic {

@@ -15,6 +15,7 @@
 //! carries the totals so far).
 
 pub(crate) mod answer;
+mod counting;
 pub mod names;
 pub(crate) mod request;
 
@@ -278,6 +279,9 @@ pub(crate) struct Gemini;
 
 impl Dialect for Gemini {
     folder_parts!();
+    fn counting(&self) -> Option<&'static super::Counting> {
+        Some(&counting::COUNTING)
+    }
     fn name(&self) -> &'static str {
         "Gemini"
     }

@@ -8,6 +8,7 @@
 //! tokens from `message_delta` (its count is the total so far).
 
 pub(crate) mod answer;
+mod counting;
 pub(crate) mod request;
 
 use serde_json::Value;
@@ -221,6 +222,9 @@ pub(crate) struct Messages;
 
 impl Dialect for Messages {
     folder_parts!();
+    fn counting(&self) -> Option<&'static super::Counting> {
+        Some(&counting::COUNTING)
+    }
     fn name(&self) -> &'static str {
         "Anthropic Messages"
     }

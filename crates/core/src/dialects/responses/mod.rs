@@ -9,6 +9,7 @@
 //! ends the stream and carries the usage; `error` and `response.failed` are errors.
 
 pub(crate) mod answer;
+mod counting;
 pub(crate) mod request;
 
 use serde_json::{json, Value};
@@ -248,6 +249,9 @@ pub(crate) struct Responses;
 
 impl Dialect for Responses {
     folder_parts!();
+    fn counting(&self) -> Option<&'static super::Counting> {
+        Some(&counting::COUNTING)
+    }
     fn name(&self) -> &'static str {
         "OpenAI Responses"
     }

@@ -14,9 +14,14 @@ pub mod eventstream;
 pub mod invoke_stream;
 pub mod sigv4;
 
-use super::{CloudAnthropic, Provider, ProviderKind};
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
+use serde_json::{json, Value};
+
+use super::{CloudAnthropic, CountCall, Provider, ProviderKind};
 use crate::api::Api;
 use crate::classify::Verdict;
+use crate::dialects::body::Body;
 use sigv4::path_segment;
 
 /// The `anthropic_version` Bedrock's InvokeModel takes in an Anthropic body (the version goes in
@@ -75,6 +80,24 @@ impl ProviderKind for Bedrock {
             (_, false) => "invoke",
         };
         format!("{base}/model/{}/{action}", path_segment(model))
+    }
+    /// `CountTokens` (SPEC §21): the InvokeModel body it would be sent, base64, or the Converse
+    /// request's input fields; the answer's count is `inputTokens`.
+    fn count(&self, _p: &Provider, base: &str, api: Api, model: &str, body: &[u8]) -> Option<CountCall> {
+        let input = match api {
+            Api::Messages => json!({"invokeModel": {"body": STANDARD.encode(body)}}),
+            Api::Converse => {
+                let mut fields = Body::parse(body).ok()?;
+                fields.keep_only(&["messages", "system", "toolConfig", "additionalModelRequestFields"]);
+                json!({"converse": serde_json::from_slice::<Value>(&fields.write(body.len())).ok()?})
+            }
+            _ => return None,
+        };
+        Some(CountCall {
+            url: format!("{base}/model/{}/count-tokens", path_segment(model)),
+            body: serde_json::to_vec(&json!({ "input": input })).ok()?,
+            tokens_at: "/inputTokens",
+        })
     }
     /// None: its requests are signed instead (the caller's, over exactly what is sent).
     fn key_headers(&self, _key: &str) -> Vec<(&'static str, String)> {

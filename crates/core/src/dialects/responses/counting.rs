@@ -1,0 +1,50 @@
+//! OpenAI's input-token counting (`POST /v1/responses/input_tokens`, SPEC §21): the request is a
+//! Responses request; the answer is `{"object": "response.input_tokens", "input_tokens": n}`.
+
+use serde_json::{json, Value};
+
+use crate::dialects::body::Body;
+use crate::dialects::Counting;
+use crate::error::ApiError;
+
+pub(crate) static COUNTING: Counting = Counting {
+    request,
+    body,
+    tokens_at: "/input_tokens",
+    answer,
+};
+
+/// The fields OpenAI's count endpoint takes: the input and what shapes it.
+const COUNTED: [&str; 11] = [
+    "model",
+    "input",
+    "instructions",
+    "tools",
+    "tool_choice",
+    "text",
+    "reasoning",
+    "parallel_tool_calls",
+    "previous_response_id",
+    "conversation",
+    "truncation",
+];
+
+/// A count request reads as the Responses request it counts (never streamed).
+fn request(bytes: &[u8]) -> Result<Vec<u8>, ApiError> {
+    let mut body = Body::parse(bytes)?;
+    body.remove("stream");
+    Ok(body.write(bytes.len()))
+}
+
+fn body(generation: &[u8], model: &str) -> Result<Vec<u8>, ApiError> {
+    let mut body = Body::parse(generation)?;
+    body.keep_only(&COUNTED);
+    Ok(body.write_with_model(model, generation.len()))
+}
+
+fn answer(tokens: u64, estimated: bool) -> Value {
+    match estimated {
+        false => json!({"object": "response.input_tokens", "input_tokens": tokens}),
+        true => json!({"object": "response.input_tokens", "input_tokens": tokens, "estimated": true}),
+    }
+}
