@@ -446,6 +446,10 @@ async fn attempts(
                 model: request.model.clone(),
                 created: now_ms() / 1000,
                 choices: u32::try_from(request.completions).unwrap_or(u32::MAX),
+                namespaces: match outgoing.translated {
+                    true => request.tool_namespaces(),
+                    false => Vec::new(),
+                },
             },
         };
         let departure = departed(call, policy.disconnect_grace_ms);

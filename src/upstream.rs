@@ -252,6 +252,7 @@ fn build_request(
     if kind.takes_anthropic_headers() {
         list.extend(request.anthropic_headers());
     }
+    list.extend(outgoing.headers.iter().cloned());
     // Bedrock: signed last, over exactly the headers and the body sent (SPEC §20).
     let signed = match (&target.aws, &target.provider.region) {
         (Some(credentials), Some(region)) => {
@@ -461,6 +462,7 @@ pub async fn count(
         body: call.body.clone(),
         translated: false,
         dropped: Vec::new(),
+        headers: Vec::new(),
     };
     let mut response = open(&mut a, request, &outgoing).await?;
     let (body, whole) = a

@@ -155,6 +155,26 @@ def test_a_wrong_aws_secret_is_the_accounts_failure():
     assert s.attempts(raw.headers["x-generation-id"]) == [("r0", "account"), ("r1", "answered")]
 
 
+# Claude Code's betas: one each cloud documents, one only Anthropic's own API knows (SPEC §21).
+BETAS = "interleaved-thinking-2025-05-14,claude-code-20250219"
+
+
+@pytest.mark.parametrize("cloud", ["bedrock", "vertex"])
+def test_each_cloud_gets_the_betas_it_takes_in_its_place_and_the_rest_are_listed(cloud):
+    s = Setup("messages", [bedrock("ok") if cloud == "bedrock" else vertex("ok")])
+    raw = s.anthropic().messages.with_raw_response.create(
+        model=s.model, max_tokens=64, messages=MESSAGES, extra_headers={"anthropic-beta": BETAS})
+    assert raw.parse().content[0].text.startswith("Hello")
+    sent = last_request(s, 0)
+    if cloud == "bedrock":
+        assert sent["body"]["anthropic_beta"] == ["interleaved-thinking-2025-05-14"], sent
+    else:
+        assert "anthropic_beta" not in sent["body"], sent
+        assert sent["headers"]["anthropic-beta"] == "interleaved-thinking-2025-05-14", sent
+    attempt = s.generation(raw.headers["x-generation-id"])["attempts"][0]
+    assert attempt["dropped"] == ["anthropic-beta: claude-code-20250219"], attempt
+
+
 # ---- AWS Bedrock Converse (any model, every client dialect translated) -------------------------
 
 @pytest.mark.parametrize("client", DIALECTS)

@@ -389,6 +389,25 @@ def test_a_namespace_of_the_clients_own_tools_is_forwarded_natively():
     assert sent["tools"] == [NAMESPACE]
 
 
+@pytest.mark.parametrize("route", ["chat", "messages", "gemini"])
+def test_a_namespace_is_flattened_for_another_dialect_and_its_calls_come_back_in_it(route):
+    """SPEC §21: a route of another dialect gets the namespace's function tools as its own, under
+    their names; the call it makes comes back to the client with the namespace, whole and
+    streamed — so Codex matches it to its tool."""
+    s = Setup("responses", [(route, "tool-call")])
+    response = s.openai().responses.create(model=s.model, input="Start an agent", tools=[NAMESPACE])
+    call = next(item for item in response.output if item.type == "function_call")
+    assert (call.name, call.namespace) == ("spawn_agent", "multi_agent_v1"), call
+    label, scenario = s.routes[0]
+    with urllib.request.urlopen(f"{MOCK}/_stats/{label}/{scenario}", timeout=10) as r:
+        sent = json.dumps(json.loads(r.read())["last_request"]["body"])
+    assert "spawn_agent" in sent and "multi_agent_v1" not in sent, sent
+    with s.openai().responses.stream(model=s.model, input="Start an agent", tools=[NAMESPACE]) as stream:
+        final = stream.get_final_response()
+    call = next(item for item in final.output if item.type == "function_call")
+    assert (call.name, call.namespace) == ("spawn_agent", "multi_agent_v1"), call
+
+
 def test_a_namespace_grouping_a_provider_run_tool_is_refused_naming_it():
     s = Setup("responses", ["ok"])
     grouped = {**NAMESPACE, "tools": [{"type": "web_search"}]}

@@ -15,7 +15,7 @@ use crate::api::Api;
 use crate::classify::{FailureClass, Verdict};
 use crate::dialects::{self, ClientRequest, CHARS_PER_TOKEN};
 use crate::error::ApiError;
-use crate::providers::{self, CountCall, Provider};
+use crate::providers::{self, CountCall, Counted, Provider};
 use crate::wire::Requests;
 
 /// A client's count request in `api`'s dialect (`gemini_model`: the model Gemini names in the
@@ -42,8 +42,16 @@ pub fn call(
     let outgoing = requests
         .outgoing(wire, provider, upstream_model, model_max_output_tokens)
         .map_err(|unable| unable.verdict())?;
+    // The dialect's own count request, for the kinds that take it as it is.
+    let own = dialects::counting(wire).and_then(|c| {
+        let body = (c.body)(&outgoing.body, upstream_model).ok()?;
+        Some(Counted {
+            body,
+            tokens_at: c.tokens_at,
+        })
+    });
     providers::of(provider.kind())
-        .count(provider, &provider.base(), wire, upstream_model, &outgoing.body)
+        .count(provider, &provider.base(), wire, upstream_model, &outgoing.body, own)
         .ok_or_else(|| {
             Verdict::new(
                 FailureClass::Unable,

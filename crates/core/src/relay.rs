@@ -476,6 +476,7 @@ mod tests {
                 model: "m".into(),
                 created: 1,
                 choices: 1,
+                ..AnswerContext::default()
             };
             let translator = StreamTranslator::new(Api::Converse, Api::Chat, ctx);
             let mut incoming = Incoming::new(Framing::ConverseEventStream, Some(translator));
@@ -533,6 +534,7 @@ mod tests {
             model: "m".into(),
             created: 1,
             choices: 1,
+            ..AnswerContext::default()
         };
         let translator = StreamTranslator::new(Api::Chat, Api::Messages, ctx);
         let mut incoming = Incoming::new(Framing::Sse, Some(translator));

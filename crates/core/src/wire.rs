@@ -9,7 +9,7 @@ use crate::dialects::body::Body;
 use crate::dialects::neutral::request::{self, Neutral};
 use crate::dialects::neutral::Unable;
 use crate::dialects::ClientRequest;
-use crate::providers::{self, CloudAnthropic, Provider};
+use crate::providers::{self, BetaPlace, CloudAnthropic, Provider};
 
 /// What one attempt sends a route: where, what, and which client fields it leaves out.
 #[derive(Debug, Clone, PartialEq)]
@@ -18,8 +18,11 @@ pub struct Outgoing {
     pub body: Vec<u8>,
     /// The request was translated into the route's dialect (not sent as the client wrote it).
     pub translated: bool,
-    /// Client fields left out in translation because they have no effect on the answer.
+    /// Client fields left out in translation because they have no effect on the answer, and
+    /// `anthropic-beta` flags the route does not take.
     pub dropped: Vec<String>,
+    /// Headers of the request itself beside the key's (Vertex's `anthropic-beta`).
+    pub headers: Vec<(&'static str, String)>,
 }
 
 /// The request as a route of `provider` speaking `wire` gets it for `upstream_model`: the client's
@@ -57,7 +60,7 @@ impl<'a> Requests<'a> {
     ) -> Result<Outgoing, Unable> {
         let request = self.request;
         let url = url(provider, wire, upstream_model, request.stream);
-        let (body, translated, dropped) = if wire == request.api {
+        let (body, translated, mut dropped) = if wire == request.api {
             (request.upstream_body(upstream_model), false, Vec::new())
         } else {
             let neutral = self
@@ -68,15 +71,35 @@ impl<'a> Requests<'a> {
             let written = request::write(wire, neutral, upstream_model, model_max_output_tokens)?;
             (written.body, true, written.dropped)
         };
+        // The client's `anthropic-beta` (SPEC §21): a native Anthropic route gets the header as it
+        // is (`ProviderKind::takes_anthropic_headers`); a cloud the flags it takes, in its place;
+        // a route of another dialect none.
+        let mut headers = Vec::new();
         let body = match (providers::of(provider.kind()).anthropic_body(), wire) {
-            (Some(cloud), Api::Messages) => cloud_anthropic_body(&body, cloud),
+            (Some(cloud), Api::Messages) => {
+                let (taken, refused) = providers::cloud_betas(request.anthropic_beta.as_deref());
+                dropped.extend(refused.iter().map(|b| format!("anthropic-beta: {b}")));
+                match cloud.betas {
+                    BetaPlace::Body => cloud_anthropic_body(&body, cloud, &taken),
+                    BetaPlace::Header => {
+                        if !taken.is_empty() {
+                            headers.push(("anthropic-beta", taken.join(",")));
+                        }
+                        cloud_anthropic_body(&body, cloud, &[])
+                    }
+                }
+            }
             _ => body,
         };
+        if wire != Api::Messages && request.anthropic_beta.is_some() {
+            dropped.push("anthropic-beta".into());
+        }
         Ok(Outgoing {
             url,
             body,
             translated,
             dropped,
+            headers,
         })
     }
 }
@@ -92,8 +115,9 @@ pub fn key_headers(provider: &Provider, key: &str) -> Vec<(&'static str, String)
     providers::of(provider.kind()).key_headers(key)
 }
 
-/// An Anthropic body as a cloud takes it ([`CloudAnthropic`]).
-fn cloud_anthropic_body(body: &[u8], cloud: CloudAnthropic) -> Vec<u8> {
+/// An Anthropic body as a cloud takes it ([`CloudAnthropic`]), with `betas` in its
+/// `anthropic_beta` when there are any.
+fn cloud_anthropic_body(body: &[u8], cloud: CloudAnthropic, betas: &[&str]) -> Vec<u8> {
     let Ok(mut fields) = Body::parse(body) else {
         return body.to_vec(); // written by this gateway: always an object
     };
@@ -102,6 +126,9 @@ fn cloud_anthropic_body(body: &[u8], cloud: CloudAnthropic) -> Vec<u8> {
         fields.remove("stream");
     }
     fields.set("anthropic_version", &serde_json::Value::from(cloud.version));
+    if !betas.is_empty() {
+        fields.set("anthropic_beta", &serde_json::Value::from(betas.to_vec()));
+    }
     fields.write_with_model("", body.len()) // no `model` left to set
 }
 
@@ -170,6 +197,58 @@ mod tests {
         assert_eq!(
             url(&bedrock, Api::Converse, "us.meta.llama3-1-8b-instruct-v1:0", true),
             "https://bedrock-runtime.us-west-2.amazonaws.com/model/us.meta.llama3-1-8b-instruct-v1%3A0/converse-stream"
+        );
+    }
+
+    /// SPEC §21: a cloud gets the client's beta flags it takes, in its own place; the rest, and
+    /// every flag on a route of another dialect, are dropped and listed.
+    #[test]
+    fn anthropic_betas_reach_each_cloud_in_its_place_and_the_rest_are_listed() {
+        let mut request = messages_request(false);
+        request.anthropic_beta = Some("interleaved-thinking-2025-05-14, claude-code-20250219".into());
+        let bedrock = provider(json!({"kind": "bedrock", "region": "eu-west-1",
+                                      "access_key_secret": "A", "secret_key_secret": "S"}));
+        let o = outgoing(&request, Api::Messages, &bedrock, "anthropic.claude-v2:1", 64).unwrap();
+        let body: Value = serde_json::from_slice(&o.body).unwrap();
+        assert_eq!(
+            body["anthropic_beta"],
+            json!(["interleaved-thinking-2025-05-14"]),
+            "{body}"
+        );
+        assert_eq!(o.dropped, vec!["anthropic-beta: claude-code-20250219".to_string()]);
+        assert!(o.headers.is_empty());
+
+        let vertex = provider(json!({"kind": "vertex", "region": "us-east5", "project": "p", "key_secret": "SA"}));
+        let o = outgoing(&request, Api::Messages, &vertex, "claude@1", 64).unwrap();
+        let body: Value = serde_json::from_slice(&o.body).unwrap();
+        assert!(body.get("anthropic_beta").is_none(), "{body}");
+        assert_eq!(
+            o.headers,
+            vec![("anthropic-beta", "interleaved-thinking-2025-05-14".to_string())]
+        );
+        assert_eq!(o.dropped, vec!["anthropic-beta: claude-code-20250219".to_string()]);
+
+        // A native Anthropic route gets the header unchanged (from the request), nothing listed.
+        let anthropic = provider(json!({"base_url": "https://api.example/v1", "auth": "x-api-key"}));
+        let o = outgoing(&request, Api::Messages, &anthropic, "claude", 64).unwrap();
+        assert!(o.dropped.is_empty() && o.headers.is_empty(), "{o:?}");
+        assert_eq!(
+            request.anthropic_headers()[1],
+            (
+                "anthropic-beta",
+                "interleaved-thinking-2025-05-14, claude-code-20250219".to_string()
+            )
+        );
+
+        let openai = provider(json!({"base_url": "https://api.example/v1", "auth": "bearer"}));
+        let o = outgoing(&request, Api::Chat, &openai, "gpt", 64).unwrap();
+        assert!(o.dropped.contains(&"anthropic-beta".to_string()), "{:?}", o.dropped);
+        let plain = messages_request(false);
+        let o = outgoing(&plain, Api::Chat, &openai, "gpt", 64).unwrap();
+        assert!(
+            !o.dropped.iter().any(|d| d.starts_with("anthropic-beta")),
+            "{:?}",
+            o.dropped
         );
     }
 
@@ -299,6 +378,7 @@ mod tests {
         let body = cloud_anthropic_body(
             br#"{"model":"m","stream":true,"max_tokens":5,"messages":[]}"#,
             vertex_kind.anthropic_body().unwrap(),
+            &[],
         );
         let v: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(

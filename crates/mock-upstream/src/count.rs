@@ -37,10 +37,11 @@ const ANTHROPIC: [&str; 10] = [
     "output_format",
 ];
 /// OpenAI's `input_tokens` fields.
-const OPENAI: [&str; 11] = [
+const OPENAI: [&str; 12] = [
     "model",
     "input",
     "instructions",
+    "personality",
     "tools",
     "tool_choice",
     "text",

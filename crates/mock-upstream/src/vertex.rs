@@ -302,6 +302,18 @@ pub fn admit(req: &Request, host: &Host, tokens: &Tokens) -> Result<(), JsonRepl
         ));
     }
     if publisher == "anthropic" {
+        let betas = req.header("anthropic-beta").unwrap_or("");
+        if let Some(flag) = betas
+            .split(',')
+            .map(str::trim)
+            .find(|b| !b.is_empty() && !crate::validate::messages::CLOUD_BETAS.contains(b))
+        {
+            return Err(google_error(
+                400,
+                "INVALID_ARGUMENT",
+                &format!("Unsupported beta header: {flag}"),
+            ));
+        }
         let stream = serde_json::from_slice::<Value>(&req.body)
             .ok()
             .and_then(|v| v.get("stream").and_then(Value::as_bool))

@@ -612,6 +612,16 @@ impl ClientRequest {
         self.body.write_with_model(upstream_model, self.body_len)
     }
 
+    /// (function name, namespace) of the request's Responses `namespace` tools — none in another
+    /// dialect (SPEC §21: flattened for a route of another dialect, and its calls written back
+    /// with their namespace).
+    pub fn tool_namespaces(&self) -> Vec<(String, String)> {
+        match self.api {
+            Api::Responses => responses::request::namespaces(&self.body),
+            _ => Vec::new(),
+        }
+    }
+
     /// The Anthropic headers a route gets when its provider takes them
     /// (`ProviderKind::takes_anthropic_headers`): `anthropic-version` (the client's, else the
     /// default) and the client's `anthropic-beta`.
@@ -846,6 +856,7 @@ mod tests {
             model: "m".into(),
             created: 1,
             choices: 1,
+            ..AnswerContext::default()
         };
         for upstream in EVERY {
             let answer = plain_answer(upstream).to_string();

@@ -1,7 +1,7 @@
 //! Azure OpenAI (SPEC §20): chat and responses on a resource's v1 API or on a deployment URL
 //! with its `api-version`, the key in an `api-key` header.
 
-use super::{base_url_required, CountCall, Provider, ProviderKind};
+use super::{base_url_required, CountCall, Counted, Provider, ProviderKind};
 use crate::api::Api;
 use crate::providers::bedrock::sigv4::path_segment;
 
@@ -35,7 +35,7 @@ impl ProviderKind for Azure {
         vec![("api-key", key.to_string())]
     }
     /// Azure OpenAI publishes no input-token count: its routes do not count (SPEC §21).
-    fn count(&self, _p: &Provider, _base: &str, _api: Api, _model: &str, _body: &[u8]) -> Option<CountCall> {
+    fn count(&self, _: &Provider, _: &str, _: Api, _: &str, _: &[u8], _: Option<Counted>) -> Option<CountCall> {
         None
     }
 }

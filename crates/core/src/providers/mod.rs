@@ -19,8 +19,9 @@ pub mod vertex;
 use serde::{Deserialize, Serialize};
 
 use crate::api::Api;
+use serde_json::{Map, Value};
+
 use crate::classify::{classify_status, Verdict};
-use crate::dialects;
 
 /// What one provider kind knows. Each file or folder implements it once; [`of`] is the registry.
 pub trait ProviderKind: Sync {
@@ -74,13 +75,24 @@ pub trait ProviderKind: Sync {
     }
     /// Where and what a route speaking `api` sends to count the input of `body` (its generation
     /// request, as [`crate::wire`] writes it for this kind) for `model` (SPEC §21); `None` when
-    /// the kind has no count endpoint for the dialect. `base` is [`Provider::base`].
-    fn count(&self, _p: &Provider, base: &str, api: Api, model: &str, body: &[u8]) -> Option<CountCall> {
-        let counting = dialects::counting(api)?;
+    /// the kind has no count endpoint for the dialect. `base` is [`Provider::base`]; `own` is the
+    /// dialect's own count request for `body` and where its answer has the number, when the
+    /// dialect has one (what a provider of the dialect's own API takes).
+    fn count(
+        &self,
+        _p: &Provider,
+        base: &str,
+        api: Api,
+        model: &str,
+        body: &[u8],
+        own: Option<Counted>,
+    ) -> Option<CountCall> {
+        let _ = body;
+        let own = own?;
         Some(CountCall {
             url: api.count_url(base, model)?,
-            body: (counting.body)(body, model).ok()?,
-            tokens_at: counting.tokens_at,
+            body: own.body,
+            tokens_at: own.tokens_at,
         })
     }
     /// An error answer as a verdict; `header` reads the answer's headers.
@@ -102,6 +114,25 @@ pub struct CountCall {
     pub url: String,
     pub body: Vec<u8>,
     pub tokens_at: &'static str,
+}
+
+/// A dialect's own count request for a generation body: the body its count endpoint takes, and
+/// where its answer has the number.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Counted {
+    pub body: Vec<u8>,
+    pub tokens_at: &'static str,
+}
+
+/// `body` (a JSON object) with only the fields in `keep`, then `set`'s fields set — for the count
+/// bodies a cloud builds from a generation body.
+pub(crate) fn fields_of(body: &[u8], keep: &[&str], set: &[(&str, Value)]) -> Option<Vec<u8>> {
+    let mut fields: Map<String, Value> = serde_json::from_slice(body).ok()?;
+    fields.retain(|k, _| keep.contains(&k.as_str()));
+    for (name, value) in set {
+        fields.insert((*name).to_string(), value.clone());
+    }
+    serde_json::to_vec(&fields).ok()
 }
 
 /// The registry: what a provider of `kind` is.
@@ -308,6 +339,44 @@ fn base_url_required(p: &Provider) -> Result<(), (&'static str, String)> {
 pub struct CloudAnthropic {
     pub version: &'static str,
     pub keep_stream: bool,
+    /// Where it takes the client's `anthropic-beta` flags (SPEC §21).
+    pub betas: BetaPlace,
+}
+
+/// Where a cloud takes Anthropic's beta flags: Bedrock in the body's `anthropic_beta` list,
+/// Vertex in the `anthropic-beta` header. Either takes only the flags it documents
+/// ([`CLOUD_BETAS`]); a client's other flags are dropped and listed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BetaPlace {
+    Body,
+    Header,
+}
+
+/// The `anthropic-beta` flags Bedrock and Vertex document for Claude models (as of 2026-12): a
+/// flag they do not know is a 400 there, so only these reach them.
+pub const CLOUD_BETAS: [&str; 11] = [
+    "computer-use-2024-10-22",
+    "computer-use-2025-01-24",
+    "token-efficient-tools-2025-02-19",
+    "interleaved-thinking-2025-05-14",
+    "output-128k-2025-02-19",
+    "dev-full-thinking-2025-05-14",
+    "context-1m-2025-08-07",
+    "context-management-2025-06-27",
+    "effort-2025-11-24",
+    "tool-search-tool-2025-10-19",
+    "tool-examples-2025-10-29",
+];
+
+/// A client's `anthropic-beta` header (comma-separated flags) split into the flags a cloud takes
+/// ([`CLOUD_BETAS`]) and the others, each in the client's order.
+pub fn cloud_betas(header: Option<&str>) -> (Vec<&str>, Vec<&str>) {
+    header
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|b| !b.is_empty())
+        .partition(|b| CLOUD_BETAS.contains(b))
 }
 
 /// A provider's `base_url`, read by the same (WHATWG) rules the runtime's `fetch` reads it by

@@ -18,9 +18,7 @@ use sha2::{Digest, Sha256};
 use crate::api::Api;
 use crate::classify::{FailureClass, Verdict};
 
-use super::{CloudAnthropic, CountCall, Provider, ProviderKind};
-use crate::dialects;
-use crate::dialects::body::Body;
+use super::{fields_of, BetaPlace, CloudAnthropic, CountCall, Counted, Provider, ProviderKind};
 
 /// The `anthropic_version` Vertex's `rawPredict` takes in an Anthropic body.
 pub const ANTHROPIC_VERSION: &str = "vertex-2023-10-16";
@@ -69,31 +67,39 @@ fn method_url(base: &str, project: &str, region: &str, publisher: &str, model: &
 /// Counting on Vertex (SPEC §21): Anthropic's models by the `count-tokens` model's `rawPredict`,
 /// with the counted model and the `anthropic_version` in the body; Google's by `countTokens`,
 /// the generation request's input fields at the top level.
-fn count(p: &Provider, base: &str, api: Api, model: &str, body: &[u8]) -> Option<CountCall> {
+fn count(p: &Provider, base: &str, api: Api, model: &str, body: &[u8], own: Option<Counted>) -> Option<CountCall> {
     let project = p.project.as_deref().unwrap_or_default();
     let region = p.region.as_deref().unwrap_or_default();
-    let (url, fields, tokens_at) = match api {
+    match api {
         Api::Messages => {
-            let counting = dialects::counting(api)?;
-            let mut fields = Body::parse(&(counting.body)(body, model).ok()?).ok()?;
-            fields.set("model", &Value::from(model));
-            fields.set("anthropic_version", &Value::from(ANTHROPIC_VERSION));
-            let url = method_url(base, project, region, "anthropic", "count-tokens", "rawPredict");
-            (url, fields, counting.tokens_at)
+            let own = own?;
+            let set = [
+                ("model", Value::from(model)),
+                ("anthropic_version", Value::from(ANTHROPIC_VERSION)),
+            ];
+            let keep: Vec<String> = serde_json::from_slice::<serde_json::Map<String, Value>>(&own.body)
+                .ok()?
+                .keys()
+                .cloned()
+                .collect();
+            let keep: Vec<&str> = keep.iter().map(String::as_str).collect();
+            Some(CountCall {
+                url: method_url(base, project, region, "anthropic", "count-tokens", "rawPredict"),
+                body: fields_of(&own.body, &keep, &set)?,
+                tokens_at: own.tokens_at,
+            })
         }
-        Api::Gemini => {
-            let mut fields = Body::parse(body).ok()?;
-            fields.keep_only(&["contents", "systemInstruction", "tools", "generationConfig"]);
-            let url = method_url(base, project, region, "google", model, "countTokens");
-            (url, fields, "/totalTokens")
-        }
-        _ => return None,
-    };
-    Some(CountCall {
-        url,
-        body: fields.write(body.len()),
-        tokens_at,
-    })
+        Api::Gemini => Some(CountCall {
+            url: method_url(base, project, region, "google", model, "countTokens"),
+            body: fields_of(
+                body,
+                &["contents", "systemInstruction", "tools", "generationConfig"],
+                &[],
+            )?,
+            tokens_at: "/totalTokens",
+        }),
+        _ => None,
+    }
 }
 
 /// A path segment: unreserved characters and `@` (Vertex's model versions, `claude-…@20250219`)
@@ -457,13 +463,22 @@ impl ProviderKind for Vertex {
     fn key_headers(&self, token: &str) -> Vec<(&'static str, String)> {
         vec![("authorization", format!("Bearer {token}"))]
     }
-    fn count(&self, p: &Provider, base: &str, api: Api, model: &str, body: &[u8]) -> Option<CountCall> {
-        count(p, base, api, model, body)
+    fn count(
+        &self,
+        p: &Provider,
+        base: &str,
+        api: Api,
+        model: &str,
+        body: &[u8],
+        own: Option<Counted>,
+    ) -> Option<CountCall> {
+        count(p, base, api, model, body, own)
     }
     fn anthropic_body(&self) -> Option<CloudAnthropic> {
         Some(CloudAnthropic {
             version: ANTHROPIC_VERSION,
             keep_stream: true,
+            betas: BetaPlace::Header,
         })
     }
     fn mints_token(&self) -> bool {

@@ -111,9 +111,32 @@ pub(super) fn check_bedrock(body: &Node) -> Check {
         .chain(["anthropic_version", "anthropic_beta"])
         .collect();
     body.only(&fields)?;
-    body.opt("anthropic_beta", Node::strings)?;
+    body.opt("anthropic_beta", |betas| {
+        for flag in betas.strings()? {
+            if !CLOUD_BETAS.contains(&flag) {
+                return betas.invalid(format!("invalid beta flag: {flag}"));
+            }
+        }
+        Ok(())
+    })?;
     request(body)
 }
+
+/// The beta flags Bedrock and Vertex take for Claude models (their documentation, 2026-12): any
+/// other is refused.
+pub const CLOUD_BETAS: [&str; 11] = [
+    "computer-use-2024-10-22",
+    "computer-use-2025-01-24",
+    "token-efficient-tools-2025-02-19",
+    "interleaved-thinking-2025-05-14",
+    "output-128k-2025-02-19",
+    "dev-full-thinking-2025-05-14",
+    "context-1m-2025-08-07",
+    "context-management-2025-06-27",
+    "effort-2025-11-24",
+    "tool-search-tool-2025-10-19",
+    "tool-examples-2025-10-29",
+];
 
 /// What the Messages API and Bedrock check alike: the limit, the turns, the sampling and the
 /// tools.

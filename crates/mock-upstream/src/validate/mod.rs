@@ -22,7 +22,7 @@
 
 mod chat;
 mod gemini;
-mod messages;
+pub(crate) mod messages;
 mod responses;
 
 use serde_json::{Map, Value};
@@ -566,6 +566,10 @@ mod tests {
         let mut unversioned = ok.clone();
         unversioned.as_object_mut().unwrap().remove("anthropic_version");
         assert!(refused(unversioned).contains("#: required key [anthropic_version] not found"));
+        // Only the beta flags Bedrock documents.
+        let mut beta = ok.clone();
+        beta["anthropic_beta"] = json!(["claude-code-20250219"]);
+        assert!(refused(beta).contains("invalid beta flag: claude-code-20250219"));
         let mut dated = ok.clone();
         dated["anthropic_version"] = json!("2023-06-01");
         assert!(refused(dated).contains("#/anthropic_version: 2023-06-01 is not a valid enum value"));

@@ -166,6 +166,7 @@ mod tests {
             model: "claude".into(),
             created: 1,
             choices: 1,
+            ..AnswerContext::default()
         }
     }
 

@@ -187,6 +187,9 @@ enum Item {
         status: &'static str,
         call_id: String,
         name: String,
+        /// The client's namespace of a flattened tool (`AnswerContext::namespaces`).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        namespace: Option<String>,
         arguments: String,
     },
 }
@@ -237,6 +240,7 @@ impl Item {
                 status: "in_progress",
                 call_id: ctx.call_id("call_", id, n),
                 name: name.to_string(),
+                namespace: ctx.namespace_of(name),
                 arguments: String::new(),
             },
         }

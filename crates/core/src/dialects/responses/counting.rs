@@ -15,10 +15,11 @@ pub(crate) static COUNTING: Counting = Counting {
 };
 
 /// The fields OpenAI's count endpoint takes: the input and what shapes it.
-const COUNTED: [&str; 11] = [
+const COUNTED: [&str; 12] = [
     "model",
     "input",
     "instructions",
+    "personality",
     "tools",
     "tool_choice",
     "text",

@@ -33,8 +33,13 @@ pub(crate) fn read(body: &Body) -> Result<Neutral, Unable> {
                 TextOr::List(list) => each(list, name, |i, item: &RawValue| read_item(&mut n, i, item))?,
             },
             "tools" => each(raw, name, |i, t: &RawValue| {
-                let tool = read_tool(t, format!("tools[{i}]"))?;
-                n.add_tool(tool)
+                let at = format!("tools[{i}]");
+                match tag_of(t, &at)?.as_deref() {
+                    // The client's own tools, grouped: flattened, each under its own name (its
+                    // calls are written back with the namespace, `AnswerContext::namespaces`).
+                    Some("namespace") => read_namespace(&mut n, t, at),
+                    _ => n.add_tool(read_tool(t, at)?),
+                }
             })?,
             "tool_choice" => n.tool_choice = Some(read_tool_choice(raw)?),
             "parallel_tool_calls" => n.parallel_tool_calls = Some(parse(raw, name)?),
@@ -94,6 +99,9 @@ struct CallItem {
     _kind: IgnoredAny,
     call_id: String,
     name: String,
+    /// The namespace of a call to a namespaced tool: its tools are flattened, and so is it.
+    #[serde(default)]
+    namespace: Option<IgnoredAny>,
     #[serde(default)]
     arguments: Option<String>,
     #[serde(default)]
@@ -165,7 +173,11 @@ fn read_item(n: &mut Neutral, i: usize, raw: &RawValue) -> Result<(), Unable> {
             drop_present(
                 &mut n.dropped,
                 &at,
-                &[(c.id.is_some(), "id"), (c.status.is_some(), "status")],
+                &[
+                    (c.id.is_some(), "id"),
+                    (c.status.is_some(), "status"),
+                    (c.namespace.is_some(), "namespace"),
+                ],
             );
             let call = ToolCall {
                 id: c.call_id,
@@ -321,8 +333,6 @@ fn read_tool(raw: &RawValue, at: String) -> Result<Tool, Unable> {
     match tag_of(raw, &at)?.as_deref() {
         Some("function") => {}
         Some("custom") => return Err(not_carried(at, "custom (grammar) tools are not translated")),
-        // The client's own tools, grouped: served by Responses routes; not flattened for others yet.
-        Some("namespace") => return Err(not_carried(at, "namespace tools are not translated")),
         Some(kind) => return Err(not_carried(at, &format!("`{kind}` is a tool the provider runs"))),
         None => return Err(Unable::new(at, "a tool needs a `type`")),
     }
@@ -335,6 +345,79 @@ fn read_tool(raw: &RawValue, at: String) -> Result<Tool, Unable> {
         // Strict unless said otherwise, in this API.
         strict: Some(t.strict.unwrap_or(true)),
     })
+}
+
+/// A Responses `namespace`: a name for a group of the client's function tools.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Namespace<'a> {
+    #[serde(rename = "type")]
+    _kind: IgnoredAny,
+    #[serde(rename = "name")]
+    _name: IgnoredAny,
+    #[serde(default, rename = "description")]
+    _description: Option<IgnoredAny>,
+    #[serde(borrow)]
+    tools: Vec<&'a RawValue>,
+}
+
+/// A namespace's function tools, each a tool of its own (the grouping dropped and listed as
+/// `namespace`); a name another tool has already taken cannot be told apart in a call, so
+/// it is not carried.
+fn read_namespace(n: &mut Neutral, raw: &RawValue, at: String) -> Result<(), Unable> {
+    let group: Namespace = parse(raw, &at)?;
+    for (i, inner) in group.tools.into_iter().enumerate() {
+        let tool = read_tool(inner, format!("{at}.tools[{i}]"))?;
+        if n.tools.iter().any(|t| t.name == tool.name) {
+            return Err(not_carried(
+                tool.at,
+                &format!(
+                    "the tool name `{}` is used twice once namespaces are flattened",
+                    tool.name
+                ),
+            ));
+        }
+        n.add_tool(tool)?;
+    }
+    // The grouping says nothing to a route that sees the tools flat.
+    if !n.dropped.iter().any(|d| d == "namespace") {
+        n.dropped.push("namespace".into());
+    }
+    Ok(())
+}
+
+/// The (function name, namespace) of each tool a request's `namespace` tools group: the calls a
+/// route of another dialect makes to them are written back with their namespace.
+pub(crate) fn namespaces(body: &Body) -> Vec<(String, String)> {
+    let Some(raw) = body.raw("tools").filter(|raw| raw.get().contains("\"namespace\"")) else {
+        return Vec::new();
+    };
+    #[derive(Deserialize)]
+    struct Grouped<'a> {
+        #[serde(rename = "type", default)]
+        kind: Option<String>,
+        #[serde(default)]
+        name: Option<String>,
+        #[serde(borrow, default)]
+        tools: Vec<&'a RawValue>,
+    }
+    #[derive(Deserialize)]
+    struct Named {
+        #[serde(default)]
+        name: Option<String>,
+    }
+    let groups: Vec<Grouped> = serde_json::from_str(raw.get()).unwrap_or_default();
+    groups
+        .into_iter()
+        .filter(|g| g.kind.as_deref() == Some("namespace"))
+        .flat_map(|g| {
+            let space = g.name.unwrap_or_default();
+            g.tools.into_iter().filter_map(move |t| {
+                let named: Named = serde_json::from_str(t.get()).ok()?;
+                Some((named.name?, space.clone()))
+            })
+        })
+        .collect()
 }
 
 #[derive(Deserialize)]

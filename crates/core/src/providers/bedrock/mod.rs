@@ -18,10 +18,9 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use serde_json::{json, Value};
 
-use super::{CloudAnthropic, CountCall, Provider, ProviderKind};
+use super::{fields_of, BetaPlace, CloudAnthropic, CountCall, Counted, Provider, ProviderKind};
 use crate::api::Api;
 use crate::classify::Verdict;
-use crate::dialects::body::Body;
 use sigv4::path_segment;
 
 /// The `anthropic_version` Bedrock's InvokeModel takes in an Anthropic body (the version goes in
@@ -83,13 +82,21 @@ impl ProviderKind for Bedrock {
     }
     /// `CountTokens` (SPEC §21): the InvokeModel body it would be sent, base64, or the Converse
     /// request's input fields; the answer's count is `inputTokens`.
-    fn count(&self, _p: &Provider, base: &str, api: Api, model: &str, body: &[u8]) -> Option<CountCall> {
+    fn count(
+        &self,
+        _: &Provider,
+        base: &str,
+        api: Api,
+        model: &str,
+        body: &[u8],
+        _: Option<Counted>,
+    ) -> Option<CountCall> {
         let input = match api {
             Api::Messages => json!({"invokeModel": {"body": STANDARD.encode(body)}}),
             Api::Converse => {
-                let mut fields = Body::parse(body).ok()?;
-                fields.keep_only(&["messages", "system", "toolConfig", "additionalModelRequestFields"]);
-                json!({"converse": serde_json::from_slice::<Value>(&fields.write(body.len())).ok()?})
+                let keep = ["messages", "system", "toolConfig", "additionalModelRequestFields"];
+                let converse = fields_of(body, &keep, &[])?;
+                json!({"converse": serde_json::from_slice::<Value>(&converse).ok()?})
             }
             _ => return None,
         };
@@ -107,6 +114,7 @@ impl ProviderKind for Bedrock {
         Some(CloudAnthropic {
             version: BEDROCK_ANTHROPIC_VERSION,
             keep_stream: false,
+            betas: BetaPlace::Body,
         })
     }
     fn streams_sse(&self) -> bool {

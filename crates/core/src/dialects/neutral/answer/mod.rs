@@ -75,9 +75,20 @@ pub struct AnswerContext {
     /// Choices asked for (chat `n`, Gemini `candidateCount`); a stream is complete when each has
     /// finished. Clamped to 1..=[`MAX_CHOICES`], and 1 for Messages and Responses clients.
     pub choices: u32,
+    /// (function name, namespace) of a Responses client's `namespace` tools, flattened for a
+    /// route of another dialect: a call of one is written back with its namespace.
+    pub namespaces: Vec<(String, String)>,
 }
 
 impl AnswerContext {
+    /// The namespace a called function belongs to, when the client grouped it in one.
+    pub(crate) fn namespace_of(&self, function: &str) -> Option<String> {
+        self.namespaces
+            .iter()
+            .find(|(name, _)| name == function)
+            .map(|(_, space)| space.clone())
+    }
+
     /// The answer's own id in a dialect: `prefix` then the context's id.
     pub(crate) fn answer_id(&self, prefix: &str) -> String {
         format!("{prefix}{}", self.id)

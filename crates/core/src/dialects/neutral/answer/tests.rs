@@ -18,6 +18,7 @@ pub(super) fn ctx(choices: u32) -> AnswerContext {
         model: "client-model".into(),
         created: CREATED,
         choices,
+        ..AnswerContext::default()
     }
 }
 
@@ -1655,4 +1656,46 @@ fn translate_bytes(up: Api, client: Api, pieces: &[&[u8]]) -> Vec<u8> {
     }
     out.extend(t.on_end().into_iter().flat_map(|e| e.raw));
     out
+}
+
+/// SPEC §21: a call to a tool the client grouped in a Responses `namespace` (flattened for a
+/// route of another dialect) comes back with its namespace, whole and streamed; other calls
+/// carry none.
+#[test]
+fn a_call_to_a_flattened_namespace_tool_is_written_back_with_its_namespace() {
+    let ctx = AnswerContext {
+        namespaces: vec![("get_weather".into(), "places".into())],
+        ..ctx(1)
+    };
+    for up in [Api::Chat, Api::Messages, Api::Gemini] {
+        let whole = body(up, Api::Responses, upstream_body(up).to_string().as_bytes(), &ctx).unwrap();
+        let v: Value = serde_json::from_slice(&whole).unwrap();
+        let calls: Vec<&Value> = v["output"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|i| i["type"] == "function_call")
+            .collect();
+        assert_eq!(calls.len(), 2, "{up:?}: {v}");
+        assert_eq!(calls[0]["namespace"], "places", "{up:?}: {v}");
+        assert!(calls[1].get("namespace").is_none(), "{up:?}: {v}");
+
+        let mut t = StreamTranslator::new(up, Api::Responses, ctx.clone());
+        let mut out = Vec::new();
+        for e in upstream(up, Scenario::Tools) {
+            out.extend(t.on_event(&e));
+        }
+        out.extend(t.on_end());
+        let added: Vec<Value> = out
+            .iter()
+            .filter(|e| e.event.as_deref() == Some("response.output_item.added"))
+            .map(|e| serde_json::from_str::<Value>(&e.data).unwrap()["item"].clone())
+            .filter(|i| i["type"] == "function_call")
+            .collect();
+        assert!(!added.is_empty(), "{up:?}");
+        for item in added {
+            let expected = (item["name"] == "get_weather").then_some("places");
+            assert_eq!(item["namespace"].as_str(), expected, "{up:?}: {item}");
+        }
+    }
 }

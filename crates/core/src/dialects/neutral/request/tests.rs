@@ -1332,12 +1332,61 @@ fn codexs_client_metadata_is_dropped_and_listed_when_translated() {
 /// A Responses `namespace` (the client's own tools, grouped) is not a tool the provider runs: a
 /// route of another API is unable for it, and says so — not that the provider would run it.
 #[test]
-fn a_namespace_is_not_translated_and_not_called_a_provider_tool() {
-    let v = json!({"model": "m", "input": "hi", "tools": [{"type": "namespace", "name": "crm", "description": "d",
-                   "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}]}]});
+fn a_namespace_is_flattened_into_function_tools_under_their_own_names() {
+    let v = json!({"model": "m", "input": [
+                       {"type": "message", "role": "user", "content": "hi"},
+                       {"type": "function_call", "call_id": "c1", "name": "find", "namespace": "crm", "arguments": "{}"},
+                       {"type": "function_call_output", "call_id": "c1", "output": "none"}],
+                   "tools": [{"type": "namespace", "name": "crm", "description": "d",
+                              "tools": [{"type": "function", "name": "find", "parameters": {"type": "object"}},
+                                        {"type": "function", "name": "add"}]},
+                             {"type": "function", "name": "f"}]});
     for to in [Api::Chat, Api::Messages, Api::Gemini, Api::Converse] {
-        let e = refused(Api::Responses, &v, to);
-        assert_eq!(e.field, "tools[0]");
-        assert!(e.to_string().contains("namespace tools are not translated"), "{e}");
+        let (out, dropped) = sent(Api::Responses, &v, to);
+        let text = out.to_string();
+        for name in ["find", "add", "f"] {
+            assert!(
+                text.contains(&format!("\"{name}\"")),
+                "{to:?} lost the tool {name}: {text}"
+            );
+        }
+        assert!(!text.contains("crm"), "{to:?}: {text}");
+        assert!(dropped.contains(&"namespace".to_string()), "{to:?}: {dropped:?}");
+        assert!(
+            dropped.contains(&"input[*].namespace".to_string()),
+            "{to:?}: {dropped:?}"
+        );
     }
+    // Two tools of one name cannot be told apart once flattened.
+    let twice = json!({"model": "m", "input": "hi", "tools": [
+        {"type": "function", "name": "find"},
+        {"type": "namespace", "name": "crm", "tools": [{"type": "function", "name": "find"}]}]});
+    let e = refused(Api::Responses, &twice, Api::Chat);
+    assert_eq!(e.field, "tools[1].tools[0]");
+    assert!(e.to_string().contains("used twice"), "{e}");
+    // A namespace grouping a provider-run tool is not the client's to flatten.
+    let run = json!({"model": "m", "input": "hi", "tools": [
+        {"type": "namespace", "name": "crm", "tools": [{"type": "file_search"}]}]});
+    assert!(refused(Api::Responses, &run, Api::Chat)
+        .to_string()
+        .contains("the provider runs"));
+}
+
+/// The client's namespaces, for writing its calls back.
+#[test]
+fn a_requests_namespaces_name_each_grouped_function() {
+    let v = json!({"model": "m", "input": "hi", "tools": [
+        {"type": "namespace", "name": "crm", "tools": [{"type": "function", "name": "find"}, {"type": "function", "name": "add"}]},
+        {"type": "function", "name": "f"}]});
+    let request = crate::dialects::parse_request(Api::Responses, v.to_string().as_bytes(), None).unwrap();
+    assert_eq!(
+        request.tool_namespaces(),
+        vec![
+            ("find".to_string(), "crm".to_string()),
+            ("add".to_string(), "crm".to_string())
+        ]
+    );
+    let plain = json!({"model": "m", "input": "hi", "tools": [{"type": "function", "name": "f"}]});
+    let request = crate::dialects::parse_request(Api::Responses, plain.to_string().as_bytes(), None).unwrap();
+    assert!(request.tool_namespaces().is_empty());
 }
