@@ -79,7 +79,7 @@ pub fn reply(route: &Route, body: &[u8]) -> JsonReply {
         return refuse("The request body is not a JSON object.".into());
     };
     match (&route.host, route.api) {
-        (Host::Bedrock { .. }, _) => bedrock_count(&fields).map_or_else(|m| refuse(m), |n| answer("inputTokens", n)),
+        (Host::Bedrock { .. }, _) => bedrock_count(&fields).map_or_else(&refuse, |n| answer("inputTokens", n)),
         (Host::Vertex { publisher, .. }, _) if publisher == "anthropic" => {
             match only(&fields, &[&ANTHROPIC[..], &["anthropic_version"]].concat())
                 .and_then(|()| required(&fields, &["model", "messages"]))
@@ -112,7 +112,7 @@ pub fn reply(route: &Route, body: &[u8]) -> JsonReply {
             ),
             Err(m) => refuse(m),
         },
-        (_, Api::Gemini) => gemini_count(&fields).map_or_else(|m| refuse(m), |n| answer("totalTokens", n)),
+        (_, Api::Gemini) => gemini_count(&fields).map_or_else(&refuse, |n| answer("totalTokens", n)),
         (_, Api::Chat) => refuse("Chat Completions has no token count.".into()),
     }
 }

@@ -290,9 +290,9 @@ fn padded(body: String, sc: &Scenario) -> String {
 /// `first_seen`) with a 503.
 fn gated(sc: &Scenario, count: u64, first_seen: Instant) -> bool {
     match sc.gate {
-        Some(Gate::Flaky(k)) => count % k == 0,
+        Some(Gate::Flaky(k)) => count.is_multiple_of(k),
         Some(Gate::DownFor(ms)) => first_seen.elapsed() < Duration::from_millis(ms),
-        Some(Gate::FlakyUntil(k, ms)) => count % k == 0 && first_seen.elapsed() < Duration::from_millis(ms),
+        Some(Gate::FlakyUntil(k, ms)) => count.is_multiple_of(k) && first_seen.elapsed() < Duration::from_millis(ms),
         Some(Gate::DownFirst(n)) => count <= n,
         None => false,
     }
