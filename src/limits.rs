@@ -3,7 +3,8 @@
 //! - Per key: one `LimitObject` per limited key (`key:<id>`) runs the core `KeyState`. A key
 //!   without `rpm` or `max_concurrent` never calls it.
 //! - Per route: the model's health object keeps the core `Capacity` beside its breakers (path
-//!   `/capacity`), called only for models with a capped route.
+//!   `/capacity`), called only for models with a capped route; each lease is one row of the
+//!   object's SQLite storage ([`CapacityDesk`]).
 //!
 //! A request that finds no room waits inside the object (first come, first served) until room
 //! frees, up to its wait; the object's state (window, leases — not waiters) is persisted, so a
@@ -24,11 +25,11 @@ use serde::Serialize;
 use switchyard_core::catalog::{Model, Policy};
 use switchyard_core::health::rpc::model_object;
 use switchyard_core::limits::{
-    lease_ms, Capacity, CapacityAdmit, CapacityCall, CapacityReply, KeyAdmit, KeyCall, KeyLimit, KeyReply, KeyState,
-    renew_every_ms, KeyUsage, RateWindow, Want,
+    lease_ms, renew_every_ms, Capacity, CapacityAdmit, CapacityCall, CapacityReply, KeyAdmit, KeyCall, KeyLimit,
+    KeyReply, KeyState, KeyUsage, Lease, RateWindow, Want,
 };
 use switchyard_core::ApiError;
-use worker::{durable_object, Context, DurableObject, Env, Request, Response, State, Storage};
+use worker::{durable_object, Context, DurableObject, Env, Request, Response, SqlStorageValue, State, Storage};
 
 use crate::object;
 use crate::runtime::clock::{in_request, now_ms, sleep};
@@ -218,18 +219,113 @@ impl DurableObject for LimitObject {
 
 // ---- per route: the health object's half -----------------------------------------------------------
 
-/// The capacity half of a model's health object.
-pub struct CapacityDesk(Desk<Capacity>);
+/// The capacity half of a model's health object: the core `Capacity` in memory, each lease one
+/// row of the object's SQLite table — a grant, a renewal or a release writes that row alone, so a
+/// call costs the same at ten leases as at a hundred thousand, and no value grows with the load
+/// (the old one JSON value, rewritten whole on every call, met the storage's 2 MB value limit at
+/// about 25,000 leases). Expired rows are deleted at load and at most every [`PURGE_EVERY_MS`].
+pub struct CapacityDesk {
+    state: RefCell<Option<Capacity>>,
+    room: Room,
+    purged_ms: Cell<u64>,
+}
+
+/// How often expired lease rows are deleted (they are ignored from the moment they expire).
+const PURGE_EVERY_MS: u64 = 10_000;
+
+/// One lease row.
+#[derive(serde::Deserialize)]
+struct LeaseRow {
+    route: String,
+    id: String,
+    expires_ms: f64,
+}
 
 impl CapacityDesk {
     pub fn new() -> Self {
-        CapacityDesk(Desk::new("capacity"))
+        CapacityDesk {
+            state: RefCell::new(None),
+            room: Room::default(),
+            purged_ms: Cell::new(0),
+        }
+    }
+
+    /// Runs `f` on the state (never across an await).
+    fn with<R>(&self, f: impl FnOnce(&mut Capacity) -> R) -> R {
+        f(self.state.borrow_mut().get_or_insert_with(Capacity::default))
+    }
+
+    /// The leases from the table, once per object instance; the state of an object from before
+    /// rows (one JSON value under `capacity`) moves into the table first.
+    async fn load(&self, storage: &Storage) -> worker::Result<()> {
+        if self.state.borrow().is_some() {
+            return Ok(());
+        }
+        let sql = storage.sql();
+        sql.exec(
+            "CREATE TABLE IF NOT EXISTS capacity_leases (route TEXT NOT NULL, id TEXT NOT NULL, \
+             expires_ms INTEGER NOT NULL, PRIMARY KEY (route, id))",
+            None,
+        )?;
+        sql.exec(
+            "CREATE INDEX IF NOT EXISTS capacity_leases_expiry ON capacity_leases (expires_ms)",
+            None,
+        )?;
+        if let Some(old) = storage.get::<String>("capacity").await? {
+            if let Ok(old) = serde_json::from_str::<Capacity>(&old) {
+                for (route, lease) in old.leases() {
+                    put(storage, route, &lease.id, lease.expires_ms)?;
+                }
+            }
+            storage.delete("capacity").await?;
+        }
+        let now = now_ms();
+        self.purge(storage, now)?;
+        let rows: Vec<LeaseRow> = sql
+            .exec("SELECT route, id, expires_ms FROM capacity_leases", None)?
+            .to_array()?;
+        let mut capacity = Capacity::default();
+        for row in rows {
+            let lease = Lease {
+                id: row.id,
+                expires_ms: row.expires_ms as u64,
+            };
+            capacity.restore(&row.route, lease);
+        }
+        self.state.borrow_mut().get_or_insert(capacity);
+        Ok(())
+    }
+
+    /// Deletes the rows of expired leases.
+    fn purge(&self, storage: &Storage, now: u64) -> worker::Result<()> {
+        self.purged_ms.set(now);
+        storage
+            .sql()
+            .exec("DELETE FROM capacity_leases WHERE expires_ms <= ?", vec![integer(now)])?;
+        Ok(())
+    }
+
+    /// Writes request `id`'s lease on `route` as the state has it now (deletes it if it has none).
+    fn save(&self, storage: &Storage, route: &str, id: &str) -> worker::Result<()> {
+        match self.with(|c| c.lease(route, id).map(|l| l.expires_ms)) {
+            Some(expires_ms) => put(storage, route, id, expires_ms),
+            None => {
+                storage.sql().exec(
+                    "DELETE FROM capacity_leases WHERE route = ? AND id = ?",
+                    vec![route.into(), id.into()],
+                )?;
+                Ok(())
+            }
+        }
     }
 
     /// Answers one [`CapacityCall`].
     pub async fn serve(&self, storage: &Storage, call: CapacityCall) -> worker::Result<Response> {
-        let desk = &self.0;
-        desk.load(storage).await?;
+        self.load(storage).await?;
+        let now = now_ms();
+        if now.saturating_sub(self.purged_ms.get()) >= PURGE_EVERY_MS {
+            self.purge(storage, now)?;
+        }
         match call {
             CapacityCall::Acquire {
                 id,
@@ -237,8 +333,8 @@ impl CapacityDesk {
                 lease_ms,
                 wait_ms,
             } => {
-                let (admit, waited_ms) = wait_for_room(&desk.room, wait_ms, |now, give_up| {
-                    desk.with(|c| match c.admit(&id, &wants, lease_ms, now) {
+                let (admit, waited_ms) = wait_for_room(&self.room, wait_ms, |now, give_up| {
+                    self.with(|c| match c.admit(&id, &wants, lease_ms, now) {
                         CapacityAdmit::Wait { .. } if give_up => {
                             c.give_up(&id);
                             Step::Done(CapacityAdmit::Refused { retry_after_s: 1 })
@@ -248,27 +344,41 @@ impl CapacityDesk {
                     })
                 })
                 .await;
-                if matches!(admit, CapacityAdmit::Granted { capped: true, .. }) {
-                    desk.persist(storage).await?;
+                if let CapacityAdmit::Granted { route, capped: true } = &admit {
+                    self.save(storage, route, &id)?;
                 }
                 Response::from_json(&CapacityReply { admit, waited_ms })
             }
             CapacityCall::Release { route, id } => {
-                if desk.with(|c| c.release(&route, &id)) {
-                    desk.persist(storage).await?;
-                    desk.room.wake();
+                if self.with(|c| c.release(&route, &id)) {
+                    self.save(storage, &route, &id)?;
+                    self.room.wake();
                 }
                 Response::from_json(&serde_json::Value::Null)
             }
             CapacityCall::Renew { route, id, lease_ms } => {
-                if desk.with(|c| c.renew(&route, &id, now_ms(), lease_ms)) {
-                    desk.persist(storage).await?;
+                if self.with(|c| c.renew(&route, &id, now_ms(), lease_ms)) {
+                    self.save(storage, &route, &id)?;
                 }
                 Response::from_json(&serde_json::Value::Null)
             }
-            CapacityCall::Report => Response::from_json(&desk.with(|c| c.report(now_ms()))),
+            CapacityCall::Report => Response::from_json(&self.with(|c| c.report(now_ms()))),
         }
     }
+}
+
+/// A time in ms as SQLite's integer.
+fn integer(ms: u64) -> SqlStorageValue {
+    SqlStorageValue::Integer(i64::try_from(ms).unwrap_or(i64::MAX))
+}
+
+/// Writes one lease row.
+fn put(storage: &Storage, route: &str, id: &str, expires_ms: u64) -> worker::Result<()> {
+    storage.sql().exec(
+        "INSERT OR REPLACE INTO capacity_leases (route, id, expires_ms) VALUES (?, ?, ?)",
+        vec![route.into(), id.into(), integer(expires_ms)],
+    )?;
+    Ok(())
 }
 
 // ---- a request's slots -----------------------------------------------------------------------------
@@ -452,7 +562,14 @@ pub async fn admit_key(
             );
             // The object may have granted a lease after we stopped waiting: give it back anyway.
             if limit.max_concurrent.is_some() {
-                send_release(Release::new(env, ctx, "LIMITS", name, "/", &KeyCall::Release { id: id.to_string() }));
+                send_release(Release::new(
+                    env,
+                    ctx,
+                    "LIMITS",
+                    name,
+                    "/",
+                    &KeyCall::Release { id: id.to_string() },
+                ));
             }
             Ok(KeyAdmission::default())
         }

@@ -432,6 +432,25 @@ impl Capacity {
         CapacityAdmit::Wait { retry_at_ms }
     }
 
+    /// Request `id`'s lease on `route`, if it holds one.
+    pub fn lease(&self, route: &str, id: &str) -> Option<&Lease> {
+        self.in_flight.get(route)?.iter().find(|l| l.id == id)
+    }
+
+    /// Every lease held, by route (what a store keeps, one row each).
+    pub fn leases(&self) -> impl Iterator<Item = (&str, &Lease)> {
+        self.in_flight
+            .iter()
+            .flat_map(|(route, leases)| leases.iter().map(move |l| (route.as_str(), l)))
+    }
+
+    /// A lease read back from the store (after a restart).
+    pub fn restore(&mut self, route: &str, lease: Lease) {
+        let leases = self.in_flight.entry(route.to_string()).or_default();
+        leases.retain(|l| l.id != lease.id);
+        leases.push(lease);
+    }
+
     /// Request `id` stops waiting.
     pub fn give_up(&mut self, id: &str) {
         self.queue.retain(|w| w.id != id);
@@ -636,6 +655,46 @@ mod tests {
             route: route.into(),
             max,
         }
+    }
+
+    /// What a store keeps of the leases (one row each) restores the same admissions: a capacity
+    /// rebuilt from `leases()` refuses and frees exactly as the original does.
+    #[test]
+    fn leases_read_back_from_rows_restore_the_same_capacity() {
+        let mut c = Capacity::default();
+        let wants = [want("a", Some(2)), want("b", Some(1))];
+        for id in ["1", "2", "3"] {
+            assert!(matches!(c.admit(id, &wants, LEASE, 0), CapacityAdmit::Granted { .. }));
+        }
+        assert!(c.renew("a", "1", 10, LEASE));
+        assert_eq!(c.lease("a", "1").map(|l| l.expires_ms), Some(10 + LEASE));
+        assert_eq!(c.lease("b", "1"), None);
+        let mut rows: Vec<(String, Lease)> = c.leases().map(|(r, l)| (r.to_string(), l.clone())).collect();
+        rows.reverse(); // a store's order is its own
+        let mut back = Capacity::default();
+        for (route, lease) in rows {
+            back.restore(&route, lease);
+        }
+        for route in ["a", "b"] {
+            assert_eq!(back.in_flight(route, 20), c.in_flight(route, 20), "{route}");
+        }
+        assert!(matches!(back.admit("4", &wants, LEASE, 20), CapacityAdmit::Wait { .. }));
+        assert!(back.release("b", "3"));
+        assert!(matches!(
+            back.admit("4", &wants, LEASE, 21),
+            CapacityAdmit::Granted { capped: true, .. }
+        ));
+        // A lease restored twice is held once.
+        for _ in 0..2 {
+            back.restore(
+                "b",
+                Lease {
+                    id: "3".into(),
+                    expires_ms: LEASE,
+                },
+            );
+        }
+        assert_eq!(back.in_flight("b", 21), 2);
     }
 
     #[test]

@@ -1390,3 +1390,54 @@ fn a_requests_namespaces_name_each_grouped_function() {
     let request = crate::dialects::parse_request(Api::Responses, plain.to_string().as_bytes(), None).unwrap();
     assert!(request.tool_namespaces().is_empty());
 }
+
+/// SPEC §21: request metadata (`metadata`, `user`, `safety_identifier`, `prompt_cache_key`,
+/// Codex's `client_metadata`) is never a reason to refuse a route of another API: carried where
+/// the target has a place, else dropped and listed.
+#[test]
+fn request_metadata_is_carried_or_listed_never_refused() {
+    let cases = [
+        (
+            Api::Chat,
+            json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "metadata": {"run": "1"},
+                   "user": "u-1", "safety_identifier": "s-1", "prompt_cache_key": "conv-1"}),
+        ),
+        (
+            Api::Responses,
+            json!({"model": "m", "input": "hi", "metadata": {"run": "1"}, "user": "u-1", "safety_identifier": "s-1",
+                   "prompt_cache_key": "conv-1", "client_metadata": {"originator": "codex_exec"}}),
+        ),
+        (
+            Api::Messages,
+            json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}],
+                   "metadata": {"user_id": "u-1"}}),
+        ),
+    ];
+    for (from, v) in cases {
+        for to in [Api::Chat, Api::Messages, Api::Responses, Api::Gemini, Api::Converse] {
+            if to == from {
+                continue;
+            }
+            let (out, dropped) = sent(from, &v, to);
+            let text = out.to_string();
+            assert!(text.contains("hi"), "{from:?} -> {to:?}: {text}");
+            for field in [
+                "metadata",
+                "user",
+                "safety_identifier",
+                "prompt_cache_key",
+                "client_metadata",
+            ] {
+                let asked = v.get(field).is_some();
+                let carried = out.get(field).is_some() || text.contains("u-1") && field == "user";
+                let listed = dropped
+                    .iter()
+                    .any(|d| d == field || d.starts_with(&format!("{field}.")));
+                assert!(
+                    !asked || carried || listed || field == "metadata" && text.contains("u-1"),
+                    "{from:?} -> {to:?}: `{field}` neither carried nor listed: {text} {dropped:?}"
+                );
+            }
+        }
+    }
+}
