@@ -175,6 +175,24 @@ def test_each_cloud_gets_the_betas_it_takes_in_its_place_and_the_rest_are_listed
     assert attempt["dropped"] == ["anthropic-beta: claude-code-20250219"], attempt
 
 
+@pytest.mark.parametrize("cloud", ["bedrock", "vertex"])
+def test_a_system_message_inside_the_conversation_reaches_a_cloud_in_its_system_prompt(cloud):
+    """Claude Code's `mid-conversation-system` beta: a cloud takes neither the beta nor a `system`
+    role among the messages (its fake refuses both), so the message joins the system prompt."""
+    s = Setup("messages", [bedrock("ok") if cloud == "bedrock" else vertex("ok")])
+    turns = [{"role": "user", "content": "Say hello"}, {"role": "assistant", "content": "Hello"},
+             {"role": "system", "content": "Answer in one word."}, {"role": "user", "content": "Again"}]
+    beta = {"anthropic-beta": "mid-conversation-system-2026-04-07"}
+    message = s.anthropic().messages.create(model=s.model, max_tokens=64, system="Be brief.", messages=turns,
+                                            extra_headers=beta)
+    assert message.content[0].text.startswith("Hello")
+    sent = last_request(s, 0)["body"]
+    assert "Answer in one word." in json.dumps(sent["system"]) and "Be brief." in json.dumps(sent["system"]), sent
+    assert [m["role"] for m in sent["messages"]] == ["user", "assistant", "user"], sent
+    with s.anthropic().messages.stream(model=s.model, max_tokens=64, messages=turns, extra_headers=beta) as stream:
+        assert "".join(stream.text_stream).startswith("Hello")
+
+
 # ---- AWS Bedrock Converse (any model, every client dialect translated) -------------------------
 
 @pytest.mark.parametrize("client", DIALECTS)

@@ -60,7 +60,7 @@ impl<'a> Requests<'a> {
     ) -> Result<Outgoing, Unable> {
         let request = self.request;
         let url = url(provider, wire, upstream_model, request.stream);
-        let (body, translated, mut dropped) = if wire == request.api {
+        let (body, translated, mut dropped) = if wire == request.api && !rewritten_for_cloud(request, provider) {
             (request.upstream_body(upstream_model), false, Vec::new())
         } else {
             let neutral = self
@@ -102,6 +102,17 @@ impl<'a> Requests<'a> {
             headers,
         })
     }
+}
+
+/// The `mid-conversation-system` beta's system messages inside a conversation (Claude Code's):
+/// a cloud does not take the beta, so a request that asks for it reaches a cloud's Anthropic route
+/// written through the neutral form, its system turns joined to the system prompt (SPEC §21).
+fn rewritten_for_cloud(request: &ClientRequest, provider: &Provider) -> bool {
+    providers::of(provider.kind()).anthropic_body().is_some()
+        && request
+            .anthropic_beta
+            .as_deref()
+            .is_some_and(|b| b.split(',').any(|f| f.trim().starts_with("mid-conversation-system")))
 }
 
 /// Where a route of `provider` speaking `api` is sent a request for `model`.
@@ -250,6 +261,66 @@ mod tests {
             "{:?}",
             o.dropped
         );
+    }
+
+    /// A cloud does not take the `mid-conversation-system` beta: a conversation that asks for it
+    /// reaches Bedrock and Vertex with its system messages in the system prompt, and its answer
+    /// is read back through the neutral form; a native Anthropic route gets it as sent.
+    #[test]
+    fn system_messages_inside_a_conversation_reach_a_cloud_in_its_system_prompt() {
+        let body = json!({"model": "m", "max_tokens": 64, "system": "Be brief.", "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "system", "content": "The user is in a hurry."},
+            {"role": "user", "content": "again"}]});
+        let mut request = dialects::parse_request(Api::Messages, body.to_string().as_bytes(), None).unwrap();
+        request.anthropic_beta = Some("mid-conversation-system-2026-04-07,interleaved-thinking-2025-05-14".into());
+        let bedrock = provider(json!({"kind": "bedrock", "region": "eu-west-1",
+                                      "access_key_secret": "A", "secret_key_secret": "S"}));
+        let vertex = provider(json!({"kind": "vertex", "region": "us-east5", "project": "p", "key_secret": "SA"}));
+        for cloud in [&bedrock, &vertex] {
+            let o = outgoing(&request, Api::Messages, cloud, "claude@1", 64).unwrap();
+            assert!(o.translated, "{:?}", cloud.kind());
+            let sent: Value = serde_json::from_slice(&o.body).unwrap();
+            let text = sent.to_string();
+            assert!(
+                text.contains("The user is in a hurry.") && text.contains("Be brief."),
+                "{text}"
+            );
+            assert!(
+                sent["messages"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .all(|m| m["role"] != "system"),
+                "{text}"
+            );
+            assert!(
+                o.dropped.iter().any(|d| d.contains("mid-conversation-system")),
+                "{:?}",
+                o.dropped
+            );
+        }
+        let anthropic = provider(json!({"base_url": "https://api.example/v1", "auth": "x-api-key"}));
+        let o = outgoing(&request, Api::Messages, &anthropic, "claude", 64).unwrap();
+        assert!(!o.translated);
+        let sent: Value = serde_json::from_slice(&o.body).unwrap();
+        assert_eq!(sent["messages"][1]["role"], "system");
+        // The cloud's answer, read back through the neutral form, is the client's own dialect.
+        let answer = json!({"id": "msg_up", "type": "message", "role": "assistant", "model": "claude",
+            "content": [{"type": "text", "text": "Hello"}], "stop_reason": "end_turn", "stop_sequence": null,
+            "usage": {"input_tokens": 10, "output_tokens": 1}});
+        let ctx = crate::dialects::neutral::answer::AnswerContext {
+            id: "g".into(),
+            model: "m".into(),
+            created: 1,
+            choices: 1,
+            ..Default::default()
+        };
+        let back =
+            crate::dialects::neutral::answer::body(Api::Messages, Api::Messages, answer.to_string().as_bytes(), &ctx)
+                .unwrap();
+        let back: Value = serde_json::from_slice(&back).unwrap();
+        assert_eq!(back["content"][0]["text"], "Hello", "{back}");
     }
 
     #[test]
