@@ -238,6 +238,17 @@ impl Plan {
                 model: model.id.clone(),
             });
         }
+        // SPEC §21: a provider's priced tool only on a route of the client's own API that prices
+        // it; the others are unable for this request, and with none left it is a 400 naming it.
+        let unserved = |i: usize| {
+            let r = model.routes.get(i)?;
+            request.server_tools.unserved_by(request.api, wire(i)?, &r.tool_prices)
+        };
+        let first_unserved = serving.iter().find_map(|(i, _)| unserved(*i));
+        let serving: Vec<(usize, RouteHealth)> = serving.into_iter().filter(|(i, _)| unserved(*i).is_none()).collect();
+        if let (true, Some((param, message))) = (serving.is_empty(), first_unserved) {
+            return Err(ApiError::invalid(message, Some(&param)));
+        }
         let mut kept: Vec<(usize, RouteHealth)> = serving
             .into_iter()
             .filter(|(i, _)| {

@@ -57,6 +57,7 @@ use crate::api::Api;
 use crate::classify::Verdict;
 use crate::error::{ApiError, ErrorShape};
 use crate::sse::SseEvent;
+use crate::tools::{Declared, ServerTool, ServerTools};
 
 /// What one dialect knows. Each folder implements it once; [`of`] is the registry.
 pub(crate) trait Dialect: Sync {
@@ -203,6 +204,13 @@ pub struct Reported {
     pub cache_read_tokens: Option<u64>,
     pub cache_write_tokens: Option<u64>,
     pub cache_write_1h_tokens: Option<u64>,
+    /// Web searches the answer reports it made so far, all of them (Anthropic
+    /// `usage.server_tool_use.web_search_requests`, Gemini's `groundingMetadata.webSearchQueries`,
+    /// a whole Responses answer's `web_search_call` items): the largest report stands.
+    pub web_searches: Option<u32>,
+    /// Web search calls finished in this event (a Responses stream's `response.output_item.done`
+    /// of a `web_search_call`): added up over the stream (SPEC §21).
+    pub web_search_calls: u32,
 }
 
 impl Reported {
@@ -214,6 +222,7 @@ impl Reported {
             cache_read_tokens: Some(u.cache_read_tokens),
             cache_write_tokens: Some(u.cache_write_tokens),
             cache_write_1h_tokens: Some(u.cache_write_1h_tokens),
+            ..Reported::default()
         }
     }
 
@@ -234,6 +243,8 @@ impl Reported {
         self.cache_read_tokens = newer.cache_read_tokens.or(self.cache_read_tokens);
         self.cache_write_tokens = writes;
         self.cache_write_1h_tokens = writes_1h;
+        self.web_searches = newer.web_searches.max(self.web_searches);
+        self.web_search_calls = self.web_search_calls.saturating_add(newer.web_search_calls);
     }
 
     /// `total` cache writes split as this report split its own: the same share in the 1-hour
@@ -413,6 +424,9 @@ pub struct ClientRequest {
     /// The first field naming input that is not in the body (a stored response, a file, a remote
     /// image): the hold then covers the whole context window (SPEC §17).
     pub external_input: Option<String>,
+    /// The tools the provider runs and bills per use that the request declares, and what bounds
+    /// their uses (SPEC §21): only a route pricing them serves it.
+    pub server_tools: ServerTools,
     /// The body without Switchyard's own fields (`provider`, `models`), keys in the client's order,
     /// values as the client wrote them (SPEC §18: never built into a tree).
     body: Body,
@@ -421,23 +435,47 @@ pub struct ClientRequest {
 /// Parses and validates a request body in `api`'s dialect. Gemini names the model and the mode in
 /// the path, not the body: `path` is (model, stream) for it and ignored by the others.
 ///
-/// A tool the provider runs and bills per use is refused here (SPEC §17: no route states its
-/// price, and Switchyard never serves at an unknown cost); input the body only names is noted
-/// in [`ClientRequest::external_input`] for the hold.
+/// A tool the provider runs and bills per use is noted in [`ClientRequest::server_tools`] when a
+/// route can price it (SPEC §21: web search), and refused here otherwise (SPEC §17: Switchyard
+/// never serves at an unknown cost); input the body only names is noted in
+/// [`ClientRequest::external_input`] for the hold.
 pub fn parse_request(api: Api, bytes: &[u8], path: Option<(&str, bool)>) -> Result<ClientRequest, ApiError> {
     let mut request = of(api).parse_request(bytes, path)?;
-    if let Some((param, kind)) = external::priced_tool(&request.body) {
-        return Err(ApiError::invalid(
-            format!(
-                "`{param}`: the tool `{kind}` runs at the provider and is billed per use; no route of \
-                 this gateway has a price for it, so it is not served. Use function tools."
-            ),
-            Some(&param),
-        ));
-    }
+    request.server_tools = server_tools(&request)?;
     request.external_input = external::external_input(&request.body);
     request.stop_sequences = has_stop_sequences(&request.body);
     Ok(request)
+}
+
+/// The request's priced server tools (SPEC §21), or the 400 for one no route can price (a tool of
+/// another kind, or one grouped in a Responses `namespace`, which holds the client's own tools).
+fn server_tools(request: &ClientRequest) -> Result<ServerTools, ApiError> {
+    let mut tools = ServerTools::default();
+    for t in external::provider_tools(&request.body) {
+        let Some(tool) = ServerTool::of_kind(&t.kind).filter(|_| !t.grouped) else {
+            return Err(ApiError::invalid(
+                format!(
+                    "`{}`: the tool `{}` runs at the provider and is billed per use; no route of \
+                     this gateway has a price for it, so it is not served. Use function tools.",
+                    t.param, t.kind
+                ),
+                Some(&t.param),
+            ));
+        };
+        tools.declared.push(Declared {
+            tool,
+            param: t.param,
+            max_uses: t.max_uses,
+        });
+    }
+    if !tools.is_empty() {
+        match request.api {
+            Api::Responses => tools.max_tool_calls = optional_u64(&request.body, "max_tool_calls")?,
+            Api::Chat => tools.per_answer = Some(request.completions),
+            _ => {}
+        }
+    }
+    Ok(tools)
 }
 
 /// A whole non-stream answer in `api`'s dialect: usage and output size, or why it is no answer.
@@ -494,6 +532,7 @@ impl ClientRequest {
             session: None,
             previous_response_id: None,
             external_input: None,
+            server_tools: ServerTools::default(),
             body,
         }
     }
@@ -829,5 +868,4 @@ mod tests {
         }
         assert!(parse_request(Api::Converse, plain_request(Api::Converse).to_string().as_bytes(), None).is_err());
     }
-
 }
