@@ -704,6 +704,9 @@ fn check_policy(p: &PolicyOverrides, at: &str) -> Result<(), CatalogError> {
             return Err(err(format!("{at}.optimistic_hold_fraction"), "must be between 0 and 1"));
         }
     }
+    if p.held_tool_uses.is_some_and(|n| !(1..=1_000).contains(&n)) {
+        return Err(err(format!("{at}.held_tool_uses"), "must be between 1 and 1000"));
+    }
     for (name, v) in [
         ("demote_after", p.demote_after),
         ("demote_after_overloaded", p.demote_after_overloaded),

@@ -73,6 +73,10 @@
 //!             | "tool-call" [ / N ]             (N calls, default 1, at most 16, to the request's first
 //!                                                declared function tool — unless its last turn is a
 //!                                                tool result, or it declares no tool: then as usual)
+//!             | "searches" / N                  (a request declaring a web search tool — Responses
+//!                                                `web_search*`, Anthropic `web_search_*`, Gemini
+//!                                                `googleSearch` — is answered after N searches, default
+//!                                                1, at most the request's `max_uses` / `max_tool_calls`)
 //!             | "json"                          (the answer text is a JSON object for the request's
 //!                                                response schema)
 //!             | "echo-images"                   (the answer text is `images: N`, N the request's image parts)
@@ -223,6 +227,9 @@ pub struct Scenario {
     pub message: Option<String>,
     /// `tool-call/N`: answer with N calls to the request's first declared tool.
     pub tool_calls: Option<usize>,
+    /// `searches/N`: a request declaring a web search tool gets N searches (default 1), no more
+    /// than the request allows (Anthropic `max_uses`, Responses `max_tool_calls`).
+    pub searches: Option<usize>,
     /// `json`: answer with a JSON object for the request's schema.
     pub json: bool,
     /// `echo-images`: answer with the number of the request's image parts.
@@ -255,6 +262,7 @@ impl Default for Scenario {
             reject_field: None,
             message: None,
             tool_calls: None,
+            searches: None,
             json: false,
             echo_images: false,
             media: false,
@@ -292,6 +300,7 @@ pub const KEYWORDS: &[&str] = &[
     "reject-field",
     "message",
     "tool-call",
+    "searches",
     "json",
     "echo-images",
     "media",
@@ -674,9 +683,7 @@ pub fn parse_scenario(key: &str) -> Result<Scenario, ScenarioError> {
                 set_once(&mut sc.reject_field, (name.to_string(), code), "reject-field")?;
             }
             "message" => {
-                let text = c
-                    .next()
-                    .ok_or_else(|| ScenarioError("`message` needs a text".into()))?;
+                let text = c.next().ok_or_else(|| ScenarioError("`message` needs a text".into()))?;
                 set_once(&mut sc.message, percent_decoded(text), "message")?;
             }
             "tool-call" => {
@@ -685,6 +692,13 @@ pub fn parse_scenario(key: &str) -> Result<Scenario, ScenarioError> {
                     return Err(ScenarioError(format!("`tool-call/{n}`: 1 to {MAX_TOOL_CALLS} calls")));
                 }
                 set_once(&mut sc.tool_calls, n, "tool-call")?;
+            }
+            "searches" => {
+                let n = c.optional_count().unwrap_or(1);
+                if !(1..=MAX_TOOL_CALLS).contains(&n) {
+                    return Err(ScenarioError(format!("`searches/{n}`: 1 to {MAX_TOOL_CALLS} searches")));
+                }
+                set_once(&mut sc.searches, n, "searches")?;
             }
             "no-done" | "no-usage" | "json" | "echo-images" | "media" | "lenient" => {
                 if seen_flags.contains(&seg) {
@@ -925,7 +939,10 @@ mod tests {
         assert!(s.no_done);
         let s = parse_scenario("down-for/1000/retry-after/1/overloaded").unwrap();
         assert_eq!(s.gate, Some(Gate::DownFor(1000)));
-        assert_eq!(parse_scenario("down-first/3/ok").unwrap().gate, Some(Gate::DownFirst(3)));
+        assert_eq!(
+            parse_scenario("down-first/3/ok").unwrap().gate,
+            Some(Gate::DownFirst(3))
+        );
         assert!(parse_scenario("down-first/3/flaky/2").is_err());
         let s = parse_scenario("error-event-after/3/rate_limit").unwrap();
         assert_eq!(s.behavior, Behavior::ErrorEventAfter(3));

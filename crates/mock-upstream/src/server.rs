@@ -382,6 +382,7 @@ fn run_scenario(
         return reply(w, &error_reply(route, 404, &e, None), close);
     }
     info.answer = answer::decide(api, value, &sc);
+    info.searches = answer::web_searches(api, value, &sc, &info.answer);
 
     let gated = match sc.gate {
         Some(Gate::Flaky(k)) => count % k == 0,
