@@ -233,7 +233,7 @@ impl Tariff {
     /// price, never above the hold.
     pub fn settle(&self, reported: Reported, output_chars: usize) -> Charge {
         let (usage, estimated, clamped) = settle_usage(reported, output_chars, self.limits);
-        let (tools, tools_clamped) = self.tools.settle(&reported);
+        let (tools, tools_clamped) = self.tools.settle(&reported.tool_uses);
         let delivered = cost_micros(usage, &self.price)
             .saturating_add(tools.iter().map(|t| t.cost_micros).fold(0, i64::saturating_add));
         let cost = self.held_micros.map_or(delivered, |held| delivered.min(held));
@@ -670,8 +670,7 @@ mod tests {
         // SPEC §17: output over the forwarded limit, input over the context window, cache parts
         // over the input they belong to — and counts near u64::MAX never overflow.
         let absurd = Reported {
-            web_searches: None,
-            web_search_calls: 0,
+            tool_uses: Default::default(),
             input_tokens: Some(u64::MAX),
             output_tokens: Some(u64::MAX),
             cache_read_tokens: Some(u64::MAX),

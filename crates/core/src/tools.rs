@@ -6,7 +6,7 @@
 //! serve it ([`ServerTools::unserved_by`]: the route prices every tool and speaks the client's own
 //! API — a provider's tool is never translated); what the hold adds per route
 //! ([`ToolTariff::held_micros`]); and, from the uses counted in the answer
-//! ([`crate::dialects::Reported::web_searches`], `web_search_calls`), what is charged
+//! ([`ToolUses`], read by each dialect into its `Reported`), what is charged
 //! ([`ToolTariff::settle`]: never more uses than were held).
 
 use std::collections::BTreeMap;
@@ -14,7 +14,6 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::api::Api;
-use crate::dialects::Reported;
 
 /// A tool a provider runs and bills per use that a route may price, by its catalog name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -147,6 +146,33 @@ impl ServerTools {
     }
 }
 
+/// The uses of the provider's priced tools an answer reports, as each dialect reads them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ToolUses {
+    /// Web searches the answer reports it made so far, all of them (Anthropic
+    /// `usage.server_tool_use.web_search_requests`, Gemini's `groundingMetadata.webSearchQueries`,
+    /// a whole Responses answer's `web_search_call` items): the largest report stands.
+    pub web_searches: Option<u32>,
+    /// Web search calls finished in this event (a Responses stream's `response.output_item.done`
+    /// of a `web_search_call`): added up over the stream.
+    pub web_search_calls: u32,
+}
+
+impl ToolUses {
+    pub fn web_searches(n: Option<u32>) -> ToolUses {
+        ToolUses {
+            web_searches: n,
+            web_search_calls: 0,
+        }
+    }
+
+    /// Takes a later event's report: totals never go down, calls add up.
+    pub fn update(&mut self, newer: ToolUses) {
+        self.web_searches = newer.web_searches.max(self.web_searches);
+        self.web_search_calls = self.web_search_calls.saturating_add(newer.web_search_calls);
+    }
+}
+
 /// What one tool cost a request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ToolCharge {
@@ -183,7 +209,7 @@ impl ToolTariff {
     /// Each tool's uses, counted from the answer, at the route's price; a count above the uses
     /// held is cut to them (the second value says so). A Responses stream's calls and a reported
     /// total count the same searches: the larger is taken.
-    pub fn settle(&self, reported: &Reported) -> (Vec<ToolCharge>, bool) {
+    pub fn settle(&self, reported: &ToolUses) -> (Vec<ToolCharge>, bool) {
         let mut clamped = false;
         let charges = self
             .held
@@ -326,7 +352,7 @@ mod tests {
                 prices: prices(price),
                 per_answer: false,
             };
-            let reported = Reported { web_searches: total, web_search_calls: calls, ..Reported::default() };
+            let reported = ToolUses { web_searches: total, web_search_calls: calls };
             let (charges, clamped) = tariff.settle(&reported);
             let counted = u64::from(total.unwrap_or(0).max(calls));
             prop_assert_eq!(charges.len(), 1);
@@ -343,7 +369,7 @@ mod tests {
             prices: prices(0.025),
             per_answer: true,
         };
-        let (charges, clamped) = tariff.settle(&Reported::default());
+        let (charges, clamped) = tariff.settle(&ToolUses::default());
         assert_eq!((charges[0].uses, charges[0].cost_micros, clamped), (1, 25_000, false));
         assert_eq!(ToolTariff::held_micros(&tariff.held, &tariff.prices), 25_000);
     }

@@ -57,7 +57,7 @@ use crate::api::Api;
 use crate::classify::Verdict;
 use crate::error::{ApiError, ErrorShape};
 use crate::sse::SseEvent;
-use crate::tools::{Declared, ServerTool, ServerTools};
+use crate::tools::{Declared, ServerTool, ServerTools, ToolUses};
 
 /// What one dialect knows. Each folder implements it once; [`of`] is the registry.
 pub(crate) trait Dialect: Sync {
@@ -204,13 +204,8 @@ pub struct Reported {
     pub cache_read_tokens: Option<u64>,
     pub cache_write_tokens: Option<u64>,
     pub cache_write_1h_tokens: Option<u64>,
-    /// Web searches the answer reports it made so far, all of them (Anthropic
-    /// `usage.server_tool_use.web_search_requests`, Gemini's `groundingMetadata.webSearchQueries`,
-    /// a whole Responses answer's `web_search_call` items): the largest report stands.
-    pub web_searches: Option<u32>,
-    /// Web search calls finished in this event (a Responses stream's `response.output_item.done`
-    /// of a `web_search_call`): added up over the stream (SPEC §21).
-    pub web_search_calls: u32,
+    /// The uses of the provider's priced tools the answer reports (SPEC §21).
+    pub tool_uses: ToolUses,
 }
 
 impl Reported {
@@ -243,8 +238,7 @@ impl Reported {
         self.cache_read_tokens = newer.cache_read_tokens.or(self.cache_read_tokens);
         self.cache_write_tokens = writes;
         self.cache_write_1h_tokens = writes_1h;
-        self.web_searches = newer.web_searches.max(self.web_searches);
-        self.web_search_calls = self.web_search_calls.saturating_add(newer.web_search_calls);
+        self.tool_uses.update(newer.tool_uses);
     }
 
     /// `total` cache writes split as this report split its own: the same share in the 1-hour

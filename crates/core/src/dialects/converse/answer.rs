@@ -241,8 +241,7 @@ mod tests {
             assert_eq!(
                 t.usage(),
                 Reported {
-                    web_searches: None,
-                    web_search_calls: 0,
+                    tool_uses: Default::default(),
                     input_tokens: Some(30),
                     output_tokens: Some(20),
                     cache_read_tokens: Some(15),

@@ -176,8 +176,7 @@ mod tests {
         assert_eq!(
             info.usage,
             Reported {
-                web_searches: None,
-                web_search_calls: 0,
+                tool_uses: Default::default(),
                 input_tokens: Some(40),
                 output_tokens: Some(7),
                 cache_read_tokens: Some(20),

@@ -18,6 +18,7 @@ pub(crate) mod answer;
 pub mod names;
 pub(crate) mod request;
 
+use crate::tools::ToolUses;
 use serde_json::{json, Map, Value};
 
 use super::body::{Body, Shape};
@@ -179,7 +180,7 @@ pub(crate) fn usage(v: &Value) -> Reported {
     let web_searches = web_searches(v);
     let Some(u) = v.get("usageMetadata") else {
         return Reported {
-            web_searches,
+            tool_uses: ToolUses::web_searches(web_searches),
             ..Reported::default()
         };
     };
@@ -193,7 +194,7 @@ pub(crate) fn usage(v: &Value) -> Reported {
         input_tokens: input,
         output_tokens: sum(n("/candidatesTokenCount"), n("/thoughtsTokenCount")),
         cache_read_tokens: input.and(n("/cachedContentTokenCount")),
-        web_searches,
+        tool_uses: ToolUses::web_searches(web_searches),
         ..Reported::default()
     }
 }

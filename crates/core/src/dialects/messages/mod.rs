@@ -10,6 +10,7 @@
 pub(crate) mod answer;
 pub(crate) mod request;
 
+use crate::tools::ToolUses;
 use serde_json::Value;
 
 use super::body::Body;
@@ -174,7 +175,7 @@ pub(crate) fn usage_of(u: Option<&Value>) -> Reported {
     let Some(uncached) = count(u, "/input_tokens") else {
         return Reported {
             output_tokens,
-            web_searches,
+            tool_uses: ToolUses::web_searches(web_searches),
             ..Reported::default()
         };
     };
@@ -199,8 +200,7 @@ pub(crate) fn usage_of(u: Option<&Value>) -> Reported {
         cache_read_tokens: Some(read),
         cache_write_tokens: Some(write_5m),
         cache_write_1h_tokens: write_1h,
-        web_searches,
-        web_search_calls: 0,
+        tool_uses: ToolUses::web_searches(web_searches),
     }
 }
 
@@ -277,8 +277,7 @@ mod usage_tests {
         assert_eq!(
             usage_of(Some(&flat)),
             Reported {
-                web_searches: None,
-                web_search_calls: 0,
+                tool_uses: Default::default(),
                 input_tokens: Some(910),
                 output_tokens: Some(5),
                 cache_read_tokens: Some(700),
@@ -427,8 +426,7 @@ mod tests {
         assert_eq!(
             start.usage,
             Reported {
-                web_searches: None,
-                web_search_calls: 0,
+                tool_uses: Default::default(),
                 input_tokens: Some(12),
                 output_tokens: None,
                 cache_read_tokens: Some(0),

@@ -11,6 +11,7 @@
 pub(crate) mod answer;
 pub(crate) mod request;
 
+use crate::tools::ToolUses;
 use serde_json::{json, Value};
 
 use super::body::Body;
@@ -114,7 +115,7 @@ pub(crate) fn usage_of(response: Option<&Value>) -> Reported {
         input_tokens: count(usage, "/input_tokens"),
         output_tokens: count(usage, "/output_tokens"),
         cache_read_tokens: count(usage, "/input_tokens_details/cached_tokens"),
-        web_searches: searches.filter(|n| *n > 0),
+        tool_uses: ToolUses::web_searches(searches.filter(|n| *n > 0)),
         ..Reported::default()
     }
 }
@@ -187,7 +188,7 @@ pub fn inspect_event(ev: &SseEvent) -> EventInfo {
         }
         // A finished web search: one use, counted as the stream goes (SPEC §21).
         "response.output_item.done" if v.get("item").is_some_and(is_web_search_call) => {
-            info.usage.web_search_calls = 1;
+            info.usage.tool_uses.web_search_calls = 1;
         }
         _ => {} // lifecycle events: passed through, held before commit
     }
