@@ -100,6 +100,28 @@ fn priced_anthropic_web_search_counts_the_providers_usage() {
 }
 
 #[test]
+fn priced_gemini_and_chat_web_search_are_charged_per_use() {
+    // Gemini: the queries grounding with Google Search ran.
+    let f = Fixture::build(Api::Gemini, &["searches/2"], &[priced()], fast_policy(), false);
+    for stream in [false, true] {
+        let r = send(&f, stream, json!({"tools": [{"googleSearch": {}}]}));
+        assert_eq!(r.status, 200, "stream {stream}: {}", r.text());
+        assert!(r.text().contains("webSearchQueries"), "{}", r.text());
+        let g = f.generation(&r);
+        assert_eq!(searches(&g).0, 2, "stream {stream}: {g}");
+        assert!(close(g["total_cost"].as_f64().unwrap(), 2.0 * PRICE), "{g}");
+    }
+    // Chat: a search model searches once per answer.
+    let f = Fixture::build(Api::Chat, &["ok"], &[priced()], fast_policy(), false);
+    for stream in [false, true] {
+        let r = send(&f, stream, json!({"web_search_options": {}}));
+        assert_eq!(r.status, 200, "stream {stream}: {}", r.text());
+        let g = f.generation(&r);
+        assert_eq!(searches(&g), (1, PRICE), "stream {stream}: {g}");
+    }
+}
+
+#[test]
 fn priced_a_route_without_the_price_is_skipped() {
     let f = Fixture::build(
         Api::Responses,
@@ -112,7 +134,7 @@ fn priced_a_route_without_the_price_is_skipped() {
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("x-switchyard-route"), Some("r1"));
     assert_eq!(f.seen(0), 0, "the route without a price was sent the tool");
-    assert_eq!(attempts_of(&f.generation(&r)), pairs(&[("r1", "success")]));
+    assert_eq!(attempts_of(&f.generation(&r)), pairs(&[("r1", "answered")]));
     // A request without the tool goes the usual way.
     let r = send(&f, false, json!({}));
     assert_eq!(r.header("x-switchyard-route"), Some("r0"), "{}", r.text());
