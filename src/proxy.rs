@@ -218,6 +218,8 @@ async fn admit<'c>(call: &Call, catalog: &'c Catalog, request: &mut ClientReques
     queue.reserved = plan.upcoming().first().map(|&route| (route, slot));
     // The upstream is told the output limit that is held, so it cannot produce more (SPEC §11).
     request.limit_output(model.max_output_tokens);
+    // And the uses of the provider's priced tools it holds for, where its API bounds them (SPEC §21).
+    request.limit_tool_uses(policy.held_tool_uses);
     let max_tokens = request.held_output_tokens(model.max_output_tokens);
     // The uses of the provider's priced tools the request allows, each route's at its price (SPEC §21).
     let held_tools = request.server_tools.held(policy.held_tool_uses);

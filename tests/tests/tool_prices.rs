@@ -186,20 +186,22 @@ fn priced_the_hold_covers_the_allowed_uses_and_bounds_the_charge() {
     assert_eq!(r.status, 200, "{}", r.text());
     let g = s.generation(&poor, r.header("x-generation-id").unwrap());
     assert_eq!(searches(&g).0, 2, "the provider keeps to max_uses: {g}");
-    // Without `max_uses` the policy's default is held (here 2): the provider searching more is
-    // charged no more than was held.
-    let g = {
-        let f = Fixture::build(
-            Api::Messages,
-            &["searches/4"],
-            &[priced()],
-            with(fast_policy(), json!({"held_tool_uses": 2})),
-            false,
-        );
-        let r = send(&f, false, anthropic_search(None));
-        assert_eq!(r.status, 200, "{}", r.text());
-        f.generation(&r)
-    };
+    // Without `max_uses` the policy's default is held (here 2), and the provider is told it.
+    let policy = with(fast_policy(), json!({"held_tool_uses": 2}));
+    let f = Fixture::build(Api::Messages, &["searches/4"], &[priced()], policy.clone(), false);
+    let r = send(&f, false, anthropic_search(None));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let (label, scenario) = &f.routes[0];
+    let sent = &f.s.mock_stats(label, scenario)["last_request"]["body"];
+    assert_eq!(sent["tools"][0]["max_uses"], 2, "the held uses are forwarded: {sent}");
+    let g = f.generation(&r);
+    assert_eq!(searches(&g).0, 2, "{g}");
+    assert!(close(g["total_cost"].as_f64().unwrap(), 2.0 * PRICE), "{g}");
+    // Gemini has no such field: searches past the held ones are not charged, and flagged.
+    let f = Fixture::build(Api::Gemini, &["searches/4"], &[priced()], policy, false);
+    let r = send(&f, false, json!({"tools": [{"googleSearch": {}}]}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let g = f.generation(&r);
     assert_eq!(searches(&g).0, 2, "{g}");
     assert!(close(g["total_cost"].as_f64().unwrap(), 2.0 * PRICE), "{g}");
     assert_eq!(g["usage"]["clamped"], true, "{g}");

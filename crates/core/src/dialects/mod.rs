@@ -596,6 +596,44 @@ impl ClientRequest {
         model_max_output_tokens
     }
 
+    /// The uses of the provider's priced tools the hold covers, told to the upstream where its API
+    /// bounds them (SPEC §21), as [`ClientRequest::limit_output`] tells it the output limit: a
+    /// Responses request without `max_tool_calls` gets `default_uses` there, an Anthropic web
+    /// search tool without `max_uses` gets it there. Gemini and Chat have no such field: their
+    /// uses past the held ones are cut at settlement. Called once, before the hold.
+    pub fn limit_tool_uses(&mut self, default_uses: u64) {
+        if self.server_tools.is_empty() {
+            return;
+        }
+        match self.api {
+            Api::Responses if self.server_tools.max_tool_calls.is_none() => {
+                self.body.set("max_tool_calls", &Value::from(default_uses));
+                self.server_tools.max_tool_calls = Some(default_uses);
+            }
+            Api::Messages => {
+                let Some(Ok(mut tools)) = self
+                    .body
+                    .raw("tools")
+                    .map(|r| serde_json::from_str::<Vec<Value>>(r.get()))
+                else {
+                    return;
+                };
+                for d in self.server_tools.declared.iter_mut().filter(|d| d.max_uses.is_none()) {
+                    let index = d.param.strip_prefix("tools[").and_then(|p| p.strip_suffix(']'));
+                    let tool = index
+                        .and_then(|i| i.parse::<usize>().ok())
+                        .and_then(|i| tools.get_mut(i));
+                    if let Some(Value::Object(tool)) = tool {
+                        tool.insert("max_uses".into(), Value::from(default_uses));
+                        d.max_uses = Some(default_uses);
+                    }
+                }
+                self.body.set("tools", &Value::Array(tools));
+            }
+            _ => {}
+        }
+    }
+
     /// The most output tokens the request can produce: the limit times the completions.
     pub fn held_output_tokens(&self, model_max_output_tokens: u64) -> u64 {
         self.max_tokens
@@ -761,6 +799,53 @@ mod tests {
     use super::*;
 
     const EVERY: [Api; 5] = [Api::Chat, Api::Messages, Api::Responses, Api::Gemini, Api::Converse];
+
+    /// SPEC §21: the uses held are the uses the upstream is told, where its API has a field.
+    #[test]
+    fn the_held_tool_uses_are_told_to_the_upstream_where_its_api_bounds_them() {
+        let limited = |api: Api, body: Value| {
+            let mut r = parse_request(api, body.to_string().as_bytes(), Some(("m", false))).unwrap();
+            r.limit_tool_uses(4);
+            let sent: Value = serde_json::from_slice(&r.upstream_body("up")).unwrap();
+            (sent, r.server_tools.held(4))
+        };
+        let web = |n| vec![(ServerTool::WebSearch, n)];
+        // Responses: `max_tool_calls` written when absent, kept when set.
+        let (sent, held) = limited(
+            Api::Responses,
+            json!({"model": "m", "input": "hi", "tools": [{"type": "web_search"}]}),
+        );
+        assert_eq!((sent["max_tool_calls"].clone(), held), (json!(4), web(4)));
+        let (sent, held) = limited(
+            Api::Responses,
+            json!({"model": "m", "input": "hi", "max_tool_calls": 2, "tools": [{"type": "web_search"}]}),
+        );
+        assert_eq!((sent["max_tool_calls"].clone(), held), (json!(2), web(2)));
+        // Anthropic: `max_uses` on each web search tool without one; the client's own tools untouched.
+        let (sent, held) = limited(
+            Api::Messages,
+            json!({"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}],
+                   "tools": [{"name": "f", "input_schema": {}},
+                             {"type": "web_search_20250305", "name": "web_search"},
+                             {"type": "web_search_20250305", "name": "web_search", "max_uses": 1}]}),
+        );
+        assert_eq!(sent["tools"][0], json!({"name": "f", "input_schema": {}}));
+        assert_eq!(
+            (
+                sent["tools"][1]["max_uses"].clone(),
+                sent["tools"][2]["max_uses"].clone()
+            ),
+            (json!(4), json!(1))
+        );
+        assert_eq!(held, web(5));
+        // Gemini has no field: the body is as sent, the policy's uses held.
+        let body = json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}], "tools": [{"googleSearch": {}}]});
+        let (sent, held) = limited(Api::Gemini, body.clone());
+        assert_eq!((sent["tools"].clone(), held), (body["tools"].clone(), web(4)));
+        // No priced tool: nothing written.
+        let (sent, held) = limited(Api::Responses, json!({"model": "m", "input": "hi"}));
+        assert_eq!((sent.get("max_tool_calls"), held), (None, vec![]));
+    }
 
     /// A one-turn request as a client writes it in `api`.
     fn plain_request(api: Api) -> Value {
