@@ -712,6 +712,73 @@ mod tests {
         }
     }
 
+    /// SPEC §21: a provider's priced tool goes only to routes of the client's own API that price
+    /// it, whatever the order; with none, a 400 names the tool's field.
+    #[test]
+    fn a_priced_tool_is_planned_only_on_native_routes_that_price_it() {
+        let priced = json!({"apis": ["responses"], "tool_prices": {"web_search": 0.01}});
+        let table = [
+            // (routes, the routes planned for a Responses request with web search)
+            (
+                json!([
+                    route("r0", "a", json!({"apis": ["responses"]})),
+                    route(
+                        "r1",
+                        "b",
+                        json!({"apis": ["chat"], "tool_prices": {"web_search": 0.01}})
+                    ),
+                    route("r2", "a2", priced.clone())
+                ]),
+                Ok(vec![2]),
+            ),
+            (
+                json!([route("r0", "a", priced.clone()), route("r1", "b", priced.clone())]),
+                Ok(vec![0, 1]),
+            ),
+            (
+                json!([route("r0", "a", json!({"apis": ["responses"]}))]),
+                Err("tools[1]"),
+            ),
+            (
+                json!([route(
+                    "r0",
+                    "a",
+                    json!({"apis": ["chat"], "tool_prices": {"web_search": 0.01}})
+                )]),
+                Err("tools[1]"),
+            ),
+        ];
+        let body =
+            json!({"model": "m", "input": "x", "tools": [{"type": "function", "name": "f"}, {"type": "web_search"}]});
+        let searching = crate::dialects::parse_request(Api::Responses, body.to_string().as_bytes(), None).unwrap();
+        let plain = crate::dialects::parse_request(Api::Responses, br#"{"model": "m", "input": "x"}"#, None).unwrap();
+        for (routes, want) in table {
+            let c = catalog(routes.clone(), false);
+            let model = c.model("m").unwrap();
+            let order: Vec<(usize, RouteHealth)> =
+                (0..model.routes.len()).map(|i| (i, RouteHealth::default())).collect();
+            let plan = |r: &ClientRequest| Plan::with_order(&c, model, r, &c.policy_for(model), &order, true, 0);
+            let got = plan(&searching).map(|mut p| {
+                std::iter::from_fn(|| p.next_usual(0))
+                    .map(|a| {
+                        assert_eq!(a.api, Api::Responses, "never translated");
+                        a.route
+                    })
+                    .collect::<Vec<_>>()
+            });
+            match (got, want) {
+                (Ok(routes), Ok(want)) => assert_eq!(routes, want, "{routes:?}"),
+                (Err(ApiError::InvalidRequest { param, message }), Err(field)) => {
+                    assert_eq!(param.as_deref(), Some(field));
+                    assert!(message.contains("web_search"), "{message}");
+                }
+                (got, want) => panic!("{routes}: {got:?} against {want:?}"),
+            }
+            // The same model serves a request without the tool on every route.
+            assert!(plan(&plain).is_ok(), "{routes}");
+        }
+    }
+
     #[test]
     fn a_route_of_another_dialect_is_sent_the_request_translated_unless_the_model_forbids_it() {
         let routes = json!([

@@ -800,6 +800,76 @@ mod tests {
 
     const EVERY: [Api; 5] = [Api::Chat, Api::Messages, Api::Responses, Api::Gemini, Api::Converse];
 
+    /// SPEC §21: each dialect's answer counts its web searches the way the provider reports them,
+    /// whole and streamed; a stream's reports add up to the whole answer's count.
+    #[test]
+    fn each_dialect_counts_its_web_searches_whole_and_streamed() {
+        let search = json!({"type": "web_search_call", "id": "ws_1", "status": "completed",
+                            "action": {"type": "search", "query": "q"}});
+        let message = json!({"type": "message", "id": "m", "role": "assistant", "status": "completed",
+                             "content": [{"type": "output_text", "text": "hi", "annotations": []}]});
+        let response = json!({"id": "r", "object": "response", "status": "completed", "model": "m",
+                              "output": [search, search, message],
+                              "usage": {"input_tokens": 3, "output_tokens": 1, "total_tokens": 4}});
+        let anthropic_usage =
+            |n: u32| json!({"input_tokens": 3, "output_tokens": 1, "server_tool_use": {"web_search_requests": n}});
+        let grounded = |n: usize| {
+            json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "hi"}]}, "finishReason": "STOP",
+                                   "groundingMetadata": {"webSearchQueries": vec!["q"; n]}}],
+                   "usageMetadata": {"promptTokenCount": 3, "candidatesTokenCount": 1}})
+        };
+        // (dialect, whole answer, stream events, searches)
+        let table: Vec<(Api, Value, Vec<Value>, u64)> = vec![
+            (
+                Api::Responses,
+                response.clone(),
+                vec![
+                    json!({"type": "response.output_item.done", "output_index": 0, "item": search}),
+                    json!({"type": "response.output_item.done", "output_index": 1, "item": search}),
+                    json!({"type": "response.output_item.done", "output_index": 2, "item": message}),
+                    json!({"type": "response.completed", "response": response}),
+                ],
+                2,
+            ),
+            (
+                Api::Messages,
+                json!({"id": "msg", "type": "message", "role": "assistant", "model": "m",
+                       "content": [{"type": "server_tool_use", "id": "s", "name": "web_search", "input": {"query": "q"}},
+                                   {"type": "text", "text": "hi"}],
+                       "stop_reason": "end_turn", "usage": anthropic_usage(3)}),
+                vec![
+                    json!({"type": "message_start", "message": {"id": "msg", "model": "m", "usage": anthropic_usage(0)}}),
+                    json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": anthropic_usage(3)}),
+                ],
+                3,
+            ),
+            (Api::Gemini, grounded(2), vec![grounded(0), grounded(2)], 2),
+        ];
+        let tariff = |held| crate::tools::ToolTariff {
+            held: vec![(ServerTool::WebSearch, held)],
+            prices: [("web_search".to_string(), 0.01)].into_iter().collect(),
+            per_answer: false,
+        };
+        for (api, whole, events, want) in table {
+            let info = inspect_body(api, whole.to_string().as_bytes(), false).unwrap();
+            let (charges, clamped) = tariff(10).settle(&info.usage.tool_uses);
+            assert_eq!(
+                (charges[0].uses, charges[0].cost_micros, clamped),
+                (want, want as i64 * 10_000, false),
+                "{api:?} whole"
+            );
+            let mut streamed = Reported::default();
+            for e in &events {
+                streamed.update((of(api).stream().inspect)(&SseEvent::from_data(&e.to_string())).usage);
+            }
+            let (charges, _) = tariff(10).settle(&streamed.tool_uses);
+            assert_eq!(charges[0].uses, want, "{api:?} streamed");
+            // More than was held: cut to it, and flagged.
+            let (charges, clamped) = tariff(1).settle(&streamed.tool_uses);
+            assert_eq!((charges[0].uses, clamped), (1, true), "{api:?}");
+        }
+    }
+
     /// SPEC §21: the uses held are the uses the upstream is told, where its API has a field.
     #[test]
     fn the_held_tool_uses_are_told_to_the_upstream_where_its_api_bounds_them() {
