@@ -19,8 +19,8 @@ use std::rc::Rc;
 
 use futures_util::future::{FutureExt, LocalBoxFuture, Shared};
 use switchyard_core::batch::{Batches, Rules};
-use switchyard_core::billing::{hold_ttl_ms, plan_hold, BalanceSnapshot, HoldPlan};
-use switchyard_core::catalog::{Policy, Price};
+use switchyard_core::billing::{hold_ttl_ms, plan_hold, BalanceSnapshot, HoldCandidate, HoldPlan};
+use switchyard_core::catalog::Policy;
 use switchyard_core::generation::GenerationRecord;
 use switchyard_core::ApiError;
 use worker::{Context, Env};
@@ -82,7 +82,8 @@ pub struct HoldRequest<'a> {
     pub key: &'a KeyRecord,
     pub generation_id: &'a str,
     /// The plan's candidate routes: (index, price).
-    pub candidates: &'a [(usize, &'a Price)],
+    /// Each candidate route with its prices and what its priced tools add (SPEC §21).
+    pub candidates: &'a [HoldCandidate<'a>],
     /// The input tokens held for: the body's, or the context window (SPEC §17).
     pub input_tokens: u64,
     /// The output limit held for.

@@ -15,7 +15,8 @@ use futures_channel::oneshot;
 use futures_util::future::select;
 
 use switchyard_core::api::Api;
-use switchyard_core::catalog::{Balance, Catalog, Model, Policy, Price};
+use switchyard_core::billing::HoldCandidate;
+use switchyard_core::catalog::{Balance, Catalog, Model, Policy};
 use switchyard_core::dialects::neutral::answer::AnswerContext;
 use switchyard_core::dialects::{with_cost, ClientRequest};
 use switchyard_core::generation::{AttemptResult, AttemptTarget, Delivery, Ending, Journal, Opening};
@@ -23,6 +24,7 @@ use switchyard_core::health::HealthConfig;
 use switchyard_core::limits::{rate_headers, RateWindow};
 use switchyard_core::money::micros_to_usd;
 use switchyard_core::plan::{Attempt, Plan, PlanInput};
+use switchyard_core::tools::ToolTariff;
 use switchyard_core::wire;
 use switchyard_core::ApiError;
 use wasm_bindgen::JsCast;
@@ -216,11 +218,18 @@ async fn admit<'c>(call: &Call, catalog: &'c Catalog, request: &mut ClientReques
     queue.reserved = plan.upcoming().first().map(|&route| (route, slot));
     // The upstream is told the output limit that is held, so it cannot produce more (SPEC §11).
     request.limit_output(model.max_output_tokens);
+    // And the uses of the provider's priced tools it holds for, where its API bounds them (SPEC §21).
+    request.limit_tool_uses(policy.held_tool_uses);
     let max_tokens = request.held_output_tokens(model.max_output_tokens);
-    let prices: Vec<(usize, &Price)> = plan
+    // The uses of the provider's priced tools the request allows, each route's at its price (SPEC §21).
+    let held_tools = request.server_tools.held(policy.held_tool_uses);
+    let prices: Vec<HoldCandidate> = plan
         .candidates()
         .into_iter()
-        .filter_map(|i| model.routes.get(i).map(|r| (i, &r.price)))
+        .filter_map(|i| {
+            let r = model.routes.get(i)?;
+            Some((i, &r.price, ToolTariff::held_micros(&held_tools, &r.tool_prices)))
+        })
         .collect();
     let hold = billing::place_hold(
         &call.env,
@@ -242,6 +251,8 @@ async fn admit<'c>(call: &Call, catalog: &'c Catalog, request: &mut ClientReques
             max_tokens,
             body_len: request.body_len,
             held_micros: Some(hold.amount),
+            held_tools,
+            tools_per_answer: request.server_tools.per_answer.is_some(),
             ..opening(call, request.api, &model.id, request.stream, started_ms)
         }),
         request_id: call.request_id.clone(),
@@ -305,6 +316,8 @@ fn opening(call: &Call, api: Api, model: &str, stream: bool, started_ms: u64) ->
         max_tokens: 0,
         body_len: 0,
         held_micros: None,
+        held_tools: Vec::new(),
+        tools_per_answer: false,
     }
 }
 
@@ -421,6 +434,7 @@ async fn attempts(
             api,
             translated,
             dropped,
+            tool_prices: route.tool_prices.clone(),
         };
         let outgoing = match outgoing {
             Ok(o) => o,
@@ -590,7 +604,7 @@ fn deliver(
                 .stream_cap_ms
                 .saturating_sub(now_ms().saturating_sub(started_ms))
                 .max(1);
-            match relay::start(live, record.journal.tariff(), policy, cap_ms, &call.client) {
+            match relay::start(*live, record.journal.tariff(), policy, cap_ms, &call.client) {
                 Ok((body, delivered)) => {
                     call.ctx.wait_until(async move {
                         let delivery = delivered.await;

@@ -621,6 +621,12 @@ impl Store {
         let attempts_json = serde_json::to_string(&g.attempts).map_err(|_| ApiError::Internal {
             label: "attempts_encode",
         })?;
+        let server_tools_json = match g.server_tools.is_empty() {
+            true => None,
+            false => Some(serde_json::to_string(&g.server_tools).map_err(|_| ApiError::Internal {
+                label: "server_tools_encode",
+            })?),
+        };
         let mut statements = match unwritten {
             Some(h) => self.hold_unchecked_statements(h)?,
             None => Vec::new(),
@@ -654,9 +660,9 @@ impl Store {
             "INSERT OR IGNORE INTO generations (id, account_id, key_id, model, api, stream, outcome, route, provider, \
              input_tokens, output_tokens, estimated, delivered_output, error_code, total_cost_micros, created_at, duration_ms, \
              hold_path, attempts_json, overrun_micros, cache_read_tokens, cache_write_tokens, cache_write_1h_tokens, \
-             usage_clamped, upstream_response_id) \
+             usage_clamped, upstream_response_id, server_tools_json) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, \
-             ?23, ?24, ?25)",
+             ?23, ?24, ?25, ?26)",
             &[
                 JsValue::from_str(&g.id),
                 JsValue::from_str(&g.account_id),
@@ -683,6 +689,7 @@ impl Store {
                 opt_u(g.usage.map(|u| u.cache_write_1h_tokens)),
                 opt_bool(Some(g.usage_clamped)),
                 opt_str(g.upstream_response_id.as_deref()),
+                opt_str(server_tools_json.as_deref()),
             ],
         )?);
         Ok(statements)
@@ -888,7 +895,8 @@ impl Store {
             .stmt(
                 "SELECT id, model, api, outcome, route, provider, input_tokens, output_tokens, cache_read_tokens, \
                  cache_write_tokens, cache_write_1h_tokens, usage_clamped, estimated, delivered_output, \
-                 error_code, total_cost_micros, overrun_micros, stream, created_at, duration_ms, hold_path, attempts_json \
+                 error_code, total_cost_micros, overrun_micros, stream, created_at, duration_ms, hold_path, attempts_json, \
+                 server_tools_json \
                  FROM generations \
                  WHERE id = ?1 AND account_id = ?2",
                 &[JsValue::from_str(id), JsValue::from_str(account_id)],
@@ -1000,4 +1008,6 @@ pub struct GenerationRow {
     pub duration_ms: f64,
     pub hold_path: Option<String>,
     pub attempts_json: String,
+    /// The priced server tools' uses and cost (SPEC §21); null when the answer used none.
+    pub server_tools_json: Option<String>,
 }

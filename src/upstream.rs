@@ -126,7 +126,8 @@ pub enum Committed {
         /// holds it.
         response_id: Option<String>,
     },
-    Stream(Live),
+    /// Boxed: a live stream's relay is large beside a whole body.
+    Stream(Box<Live>),
 }
 
 impl Committed {
@@ -536,7 +537,7 @@ async fn until_content(
             match gate.on_event(ev) {
                 Before::Hold => {}
                 Before::Commit(head) => {
-                    return Ok(Committed::Stream(Live {
+                    return Ok(Committed::Stream(Box::new(Live {
                         pending: drained.collect(),
                         body,
                         incoming,
@@ -544,7 +545,7 @@ async fn until_content(
                         head,
                         controller: a.controller,
                         content_type,
-                    }));
+                    })));
                 }
                 Before::Fail(verdict) => {
                     a.controller.abort();

@@ -106,6 +106,7 @@ async fn send(
                     max_input_tokens: route.context_window.unwrap_or(model.context_window),
                     body_len: request.body_len,
                 },
+                tools: Default::default(),
             };
             (Ok(()), Some(tariff.settle(usage, output_chars)))
         }

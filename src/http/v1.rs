@@ -16,6 +16,7 @@ use switchyard_core::ids::{record_may_be_pending, RECORD_WAIT_MS};
 use switchyard_core::keys::{hash_key, presented_key, well_formed};
 use switchyard_core::money::micros_to_usd;
 use switchyard_core::status;
+use switchyard_core::tools::ToolCharge;
 use switchyard_core::ApiError;
 use worker::{Context, Env, Request};
 
@@ -95,6 +96,15 @@ pub async fn generation(req: &Request, env: &Env) -> HandlerResult {
         }),
         _ => Value::Null,
     };
+    // SPEC §21: each priced server tool's uses and their cost (part of `total_cost`).
+    let server_tools: serde_json::Map<String, Value> = g
+        .server_tools_json
+        .as_deref()
+        .and_then(|j| serde_json::from_str::<Vec<ToolCharge>>(j).ok())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| (t.tool, json!({"uses": t.uses, "cost": micros_to_usd(t.cost_micros)})))
+        .collect();
     let attempts: Vec<Value> = attempts
         .iter()
         .map(|a| {
@@ -133,6 +143,7 @@ pub async fn generation(req: &Request, env: &Env) -> HandlerResult {
             "usage": usage,
             "estimated": g.estimated != 0.0,
             "total_cost": micros_to_usd(g.total_cost_micros as i64),
+            "server_tools": server_tools,
             "overrun": micros_to_usd(g.overrun_micros as i64),
             "error_code": g.error_code,
             "created_at_ms": g.created_at as u64,

@@ -37,26 +37,32 @@ pub enum HoldPlan {
     Insufficient,
 }
 
-/// Plans the hold over the candidate routes (index, price): `input_tokens` (the body's, or the
-/// model's context window when the input is not all in the body) at the highest input price
-/// among them and `max_tokens` at the highest output price; if `available` cannot cover that,
-/// only the routes whose own maximum fits are kept and the hold is the maximum over those.
-pub fn plan_hold(available: i64, candidates: &[(usize, &Price)], input_tokens: u64, max_tokens: u64) -> HoldPlan {
-    let amount_for = |routes: &[(usize, &Price)]| {
-        let input = routes.iter().map(|(_, p)| p.max_input()).fold(0.0, f64::max);
-        let output = routes.iter().map(|(_, p)| p.output_per_mtok).fold(0.0, f64::max);
-        max_cost(input_tokens, max_tokens, input, output)
+/// A candidate route as the hold sees it: its index, its token prices and what its priced server
+/// tools add for the uses the request allows (SPEC §21; 0 without such tools).
+pub type HoldCandidate<'a> = (usize, &'a Price, i64);
+
+/// Plans the hold over the candidate routes: `input_tokens` (the body's, or the model's context
+/// window when the input is not all in the body) at the highest input price among them,
+/// `max_tokens` at the highest output price, and the dearest of their tool costs; if `available`
+/// cannot cover that, only the routes whose own maximum fits are kept and the hold is the maximum
+/// over those.
+pub fn plan_hold(available: i64, candidates: &[HoldCandidate], input_tokens: u64, max_tokens: u64) -> HoldPlan {
+    let amount_for = |routes: &[HoldCandidate]| {
+        let input = routes.iter().map(|(_, p, _)| p.max_input()).fold(0.0, f64::max);
+        let output = routes.iter().map(|(_, p, _)| p.output_per_mtok).fold(0.0, f64::max);
+        let tools = routes.iter().map(|(_, _, t)| *t).max().unwrap_or(0);
+        max_cost(input_tokens, max_tokens, input, output).saturating_add(tools)
     };
     let all = amount_for(candidates);
     if all <= available {
         return HoldPlan::Hold {
             amount: all,
-            keep: candidates.iter().map(|(i, _)| *i).collect(),
+            keep: candidates.iter().map(|(i, _, _)| *i).collect(),
         };
     }
-    let fitting: Vec<(usize, &Price)> = candidates
+    let fitting: Vec<HoldCandidate> = candidates
         .iter()
-        .filter(|(_, p)| route_max_cost(input_tokens, max_tokens, p) <= available)
+        .filter(|(_, p, tools)| route_max_cost(input_tokens, max_tokens, p).saturating_add(*tools) <= available)
         .copied()
         .collect();
     if fitting.is_empty() {
@@ -64,7 +70,7 @@ pub fn plan_hold(available: i64, candidates: &[(usize, &Price)], input_tokens: u
     }
     HoldPlan::Hold {
         amount: amount_for(&fitting),
-        keep: fitting.iter().map(|(i, _)| *i).collect(),
+        keep: fitting.iter().map(|(i, _, _)| *i).collect(),
     }
 }
 
@@ -168,7 +174,7 @@ mod tests {
         };
         assert_eq!(route_max_cost(100, 50, &cached), 600 + 750);
         assert_eq!(
-            plan_hold(1_000_000, &[(0, &price(3.0, 15.0)), (1, &cached)], 100, 50),
+            plan_hold(1_000_000, &[(0, &price(3.0, 15.0), 0), (1, &cached, 0)], 100, 50),
             HoldPlan::Hold {
                 amount: 1350,
                 keep: vec![0, 1]
@@ -181,7 +187,7 @@ mod tests {
         let (a, b) = (price(1.0, 10.0), price(5.0, 2.0));
         // Highest input (5) and highest output (10): 100 × 5 + 100 × 10.
         assert_eq!(
-            plan_hold(1_000_000, &[(0, &a), (1, &b)], 100, 100),
+            plan_hold(1_000_000, &[(0, &a, 0), (1, &b, 0)], 100, 100),
             HoldPlan::Hold {
                 amount: 1500,
                 keep: vec![0, 1]
@@ -194,17 +200,39 @@ mod tests {
         let (dear, cheap) = (price(10.0, 30.0), price(1.0, 2.0));
         // dear: 100×10 + 100×30 = 4000; cheap: 100 + 200 = 300.
         assert_eq!(
-            plan_hold(1000, &[(0, &dear), (1, &cheap)], 100, 100),
+            plan_hold(1000, &[(0, &dear, 0), (1, &cheap, 0)], 100, 100),
             HoldPlan::Hold {
                 amount: 300,
                 keep: vec![1]
             }
         );
         assert_eq!(
-            plan_hold(299, &[(0, &dear), (1, &cheap)], 100, 100),
+            plan_hold(299, &[(0, &dear, 0), (1, &cheap, 0)], 100, 100),
             HoldPlan::Insufficient
         );
-        assert_eq!(plan_hold(-5, &[(0, &cheap)], 100, 100), HoldPlan::Insufficient);
+        assert_eq!(plan_hold(-5, &[(0, &cheap, 0)], 100, 100), HoldPlan::Insufficient);
+    }
+
+    #[test]
+    fn priced_tools_add_the_dearest_routes_uses_to_the_hold() {
+        // SPEC §21: 100 + 200 µ$ of tokens; route 0's three searches cost 30 000 µ$, route 1's 15 000.
+        let p = price(1.0, 2.0);
+        assert_eq!(
+            plan_hold(1_000_000, &[(0, &p, 30_000), (1, &p, 15_000)], 100, 100),
+            HoldPlan::Hold {
+                amount: 30_300,
+                keep: vec![0, 1]
+            }
+        );
+        // A balance that covers only the cheaper searches keeps only that route.
+        assert_eq!(
+            plan_hold(20_000, &[(0, &p, 30_000), (1, &p, 15_000)], 100, 100),
+            HoldPlan::Hold {
+                amount: 15_300,
+                keep: vec![1]
+            }
+        );
+        assert_eq!(plan_hold(15_299, &[(0, &p, 15_000)], 100, 100), HoldPlan::Insufficient);
     }
 
     #[test]

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::api::Api;
 use crate::providers::{self, Provider};
+use crate::tools::{self, ToolPrices};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -93,6 +94,10 @@ pub struct Route {
     /// and whether it is checked when idle (SPEC §8a); true when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verify: Option<bool>,
+    /// USD per use of each tool the provider runs and bills per use that this route serves
+    /// (SPEC §21); a tool it does not price makes it unable for a request using it.
+    #[serde(default, skip_serializing_if = "ToolPrices::is_empty")]
+    pub tool_prices: ToolPrices,
 }
 
 impl Route {
@@ -190,6 +195,8 @@ pub struct PolicyOverrides {
     pub recheck_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub translate: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_tool_uses: Option<u64>,
 }
 
 /// The effective policy for one model: SPEC §16 defaults, then the top-level overrides, then the
@@ -225,6 +232,8 @@ pub struct Policy {
     pub recheck_ms: u64,
     /// A request may go to a route that does not speak its dialect, translated (SPEC §19).
     pub translate: bool,
+    /// The uses of a priced server tool held for when the request sets no bound (SPEC §21).
+    pub held_tool_uses: u64,
 }
 
 impl Default for Policy {
@@ -255,6 +264,7 @@ impl Default for Policy {
             verify_idle_ms: 900_000,
             recheck_ms: 15_000,
             translate: true,
+            held_tool_uses: 10,
         }
     }
 }
@@ -297,6 +307,7 @@ impl Policy {
             verify_idle_ms,
             recheck_ms,
             translate,
+            held_tool_uses,
         );
     }
 }
@@ -468,6 +479,9 @@ impl Catalog {
                 }
                 if r.max_concurrency == Some(0) {
                     return Err(err(format!("{at}.max_concurrency"), "must be positive"));
+                }
+                if let Err((tool, why)) = tools::check_prices(&r.tool_prices) {
+                    return Err(err(format!("{at}.tool_prices.{tool}"), why));
                 }
             }
             if let Some(p) = &m.policy {
@@ -689,6 +703,9 @@ fn check_policy(p: &PolicyOverrides, at: &str) -> Result<(), CatalogError> {
         if !(0.0..=1.0).contains(&f) {
             return Err(err(format!("{at}.optimistic_hold_fraction"), "must be between 0 and 1"));
         }
+    }
+    if p.held_tool_uses.is_some_and(|n| !(1..=1_000).contains(&n)) {
+        return Err(err(format!("{at}.held_tool_uses"), "must be between 1 and 1000"));
     }
     for (name, v) in [
         ("demote_after", p.demote_after),

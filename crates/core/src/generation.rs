@@ -15,6 +15,7 @@ use crate::classify::{Blame, FailureClass, Verdict};
 use crate::dialects::{Reported, Usage};
 use crate::error::ApiError;
 use crate::health::{AttemptOutcome, Observation, RequestObservation};
+use crate::tools::{ServerTool, ToolCharge, ToolPrices, ToolTariff};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -127,6 +128,10 @@ pub struct GenerationRecord {
     /// How the hold was placed: `fast` (not awaited) or `awaited` (SPEC §11).
     pub hold_path: Option<String>,
     pub attempts: Vec<AttemptRecord>,
+    /// Each priced server tool the answer used: its uses and their cost, part of
+    /// `total_cost_micros` (SPEC §21).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub server_tools: Vec<ToolCharge>,
 }
 
 /// The usage to record for a committed answer: the upstream's counts where it gave them, else
@@ -204,10 +209,12 @@ pub struct Tariff {
     pub price: Price,
     pub held_micros: Option<i64>,
     pub limits: UsageLimits,
+    /// The request's priced server tools on the route (SPEC §21); none for most requests.
+    pub tools: ToolTariff,
 }
 
 /// A committed answer's charge.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Charge {
     pub usage: Usage,
     pub estimated: bool,
@@ -217,6 +224,8 @@ pub struct Charge {
     pub cost_micros: i64,
     /// What the upstream delivered beyond the hold (recorded, not charged).
     pub overrun_micros: i64,
+    /// Each priced server tool's uses and their cost, part of `cost_micros` (SPEC §21).
+    pub tools: Vec<ToolCharge>,
 }
 
 impl Tariff {
@@ -224,14 +233,17 @@ impl Tariff {
     /// price, never above the hold.
     pub fn settle(&self, reported: Reported, output_chars: usize) -> Charge {
         let (usage, estimated, clamped) = settle_usage(reported, output_chars, self.limits);
-        let delivered = cost_micros(usage, &self.price);
+        let (tools, tools_clamped) = self.tools.settle(&reported.tool_uses);
+        let delivered = cost_micros(usage, &self.price)
+            .saturating_add(tools.iter().map(|t| t.cost_micros).fold(0, i64::saturating_add));
         let cost = self.held_micros.map_or(delivered, |held| delivered.min(held));
         Charge {
             usage,
             estimated,
-            clamped,
+            clamped: clamped || tools_clamped,
             cost_micros: cost,
             overrun_micros: delivered - cost,
+            tools,
         }
     }
 }
@@ -258,6 +270,10 @@ pub struct Opening {
     pub body_len: usize,
     /// The hold's amount: the charge never exceeds it.
     pub held_micros: Option<i64>,
+    /// The priced server tools' uses the hold covers, and whether they are one per answer
+    /// (SPEC §21).
+    pub held_tools: Vec<(ServerTool, u64)>,
+    pub tools_per_answer: bool,
 }
 
 /// One attempt's route, as the driver picked it.
@@ -280,6 +296,8 @@ pub struct AttemptTarget {
     pub translated: bool,
     /// Client fields left out in translation (no effect on the answer).
     pub dropped: Vec<String>,
+    /// The route's prices for the provider's tools (SPEC §21).
+    pub tool_prices: ToolPrices,
 }
 
 /// How one attempt ended.
@@ -325,6 +343,8 @@ pub struct Journal {
     held_micros: Option<i64>,
     /// The committed attempt's price, context window and start, and whether it was translated.
     committed: Option<(Price, u64, u64, bool)>,
+    /// The request's priced tools: the uses held, and the committed route's prices for them.
+    tools: ToolTariff,
 }
 
 /// A finished request: the generation to settle and store, and what route health learns from it.
@@ -360,12 +380,18 @@ impl Journal {
                 duration_ms: 0,
                 hold_path: o.hold_path.map(str::to_string),
                 attempts: Vec::new(),
+                server_tools: Vec::new(),
             },
             observations: Vec::new(),
             max_tokens: o.max_tokens,
             body_len: o.body_len,
             held_micros: o.held_micros,
             committed: None,
+            tools: ToolTariff {
+                held: o.held_tools,
+                prices: ToolPrices::new(),
+                per_answer: o.tools_per_answer,
+            },
         }
     }
 
@@ -378,6 +404,7 @@ impl Journal {
             AttemptResult::Committed { http_status } => {
                 self.record.route = Some(target.route.clone());
                 self.record.provider = Some(target.provider.clone());
+                self.tools.prices = target.tool_prices.clone();
                 self.committed = Some((
                     target.price.clone(),
                     target.context_window,
@@ -465,6 +492,7 @@ impl Journal {
                 max_input_tokens: *context_window,
                 body_len: self.body_len,
             },
+            tools: self.tools.clone(),
         })
     }
 
@@ -493,7 +521,9 @@ impl Journal {
                     clamped,
                     cost_micros: cost,
                     overrun_micros,
+                    tools,
                 } = tariff.settle(d.usage, d.output_chars);
+                record.server_tools = tools;
                 record.usage_clamped = clamped;
                 if record.api == Api::Responses && !translated {
                     record.upstream_response_id = d.response_id.clone();
@@ -640,6 +670,7 @@ mod tests {
         // SPEC §17: output over the forwarded limit, input over the context window, cache parts
         // over the input they belong to — and counts near u64::MAX never overflow.
         let absurd = Reported {
+            tool_uses: Default::default(),
             input_tokens: Some(u64::MAX),
             output_tokens: Some(u64::MAX),
             cache_read_tokens: Some(u64::MAX),
@@ -780,6 +811,8 @@ mod tests {
             max_tokens: 100,
             body_len: 300,
             held_micros: Some(1_000),
+            held_tools: Vec::new(),
+            tools_per_answer: false,
         }
     }
 
@@ -798,6 +831,7 @@ mod tests {
             api: Api::Chat,
             translated: false,
             dropped: Vec::new(),
+            tool_prices: Default::default(),
         }
     }
 

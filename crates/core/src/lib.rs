@@ -30,6 +30,7 @@ pub mod settlement;
 pub mod spread;
 pub mod sse;
 pub mod status;
+pub mod tools;
 pub mod verify;
 pub mod wire;
 

@@ -238,6 +238,17 @@ impl Plan {
                 model: model.id.clone(),
             });
         }
+        // SPEC §21: a provider's priced tool only on a route of the client's own API that prices
+        // it; the others are unable for this request, and with none left it is a 400 naming it.
+        let unserved = |i: usize| {
+            let r = model.routes.get(i)?;
+            request.server_tools.unserved_by(request.api, wire(i)?, &r.tool_prices)
+        };
+        let first_unserved = serving.iter().find_map(|(i, _)| unserved(*i));
+        let serving: Vec<(usize, RouteHealth)> = serving.into_iter().filter(|(i, _)| unserved(*i).is_none()).collect();
+        if let (true, Some((param, message))) = (serving.is_empty(), first_unserved) {
+            return Err(ApiError::invalid(message, Some(&param)));
+        }
         let mut kept: Vec<(usize, RouteHealth)> = serving
             .into_iter()
             .filter(|(i, _)| {
@@ -698,6 +709,73 @@ mod tests {
         /// Test view: only the usual attempts, no one more try.
         fn next_usual(&mut self, now_ms: u64) -> Option<Attempt> {
             self.next_attempt(now_ms)
+        }
+    }
+
+    /// SPEC §21: a provider's priced tool goes only to routes of the client's own API that price
+    /// it, whatever the order; with none, a 400 names the tool's field.
+    #[test]
+    fn a_priced_tool_is_planned_only_on_native_routes_that_price_it() {
+        let priced = json!({"apis": ["responses"], "tool_prices": {"web_search": 0.01}});
+        let table = [
+            // (routes, the routes planned for a Responses request with web search)
+            (
+                json!([
+                    route("r0", "a", json!({"apis": ["responses"]})),
+                    route(
+                        "r1",
+                        "b",
+                        json!({"apis": ["chat"], "tool_prices": {"web_search": 0.01}})
+                    ),
+                    route("r2", "a2", priced.clone())
+                ]),
+                Ok(vec![2]),
+            ),
+            (
+                json!([route("r0", "a", priced.clone()), route("r1", "b", priced.clone())]),
+                Ok(vec![0, 1]),
+            ),
+            (
+                json!([route("r0", "a", json!({"apis": ["responses"]}))]),
+                Err("tools[1]"),
+            ),
+            (
+                json!([route(
+                    "r0",
+                    "a",
+                    json!({"apis": ["chat"], "tool_prices": {"web_search": 0.01}})
+                )]),
+                Err("tools[1]"),
+            ),
+        ];
+        let body =
+            json!({"model": "m", "input": "x", "tools": [{"type": "function", "name": "f"}, {"type": "web_search"}]});
+        let searching = crate::dialects::parse_request(Api::Responses, body.to_string().as_bytes(), None).unwrap();
+        let plain = crate::dialects::parse_request(Api::Responses, br#"{"model": "m", "input": "x"}"#, None).unwrap();
+        for (routes, want) in table {
+            let c = catalog(routes.clone(), false);
+            let model = c.model("m").unwrap();
+            let order: Vec<(usize, RouteHealth)> =
+                (0..model.routes.len()).map(|i| (i, RouteHealth::default())).collect();
+            let plan = |r: &ClientRequest| Plan::with_order(&c, model, r, &c.policy_for(model), &order, true, 0);
+            let got = plan(&searching).map(|mut p| {
+                std::iter::from_fn(|| p.next_usual(0))
+                    .map(|a| {
+                        assert_eq!(a.api, Api::Responses, "never translated");
+                        a.route
+                    })
+                    .collect::<Vec<_>>()
+            });
+            match (got, want) {
+                (Ok(routes), Ok(want)) => assert_eq!(routes, want, "{routes:?}"),
+                (Err(ApiError::InvalidRequest { param, message }), Err(field)) => {
+                    assert_eq!(param.as_deref(), Some(field));
+                    assert!(message.contains("web_search"), "{message}");
+                }
+                (got, want) => panic!("{routes}: {got:?} against {want:?}"),
+            }
+            // The same model serves a request without the tool on every route.
+            assert!(plan(&plain).is_ok(), "{routes}");
         }
     }
 

@@ -715,6 +715,7 @@ mod tests {
                 max_input_tokens: 100_000,
                 body_len: 30,
             },
+            tools: Default::default(),
         }
     }
 

@@ -66,6 +66,32 @@ pub fn decide(api: Api, body: &Value, sc: &Scenario) -> Answer {
     Answer::Words
 }
 
+/// The web searches the provider runs before answering (SPEC §21's priced tools): none unless
+/// the request declares a web search tool — Responses `web_search` (and its dated and preview
+/// types), Anthropic `web_search_YYYYMMDD`, Gemini `googleSearch` / `google_search` — then
+/// `searches/N` (default 1), never more than the request allows, as the providers keep to it
+/// (Anthropic's tool `max_uses`, Responses `max_tool_calls`). Tool calls are answered without.
+pub fn web_searches(api: Api, body: &Value, sc: &Scenario, answer: &Answer) -> usize {
+    if matches!(answer, Answer::Calls(_)) {
+        return 0;
+    }
+    let tools = items(body.get("tools"));
+    let search = tools.iter().find(|t| match api {
+        Api::Responses => str_of(t, "type").is_some_and(|k| k == "web_search" || k.starts_with("web_search_")),
+        Api::Messages => str_of(t, "type").is_some_and(|k| k.starts_with("web_search_")),
+        Api::Gemini => field(t, &["googleSearch", "google_search"]).is_some(),
+        Api::Chat => false,
+    });
+    let Some(search) = search else { return 0 };
+    let limit = match api {
+        Api::Messages => search.get("max_uses").and_then(Value::as_u64),
+        Api::Responses => body.get("max_tool_calls").and_then(Value::as_u64),
+        _ => None,
+    };
+    let n = sc.searches.unwrap_or(1);
+    limit.map_or(n, |l| n.min(usize::try_from(l).unwrap_or(usize::MAX)))
+}
+
 /// The first of `names` that `v` has (Google's keys come in two spellings).
 fn field<'a>(v: &'a Value, names: &[&str]) -> Option<&'a Value> {
     names.iter().find_map(|n| v.get(n))

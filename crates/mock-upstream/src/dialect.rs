@@ -46,6 +46,8 @@ pub struct ReqInfo {
     pub background: bool,
     /// What the answer says (the usual words unless the request decides, see [`crate::answer`]).
     pub answer: Answer,
+    /// Web searches run before the answer (`searches/N`, see [`crate::answer::web_searches`]).
+    pub searches: usize,
     /// Chat on Azure: `prompt_filter_results` (a first stream chunk of its own, without choices)
     /// and each choice's `content_filter_results`.
     pub content_filters: bool,
@@ -83,6 +85,7 @@ impl ReqInfo {
             cache_1h: asks_1h_cache(v),
             background: v.get("background").and_then(Value::as_bool).unwrap_or(false),
             answer: Answer::Words,
+            searches: 0,
             content_filters: false,
         }
     }
@@ -499,10 +502,14 @@ pub fn nonstream_body(api: Api, info: &ReqInfo, sc: &Scenario) -> String {
         }
         Api::Messages => {
             let (content, stop) = if calls.is_empty() {
-                (
-                    array(vec![Obj::new().str("type", "text").str("text", &text).build()]),
-                    "end_turn",
-                )
+                let mut blocks = Vec::new();
+                for i in 0..info.searches {
+                    let (call, result) = messages_search(i, true);
+                    blocks.push(call.build());
+                    blocks.push(result.build());
+                }
+                blocks.push(Obj::new().str("type", "text").str("text", &text).build());
+                (array(blocks), "end_turn")
             } else {
                 let blocks = calls
                     .iter()
@@ -525,7 +532,7 @@ pub fn nonstream_body(api: Api, info: &ReqInfo, sc: &Scenario) -> String {
         }
         // OpenAI queues a background response and answers at once with it, no output yet.
         Api::Responses if info.background => responses_object(info, "queued", "[]", None),
-        Api::Responses => responses_object(info, "completed", &responses_output(calls, &text), usage),
+        Api::Responses => responses_object(info, "completed", &responses_output(info, calls, &text), usage),
         Api::Gemini if sc.media && calls.is_empty() => {
             gemini_chunk(info, &gemini_media_parts(&text), Some("STOP"), usage)
         }
@@ -539,6 +546,22 @@ fn gemini_chunk(info: &ReqInfo, parts: &str, finish: Option<&str>, usage_n: Opti
     let mut candidate = Obj::new().obj("content", Obj::new().raw("parts", parts).str("role", "model"));
     if let Some(reason) = finish {
         candidate = candidate.str("finishReason", reason); // Google omits it until the end
+        if info.searches > 0 {
+            // Grounding with Google Search: the queries it ran, with the pages it read.
+            let queries = (0..info.searches).map(|_| string(SEARCH_QUERY));
+            let chunk = Obj::new().obj(
+                "web",
+                Obj::new()
+                    .str("uri", "https://example.com/mock")
+                    .str("title", "example.com"),
+            );
+            candidate = candidate.obj(
+                "groundingMetadata",
+                Obj::new()
+                    .raw("webSearchQueries", &array(queries))
+                    .raw("groundingChunks", &array(vec![chunk.build()])),
+            );
+        }
     }
     let candidate = candidate.num("index", 0).build();
     let mut o = Obj::new().raw("candidates", &array(vec![candidate]));
@@ -611,11 +634,15 @@ fn messages_usage(info: &ReqInfo, output: u64) -> Obj {
 /// not the split of the cache writes (`cache_creation`).
 fn messages_totals(info: &ReqInfo, output: u64) -> Obj {
     let (read, write) = info.cache;
-    Obj::new()
+    let o = Obj::new()
         .num("input_tokens", info.prompt_tokens)
         .num("cache_creation_input_tokens", write)
         .num("cache_read_input_tokens", read)
-        .num("output_tokens", output)
+        .num("output_tokens", output);
+    match info.searches {
+        0 => o,
+        n => o.obj("server_tool_use", Obj::new().num("web_search_requests", n as u64)),
+    }
 }
 
 fn output_text_part(text: &str) -> Obj {
@@ -640,10 +667,14 @@ fn responses_item(text: Option<&str>) -> Obj {
     }
 }
 
-/// A finished Responses `output`: the calls, else the message with `text`.
-fn responses_output(calls: &[ToolCall], text: &str) -> String {
+/// A finished Responses `output`: the calls, else the web searches run and the message with `text`.
+fn responses_output(info: &ReqInfo, calls: &[ToolCall], text: &str) -> String {
     if calls.is_empty() {
-        return array(vec![responses_item(Some(text)).build()]);
+        let mut items: Vec<String> = (0..info.searches)
+            .map(|i| responses_search(i, "completed").build())
+            .collect();
+        items.push(responses_item(Some(text)).build());
+        return array(items);
     }
     array(
         calls
@@ -651,6 +682,52 @@ fn responses_output(calls: &[ToolCall], text: &str) -> String {
             .enumerate()
             .map(|(i, c)| responses_call(i, c, &c.arguments, "completed").build()),
     )
+}
+
+/// What every mock web search looked for.
+const SEARCH_QUERY: &str = "mock search";
+
+/// Responses web search `i` as an output item.
+fn responses_search(i: usize, status: &str) -> Obj {
+    Obj::new()
+        .str("type", "web_search_call")
+        .str("id", &format!("ws_mock_{i}"))
+        .str("status", status)
+        .obj("action", Obj::new().str("type", "search").str("query", SEARCH_QUERY))
+}
+
+/// Anthropic web search `i`: the `server_tool_use` block (its input given) and its result block.
+fn messages_search(i: usize, input: bool) -> (Obj, Obj) {
+    let id = format!("srvtoolu_mock_{i}");
+    let query = if input {
+        Obj::new().str("query", SEARCH_QUERY)
+    } else {
+        Obj::new()
+    };
+    let call = Obj::new()
+        .str("type", "server_tool_use")
+        .str("id", &id)
+        .str("name", "web_search")
+        .obj("input", query);
+    let found = Obj::new()
+        .str("type", "web_search_result")
+        .str("url", "https://example.com/mock")
+        .str("title", "Mock result")
+        .str("encrypted_content", "bW9jaw==")
+        .str("page_age", "April 1, 2025");
+    let result = Obj::new()
+        .str("type", "web_search_tool_result")
+        .str("tool_use_id", &id)
+        .raw("content", &array(vec![found.build()]));
+    (call, result)
+}
+
+/// Where the text block (Anthropic) or message item (Responses) is: after the web searches'.
+fn text_index(api: Api, info: &ReqInfo) -> usize {
+    match api {
+        Api::Messages => 2 * info.searches,
+        _ => info.searches,
+    }
 }
 
 /// A Responses `response` object with `output` (JSON); `usage_n` None = no usage field.
@@ -818,8 +895,21 @@ fn preamble(api: Api, b: &mut Builder, info: &ReqInfo, sc: &Scenario) {
                 &Obj::new().str("type", "message_start").obj("message", msg).build(),
             );
             if text {
+                for i in 0..info.searches {
+                    let (call, result) = messages_search(i, false);
+                    block_start(b, 2 * i, call);
+                    let query = Obj::new().str("query", SEARCH_QUERY).build();
+                    block_delta(
+                        b,
+                        2 * i,
+                        Obj::new().str("type", "input_json_delta").str("partial_json", &query),
+                    );
+                    block_stop(b, 2 * i);
+                    block_start(b, 2 * i + 1, result);
+                    block_stop(b, 2 * i + 1);
+                }
                 let block = Obj::new().str("type", "text").str("text", "");
-                block_start(b, 0, block);
+                block_start(b, text_index(api, info), block);
             }
             b.event(Some("ping"), &Obj::new().str("type", "ping").build());
         }
@@ -833,12 +923,34 @@ fn preamble(api: Api, b: &mut Builder, info: &ReqInfo, sc: &Scenario) {
                 b.event(Some(ty), &d);
             }
             if text {
-                output_item(b, "response.output_item.added", 0, responses_item(None));
+                for i in 0..info.searches {
+                    output_item(b, "response.output_item.added", i, responses_search(i, "in_progress"));
+                    for ty in [
+                        "response.web_search_call.in_progress",
+                        "response.web_search_call.searching",
+                        "response.web_search_call.completed",
+                    ] {
+                        let d = Obj::new()
+                            .str("type", ty)
+                            .num("sequence_number", b.seq())
+                            .str("item_id", &format!("ws_mock_{i}"))
+                            .num("output_index", i as u64)
+                            .build();
+                        b.event(Some(ty), &d);
+                    }
+                    output_item(b, "response.output_item.done", i, responses_search(i, "completed"));
+                }
+                output_item(
+                    b,
+                    "response.output_item.added",
+                    text_index(api, info),
+                    responses_item(None),
+                );
                 let d = Obj::new()
                     .str("type", "response.content_part.added")
                     .num("sequence_number", b.seq())
                     .str("item_id", "msg_mock")
-                    .num("output_index", 0)
+                    .num("output_index", text_index(api, info) as u64)
                     .num("content_index", 0)
                     .obj("part", output_text_part(""))
                     .build();
@@ -913,13 +1025,17 @@ fn content(api: Api, b: &mut Builder, info: &ReqInfo, piece: &Piece) {
     match piece {
         Piece::Text(text) => match api {
             Api::Chat => b.event(None, &chat_chunk(info, Obj::new().str("content", text), None)),
-            Api::Messages => block_delta(b, 0, Obj::new().str("type", "text_delta").str("text", text)),
+            Api::Messages => block_delta(
+                b,
+                text_index(api, info),
+                Obj::new().str("type", "text_delta").str("text", text),
+            ),
             Api::Responses => {
                 let d = Obj::new()
                     .str("type", "response.output_text.delta")
                     .num("sequence_number", b.seq())
                     .str("item_id", "msg_mock")
-                    .num("output_index", 0)
+                    .num("output_index", text_index(api, info) as u64)
                     .num("content_index", 0)
                     .str("delta", text)
                     .build();
@@ -1002,9 +1118,11 @@ fn call_start(api: Api, b: &mut Builder, info: &ReqInfo, i: usize) {
 fn empty_event(api: Api, b: &mut Builder, info: &ReqInfo) {
     match api {
         Api::Chat => b.event(None, &chat_chunk(info, Obj::new().str("content", ""), None)),
-        Api::Messages if calls(info).is_empty() => {
-            block_delta(b, 0, Obj::new().str("type", "text_delta").str("text", ""))
-        }
+        Api::Messages if calls(info).is_empty() => block_delta(
+            b,
+            text_index(api, info),
+            Obj::new().str("type", "text_delta").str("text", ""),
+        ),
         Api::Messages => b.event(Some("ping"), &Obj::new().str("type", "ping").build()),
         Api::Responses => {
             let d = Obj::new()
@@ -1042,7 +1160,7 @@ fn finish(api: Api, b: &mut Builder, info: &ReqInfo, sc: &Scenario, text: &str) 
             }
         }
         Api::Messages => {
-            block_stop(b, calls.len().saturating_sub(1));
+            block_stop(b, calls.len().saturating_sub(1).max(text_index(api, info)));
             let reason = if calls.is_empty() { "end_turn" } else { "tool_use" };
             let mut d = Obj::new()
                 .str("type", "message_delta")
@@ -1064,7 +1182,7 @@ fn finish(api: Api, b: &mut Builder, info: &ReqInfo, sc: &Scenario, text: &str) 
                             .str("type", ty)
                             .num("sequence_number", seq)
                             .str("item_id", "msg_mock")
-                            .num("output_index", 0)
+                            .num("output_index", text_index(api, info) as u64)
                             .num("content_index", 0)
                     };
                     let d = common("response.output_text.done", b.seq()).str("text", text).build();
@@ -1073,7 +1191,12 @@ fn finish(api: Api, b: &mut Builder, info: &ReqInfo, sc: &Scenario, text: &str) 
                         .obj("part", output_text_part(text))
                         .build();
                     b.event(Some("response.content_part.done"), &d);
-                    output_item(b, "response.output_item.done", 0, responses_item(Some(text)));
+                    output_item(
+                        b,
+                        "response.output_item.done",
+                        text_index(api, info),
+                        responses_item(Some(text)),
+                    );
                 }
             }
             if !sc.no_done {
@@ -1083,7 +1206,7 @@ fn finish(api: Api, b: &mut Builder, info: &ReqInfo, sc: &Scenario, text: &str) 
                     .num("sequence_number", b.seq())
                     .raw(
                         "response",
-                        &responses_object(info, "completed", &responses_output(calls, text), usage),
+                        &responses_object(info, "completed", &responses_output(info, calls, text), usage),
                     )
                     .build();
                 b.event(Some("response.completed"), &d);
@@ -1217,7 +1340,7 @@ mod tests {
     }
 
     /// The data payloads of the Event steps (comments skipped).
-    fn datas(steps: &[Step]) -> Vec<String> {
+    pub(super) fn datas(steps: &[Step]) -> Vec<String> {
         steps
             .iter()
             .filter_map(|s| match s {
@@ -1331,14 +1454,14 @@ mod tests {
     #[test]
     fn chat_stream_without_include_usage_or_done() {
         let i = info(r#"{"model":"m","stream":true}"#);
-        let d = datas(&stream_plan(Api::Chat, &i, &Scenario::default()));
+        let d = super::tests::datas(&stream_plan(Api::Chat, &i, &Scenario::default()));
         assert_eq!(d.len(), 8);
         assert!(!d.iter().any(|x| x.contains("usage")));
         let sc = parse_scenario("no-done").unwrap();
-        let d = datas(&stream_plan(Api::Chat, &i, &sc));
+        let d = super::tests::datas(&stream_plan(Api::Chat, &i, &sc));
         assert!(d.last().unwrap().contains("\"finish_reason\":\"stop\""));
         let i = info(r#"{"model":"m","stream":true,"stream_options":{"include_usage":true}}"#);
-        let d = datas(&stream_plan(Api::Chat, &i, &parse_scenario("no-usage").unwrap()));
+        let d = super::tests::datas(&stream_plan(Api::Chat, &i, &parse_scenario("no-usage").unwrap()));
         assert!(!d.iter().any(|x| x.contains("usage")));
     }
 
@@ -1545,7 +1668,7 @@ mod tests {
         assert_eq!(v["candidates"][0]["finishReason"], "STOP");
         assert_eq!(v["usageMetadata"]["candidatesTokenCount"], 5);
         assert_eq!(v["modelVersion"], "gem-1");
-        let d = datas(&stream_plan(Api::Gemini, &i, &sc));
+        let d = super::tests::datas(&stream_plan(Api::Gemini, &i, &sc));
         assert_eq!(d.len(), 5 + 1, "five content chunks, then the finish with usage");
         let first: Value = serde_json::from_str(&d[0]).unwrap();
         assert_eq!(first["candidates"][0]["content"]["parts"][0]["text"], "Hello ");
@@ -1601,7 +1724,7 @@ mod tests {
             r#"{"model":"m","stream":true,"stream_options":{"include_usage":true}}"#,
             2,
         );
-        let d = datas(&stream_plan(Api::Chat, &i, &Scenario::default()));
+        let d = super::tests::datas(&stream_plan(Api::Chat, &i, &Scenario::default()));
         assert_eq!(
             parsed(&d[0])["choices"][0]["delta"],
             serde_json::json!({"role": "assistant", "content": null})
@@ -1634,7 +1757,7 @@ mod tests {
         // One token per four characters of name and arguments: 2 × (11 + 33) / 4.
         assert_eq!(usage["usage"]["completion_tokens"], 22);
         assert_eq!(d.last().unwrap(), "[DONE]");
-        let d = datas(&stream_plan(Api::Chat, &i, &parse_scenario("no-usage").unwrap()));
+        let d = super::tests::datas(&stream_plan(Api::Chat, &i, &parse_scenario("no-usage").unwrap()));
         assert!(!d.iter().any(|x| x.contains("usage")), "no-usage holds for calls");
     }
 
@@ -1798,7 +1921,7 @@ mod tests {
             ..info(r#"{"model":"m","stream":true}"#)
         };
         let sc = Scenario::default();
-        let d = datas(&stream_plan(Api::Chat, &i, &sc));
+        let d = super::tests::datas(&stream_plan(Api::Chat, &i, &sc));
         let text: String = d[1..6]
             .iter()
             .map(|x| {
@@ -1860,5 +1983,79 @@ mod cache_tests {
             assert_eq!(delta["usage"]["cache_creation_input_tokens"], 200, "{delta}");
             assert!(delta["usage"].get("cache_creation").is_none(), "{delta}");
         }
+    }
+
+    /// A web search tool is answered as each provider answers it: Responses `web_search_call`
+    /// items (whole and streamed, the message after them), Anthropic `server_tool_use` and
+    /// `web_search_tool_result` blocks counted in `usage.server_tool_use.web_search_requests`,
+    /// Gemini's `groundingMetadata.webSearchQueries` — never more searches than the request allows.
+    #[test]
+    fn web_searches_are_answered_in_each_providers_shape() {
+        let sc = parse_scenario("searches/3").unwrap();
+        let prepared = |api: Api, body: Value| {
+            let mut i = ReqInfo::from_json(&body, 100);
+            i.answer = crate::answer::decide(api, &body, &sc);
+            i.searches = crate::answer::web_searches(api, &body, &sc, &i.answer);
+            i
+        };
+        let responses = |extra: Value| {
+            let mut b = serde_json::json!({"model": "m", "input": "hi", "tools": [{"type": "web_search"}]});
+            for (k, v) in extra.as_object().unwrap() {
+                b[k] = v.clone();
+            }
+            prepared(Api::Responses, b)
+        };
+        let whole: Value =
+            serde_json::from_str(&nonstream_body(Api::Responses, &responses(serde_json::json!({})), &sc)).unwrap();
+        let kinds: Vec<&str> = whole["output"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            kinds,
+            ["web_search_call", "web_search_call", "web_search_call", "message"]
+        );
+        let limited = responses(serde_json::json!({"max_tool_calls": 2, "stream": true}));
+        assert_eq!(limited.searches, 2, "the provider keeps to max_tool_calls");
+        let d = super::tests::datas(&stream_plan(Api::Responses, &limited, &sc));
+        let done = d
+            .iter()
+            .filter(|x| x.contains("response.output_item.done") && x.contains("web_search_call"))
+            .count();
+        assert_eq!(done, 2);
+        let anthropic = |max_uses: Value| {
+            prepared(
+                Api::Messages,
+                serde_json::json!({"model": "m", "max_tokens": 9, "messages": [{"role": "user", "content": "hi"}],
+                                   "tools": [{"type": "web_search_20250305", "name": "web_search", "max_uses": max_uses}]}),
+            )
+        };
+        let whole: Value =
+            serde_json::from_str(&nonstream_body(Api::Messages, &anthropic(serde_json::json!(5)), &sc)).unwrap();
+        assert_eq!(whole["usage"]["server_tool_use"]["web_search_requests"], 3);
+        assert_eq!(whole["content"][0]["type"], "server_tool_use");
+        assert_eq!(whole["content"][6]["type"], "text");
+        let d = super::tests::datas(&stream_plan(Api::Messages, &anthropic(serde_json::json!(1)), &sc));
+        let delta: Value = serde_json::from_str(d.iter().find(|x| x.contains("message_delta")).unwrap()).unwrap();
+        assert_eq!(delta["usage"]["server_tool_use"]["web_search_requests"], 1);
+        let gemini = prepared(
+            Api::Gemini,
+            serde_json::json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}], "tools": [{"googleSearch": {}}]}),
+        );
+        let whole: Value = serde_json::from_str(&nonstream_body(Api::Gemini, &gemini, &sc)).unwrap();
+        assert_eq!(
+            whole["candidates"][0]["groundingMetadata"]["webSearchQueries"]
+                .as_array()
+                .unwrap()
+                .len(),
+            3
+        );
+        // No search tool, no searches.
+        assert_eq!(
+            prepared(Api::Responses, serde_json::json!({"model": "m", "input": "hi"})).searches,
+            0
+        );
     }
 }

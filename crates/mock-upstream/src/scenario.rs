@@ -73,6 +73,10 @@
 //!             | "tool-call" [ / N ]             (N calls, default 1, at most 16, to the request's first
 //!                                                declared function tool — unless its last turn is a
 //!                                                tool result, or it declares no tool: then as usual)
+//!             | "searches" / N                  (a request declaring a web search tool — Responses
+//!                                                `web_search*`, Anthropic `web_search_*`, Gemini
+//!                                                `googleSearch` — is answered after N searches, default
+//!                                                1, at most the request's `max_uses` / `max_tool_calls`)
 //!             | "json"                          (the answer text is a JSON object for the request's
 //!                                                response schema)
 //!             | "echo-images"                   (the answer text is `images: N`, N the request's image parts)
@@ -223,6 +227,9 @@ pub struct Scenario {
     pub message: Option<String>,
     /// `tool-call/N`: answer with N calls to the request's first declared tool.
     pub tool_calls: Option<usize>,
+    /// `searches/N`: a request declaring a web search tool gets N searches (default 1), no more
+    /// than the request allows (Anthropic `max_uses`, Responses `max_tool_calls`).
+    pub searches: Option<usize>,
     /// `json`: answer with a JSON object for the request's schema.
     pub json: bool,
     /// `echo-images`: answer with the number of the request's image parts.
@@ -255,6 +262,7 @@ impl Default for Scenario {
             reject_field: None,
             message: None,
             tool_calls: None,
+            searches: None,
             json: false,
             echo_images: false,
             media: false,
@@ -292,6 +300,7 @@ pub const KEYWORDS: &[&str] = &[
     "reject-field",
     "message",
     "tool-call",
+    "searches",
     "json",
     "echo-images",
     "media",
@@ -707,6 +716,13 @@ pub fn parse_scenario(key: &str) -> Result<Scenario, ScenarioError> {
                     return Err(ScenarioError(format!("`tool-call/{n}`: 1 to {MAX_TOOL_CALLS} calls")));
                 }
                 set_once(&mut sc.tool_calls, n, "tool-call")?;
+            }
+            "searches" => {
+                let n = c.optional_count().unwrap_or(1);
+                if !(1..=MAX_TOOL_CALLS).contains(&n) {
+                    return Err(ScenarioError(format!("`searches/{n}`: 1 to {MAX_TOOL_CALLS} searches")));
+                }
+                set_once(&mut sc.searches, n, "searches")?;
             }
             "no-done" | "no-usage" | "json" | "echo-images" | "media" | "lenient" => {
                 if seen_flags.contains(&seg) {

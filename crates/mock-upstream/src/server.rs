@@ -429,6 +429,7 @@ fn run_scenario(
         return reply(w, &error_reply(route, 404, &e, None), close);
     }
     info.answer = answer::decide(api, value, &sc);
+    info.searches = answer::web_searches(api, value, &sc, &info.answer);
 
     if gated(&sc, count, first_seen) {
         return error_status(w, route, 503, &sc, &info, close);

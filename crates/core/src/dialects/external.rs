@@ -5,8 +5,8 @@
 //! request only names — a stored response or conversation, a stored prompt, a cached content, an
 //! uploaded file, a remote image or document the provider fetches — is not, so such a request is
 //! held at the model's context window ([`external_input`]). A server-side tool the provider runs
-//! and bills per use (web search, file search, a code container…) has a price no route of the
-//! catalog states, so it is refused rather than served at an unknown cost ([`priced_tool`]).
+//! and bills per use (web search, file search, a code container…) is found by
+//! [`provider_tools`]: served only where a route prices it (`crate::tools`), refused otherwise.
 //!
 //! Only structure is read, never text: a message that *says* "file_id" names no file. The walk
 //! covers the request's messages (and system prompt), not its tools' parameter schemas, where a
@@ -83,19 +83,42 @@ pub fn external_input(body: &Body) -> Option<String> {
     })
 }
 
-/// The first tool the provider runs and bills per use, as (its field, its kind), if any: chat's
-/// `web_search_options` (web search beside the tools), else every tool of `tools[i]` that is not
-/// the client's own function. Chat and Responses function tools have `type` `function` (or
-/// `custom`); Anthropic client tools have a name and an input schema and no `type` (or `custom`);
-/// a Gemini tool entry is the client's only when it declares functions alone.
-pub fn priced_tool(body: &Body) -> Option<(String, String)> {
+/// A tool of the request the provider runs and bills per use: where it is declared, its kind as
+/// the dialect spells it, and its own bound on its uses (Anthropic `max_uses`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderTool {
+    pub param: String,
+    pub kind: String,
+    pub max_uses: Option<u64>,
+    /// Grouped in a Responses `namespace`, which holds the client's own tools only.
+    pub grouped: bool,
+}
+
+/// Every tool the provider runs and bills per use, in order: chat's `web_search_options` (web
+/// search beside the tools), then every tool of `tools[i]` that is not the client's own function.
+/// Chat and Responses function tools have `type` `function` (or `custom`); Anthropic client tools
+/// have a name and an input schema and no `type` (or `custom`); a Gemini tool entry is the
+/// client's only when it declares functions alone.
+pub fn provider_tools(body: &Body) -> Vec<ProviderTool> {
+    let mut found = Vec::new();
     if !matches!(body.shape("web_search_options"), Shape::Absent | Shape::Null) {
-        return Some(("web_search_options".into(), "web_search".into()));
+        found.push(ProviderTool {
+            param: "web_search_options".into(),
+            kind: "web_search".into(),
+            max_uses: None,
+            grouped: false,
+        });
     }
-    let raw = body.raw("tools")?;
+    let Some(raw) = body.raw("tools") else {
+        return found;
+    };
     let mut de = serde_json::Deserializer::from_str(raw.get());
-    let (i, kind) = de.deserialize_any(FirstPricedTool).ok()??;
-    Some((format!("tools[{i}]"), kind))
+    let tools = de.deserialize_any(PricedTools).unwrap_or_default();
+    found.extend(tools.into_iter().map(|(i, t)| ProviderTool {
+        param: format!("tools[{i}]"),
+        ..t
+    }));
+    found
 }
 
 /// The raw JSON of the first system (or developer) turn and of the first user turn of a
@@ -314,54 +337,53 @@ impl<'de> Visitor<'de> for FieldText {
     ignore_the_rest!();
 }
 
-/// The first tool of a `tools` array that is not the client's own function: (index, kind).
-struct FirstPricedTool;
+/// The tools of a `tools` array that are not the client's own functions: (index, tool).
+struct PricedTools;
 
-impl<'de> DeserializeSeed<'de> for FirstPricedTool {
-    type Value = Option<(usize, String)>;
+impl<'de> DeserializeSeed<'de> for PricedTools {
+    type Value = Vec<(usize, ProviderTool)>;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         d.deserialize_any(self)
     }
 }
 
-impl<'de> Visitor<'de> for FirstPricedTool {
-    type Value = Option<(usize, String)>;
+impl<'de> Visitor<'de> for PricedTools {
+    type Value = Vec<(usize, ProviderTool)>;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("an array of tools")
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        let mut found = None;
+        let mut found = Vec::new();
         let mut i = 0;
-        while let Some(kind) = seq.next_element_seed(ToolKind)? {
-            if let (None, Some(kind)) = (&found, kind) {
-                found = Some((i, kind));
-            }
+        while let Some(tool) = seq.next_element_seed(ToolKind)? {
+            found.extend(tool.map(|t| (i, t)));
             i += 1;
         }
         Ok(found)
     }
     fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
-        Ok(None)
+        Ok(Vec::new())
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-        Ok(None)
+        Ok(Vec::new())
     }
     ignore_scalars!();
 }
 
-/// One tool's kind when the provider runs it (`None`: the client's own function, or no object).
+/// One tool when the provider runs it (`None`: the client's own function, or no object); its
+/// `param` is filled in by the caller.
 struct ToolKind;
 
 impl<'de> DeserializeSeed<'de> for ToolKind {
-    type Value = Option<String>;
+    type Value = Option<ProviderTool>;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         d.deserialize_any(self)
     }
 }
 
 impl<'de> Visitor<'de> for ToolKind {
-    type Value = Option<String>;
+    type Value = Option<ProviderTool>;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a tool object")
     }
@@ -370,15 +392,17 @@ impl<'de> Visitor<'de> for ToolKind {
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let (mut kind, mut typed, mut client_tool, mut other_key) = (None, false, false, None);
+        let mut max_uses = None;
         // A Responses `namespace` groups the client's own tools; what it groups decides.
-        let mut grouped: Option<Option<(usize, String)>> = None;
+        let mut grouped: Option<Vec<(usize, ProviderTool)>> = None;
         while let Some(key) = map.next_key::<String>()? {
             match key.as_str() {
-                "tools" => grouped = Some(map.next_value_seed(FirstPricedTool)?),
+                "tools" => grouped = Some(map.next_value_seed(PricedTools)?),
                 "type" => {
                     typed = true;
                     kind = Some(map.next_value_seed(Text)?.unwrap_or_else(|| "unknown".into()));
                 }
+                "max_uses" => max_uses = map.next_value::<Option<serde_json::Value>>()?.and_then(|v| v.as_u64()),
                 "name" | "input_schema" => {
                     map.next_value::<IgnoredAny>()?;
                     client_tool = true;
@@ -392,14 +416,22 @@ impl<'de> Visitor<'de> for ToolKind {
                 }
             }
         }
+        let tool = |kind: String, max_uses, grouped| ProviderTool {
+            param: String::new(),
+            kind,
+            max_uses,
+            grouped,
+        };
         Ok(match kind {
             Some(k) if k == "function" || k == "custom" => None,
-            Some(k) if k == "namespace" => grouped.flatten().map(|(_, inner)| inner),
-            Some(k) if typed => Some(k),
+            Some(k) if k == "namespace" => grouped
+                .and_then(|g| g.into_iter().next())
+                .map(|(_, inner)| tool(inner.kind, inner.max_uses, true)),
+            Some(k) if typed => Some(tool(k, max_uses, false)),
             // An Anthropic client tool: a name and an input schema, no type.
             _ if client_tool => None,
             // Gemini: `{functionDeclarations: […]}` is the client's; any other key is a Google tool.
-            _ => other_key,
+            _ => other_key.map(|k| tool(k, None, false)),
         })
     }
     ignore_the_rest!();
@@ -500,7 +532,7 @@ mod tests {
 
     #[test]
     fn a_tool_the_provider_runs_and_bills_is_named() {
-        let found = |v: Value| priced_tool(&map(v));
+        let found = |v: Value| provider_tools(&map(v)).into_iter().next().map(|t| (t.param, t.kind));
         assert_eq!(
             found(json!({"tools": [{"type": "function", "name": "f"}, {"type": "web_search"}]})),
             Some(("tools[1]".into(), "web_search".into()))
@@ -548,5 +580,27 @@ mod tests {
             );
         }
         assert_eq!(found(json!({"messages": [], "web_search_options": null})), None);
+    }
+
+    #[test]
+    fn every_provider_tool_is_listed_with_its_own_bound() {
+        let tools = provider_tools(&map(json!({"tools": [
+            {"type": "web_search_20250305", "name": "web_search", "max_uses": 3},
+            {"name": "f", "input_schema": {}},
+            {"type": "code_execution_20250522", "name": "code_execution"},
+            {"type": "namespace", "name": "n", "description": "d", "tools": [{"type": "web_search"}]}
+        ]})));
+        let seen: Vec<(&str, &str, Option<u64>, bool)> = tools
+            .iter()
+            .map(|t| (t.param.as_str(), t.kind.as_str(), t.max_uses, t.grouped))
+            .collect();
+        assert_eq!(
+            seen,
+            vec![
+                ("tools[0]", "web_search_20250305", Some(3), false),
+                ("tools[2]", "code_execution_20250522", None, false),
+                ("tools[3]", "web_search", None, true),
+            ]
+        );
     }
 }

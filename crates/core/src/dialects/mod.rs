@@ -57,6 +57,7 @@ use crate::api::Api;
 use crate::classify::Verdict;
 use crate::error::{ApiError, ErrorShape};
 use crate::sse::SseEvent;
+use crate::tools::{Declared, ServerTool, ServerTools, ToolUses};
 
 /// What one dialect knows. Each folder implements it once; [`of`] is the registry.
 pub(crate) trait Dialect: Sync {
@@ -229,6 +230,8 @@ pub struct Reported {
     pub cache_read_tokens: Option<u64>,
     pub cache_write_tokens: Option<u64>,
     pub cache_write_1h_tokens: Option<u64>,
+    /// The uses of the provider's priced tools the answer reports (SPEC §21).
+    pub tool_uses: ToolUses,
 }
 
 impl Reported {
@@ -240,6 +243,7 @@ impl Reported {
             cache_read_tokens: Some(u.cache_read_tokens),
             cache_write_tokens: Some(u.cache_write_tokens),
             cache_write_1h_tokens: Some(u.cache_write_1h_tokens),
+            ..Reported::default()
         }
     }
 
@@ -260,6 +264,7 @@ impl Reported {
         self.cache_read_tokens = newer.cache_read_tokens.or(self.cache_read_tokens);
         self.cache_write_tokens = writes;
         self.cache_write_1h_tokens = writes_1h;
+        self.tool_uses.update(newer.tool_uses);
     }
 
     /// `total` cache writes split as this report split its own: the same share in the 1-hour
@@ -439,6 +444,9 @@ pub struct ClientRequest {
     /// The first field naming input that is not in the body (a stored response, a file, a remote
     /// image): the hold then covers the whole context window (SPEC §17).
     pub external_input: Option<String>,
+    /// The tools the provider runs and bills per use that the request declares, and what bounds
+    /// their uses (SPEC §21): only a route pricing them serves it.
+    pub server_tools: ServerTools,
     /// The body without Switchyard's own fields (`provider`, `models`), keys in the client's order,
     /// values as the client wrote them (SPEC §18: never built into a tree).
     body: Body,
@@ -447,20 +455,13 @@ pub struct ClientRequest {
 /// Parses and validates a request body in `api`'s dialect. Gemini names the model and the mode in
 /// the path, not the body: `path` is (model, stream) for it and ignored by the others.
 ///
-/// A tool the provider runs and bills per use is refused here (SPEC §17: no route states its
-/// price, and Switchyard never serves at an unknown cost); input the body only names is noted
-/// in [`ClientRequest::external_input`] for the hold.
+/// A tool the provider runs and bills per use is noted in [`ClientRequest::server_tools`] when a
+/// route can price it (SPEC §21: web search), and refused here otherwise (SPEC §17: Switchyard
+/// never serves at an unknown cost); input the body only names is noted in
+/// [`ClientRequest::external_input`] for the hold.
 pub fn parse_request(api: Api, bytes: &[u8], path: Option<(&str, bool)>) -> Result<ClientRequest, ApiError> {
     let mut request = of(api).parse_request(bytes, path)?;
-    if let Some((param, kind)) = external::priced_tool(&request.body) {
-        return Err(ApiError::invalid(
-            format!(
-                "`{param}`: the tool `{kind}` runs at the provider and is billed per use; no route of \
-                 this gateway has a price for it, so it is not served. Use function tools."
-            ),
-            Some(&param),
-        ));
-    }
+    request.server_tools = server_tools(&request)?;
     request.external_input = external::external_input(&request.body);
     request.stop_sequences = has_stop_sequences(&request.body);
     Ok(request)
@@ -471,6 +472,37 @@ pub fn parse_request(api: Api, bytes: &[u8], path: Option<(&str, bool)>) -> Resu
 /// runs none. `gemini_model`: the model Gemini names in the path.
 pub(crate) fn parse_counted(api: Api, bytes: &[u8], gemini_model: Option<&str>) -> Result<ClientRequest, ApiError> {
     of(api).parse_request(bytes, gemini_model.map(|m| (m, false)))
+}
+
+/// The request's priced server tools (SPEC §21), or the 400 for one no route can price (a tool of
+/// another kind, or one grouped in a Responses `namespace`, which holds the client's own tools).
+fn server_tools(request: &ClientRequest) -> Result<ServerTools, ApiError> {
+    let mut tools = ServerTools::default();
+    for t in external::provider_tools(&request.body) {
+        let Some(tool) = ServerTool::of_kind(&t.kind).filter(|_| !t.grouped) else {
+            return Err(ApiError::invalid(
+                format!(
+                    "`{}`: the tool `{}` runs at the provider and is billed per use; no route of \
+                     this gateway has a price for it, so it is not served. Use function tools.",
+                    t.param, t.kind
+                ),
+                Some(&t.param),
+            ));
+        };
+        tools.declared.push(Declared {
+            tool,
+            param: t.param,
+            max_uses: t.max_uses,
+        });
+    }
+    if !tools.is_empty() {
+        match request.api {
+            Api::Responses => tools.max_tool_calls = optional_u64(&request.body, "max_tool_calls")?,
+            Api::Chat => tools.per_answer = Some(request.completions),
+            _ => {}
+        }
+    }
+    Ok(tools)
 }
 
 /// A whole non-stream answer in `api`'s dialect: usage and output size, or why it is no answer.
@@ -527,6 +559,7 @@ impl ClientRequest {
             session: None,
             previous_response_id: None,
             external_input: None,
+            server_tools: ServerTools::default(),
             body,
         }
     }
@@ -594,6 +627,44 @@ impl ClientRequest {
         of(self.api).limit_output(&mut self.body, model_max_output_tokens);
         self.max_tokens = Some(model_max_output_tokens);
         model_max_output_tokens
+    }
+
+    /// The uses of the provider's priced tools the hold covers, told to the upstream where its API
+    /// bounds them (SPEC §21), as [`ClientRequest::limit_output`] tells it the output limit: a
+    /// Responses request without `max_tool_calls` gets `default_uses` there, an Anthropic web
+    /// search tool without `max_uses` gets it there. Gemini and Chat have no such field: their
+    /// uses past the held ones are cut at settlement. Called once, before the hold.
+    pub fn limit_tool_uses(&mut self, default_uses: u64) {
+        if self.server_tools.is_empty() {
+            return;
+        }
+        match self.api {
+            Api::Responses if self.server_tools.max_tool_calls.is_none() => {
+                self.body.set("max_tool_calls", &Value::from(default_uses));
+                self.server_tools.max_tool_calls = Some(default_uses);
+            }
+            Api::Messages => {
+                let Some(Ok(mut tools)) = self
+                    .body
+                    .raw("tools")
+                    .map(|r| serde_json::from_str::<Vec<Value>>(r.get()))
+                else {
+                    return;
+                };
+                for d in self.server_tools.declared.iter_mut().filter(|d| d.max_uses.is_none()) {
+                    let index = d.param.strip_prefix("tools[").and_then(|p| p.strip_suffix(']'));
+                    let tool = index
+                        .and_then(|i| i.parse::<usize>().ok())
+                        .and_then(|i| tools.get_mut(i));
+                    if let Some(Value::Object(tool)) = tool {
+                        tool.insert("max_uses".into(), Value::from(default_uses));
+                        d.max_uses = Some(default_uses);
+                    }
+                }
+                self.body.set("tools", &Value::Array(tools));
+            }
+            _ => {}
+        }
     }
 
     /// The most output tokens the request can produce: the limit times the completions.
@@ -771,6 +842,123 @@ mod tests {
     use super::*;
 
     const EVERY: [Api; 5] = [Api::Chat, Api::Messages, Api::Responses, Api::Gemini, Api::Converse];
+
+    /// SPEC §21: each dialect's answer counts its web searches the way the provider reports them,
+    /// whole and streamed; a stream's reports add up to the whole answer's count.
+    #[test]
+    fn each_dialect_counts_its_web_searches_whole_and_streamed() {
+        let search = json!({"type": "web_search_call", "id": "ws_1", "status": "completed",
+                            "action": {"type": "search", "query": "q"}});
+        let message = json!({"type": "message", "id": "m", "role": "assistant", "status": "completed",
+                             "content": [{"type": "output_text", "text": "hi", "annotations": []}]});
+        let response = json!({"id": "r", "object": "response", "status": "completed", "model": "m",
+                              "output": [search, search, message],
+                              "usage": {"input_tokens": 3, "output_tokens": 1, "total_tokens": 4}});
+        let anthropic_usage =
+            |n: u32| json!({"input_tokens": 3, "output_tokens": 1, "server_tool_use": {"web_search_requests": n}});
+        let grounded = |n: usize| {
+            json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "hi"}]}, "finishReason": "STOP",
+                                   "groundingMetadata": {"webSearchQueries": vec!["q"; n]}}],
+                   "usageMetadata": {"promptTokenCount": 3, "candidatesTokenCount": 1}})
+        };
+        // (dialect, whole answer, stream events, searches)
+        let table: Vec<(Api, Value, Vec<Value>, u64)> = vec![
+            (
+                Api::Responses,
+                response.clone(),
+                vec![
+                    json!({"type": "response.output_item.done", "output_index": 0, "item": search}),
+                    json!({"type": "response.output_item.done", "output_index": 1, "item": search}),
+                    json!({"type": "response.output_item.done", "output_index": 2, "item": message}),
+                    json!({"type": "response.completed", "response": response}),
+                ],
+                2,
+            ),
+            (
+                Api::Messages,
+                json!({"id": "msg", "type": "message", "role": "assistant", "model": "m",
+                       "content": [{"type": "server_tool_use", "id": "s", "name": "web_search", "input": {"query": "q"}},
+                                   {"type": "text", "text": "hi"}],
+                       "stop_reason": "end_turn", "usage": anthropic_usage(3)}),
+                vec![
+                    json!({"type": "message_start", "message": {"id": "msg", "model": "m", "usage": anthropic_usage(0)}}),
+                    json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": anthropic_usage(3)}),
+                ],
+                3,
+            ),
+            (Api::Gemini, grounded(2), vec![grounded(0), grounded(2)], 2),
+        ];
+        let tariff = |held| crate::tools::ToolTariff {
+            held: vec![(ServerTool::WebSearch, held)],
+            prices: [("web_search".to_string(), 0.01)].into_iter().collect(),
+            per_answer: false,
+        };
+        for (api, whole, events, want) in table {
+            let info = inspect_body(api, whole.to_string().as_bytes(), false).unwrap();
+            let (charges, clamped) = tariff(10).settle(&info.usage.tool_uses);
+            assert_eq!(
+                (charges[0].uses, charges[0].cost_micros, clamped),
+                (want, want as i64 * 10_000, false),
+                "{api:?} whole"
+            );
+            let mut streamed = Reported::default();
+            for e in &events {
+                streamed.update((of(api).stream().inspect)(&SseEvent::from_data(&e.to_string())).usage);
+            }
+            let (charges, _) = tariff(10).settle(&streamed.tool_uses);
+            assert_eq!(charges[0].uses, want, "{api:?} streamed");
+            // More than was held: cut to it, and flagged.
+            let (charges, clamped) = tariff(1).settle(&streamed.tool_uses);
+            assert_eq!((charges[0].uses, clamped), (1, true), "{api:?}");
+        }
+    }
+
+    /// SPEC §21: the uses held are the uses the upstream is told, where its API has a field.
+    #[test]
+    fn the_held_tool_uses_are_told_to_the_upstream_where_its_api_bounds_them() {
+        let limited = |api: Api, body: Value| {
+            let mut r = parse_request(api, body.to_string().as_bytes(), Some(("m", false))).unwrap();
+            r.limit_tool_uses(4);
+            let sent: Value = serde_json::from_slice(&r.upstream_body("up")).unwrap();
+            (sent, r.server_tools.held(4))
+        };
+        let web = |n| vec![(ServerTool::WebSearch, n)];
+        // Responses: `max_tool_calls` written when absent, kept when set.
+        let (sent, held) = limited(
+            Api::Responses,
+            json!({"model": "m", "input": "hi", "tools": [{"type": "web_search"}]}),
+        );
+        assert_eq!((sent["max_tool_calls"].clone(), held), (json!(4), web(4)));
+        let (sent, held) = limited(
+            Api::Responses,
+            json!({"model": "m", "input": "hi", "max_tool_calls": 2, "tools": [{"type": "web_search"}]}),
+        );
+        assert_eq!((sent["max_tool_calls"].clone(), held), (json!(2), web(2)));
+        // Anthropic: `max_uses` on each web search tool without one; the client's own tools untouched.
+        let (sent, held) = limited(
+            Api::Messages,
+            json!({"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}],
+                   "tools": [{"name": "f", "input_schema": {}},
+                             {"type": "web_search_20250305", "name": "web_search"},
+                             {"type": "web_search_20250305", "name": "web_search", "max_uses": 1}]}),
+        );
+        assert_eq!(sent["tools"][0], json!({"name": "f", "input_schema": {}}));
+        assert_eq!(
+            (
+                sent["tools"][1]["max_uses"].clone(),
+                sent["tools"][2]["max_uses"].clone()
+            ),
+            (json!(4), json!(1))
+        );
+        assert_eq!(held, web(5));
+        // Gemini has no field: the body is as sent, the policy's uses held.
+        let body = json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}], "tools": [{"googleSearch": {}}]});
+        let (sent, held) = limited(Api::Gemini, body.clone());
+        assert_eq!((sent["tools"].clone(), held), (body["tools"].clone(), web(4)));
+        // No priced tool: nothing written.
+        let (sent, held) = limited(Api::Responses, json!({"model": "m", "input": "hi"}));
+        assert_eq!((sent.get("max_tool_calls"), held), (None, vec![]));
+    }
 
     /// A one-turn request as a client writes it in `api`.
     fn plain_request(api: Api) -> Value {

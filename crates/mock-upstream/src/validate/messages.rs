@@ -353,6 +353,20 @@ fn tools(list: &Node) -> Check {
                 ));
             }
             t.req("name")?.str()?;
+            if kind.starts_with("web_search_") {
+                // Anthropic's web search tool: its name is `web_search`, `max_uses` a positive count.
+                t.only(&[
+                    "type",
+                    "name",
+                    "max_uses",
+                    "allowed_domains",
+                    "blocked_domains",
+                    "user_location",
+                    "cache_control",
+                ])?;
+                t.req("name")?.one_of(&["web_search"])?;
+                t.opt("max_uses", |n| n.int(1))?;
+            }
             continue;
         }
         t.only(&[

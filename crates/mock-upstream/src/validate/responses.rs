@@ -258,6 +258,19 @@ fn tools(list: &Node) -> Check {
                     t.opt("strict", Node::bool)?;
                 }
             }
+            // Web search takes its own settings only (OpenAI's `WebSearchTool`).
+            "web_search" | "web_search_2025_08_26" => {
+                t.only(&[
+                    "type",
+                    "filters",
+                    "search_context_size",
+                    "user_location",
+                    "external_web_access",
+                ])?;
+                t.opt("search_context_size", |n| {
+                    n.one_of(&["low", "medium", "high"]).map(drop)
+                })?;
+            }
             other if BUILT_IN_TOOLS.contains(&other) => {}
             _ => {
                 let mut known = vec!["function", "custom"];

@@ -242,6 +242,7 @@ mod tests {
             assert_eq!(
                 t.usage(),
                 Reported {
+                    tool_uses: Default::default(),
                     input_tokens: Some(30),
                     output_tokens: Some(20),
                     cache_read_tokens: Some(15),

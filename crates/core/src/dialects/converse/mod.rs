@@ -94,6 +94,7 @@ pub(crate) fn usage_of(u: Option<&Value>) -> Reported {
         cache_read_tokens: Some(read),
         cache_write_tokens: Some(writes - hour),
         cache_write_1h_tokens: Some(hour),
+        ..Reported::default()
     }
 }
 
@@ -175,6 +176,7 @@ mod tests {
         assert_eq!(
             info.usage,
             Reported {
+                tool_uses: Default::default(),
                 input_tokens: Some(40),
                 output_tokens: Some(7),
                 cache_read_tokens: Some(20),

@@ -19,6 +19,7 @@ mod counting;
 pub mod names;
 pub(crate) mod request;
 
+use crate::tools::ToolUses;
 use serde_json::{json, Map, Value};
 
 use super::body::{Body, Shape};
@@ -177,8 +178,12 @@ pub(crate) fn finish_reason(reason: &str) -> FinishReason {
 /// `cachedContentTokenCount` came from the cache) plus `toolUsePromptTokenCount`; output is
 /// `candidatesTokenCount` plus `thoughtsTokenCount` (candidates exclude thoughts). Sums saturate.
 pub(crate) fn usage(v: &Value) -> Reported {
+    let web_searches = web_searches(v);
     let Some(u) = v.get("usageMetadata") else {
-        return Reported::default();
+        return Reported {
+            tool_uses: ToolUses::web_searches(web_searches),
+            ..Reported::default()
+        };
     };
     let n = |f: &str| count(Some(u), f);
     let sum = |a: Option<u64>, b: Option<u64>| match (a, b) {
@@ -190,8 +195,25 @@ pub(crate) fn usage(v: &Value) -> Reported {
         input_tokens: input,
         output_tokens: sum(n("/candidatesTokenCount"), n("/thoughtsTokenCount")),
         cache_read_tokens: input.and(n("/cachedContentTokenCount")),
+        tool_uses: ToolUses::web_searches(web_searches),
         ..Reported::default()
     }
+}
+
+/// The Google searches a chunk reports (SPEC §21): its candidates' `groundingMetadata.webSearchQueries`,
+/// the queries grounding with Google Search ran so far.
+fn web_searches(v: &Value) -> Option<u32> {
+    let queries = v
+        .get("candidates")
+        .and_then(Value::as_array)?
+        .iter()
+        .filter_map(|c| {
+            c.pointer("/groundingMetadata/webSearchQueries")
+                .and_then(Value::as_array)
+        })
+        .map(|q| u32::try_from(q.len()).unwrap_or(u32::MAX))
+        .reduce(u32::saturating_add)?;
+    Some(queries)
 }
 
 /// A prompt the provider refused to answer, as an error payload the classifier reads as

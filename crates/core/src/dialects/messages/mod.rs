@@ -11,6 +11,7 @@ pub(crate) mod answer;
 mod counting;
 pub(crate) mod request;
 
+use crate::tools::ToolUses;
 use serde_json::Value;
 
 use super::body::Body;
@@ -170,9 +171,12 @@ pub(crate) fn finish_reason(reason: &str) -> FinishReason {
 /// may carry output alone). Sums saturate.
 pub(crate) fn usage_of(u: Option<&Value>) -> Reported {
     let output_tokens = count(u, "/output_tokens");
+    // Server tools' uses, the totals so far (SPEC §21).
+    let web_searches = count(u, "/server_tool_use/web_search_requests").map(|n| u32::try_from(n).unwrap_or(u32::MAX));
     let Some(uncached) = count(u, "/input_tokens") else {
         return Reported {
             output_tokens,
+            tool_uses: ToolUses::web_searches(web_searches),
             ..Reported::default()
         };
     };
@@ -197,6 +201,7 @@ pub(crate) fn usage_of(u: Option<&Value>) -> Reported {
         cache_read_tokens: Some(read),
         cache_write_tokens: Some(write_5m),
         cache_write_1h_tokens: write_1h,
+        tool_uses: ToolUses::web_searches(web_searches),
     }
 }
 
@@ -276,6 +281,7 @@ mod usage_tests {
         assert_eq!(
             usage_of(Some(&flat)),
             Reported {
+                tool_uses: Default::default(),
                 input_tokens: Some(910),
                 output_tokens: Some(5),
                 cache_read_tokens: Some(700),
@@ -424,6 +430,7 @@ mod tests {
         assert_eq!(
             start.usage,
             Reported {
+                tool_uses: Default::default(),
                 input_tokens: Some(12),
                 output_tokens: None,
                 cache_read_tokens: Some(0),

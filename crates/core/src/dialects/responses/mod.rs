@@ -12,6 +12,7 @@ pub(crate) mod answer;
 mod counting;
 pub(crate) mod request;
 
+use crate::tools::ToolUses;
 use serde_json::{json, Value};
 
 use super::body::Body;
@@ -104,15 +105,25 @@ pub fn parse_request(bytes: &[u8]) -> Result<ClientRequest, ApiError> {
 
 /// The usage of a `response` object (SPEC §17): `input_tokens` is every input token, of which
 /// `input_tokens_details.cached_tokens` were read from the cache; `output_tokens` includes
-/// reasoning.
+/// reasoning. Its `web_search_call` output items are the web searches it made (SPEC §21).
 pub(crate) fn usage_of(response: Option<&Value>) -> Reported {
     let usage = response.and_then(|r| r.get("usage"));
+    let searches = response
+        .and_then(|r| r.get("output"))
+        .and_then(Value::as_array)
+        .map(|items| u32::try_from(items.iter().filter(|i| is_web_search_call(i)).count()).unwrap_or(u32::MAX));
     Reported {
         input_tokens: count(usage, "/input_tokens"),
         output_tokens: count(usage, "/output_tokens"),
         cache_read_tokens: count(usage, "/input_tokens_details/cached_tokens"),
+        tool_uses: ToolUses::web_searches(searches.filter(|n| *n > 0)),
         ..Reported::default()
     }
+}
+
+/// An output item that is a web search the provider ran.
+fn is_web_search_call(item: &Value) -> bool {
+    item.get("type").and_then(Value::as_str) == Some("web_search_call")
 }
 
 /// Why a `response` object ended: `completed`, or `incomplete` for its
@@ -175,6 +186,10 @@ pub fn inspect_event(ev: &SseEvent) -> EventInfo {
             let chars = v.get("delta").and_then(Value::as_str).map_or(0, |d| d.chars().count());
             info.content = chars > 0;
             info.output_chars = chars;
+        }
+        // A finished web search: one use, counted as the stream goes (SPEC §21).
+        "response.output_item.done" if v.get("item").is_some_and(is_web_search_call) => {
+            info.usage.tool_uses.web_search_calls = 1;
         }
         _ => {} // lifecycle events: passed through, held before commit
     }

@@ -640,6 +640,7 @@ mod through_the_relay {
                 max_input_tokens: 100_000,
                 body_len: 30,
             },
+            tools: Default::default(),
         });
         for (_, ev) in events {
             match relay.on_event(ev) {
