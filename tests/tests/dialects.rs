@@ -521,15 +521,26 @@ fn gemini_routes_get_the_model_in_the_path_and_the_key_as_x_goog_api_key() {
     );
     assert_error(Api::Gemini, &r, 400, "invalid_request", &r.text());
     let r = post(
-        &format!("/v1beta/models/{model}:countTokens"),
+        &format!("/v1beta/models/{model}:embedContent"),
         &[("x-goog-api-key", &key)],
     );
     assert_error(Api::Gemini, &r, 404, "not_found", &r.text());
+    // Token counting (SPEC §21) is served: by the route's own `countTokens`.
+    let r = post(
+        &format!("/v1beta/models/{model}:countTokens"),
+        &[("x-goog-api-key", &key)],
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.json()["totalTokens"].as_u64().is_some_and(|n| n > 0), "{}", r.text());
+    assert_eq!(
+        s.mock_stats(&label, "ok")["last_request"]["path"],
+        format!("/{label}/ok/models/gemini-up:countTokens")
+    );
     let r = post(&format!("/v1beta/models/{model}:generateContent"), &[]);
     assert_error(Api::Gemini, &r, 401, "invalid_api_key", &r.text());
     assert_eq!(
         s.mock_stats(&label, "ok")["requests"],
-        2,
-        "only the two good requests reached it"
+        3,
+        "only the two good requests and the count reached it"
     );
 }
