@@ -73,6 +73,10 @@
 //!             | "tool-call" [ / N ]             (N calls, default 1, at most 16, to the request's first
 //!                                                declared function tool — unless its last turn is a
 //!                                                tool result, or it declares no tool: then as usual)
+//!             | "tool-call-to" / NAME / ARGS    (one call to the declared function tool NAME, with ARGS — a
+//!                                                percent-encoded JSON object — as its arguments, as a model
+//!                                                picks one of an agent's many tools; unless the last turn
+//!                                                is a tool result or no tool NAME is declared: then as usual)
 //!             | "json"                          (the answer text is a JSON object for the request's
 //!                                                response schema)
 //!             | "echo-images"                   (the answer text is `images: N`, N the request's image parts)
@@ -223,6 +227,8 @@ pub struct Scenario {
     pub message: Option<String>,
     /// `tool-call/N`: answer with N calls to the request's first declared tool.
     pub tool_calls: Option<usize>,
+    /// `tool-call-to/NAME/ARGS`: answer with a call to the declared tool NAME, these arguments.
+    pub tool_call_to: Option<(String, String)>,
     /// `json`: answer with a JSON object for the request's schema.
     pub json: bool,
     /// `echo-images`: answer with the number of the request's image parts.
@@ -255,6 +261,7 @@ impl Default for Scenario {
             reject_field: None,
             message: None,
             tool_calls: None,
+            tool_call_to: None,
             json: false,
             echo_images: false,
             media: false,
@@ -292,6 +299,7 @@ pub const KEYWORDS: &[&str] = &[
     "reject-field",
     "message",
     "tool-call",
+    "tool-call-to",
     "json",
     "echo-images",
     "media",
@@ -674,9 +682,7 @@ pub fn parse_scenario(key: &str) -> Result<Scenario, ScenarioError> {
                 set_once(&mut sc.reject_field, (name.to_string(), code), "reject-field")?;
             }
             "message" => {
-                let text = c
-                    .next()
-                    .ok_or_else(|| ScenarioError("`message` needs a text".into()))?;
+                let text = c.next().ok_or_else(|| ScenarioError("`message` needs a text".into()))?;
                 set_once(&mut sc.message, percent_decoded(text), "message")?;
             }
             "tool-call" => {
@@ -685,6 +691,17 @@ pub fn parse_scenario(key: &str) -> Result<Scenario, ScenarioError> {
                     return Err(ScenarioError(format!("`tool-call/{n}`: 1 to {MAX_TOOL_CALLS} calls")));
                 }
                 set_once(&mut sc.tool_calls, n, "tool-call")?;
+            }
+            "tool-call-to" => {
+                let usage = "`tool-call-to` needs a tool name and arguments (tool-call-to/<name>/<JSON object>)";
+                let name = c.next().ok_or_else(|| ScenarioError(usage.into()))?;
+                let args = percent_decoded(c.next().ok_or_else(|| ScenarioError(usage.into()))?);
+                if !serde_json::from_str::<serde_json::Value>(&args).is_ok_and(|v| v.is_object()) {
+                    return Err(ScenarioError(format!(
+                        "`tool-call-to/{name}`: `{args}` is not a JSON object"
+                    )));
+                }
+                set_once(&mut sc.tool_call_to, (name.to_string(), args), "tool-call-to")?;
             }
             "no-done" | "no-usage" | "json" | "echo-images" | "media" | "lenient" => {
                 if seen_flags.contains(&seg) {
@@ -925,7 +942,10 @@ mod tests {
         assert!(s.no_done);
         let s = parse_scenario("down-for/1000/retry-after/1/overloaded").unwrap();
         assert_eq!(s.gate, Some(Gate::DownFor(1000)));
-        assert_eq!(parse_scenario("down-first/3/ok").unwrap().gate, Some(Gate::DownFirst(3)));
+        assert_eq!(
+            parse_scenario("down-first/3/ok").unwrap().gate,
+            Some(Gate::DownFirst(3))
+        );
         assert!(parse_scenario("down-first/3/flaky/2").is_err());
         let s = parse_scenario("error-event-after/3/rate_limit").unwrap();
         assert_eq!(s.behavior, Behavior::ErrorEventAfter(3));
@@ -963,7 +983,16 @@ mod tests {
         assert_eq!(s.tool_calls, Some(3));
         assert_eq!((s.chunks, s.json, s.echo_images, s.lenient), (2, true, true, true));
         assert_eq!(split_label("lab/lenient").0, "lab");
+        let s = parse_scenario("t/tool-call-to/Read/%7B%22file_path%22%3A%22%2Ftmp%2Fa.txt%22%7D").unwrap();
+        assert_eq!(
+            s.tool_call_to,
+            Some(("Read".to_string(), r#"{"file_path":"/tmp/a.txt"}"#.to_string()))
+        );
         for bad in [
+            "tool-call-to",
+            "tool-call-to/Read",
+            "tool-call-to/Read/%5B1%5D",
+            "tool-call-to/Read/nope",
             "tool-call/0",
             "tool-call/17",
             "tool-call/tool-call",
