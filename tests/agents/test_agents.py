@@ -165,8 +165,13 @@ wire_api = "responses"
 # Codex's default tools include `web_search`, which only a route of its own API that prices it
 # serves (SPEC §21: priced server tools); a model served only in translation is used with web
 # search off, as README says.
+# Natively also with web search off: the rest of Codex's defaults (its `namespace` tools, its
+# `client_metadata`) on a route of its own API whatever the catalog prices.
+NO_WEB_SEARCH = 'web_search = "disabled"'
 CODEX_ROUTES = [("responses", {"tool_prices": {"web_search": 0.01}}, ""),
-                ("messages", {}, 'web_search = "disabled"')]
+                ("responses", {}, NO_WEB_SEARCH),
+                ("messages", {}, NO_WEB_SEARCH)]
+CODEX_IDS = ["native", "native-no-web-search", "translated"]
 CODEX_GAPS = [("tool_prices", "priced server tools (tool_prices) are not on this branch yet"),
               ("namespace tools are not translated", "Responses namespace tools are not flattened when translated yet")]
 
@@ -180,7 +185,7 @@ def codex_models(route, fields, scenario):
         raise
 
 
-@pytest.mark.parametrize("route,fields,config", CODEX_ROUTES, ids=["native", "translated"])
+@pytest.mark.parametrize("route,fields,config", CODEX_ROUTES, ids=CODEX_IDS)
 def test_codex_exec_tool_round_trip(route, fields, config, recorder, home):
     """The model asks Codex to run a command; it runs it in its sandbox and sends the output back;
     the answer quotes it."""
@@ -192,7 +197,7 @@ def test_codex_exec_tool_round_trip(route, fields, config, recorder, home):
     assert models.seen("m") >= 2, "a call, then its output"
 
 
-@pytest.mark.parametrize("route,fields,config", CODEX_ROUTES, ids=["native", "translated"])
+@pytest.mark.parametrize("route,fields,config", CODEX_ROUTES, ids=CODEX_IDS)
 def test_codex_exec_answers(route, fields, config, recorder, home):
     models = codex_models(route, fields, "ok")
     p = codex(models, "m", recorder, home, "Say hello", config)
