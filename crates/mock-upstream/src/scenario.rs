@@ -70,13 +70,13 @@
 //!             | "message" / TEXT                (an error's message is TEXT, percent-decoded — as a
 //!                                                provider or a relay in front of one words its own)
 //!             | error-kind                      (needs an error to shape)
-//!             | "tool-call" [ / N ]             (N calls, default 1, at most 16, to the request's first
-//!                                                declared function tool — unless its last turn is a
-//!                                                tool result, or it declares no tool: then as usual)
 //!             | "tool-call-to" / NAME / ARGS    (one call to the declared function tool NAME, with ARGS — a
 //!                                                percent-encoded JSON object — as its arguments, as a model
 //!                                                picks one of an agent's many tools; unless the last turn
 //!                                                is a tool result or no tool NAME is declared: then as usual)
+//!             | "tool-call" [ / N ]             (N calls, default 1, at most 16, to the request's first
+//!                                                declared function tool — unless its last turn is a
+//!                                                tool result, or it declares no tool: then as usual)
 //!             | "json"                          (the answer text is a JSON object for the request's
 //!                                                response schema)
 //!             | "echo-images"                   (the answer text is `images: N`, N the request's image parts)
@@ -225,10 +225,10 @@ pub struct Scenario {
     pub reject_field: Option<(String, u16)>,
     /// `message/TEXT`: an error's message, in the dialect's error shape.
     pub message: Option<String>,
-    /// `tool-call/N`: answer with N calls to the request's first declared tool.
-    pub tool_calls: Option<usize>,
     /// `tool-call-to/NAME/ARGS`: answer with a call to the declared tool NAME, these arguments.
     pub tool_call_to: Option<(String, String)>,
+    /// `tool-call/N`: answer with N calls to the request's first declared tool.
+    pub tool_calls: Option<usize>,
     /// `json`: answer with a JSON object for the request's schema.
     pub json: bool,
     /// `echo-images`: answer with the number of the request's image parts.
@@ -260,8 +260,8 @@ impl Default for Scenario {
             cache: None,
             reject_field: None,
             message: None,
-            tool_calls: None,
             tool_call_to: None,
+            tool_calls: None,
             json: false,
             echo_images: false,
             media: false,
@@ -298,8 +298,8 @@ pub const KEYWORDS: &[&str] = &[
     "cache",
     "reject-field",
     "message",
-    "tool-call",
     "tool-call-to",
+    "tool-call",
     "json",
     "echo-images",
     "media",
@@ -685,13 +685,6 @@ pub fn parse_scenario(key: &str) -> Result<Scenario, ScenarioError> {
                 let text = c.next().ok_or_else(|| ScenarioError("`message` needs a text".into()))?;
                 set_once(&mut sc.message, percent_decoded(text), "message")?;
             }
-            "tool-call" => {
-                let n = c.optional_count().unwrap_or(1);
-                if !(1..=MAX_TOOL_CALLS).contains(&n) {
-                    return Err(ScenarioError(format!("`tool-call/{n}`: 1 to {MAX_TOOL_CALLS} calls")));
-                }
-                set_once(&mut sc.tool_calls, n, "tool-call")?;
-            }
             "tool-call-to" => {
                 let usage = "`tool-call-to` needs a tool name and arguments (tool-call-to/<name>/<JSON object>)";
                 let name = c.next().ok_or_else(|| ScenarioError(usage.into()))?;
@@ -702,6 +695,13 @@ pub fn parse_scenario(key: &str) -> Result<Scenario, ScenarioError> {
                     )));
                 }
                 set_once(&mut sc.tool_call_to, (name.to_string(), args), "tool-call-to")?;
+            }
+            "tool-call" => {
+                let n = c.optional_count().unwrap_or(1);
+                if !(1..=MAX_TOOL_CALLS).contains(&n) {
+                    return Err(ScenarioError(format!("`tool-call/{n}`: 1 to {MAX_TOOL_CALLS} calls")));
+                }
+                set_once(&mut sc.tool_calls, n, "tool-call")?;
             }
             "no-done" | "no-usage" | "json" | "echo-images" | "media" | "lenient" => {
                 if seen_flags.contains(&seg) {
