@@ -1,4 +1,5 @@
-//! Answers that depend on the request: tool calls to its first declared tool (`tool-call`), an
+//! Answers that depend on the request: tool calls to its first declared tool (`tool-call`) or to
+//! a tool it names with given arguments (`tool-call-to`), an
 //! echo of the tool results it ends with (always), a JSON object for its response schema
 //! (`json`), the count of its images (`echo-images`).
 //!
@@ -39,11 +40,20 @@ pub const DEFAULT_JSON: &str = r#"{"answer":"mock"}"#;
 /// How much of each tool result the answer repeats.
 pub const RESULT_CHARS: usize = 200;
 
-/// The answer to `body` under `sc`: tool calls (`tool-call`, tools declared, the last turn not a
-/// tool result), else JSON (`json`), else the tool results the request ends with, else the image
-/// count (`echo-images`), else the usual words.
+/// The answer to `body` under `sc`: tool calls (`tool-call`, tools declared, or `tool-call-to`,
+/// that tool declared; the last turn not a tool result), else JSON (`json`), else the tool results
+/// the request ends with, else the image count (`echo-images`), else the usual words.
 pub fn decide(api: Api, body: &Value, sc: &Scenario) -> Answer {
     let results = tool_results(api, body);
+    if let (Some((name, arguments)), None) = (&sc.tool_call_to, &results) {
+        if declares(api, body, name) {
+            let call = ToolCall {
+                name: name.clone(),
+                arguments: arguments.clone(),
+            };
+            return Answer::Calls(vec![call]);
+        }
+    }
     if let (Some(n), None) = (sc.tool_calls, &results) {
         if let Some((name, schema)) = first_tool(api, body) {
             let call = ToolCall {
@@ -134,6 +144,26 @@ fn first_tool(api: Api, body: &Value) -> Option<(String, Option<&Value>)> {
             })?,
     };
     Some((name?.as_str()?.to_string(), schema))
+}
+
+/// Whether the request declares a function tool named `name` (top level; Responses namespaces
+/// hold their own).
+fn declares(api: Api, body: &Value, name: &str) -> bool {
+    let tools = items(body.get("tools"));
+    let named = |v: Option<&Value>| v.and_then(Value::as_str) == Some(name);
+    match api {
+        Api::Chat => tools.iter().any(|t| named(t.pointer("/function/name"))),
+        Api::Responses => tools
+            .iter()
+            .any(|t| str_of(t, "type") == Some("function") && named(t.get("name"))),
+        Api::Messages => tools
+            .iter()
+            .any(|t| matches!(str_of(t, "type"), None | Some("custom")) && named(t.get("name"))),
+        Api::Gemini => tools
+            .iter()
+            .flat_map(|t| items(field(t, &["functionDeclarations", "function_declarations"])))
+            .any(|f| named(f.get("name"))),
+    }
 }
 
 /// The text of content: a string, or its parts' `text` joined.
@@ -360,6 +390,49 @@ mod tests {
             decide_with(Api::Responses, json!({"input": "hi"}), "tool-call"),
             Answer::Words
         );
+    }
+
+    #[test]
+    fn a_named_tool_is_called_with_the_given_arguments_in_every_dialect() {
+        let tools = |names: [&str; 2]| -> [(Api, Value); 4] {
+            [
+                (
+                    Api::Chat,
+                    json!({"messages": [{"role": "user", "content": "hi"}], "tools": [
+                        {"type": "function", "function": {"name": names[0]}},
+                        {"type": "function", "function": {"name": names[1]}}]}),
+                ),
+                (
+                    Api::Responses,
+                    json!({"input": "hi", "tools": [{"type": "function", "name": names[0]},
+                        {"type": "namespace", "name": "ns", "description": "d", "tools": []},
+                        {"type": "function", "name": names[1]}]}),
+                ),
+                (
+                    Api::Messages,
+                    json!({"messages": [{"role": "user", "content": "hi"}], "tools": [
+                        {"name": names[0], "input_schema": {"type": "object"}},
+                        {"name": names[1], "input_schema": {"type": "object"}}]}),
+                ),
+                (
+                    Api::Gemini,
+                    json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}], "tools": [
+                        {"functionDeclarations": [{"name": names[0]}, {"name": names[1]}]}]}),
+                ),
+            ]
+        };
+        let scenario = "tool-call-to/Read/%7B%22file_path%22%3A%22a.txt%22%7D";
+        for (api, body) in tools(["Bash", "Read"]) {
+            let want = ToolCall {
+                name: "Read".into(),
+                arguments: r#"{"file_path":"a.txt"}"#.into(),
+            };
+            assert_eq!(decide_with(api, body, scenario), Answer::Calls(vec![want]), "{api:?}");
+        }
+        // No tool of that name: as usual (a model calls no tool it was not given).
+        for (api, body) in tools(["Bash", "Write"]) {
+            assert_eq!(decide_with(api, body, scenario), Answer::Words, "{api:?}");
+        }
     }
 
     #[test]

@@ -70,6 +70,10 @@
 //!             | "message" / TEXT                (an error's message is TEXT, percent-decoded — as a
 //!                                                provider or a relay in front of one words its own)
 //!             | error-kind                      (needs an error to shape)
+//!             | "tool-call-to" / NAME / ARGS    (one call to the declared function tool NAME, with ARGS — a
+//!                                                percent-encoded JSON object — as its arguments, as a model
+//!                                                picks one of an agent's many tools; unless the last turn
+//!                                                is a tool result or no tool NAME is declared: then as usual)
 //!             | "tool-call" [ / N ]             (N calls, default 1, at most 16, to the request's first
 //!                                                declared function tool — unless its last turn is a
 //!                                                tool result, or it declares no tool: then as usual)
@@ -225,6 +229,8 @@ pub struct Scenario {
     pub reject_field: Option<(String, u16)>,
     /// `message/TEXT`: an error's message, in the dialect's error shape.
     pub message: Option<String>,
+    /// `tool-call-to/NAME/ARGS`: answer with a call to the declared tool NAME, these arguments.
+    pub tool_call_to: Option<(String, String)>,
     /// `tool-call/N`: answer with N calls to the request's first declared tool.
     pub tool_calls: Option<usize>,
     /// `searches/N`: a request declaring a web search tool gets N searches (default 1), no more
@@ -261,6 +267,7 @@ impl Default for Scenario {
             cache: None,
             reject_field: None,
             message: None,
+            tool_call_to: None,
             tool_calls: None,
             searches: None,
             json: false,
@@ -299,6 +306,7 @@ pub const KEYWORDS: &[&str] = &[
     "cache",
     "reject-field",
     "message",
+    "tool-call-to",
     "tool-call",
     "searches",
     "json",
@@ -710,6 +718,17 @@ pub fn parse_scenario(key: &str) -> Result<Scenario, ScenarioError> {
                 let text = c.next().ok_or_else(|| ScenarioError("`message` needs a text".into()))?;
                 set_once(&mut sc.message, percent_decoded(text), "message")?;
             }
+            "tool-call-to" => {
+                let usage = "`tool-call-to` needs a tool name and arguments (tool-call-to/<name>/<JSON object>)";
+                let name = c.next().ok_or_else(|| ScenarioError(usage.into()))?;
+                let args = percent_decoded(c.next().ok_or_else(|| ScenarioError(usage.into()))?);
+                if !serde_json::from_str::<serde_json::Value>(&args).is_ok_and(|v| v.is_object()) {
+                    return Err(ScenarioError(format!(
+                        "`tool-call-to/{name}`: `{args}` is not a JSON object"
+                    )));
+                }
+                set_once(&mut sc.tool_call_to, (name.to_string(), args), "tool-call-to")?;
+            }
             "tool-call" => {
                 let n = c.optional_count().unwrap_or(1);
                 if !(1..=MAX_TOOL_CALLS).contains(&n) {
@@ -1004,7 +1023,16 @@ mod tests {
         assert_eq!(s.tool_calls, Some(3));
         assert_eq!((s.chunks, s.json, s.echo_images, s.lenient), (2, true, true, true));
         assert_eq!(split_label("lab/lenient").0, "lab");
+        let s = parse_scenario("t/tool-call-to/Read/%7B%22file_path%22%3A%22%2Ftmp%2Fa.txt%22%7D").unwrap();
+        assert_eq!(
+            s.tool_call_to,
+            Some(("Read".to_string(), r#"{"file_path":"/tmp/a.txt"}"#.to_string()))
+        );
         for bad in [
+            "tool-call-to",
+            "tool-call-to/Read",
+            "tool-call-to/Read/%5B1%5D",
+            "tool-call-to/Read/nope",
             "tool-call/0",
             "tool-call/17",
             "tool-call/tool-call",

@@ -1,5 +1,7 @@
 //! Anthropic Messages requests (`POST /v1/messages`): `max_tokens` required, `user`/`assistant`
-//! turns starting with `user` (the system prompt is the top-level `system`), content blocks by
+//! turns starting with `user` (the system prompt is the top-level `system`; a `system` turn of text
+//! further on is an instruction at that place, generally available since the
+//! `mid-conversation-system-2026-04-07` beta), content blocks by
 //! type and by turn (`tool_use` from the assistant, `tool_result` from the user, answering
 //! exactly the previous turn's `tool_use` ids), custom tools with an object `input_schema`.
 
@@ -168,12 +170,16 @@ fn messages(list: &Node) -> Check {
         m.object()?;
         m.only(&["role", "content"])?;
         let role_node = m.req("role")?;
-        let role = role_node.one_of(&["user", "assistant"])?;
+        let role = role_node.one_of(&["user", "assistant", "system"])?;
         if i == 0 && role != "user" {
             return role_node.invalid("first message must use the \"user\" role.");
         }
         let last = i + 1 == items.len();
-        let blocks = content(&m.req("content")?, role == "assistant", last)?;
+        let blocks = if role == "system" {
+            system_turn(&m.req("content")?)?
+        } else {
+            content(&m.req("content")?, role == "assistant", last)?
+        };
         let (turn, asked) = prev.take().map_or((None, Vec::new()), |(t, a)| (Some(t), a));
         if let Some((block, id)) = blocks.results.iter().find(|(_, id)| !asked.contains(id)) {
             return block.invalid(format!(
@@ -279,6 +285,21 @@ fn text_block(block: &Node) -> Check {
         return text.invalid("text content blocks must be non-empty");
     }
     Ok(())
+}
+
+/// A `system` turn inside the conversation: text only, as a string or text blocks.
+fn system_turn<'a>(c: &Node<'a>) -> Check<Blocks<'a>> {
+    match c.v {
+        serde_json::Value::String(s) if s.is_empty() => {
+            return c.invalid("system messages must have non-empty content")
+        }
+        serde_json::Value::String(_) => {}
+        _ => text_blocks(c)?,
+    }
+    Ok(Blocks {
+        uses: Vec::new(),
+        results: Vec::new(),
+    })
 }
 
 /// An array of text blocks (the system prompt).
@@ -478,6 +499,36 @@ mod tests {
                       {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}],
             "tool_choice": {"type": "tool", "name": "get_weather"},
             "thinking": {"type": "enabled", "budget_tokens": 1024}, "max_tokens": 2048})));
+    }
+
+    #[test]
+    fn system_turns_inside_the_conversation() {
+        // Claude Code's shape: the environment as a cached system turn after the first user turn.
+        ok(with(json!({"messages": [
+            {"role": "user", "content": [{"type": "text", "text": "Say hello"}]},
+            {"role": "system", "content": [{"type": "text", "text": "# Environment", "cache_control": {"type": "ephemeral"}}]},
+            {"role": "assistant", "content": "Hello"},
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": "again"}]})));
+        rejected(
+            with(json!({"messages": [{"role": "system", "content": "x"}, {"role": "user", "content": "hi"}]})),
+            "messages.0.role",
+        );
+        rejected(
+            with(
+                json!({"messages": [{"role": "user", "content": "hi"}, {"role": "system", "content": [
+                {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.png"}}]}]}),
+            ),
+            "messages.1.content.0.type",
+        );
+        rejected(
+            with(json!({"messages": [{"role": "user", "content": "hi"}, {"role": "system", "content": ""}]})),
+            "messages.1.content",
+        );
+        rejected(
+            with(json!({"messages": [{"role": "user", "content": "hi"}, {"role": "developer", "content": "x"}]})),
+            "messages.1.role",
+        );
     }
 
     #[test]

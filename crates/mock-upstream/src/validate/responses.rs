@@ -37,6 +37,7 @@ const FIELDS: &[&str] = &[
     "prompt_cache_retention",
     "safety_identifier",
     "context_management",
+    "client_metadata",
 ];
 
 /// Input items taken as they are (built-in tools' calls and outputs, references).
@@ -108,6 +109,13 @@ pub(super) fn check(body: &Node) -> Check {
     body.opt("top_p", |t| t.number(0.0, 1.0))?;
     body.opt("truncation", |t| t.one_of(&["auto", "disabled"]))?;
     body.opt("include", Node::strings)?;
+    // Codex CLI's per-turn metadata: string values, one of them a whole JSON document.
+    body.opt("client_metadata", |m| {
+        for key in m.object()?.keys() {
+            m.req(key)?.str()?;
+        }
+        Ok(())
+    })?;
     body.opt("tools", tools)?;
     body.opt("tool_choice", tool_choice)?;
     body.opt("text", text)?;
@@ -382,6 +390,15 @@ mod tests {
         rejected(with(json!({"stream_options": {}})), "'stream_options'");
         rejected(with(json!({"reasoning": {"effort": "max"}})), "'reasoning.effort'");
         rejected(with(json!({"instructions": ["be brief"]})), "'instructions'");
+    }
+
+    #[test]
+    fn codexs_client_metadata() {
+        ok(with(
+            json!({"client_metadata": {"x-codex-turn-metadata": "{\"turn_id\":\"t-1\"}", "session_id": "s-1"}}),
+        ));
+        rejected(with(json!({"client_metadata": "s-1"})), "'client_metadata'");
+        rejected(with(json!({"client_metadata": {"turn": 1}})), "'client_metadata.turn'");
     }
 
     #[test]

@@ -211,6 +211,27 @@ fn usage(t: &Tokens) -> Usage {
     }
 }
 
+/// `message_delta`'s usage: the output count always present (the schema requires it; 0 when the
+/// upstream never said it — the gateway charges from the translator's own report, not this).
+fn delta_usage(t: &Tokens) -> Usage {
+    let known = usage(t);
+    Usage {
+        output_tokens: Some(known.output_tokens.unwrap_or(0)),
+        ..known
+    }
+}
+
+/// A whole message's usage: both counts always present (0 when the upstream never said one — the
+/// gateway charges from the upstream's own body, not this).
+fn body_usage(t: &Tokens) -> Usage {
+    let known = usage(t);
+    Usage {
+        input_tokens: Some(known.input_tokens.unwrap_or(0)),
+        output_tokens: Some(known.output_tokens.unwrap_or(0)),
+        ..known
+    }
+}
+
 /// `message_start`'s usage: what the upstream said so far, both counts always present.
 fn start_usage(t: &Tokens) -> Usage {
     let known = usage(t);
@@ -375,7 +396,7 @@ impl AnswerWriter for Writer {
                 let reason = stop_reason(self.finish.unwrap_or(FinishReason::Natural), self.tools);
                 let delta = json!({
                     "delta": {"stop_reason": reason, "stop_sequence": null},
-                    "usage": usage(&self.usage),
+                    "usage": delta_usage(&self.usage),
                 });
                 Writer::event(out, "message_delta", delta);
                 Writer::event(out, "message_stop", json!({}));
@@ -421,7 +442,7 @@ pub(crate) fn write_body(answer: &Answer, ctx: &AnswerContext) -> Vec<u8> {
         content: content.collect(),
         stop_reason: stop_reason(choice.reason(), choice.has_calls()),
         stop_sequence: None,
-        usage: usage(&answer.usage),
+        usage: body_usage(&answer.usage),
     };
     serde_json::to_vec(&message).unwrap_or_default()
 }

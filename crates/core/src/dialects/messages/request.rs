@@ -375,6 +375,19 @@ struct ClientTool<'a> {
     strict: Option<bool>,
     #[serde(default)]
     cache_control: Option<IgnoredAny>,
+    /// Tool search: the definition reaches the model once searched for (Claude Code marks tools
+    /// so). Elsewhere the tool is declared from the start: the same calls, a longer prompt.
+    #[serde(default)]
+    defer_loading: Option<IgnoredAny>,
+    /// Sample inputs shown to the model (advanced tool use): a hint, not the tool.
+    #[serde(default)]
+    input_examples: Option<IgnoredAny>,
+    /// Who may call the tool: the model (`direct`) or Anthropic's code execution.
+    #[serde(default)]
+    allowed_callers: Option<Vec<String>>,
+    /// Arguments streamed without buffering: how they arrive, not what they are.
+    #[serde(default)]
+    eager_input_streaming: Option<IgnoredAny>,
 }
 
 fn read_tool(n: &mut Neutral, raw: &RawValue, at: String) -> Result<(), Unable> {
@@ -383,7 +396,28 @@ fn read_tool(n: &mut Neutral, raw: &RawValue, at: String) -> Result<(), Unable> 
         Some(kind) => return Err(not_carried(at, &format!("`{kind}` is a tool Anthropic runs"))),
     }
     let t: ClientTool = parse(raw, &at)?;
-    drop_present(&mut n.dropped, &at, &[(t.cache_control.is_some(), "cache_control")]);
+    if t.allowed_callers
+        .as_ref()
+        .is_some_and(|c| !c.iter().any(|c| c == "direct"))
+    {
+        return Err(not_carried(
+            format!("{at}.allowed_callers"),
+            "only Anthropic's code execution may call the tool",
+        ));
+    }
+    // Hints about loading, examples and streaming: the tool and its calls are the same without
+    // them (SPEC §21, fields that steer, not change, the answer).
+    drop_present(
+        &mut n.dropped,
+        &at,
+        &[
+            (t.cache_control.is_some(), "cache_control"),
+            (t.defer_loading.is_some(), "defer_loading"),
+            (t.input_examples.is_some(), "input_examples"),
+            (t.allowed_callers.is_some(), "allowed_callers"),
+            (t.eager_input_streaming.is_some(), "eager_input_streaming"),
+        ],
+    );
     n.add_tool(Tool {
         at,
         name: t.name,

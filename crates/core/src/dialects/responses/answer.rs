@@ -198,8 +198,15 @@ enum Item {
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum Content {
-    OutputText { text: String, annotations: [(); 0] },
-    SummaryText { text: String },
+    /// `annotations` and `logprobs` are required by the schema; none are carried.
+    OutputText {
+        text: String,
+        annotations: [(); 0],
+        logprobs: [(); 0],
+    },
+    SummaryText {
+        text: String,
+    },
 }
 
 /// The events an item's text streams in: its delta and done events, the field naming its text
@@ -229,6 +236,7 @@ impl Item {
                 content: vec![Content::OutputText {
                     text: String::new(),
                     annotations: [],
+                    logprobs: [],
                 }],
             },
             Kind::Reasoning => Item::Reasoning {
@@ -379,7 +387,9 @@ struct Incomplete {
     reason: &'static str,
 }
 
-/// A `response` object.
+/// A `response` object, with every field OpenAI's schema requires (typed clients generated from
+/// it refuse one without). The request's settings it echoes (`instructions`, `tools`,
+/// `tool_choice`, sampling, `metadata`) are not the answer's: written as their defaults.
 #[derive(Debug, Serialize)]
 struct Response<'a> {
     id: String,
@@ -388,8 +398,15 @@ struct Response<'a> {
     status: &'static str,
     error: Option<Value>,
     incomplete_details: Option<Incomplete>,
+    instructions: Option<()>,
     model: &'a str,
     output: &'a [Item],
+    tools: [(); 0],
+    tool_choice: &'static str,
+    parallel_tool_calls: bool,
+    temperature: Option<()>,
+    top_p: Option<()>,
+    metadata: Option<()>,
     usage: Option<Usage>,
 }
 
@@ -402,8 +419,15 @@ impl<'a> Response<'a> {
             status,
             error: None,
             incomplete_details: None,
+            instructions: None,
             model: &ctx.model,
             output,
+            tools: [],
+            tool_choice: "auto",
+            parallel_tool_calls: true,
+            temperature: None,
+            top_p: None,
+            metadata: None,
             usage: None,
         }
     }
@@ -506,6 +530,9 @@ impl Writer {
         }
         let mut fields = item.place(index);
         fields.insert("delta".into(), Value::from(delta));
+        if let Item::Message { .. } = item {
+            fields.insert("logprobs".into(), json!([]));
+        }
         let kind = item.names().delta;
         self.emit(out, kind, fields);
     }
@@ -522,6 +549,9 @@ impl Writer {
             fields.insert("name".into(), Value::from(name.as_str()));
         }
         fields.insert(names.text.into(), Value::from(item.text()));
+        if let Item::Message { .. } = item {
+            fields.insert("logprobs".into(), json!([]));
+        }
         self.emit(out, names.done, fields);
         if let (Some(part_names), Some(part)) = (names.part, item.part()) {
             let mut fields = item.place(index);

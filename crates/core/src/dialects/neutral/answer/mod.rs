@@ -15,10 +15,15 @@
 //! becomes an error event of the client's dialect that the classifier reads as the same class.
 //!
 //! Decisions:
-//! - A count the upstream has not reported is left out, never written as 0: a Messages
-//!   `message_start` of a translated stream carries input tokens only when the upstream has said
-//!   them by then (Gemini, Messages), else `message_delta` carries them, and a stream cut before
-//!   its usage stays estimated (SPEC §7), as it would natively.
+//! - Every event and body carries every field its dialect's published schema requires (SPEC §21:
+//!   strict clients such as the Vercel AI SDK validate them). A count the upstream has not reported
+//!   is left out where the schema allows, and written 0 where it requires one (Messages'
+//!   `message_start` input and output, `message_delta` output, a whole message's both): the
+//!   gateway never reads a translated answer's usage — it charges from the translator's report
+//!   (streams) or the upstream's own body — so a stream cut before its usage stays estimated
+//!   (SPEC §7), as it would natively. A Responses `response` echoes request settings the schema
+//!   requires (`instructions`, `tools`, `tool_choice`, sampling, `metadata`) as their defaults, and
+//!   its text carries empty `logprobs`.
 //! - Cache writes have a field only in Messages; [`StreamTranslator::usage`] keeps them (the
 //!   upstream's own reading) for a client of another dialect. Reasoning tokens have none in
 //!   Messages (its output includes thinking).

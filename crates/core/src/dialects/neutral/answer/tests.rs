@@ -523,7 +523,7 @@ fn responses_item(step: &Step, i: usize, done: bool) -> Value {
     match step {
         Step::Text(ds) => {
             let content = if done {
-                json!([{"type": "output_text", "text": ds.concat(), "annotations": []}])
+                json!([{"type": "output_text", "text": ds.concat(), "annotations": [], "logprobs": []}])
             } else {
                 json!([])
             };
@@ -565,7 +565,9 @@ fn responses_expected(scenario: Scenario, up: Api) -> Vec<Value> {
     };
     let response = |status: &str, output: Value, usage: Value| {
         json!({"id": "resp_gen1", "object": "response", "created_at": CREATED, "status": status, "error": null,
-               "incomplete_details": null, "model": "client-model", "output": output, "usage": usage})
+               "incomplete_details": null, "instructions": null, "model": "client-model", "output": output,
+               "tools": [], "tool_choice": "auto", "parallel_tool_calls": true, "temperature": null, "top_p": null,
+               "metadata": null, "usage": usage})
     };
     ev(json!({"type": "response.created", "response": response("in_progress", json!([]), Value::Null)}));
     ev(json!({"type": "response.in_progress", "response": response("in_progress", json!([]), Value::Null)}));
@@ -579,16 +581,20 @@ fn responses_expected(scenario: Scenario, up: Api) -> Vec<Value> {
                 ev(with(
                     "response.content_part.added",
                     "part",
-                    json!({"type": "output_text", "text": "", "annotations": []}),
+                    json!({"type": "output_text", "text": "", "annotations": [], "logprobs": []}),
                 ));
+                let logprobs = |mut v: Value| {
+                    v["logprobs"] = json!([]);
+                    v
+                };
                 for d in ds {
-                    ev(with("response.output_text.delta", "delta", json!(d)));
+                    ev(logprobs(with("response.output_text.delta", "delta", json!(d))));
                 }
-                ev(with("response.output_text.done", "text", json!(ds.concat())));
+                ev(logprobs(with("response.output_text.done", "text", json!(ds.concat()))));
                 ev(with(
                     "response.content_part.done",
                     "part",
-                    json!({"type": "output_text", "text": ds.concat(), "annotations": []}),
+                    json!({"type": "output_text", "text": ds.concat(), "annotations": [], "logprobs": []}),
                 ));
             }
             Step::Think(ds) => {
@@ -772,7 +778,7 @@ fn upstream_body(up: Api) -> Value {
             "output": [
                 {"id": "rs_1", "type": "reasoning", "summary": [{"type": "summary_text", "text": "Let me think."}]},
                 {"id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
-                 "content": [{"type": "output_text", "text": "Hello", "annotations": []}]},
+                 "content": [{"type": "output_text", "text": "Hello", "annotations": [], "logprobs": []}]},
                 {"id": "fc_1", "type": "function_call", "call_id": "call_a", "name": "get_weather", "arguments": weather},
                 {"id": "fc_2", "type": "function_call", "call_id": "call_b", "name": "get_time", "arguments": time}],
             "usage": {"input_tokens": 100, "input_tokens_details": {"cached_tokens": 40}, "output_tokens": 20,
@@ -816,11 +822,13 @@ fn body_expected(client: Api, up: Api) -> Value {
             "usage": {"input_tokens": 60, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 40,
                       "output_tokens": 20}}),
         Api::Responses => json!({"id": "resp_gen1", "object": "response", "created_at": CREATED,
-            "status": "completed", "error": null, "incomplete_details": null, "model": "client-model",
+            "status": "completed", "error": null, "incomplete_details": null, "instructions": null,
+            "model": "client-model", "tools": [], "tool_choice": "auto", "parallel_tool_calls": true,
+            "temperature": null, "top_p": null, "metadata": null,
             "output": [
                 {"type": "reasoning", "id": "rs_gen1_0", "summary": [{"type": "summary_text", "text": "Let me think."}]},
                 {"type": "message", "id": "msg_gen1_1", "status": "completed", "role": "assistant",
-                 "content": [{"type": "output_text", "text": "Hello", "annotations": []}]},
+                 "content": [{"type": "output_text", "text": "Hello", "annotations": [], "logprobs": []}]},
                 {"type": "function_call", "id": "fc_gen1_2", "status": "completed", "call_id": "call_a",
                  "name": "get_weather", "arguments": weather},
                 {"type": "function_call", "id": "fc_gen1_3", "status": "completed", "call_id": "call_b",
@@ -1138,6 +1146,273 @@ fn a_count_not_reported_is_not_written() {
         json!({"input_tokens": 0, "output_tokens": 0})
     );
     assert!(t.usage().is_empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shapes strict clients validate (SPEC §21): every event a writer writes carries every field its
+// dialect's published schema requires — the Vercel AI SDK's zod schemas, typed clients generated
+// from OpenAI's OpenAPI document — whatever the upstream said or left out.
+
+/// The paths (dotted; `*` every element of an array) a client event of `client` must have, by
+/// its type and the types of what it holds. A present `null` counts: the schemas say which
+/// required fields are nullable.
+fn required_fields(client: Api, v: &Value) -> Vec<String> {
+    let kind = |path: &str| v.pointer(path).and_then(Value::as_str).unwrap_or_default().to_string();
+    let mut req: Vec<String> = Vec::new();
+    let mut add = |prefix: &str, fields: &[&str]| req.extend(fields.iter().map(|f| format!("{prefix}{f}")));
+    // Responses: the `response` object (OpenAPI `Response`'s required list), its usage, its items.
+    let response = |add: &mut dyn FnMut(&str, &[&str]), at: &str, r: &Value| {
+        #[rustfmt::skip]
+        add(at, &["id", "object", "created_at", "status", "error", "incomplete_details", "instructions", "model",
+                  "tools", "output", "parallel_tool_calls", "metadata", "tool_choice", "temperature", "top_p"]);
+        if r.get("usage").is_some_and(|u| !u.is_null()) {
+            #[rustfmt::skip]
+            add(&format!("{at}usage."), &["input_tokens", "input_tokens_details.cached_tokens", "output_tokens",
+                                          "output_tokens_details.reasoning_tokens", "total_tokens"]);
+        }
+    };
+    let item = |add: &mut dyn FnMut(&str, &[&str]), at: &str, it: &Value| match it["type"].as_str() {
+        Some("message") => {
+            add(at, &["id", "type", "role", "status", "content"]);
+            for (i, _) in it["content"].as_array().into_iter().flatten().enumerate() {
+                add(
+                    &format!("{at}content.{i}."),
+                    &["type", "text", "annotations", "logprobs"],
+                );
+            }
+        }
+        Some("function_call") => add(at, &["id", "type", "call_id", "name", "arguments", "status"]),
+        Some("reasoning") => add(at, &["id", "type", "summary"]),
+        _ => add(at, &["type"]),
+    };
+    match client {
+        Api::Converse => unreachable!("no client speaks Converse"),
+        Api::Chat if v.get("error").is_some() => add("", &["error.message"]),
+        Api::Chat => {
+            add("", &["id", "object", "created", "model", "choices"]);
+            add("choices.*.", &["index", "delta", "finish_reason"]);
+            if v.pointer("/choices/0/delta/tool_calls").is_some() {
+                add("choices.*.delta.tool_calls.*.", &["index"]);
+            }
+            if v.get("usage").is_some_and(|u| !u.is_null()) {
+                add("usage.", &["prompt_tokens", "completion_tokens", "total_tokens"]);
+            }
+        }
+        Api::Messages => match kind("/type").as_str() {
+            "message_start" => {
+                #[rustfmt::skip]
+                add("message.", &["id", "type", "role", "content", "model", "stop_reason", "stop_sequence",
+                                  "usage.input_tokens", "usage.output_tokens"]);
+            }
+            "content_block_start" => {
+                add("", &["index", "content_block.type"]);
+                match kind("/content_block/type").as_str() {
+                    "text" => add("content_block.", &["text"]),
+                    "tool_use" => add("content_block.", &["id", "name", "input"]),
+                    "thinking" => add("content_block.", &["thinking", "signature"]),
+                    _ => {}
+                }
+            }
+            "content_block_delta" => {
+                add("", &["index", "delta.type"]);
+                match kind("/delta/type").as_str() {
+                    "text_delta" => add("delta.", &["text"]),
+                    "input_json_delta" => add("delta.", &["partial_json"]),
+                    "thinking_delta" => add("delta.", &["thinking"]),
+                    _ => {}
+                }
+            }
+            "content_block_stop" => add("", &["index"]),
+            "message_delta" => add("", &["delta.stop_reason", "delta.stop_sequence", "usage.output_tokens"]),
+            "error" => add("error.", &["type", "message"]),
+            _ => {}
+        },
+        Api::Responses => {
+            add("", &["type", "sequence_number"]);
+            let t = kind("/type");
+            match t.as_str() {
+                "response.created"
+                | "response.in_progress"
+                | "response.completed"
+                | "response.incomplete"
+                | "response.failed" => {
+                    response(&mut add, "response.", &v["response"]);
+                    for (i, it) in v["response"]["output"].as_array().into_iter().flatten().enumerate() {
+                        item(&mut add, &format!("response.output.{i}."), it);
+                    }
+                }
+                "response.output_item.added" | "response.output_item.done" => {
+                    add("", &["output_index", "item"]);
+                    item(&mut add, "item.", &v["item"]);
+                }
+                "response.content_part.added" | "response.content_part.done" => {
+                    #[rustfmt::skip]
+                    add("", &["item_id", "output_index", "content_index", "part.type", "part.text", "part.annotations",
+                              "part.logprobs"]);
+                }
+                "response.output_text.delta" => {
+                    add("", &["item_id", "output_index", "content_index", "delta", "logprobs"]);
+                }
+                "response.output_text.done" => {
+                    add("", &["item_id", "output_index", "content_index", "text", "logprobs"]);
+                }
+                "response.function_call_arguments.delta" => add("", &["item_id", "output_index", "delta"]),
+                "response.function_call_arguments.done" => add("", &["item_id", "output_index", "arguments", "name"]),
+                "response.reasoning_summary_part.added" | "response.reasoning_summary_part.done" => {
+                    add(
+                        "",
+                        &["item_id", "output_index", "summary_index", "part.type", "part.text"],
+                    );
+                }
+                "response.reasoning_summary_text.delta" => {
+                    add("", &["item_id", "output_index", "summary_index", "delta"]);
+                }
+                "response.reasoning_summary_text.done" => {
+                    add("", &["item_id", "output_index", "summary_index", "text"]);
+                }
+                "error" => add("", &["code", "message", "param"]),
+                other => panic!("a Responses event the table does not know: {other}"),
+            }
+        }
+        // Gemini's schema makes every field optional; a candidate's content holds its parts.
+        Api::Gemini => {
+            if v.get("candidates").is_some() {
+                add("candidates.*.", &["content.parts", "content.role", "index"]);
+            }
+        }
+    }
+    req
+}
+
+/// The paths of `required` that `v` lacks.
+fn missing_fields(v: &Value, required: &[String]) -> Vec<String> {
+    fn lacks(v: &Value, path: &[&str], at: String, out: &mut Vec<String>) {
+        let Some((first, rest)) = path.split_first() else {
+            return;
+        };
+        if *first == "*" {
+            for (i, each) in v.as_array().into_iter().flatten().enumerate() {
+                lacks(each, rest, format!("{at}.{i}"), out);
+            }
+            return;
+        }
+        let here = if at.is_empty() {
+            first.to_string()
+        } else {
+            format!("{at}.{first}")
+        };
+        let next = match v {
+            Value::Object(o) => o.get(*first),
+            Value::Array(a) => first.parse::<usize>().ok().and_then(|i| a.get(i)),
+            _ => None,
+        };
+        match next {
+            Some(next) => lacks(next, rest, here, out),
+            None => out.push(here),
+        }
+    }
+    let mut out = Vec::new();
+    for path in required {
+        let parts: Vec<&str> = path.split('.').collect();
+        lacks(v, &parts, String::new(), &mut out);
+    }
+    out
+}
+
+/// Upstream streams that report no usage at all (a provider that leaves it out, `no-usage`).
+fn without_usage(up: Api) -> Vec<SseEvent> {
+    let ev = |v: Value| sse(up, &v);
+    match up {
+        Api::Chat => vec![
+            ev(json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hi"}}]})),
+            ev(json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})),
+            SseEvent::from_data("[DONE]"),
+        ],
+        Api::Messages => vec![
+            ev(json!({"type": "message_start", "message": {"id": "msg_1", "content": []}})),
+            ev(json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})),
+            ev(json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hi"}})),
+            ev(json!({"type": "content_block_stop", "index": 0})),
+            ev(json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}})),
+            ev(json!({"type": "message_stop"})),
+        ],
+        Api::Responses => vec![
+            ev(json!({"type": "response.output_text.delta", "output_index": 0, "delta": "Hi"})),
+            ev(json!({"type": "response.completed", "response": {"status": "completed"}})),
+        ],
+        Api::Gemini => vec![ev(
+            json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "Hi"}]},
+                                                      "finishReason": "STOP", "index": 0}]}),
+        )],
+        Api::Converse => unreachable!("Converse has its own tests"),
+    }
+}
+
+#[test]
+fn every_event_a_writer_writes_has_the_fields_its_dialects_schema_requires() {
+    for (up, client) in pairs() {
+        let mut streams: Vec<(String, Vec<SseEvent>)> = [Scenario::Text, Scenario::Tools, Scenario::Reasoning]
+            .into_iter()
+            .map(|s| (format!("{s:?}"), upstream(up, s)))
+            .collect();
+        streams.push(("no usage".into(), without_usage(up)));
+        streams.push(("output limit".into(), empty_ending(up, true)));
+        streams.push(("filtered".into(), empty_ending(up, false)));
+        for (label, events) in streams {
+            for (i, v) in datas(client, &translate(up, client, &events)).iter().enumerate() {
+                if v == "[DONE]" {
+                    continue;
+                }
+                let missing = missing_fields(v, &required_fields(client, v));
+                assert!(
+                    missing.is_empty(),
+                    "{up:?} → {client:?}, {label}, event {i} lacks {missing:?}: {v}"
+                );
+            }
+        }
+    }
+}
+
+/// A whole upstream answer with no usage at all.
+fn body_without_usage(up: Api) -> Value {
+    let mut v = upstream_body(up);
+    for key in ["usage", "usageMetadata"] {
+        v.as_object_mut().unwrap().remove(key);
+    }
+    v
+}
+
+#[test]
+fn whole_answers_have_the_fields_their_dialects_schema_requires() {
+    // A body is the final event's object: Responses' `response`, Messages' `message` with its
+    // usage, Chat's completion.
+    for (up, client) in pairs() {
+        for (label, upstream) in [("usage", upstream_body(up)), ("no usage", body_without_usage(up))] {
+            let answer = body(up, client, upstream.to_string().as_bytes(), &ctx(1)).unwrap();
+            let v: Value = serde_json::from_slice(&answer).unwrap();
+            let required: Vec<String> = match client {
+                Api::Responses => required_fields(client, &json!({"type": "response.completed", "response": v}))
+                    .into_iter()
+                    .filter_map(|p| p.strip_prefix("response.").map(str::to_string))
+                    .collect(),
+                #[rustfmt::skip]
+                Api::Messages => ["id", "type", "role", "content", "model", "stop_reason", "stop_sequence",
+                                  "usage.input_tokens", "usage.output_tokens"].map(String::from).to_vec(),
+                #[rustfmt::skip]
+                Api::Chat => ["id", "object", "created", "model", "choices", "choices.*.index", "choices.*.message",
+                              "choices.*.finish_reason"].map(String::from).to_vec(),
+                Api::Gemini => ["candidates.*.content.parts", "candidates.*.content.role"]
+                    .map(String::from)
+                    .to_vec(),
+                Api::Converse => unreachable!("no client speaks Converse"),
+            };
+            let missing = missing_fields(&v, &required);
+            assert!(
+                missing.is_empty(),
+                "{up:?} → {client:?}, {label}: lacks {missing:?}: {v}"
+            );
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

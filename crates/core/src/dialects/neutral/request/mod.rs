@@ -33,8 +33,8 @@
 //! | verbosity | `verbosity` | — | `text.verbosity` | — | M, G: unable |
 //! | user id | `user` | `metadata.user_id` | `user` | — | G: dropped |
 //! | `metadata`, `store`, `service_tier`, `safety_identifier`, `prompt_cache_key(_retention)` | yes | — | yes | — | carried between C and R, else dropped; R gets `store: false` unless the client stored |
-//! | no effect on the answer | `prediction`, a message's `name` | `cache_control`, `citations`, `service_tier`, `inference_geo`, `context_management` clearing thinking | `truncation`, `include`, `max_tool_calls`, `client_metadata`, items' `id`/`status` | `safetySettings`, `labels`, a declaration's `response` | dropped (listed) |
-//! | state held upstream | — | `container`, `mcp_servers`, other `context_management` edits | `previous_response_id`, `conversation`, `prompt`, `item_reference`, `background` | `cachedContent` | unable |
+//! | no effect on the answer | `prediction`, a message's `name` | `cache_control`, `citations`, `service_tier`, `inference_geo`, `context_management` clearing thinking, a tool's `defer_loading`, `input_examples`, `eager_input_streaming`, `allowed_callers` with `direct` | `truncation`, `include`, `max_tool_calls`, `client_metadata`, items' `id`/`status` | `safetySettings`, `labels`, a declaration's `response` | dropped (listed) |
+//! | state held upstream | — | `container`, `mcp_servers`, other `context_management` edits, a tool only code execution calls | `previous_response_id`, `conversation`, `prompt`, `item_reference`, `background` | `cachedContent` | unable |
 //! | answer shape | `logprobs`, `top_logprobs`, `logit_bias`, audio output | — | `top_logprobs`, logprobs in `include` | `responseLogprobs`, non-text modalities, speech | unable |
 //!
 //! Bedrock Converse, a dialect only routes speak (SPEC §20), has a writer and no reader; its own

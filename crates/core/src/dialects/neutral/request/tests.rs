@@ -1320,6 +1320,52 @@ fn clearing_earlier_thinking_is_dropped_and_other_context_edits_are_unable() {
 }
 
 #[test]
+fn claude_codes_tool_hints_are_dropped_and_listed_and_the_tools_declared() {
+    // Claude Code marks tools for tool search (`defer_loading`); the advanced-tool-use hints
+    // change how tools load, stream or are shown, not what they are.
+    let tool = |extra: Value| {
+        let mut t = json!({"name": "Read", "input_schema": params()});
+        for (k, v) in extra.as_object().unwrap() {
+            t[k] = v.clone();
+        }
+        json!({"model": "m", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}], "tools": [t]})
+    };
+    let hints = json!({"defer_loading": true, "input_examples": [{"city": "Paris"}],
+                       "allowed_callers": ["direct"], "eager_input_streaming": true});
+    for to in [Api::Chat, Api::Responses, Api::Gemini] {
+        let w = translate(Api::Messages, &body(&tool(hints.clone())), to, "u", false, 64).unwrap();
+        let mut dropped = w.dropped.clone();
+        dropped.sort();
+        assert_eq!(
+            dropped,
+            [
+                "tools[*].allowed_callers",
+                "tools[*].defer_loading",
+                "tools[*].eager_input_streaming",
+                "tools[*].input_examples"
+            ],
+            "{to:?}"
+        );
+        let text = String::from_utf8_lossy(&w.body);
+        assert!(
+            text.contains("\"Read\"") && !text.contains("defer_loading"),
+            "{to:?}: {text}"
+        );
+        // A tool only Anthropic's code execution may call cannot be offered to the model.
+        let e = translate(
+            Api::Messages,
+            &body(&tool(json!({"allowed_callers": ["code_execution_20250825"]}))),
+            to,
+            "u",
+            false,
+            64,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("tools[0].allowed_callers"), "{e}");
+    }
+}
+
+#[test]
 fn codexs_client_metadata_is_dropped_and_listed_when_translated() {
     let b = json!({"model": "m", "input": "hi", "client_metadata": {"session_id": "s-1", "originator": "codex_exec"}});
     for to in [Api::Chat, Api::Messages, Api::Gemini] {
