@@ -104,15 +104,12 @@ impl<'a> Requests<'a> {
     }
 }
 
-/// The `mid-conversation-system` beta's system messages inside a conversation (Claude Code's):
-/// a cloud does not take the beta, so a request that asks for it reaches a cloud's Anthropic route
-/// written through the neutral form, its system turns joined to the system prompt (SPEC §21).
+/// System messages inside an Anthropic conversation (the `mid-conversation-system` beta, which
+/// Claude Code sends): a cloud takes neither the beta nor the role, so such a request reaches a
+/// cloud's Anthropic route written through the neutral form, its system turns joined to the
+/// system prompt (SPEC §21).
 fn rewritten_for_cloud(request: &ClientRequest, provider: &Provider) -> bool {
-    providers::of(provider.kind()).anthropic_body().is_some()
-        && request
-            .anthropic_beta
-            .as_deref()
-            .is_some_and(|b| b.split(',').any(|f| f.trim().starts_with("mid-conversation-system")))
+    providers::of(provider.kind()).anthropic_body().is_some() && request.has_system_turns()
 }
 
 /// Where a route of `provider` speaking `api` is sent a request for `model`.
@@ -273,6 +270,7 @@ mod tests {
             {"role": "system", "content": "The user is in a hurry."},
             {"role": "user", "content": "again"}]});
         let mut request = dialects::parse_request(Api::Messages, body.to_string().as_bytes(), None).unwrap();
+        assert!(request.has_system_turns());
         request.anthropic_beta = Some("mid-conversation-system-2026-04-07,interleaved-thinking-2025-05-14".into());
         let bedrock = provider(json!({"kind": "bedrock", "region": "eu-west-1",
                                       "access_key_secret": "A", "secret_key_secret": "S"}));

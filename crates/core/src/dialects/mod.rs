@@ -683,6 +683,25 @@ impl ClientRequest {
         self.body.write_with_model(upstream_model, self.body_len)
     }
 
+    /// An Anthropic conversation with a `system` message among its `messages` (the
+    /// `mid-conversation-system` beta, generally available to Claude Code, which sends it without
+    /// the header). Read from the bytes: a `"role"` key whose value is `"system"` (quotes inside a
+    /// string are escaped, so text that mentions it does not count).
+    pub fn has_system_turns(&self) -> bool {
+        if self.api != Api::Messages {
+            return false;
+        }
+        let Some(raw) = self.body.raw("messages") else {
+            return false;
+        };
+        let text = raw.get();
+        text.match_indices("\"role\"").any(|(at, key)| {
+            let rest = text[at + key.len()..].trim_start();
+            rest.strip_prefix(':')
+                .is_some_and(|value| value.trim_start().starts_with("\"system\""))
+        })
+    }
+
     /// (function name, namespace) of the request's Responses `namespace` tools — none in another
     /// dialect (SPEC §21: flattened for a route of another dialect, and its calls written back
     /// with their namespace).
