@@ -298,6 +298,18 @@ fn gated(sc: &Scenario, count: u64, first_seen: Instant) -> bool {
     }
 }
 
+/// The behaviours that answer nothing: a hang until the client gives up, or a reset.
+fn cut_off(behavior: Behavior, w: &mut TcpStream, reader: &mut BufReader<TcpStream>) -> Option<Action> {
+    match behavior {
+        Behavior::Hang => hang(reader),
+        Behavior::Reset => {
+            sock::reset_on_close(w);
+        }
+        _ => return None,
+    }
+    Some(Action::Close)
+}
+
 /// A count request ([`crate::count`]): the scenario's failures (gates, an error status, a hang,
 /// a reset) as for any request, else the count — or the provider's 400 for a body it refuses.
 #[allow(clippy::too_many_arguments)]
@@ -316,15 +328,10 @@ fn count_scenario(
         return error_status(w, route, 503, sc, &info, close);
     }
     sleep_ms(sc.first_content_after_ms.unwrap_or(0));
+    if let Some(action) = cut_off(sc.behavior, w, reader) {
+        return action;
+    }
     match sc.behavior {
-        Behavior::Hang => {
-            hang(reader);
-            Action::Close
-        }
-        Behavior::Reset => {
-            sock::reset_on_close(w);
-            Action::Close
-        }
         Behavior::Status(code) => error_status(w, route, code, sc, &info, close),
         _ => reply(w, &crate::count::reply(route, &req.body), close),
     }
@@ -434,16 +441,11 @@ fn run_scenario(
     if gated(&sc, count, first_seen) {
         return error_status(w, route, 503, &sc, &info, close);
     }
+    if let Some(action) = cut_off(sc.behavior, w, reader) {
+        return action;
+    }
 
     match sc.behavior {
-        Behavior::Hang => {
-            hang(reader);
-            Action::Close
-        }
-        Behavior::Reset => {
-            sock::reset_on_close(w);
-            Action::Close
-        }
         Behavior::Status(code) => {
             sleep_ms(sc.first_content_after_ms.unwrap_or(0));
             error_status(w, route, code, &sc, &info, close)

@@ -123,6 +123,22 @@ pub struct Counting {
     pub answer: fn(u64, bool) -> Value,
 }
 
+/// A generation body with only `names` of its fields, its model `model`: the count request of a
+/// dialect whose count endpoint takes the generation request's input fields as they are.
+pub(crate) fn counted_fields(generation: &[u8], model: &str, names: &[&str]) -> Result<Vec<u8>, ApiError> {
+    let mut body = Body::parse(generation)?;
+    body.keep_only(names);
+    Ok(body.write_with_model(model, generation.len()))
+}
+
+/// A count answer, marked `"estimated": true` when no route counted it.
+pub(crate) fn count_answer(mut answer: Value, estimated: bool) -> Value {
+    if let (true, Some(fields)) = (estimated, answer.as_object_mut()) {
+        fields.insert("estimated".into(), Value::Bool(true));
+    }
+    answer
+}
+
 /// The token counting of `api`, when it has one.
 pub fn counting(api: Api) -> Option<&'static Counting> {
     of(api).counting()

@@ -5,7 +5,7 @@
 use serde_json::{json, Value};
 
 use crate::dialects::body::Body;
-use crate::dialects::Counting;
+use crate::dialects::{count_answer, Counting};
 use crate::error::ApiError;
 
 pub(crate) static COUNTING: Counting = Counting {
@@ -63,8 +63,5 @@ fn body(generation: &[u8], model: &str) -> Result<Vec<u8>, ApiError> {
 }
 
 fn answer(tokens: u64, estimated: bool) -> Value {
-    match estimated {
-        false => json!({"totalTokens": tokens}),
-        true => json!({"totalTokens": tokens, "estimated": true}),
-    }
+    count_answer(json!({"totalTokens": tokens}), estimated)
 }

@@ -4,7 +4,7 @@
 use serde_json::{json, Value};
 
 use crate::dialects::body::Body;
-use crate::dialects::Counting;
+use crate::dialects::{count_answer, counted_fields, Counting};
 use crate::error::ApiError;
 
 pub(crate) static COUNTING: Counting = Counting {
@@ -41,14 +41,9 @@ fn request(bytes: &[u8]) -> Result<Vec<u8>, ApiError> {
 }
 
 fn body(generation: &[u8], model: &str) -> Result<Vec<u8>, ApiError> {
-    let mut body = Body::parse(generation)?;
-    body.keep_only(&COUNTED);
-    Ok(body.write_with_model(model, generation.len()))
+    counted_fields(generation, model, &COUNTED)
 }
 
 fn answer(tokens: u64, estimated: bool) -> Value {
-    match estimated {
-        false => json!({"input_tokens": tokens}),
-        true => json!({"input_tokens": tokens, "estimated": true}),
-    }
+    count_answer(json!({"input_tokens": tokens}), estimated)
 }
