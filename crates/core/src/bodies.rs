@@ -10,7 +10,7 @@
 
 /// Bytes of request bodies one isolate holds at once. A body lives about twice while its request
 /// runs (its fields, and the copy an attempt sends), under an isolate's 128 MB
-/// (https://developers.cloudflare.com/workers/platform/limits/#memory): two 10 MiB bodies fit.
+/// (<https://developers.cloudflare.com/workers/platform/limits/#memory>): two 10 MiB bodies fit.
 pub const BODY_BUDGET_BYTES: usize = 24 * 1024 * 1024;
 
 /// The most one key's bodies hold at once: one body at the cap (`MAX_BODY_BYTES`) fits, and half

@@ -24,7 +24,7 @@
 //! - Provoked stays unconfirmed at every door (SPEC §18a): a failure the request's own content can
 //!   provoke is confirmed only by a second key's in the same run or by the model's own check;
 //!   unconfirmed, it demotes nothing — not at the threshold, a probe, an ended cooldown or after
-//!   a passed recheck ([`Breaker::fail`], the one place a failure becomes a decision) — and is
+//!   a passed recheck (`Breaker::fail`, the one place a failure becomes a decision) — and is
 //!   not in the route's buckets (its stats and spread weight).
 //! - Buckets are sorted by minute, one per minute, and cover at most the last [`WINDOW_MINUTES`]
 //!   minutes: older ones are dropped on every write. A bucket keeps at most
@@ -614,7 +614,7 @@ impl ModelHealth {
     /// [`FailureClass::blame`]: against the route (`overloaded` demotes after
     /// `demote_after_overloaded`, others after `demote_after`; the extra try adds none), against the
     /// account (demoted at once; the route breaker untouched), or against nothing — and by
-    /// [`Breaker::fail`] only once confirmed (SPEC §18a): one key's provokable failures demote
+    /// `Breaker::fail` only once confirmed (SPEC §18a): one key's provokable failures demote
     /// nothing at any door and stay out of the route's bucket (so out of its spread weight).
     pub fn observe(&mut self, obs: &Observation, cfg: &HealthConfig) {
         let state = self.routes.entry(obs.route.clone()).or_default();

@@ -1,6 +1,6 @@
 //! Requests written for one dialect, sent to a route that speaks another (SPEC §19): the client's
 //! body is read into a [`Neutral`] request ([`read`]) and written in the route's dialect
-//! ([`write`]), or the field that cannot be carried is named ([`Unable`]). Each dialect's reader
+//! ([`write()`]), or the field that cannot be carried is named ([`Unable`]). Each dialect's reader
 //! and writer live in its own file.
 //!
 //! The body is never built into a `serde_json::Value` tree (SPEC §18): every field is read from the
