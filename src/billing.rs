@@ -432,3 +432,13 @@ pub async fn sweep(env: &Env) -> Result<usize, ApiError> {
     }
     Ok(swept)
 }
+
+/// The ledger's retention run (SPEC §22, core `rollup`): week-old charges into hourly totals,
+/// five-week-old hours into days. From the cron trigger, after the sweep.
+pub async fn roll_up(env: &Env) -> Result<(), ApiError> {
+    let (charges, days) = Store::new(env)?.roll_up_ledger(now_ms()).await?;
+    if charges + days > 0 {
+        worker::console_log!("{{\"event\":\"ledger_rolled_up\",\"charges\":{charges},\"hourly_totals\":{days}}}");
+    }
+    Ok(())
+}

@@ -28,11 +28,11 @@ use serde::de::DeserializeOwned;
 use switchyard_core::batch::{Batches, Rules};
 use switchyard_core::catalog::{Catalog, Model, Policy};
 use switchyard_core::flight::{Flight, Rules as FetchRules, Step};
+use switchyard_core::health::rpc::{answer, model_object, ClaimReply, HealthCall, SnapshotReply};
 use switchyard_core::health::{
     for_accounts, AttemptOutcome, HealthConfig, ModelHealth, Observation, ProbeClaim, RequestObservation, RouteStats,
     Scope,
 };
-use switchyard_core::health::rpc::{answer, model_object, ClaimReply, HealthCall, SnapshotReply};
 use switchyard_core::verify::{self as checks, CheckRoute};
 
 use worker::{durable_object, DurableObject, Env, Request, Response, ScheduledTime, State};

@@ -35,10 +35,14 @@ async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
 }
 
 /// The cron trigger: releases holds past their expiry, so a crash between hold and settlement
-/// never locks money for good (SPEC §11).
+/// never locks money for good (SPEC §11); then rolls old ledger charges up into totals, so the
+/// ledger does not grow without bound (SPEC §22).
 #[event(scheduled)]
 async fn scheduled(_event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
     if billing::sweep(&env).await.is_err() {
         worker::console_error!("{{\"event\":\"sweep_failed\"}}");
+    }
+    if billing::roll_up(&env).await.is_err() {
+        worker::console_error!("{{\"event\":\"ledger_rollup_failed\"}}");
     }
 }

@@ -14,6 +14,7 @@ use switchyard_core::admin::{NewAccount, NewKey};
 use switchyard_core::catalog::Catalog;
 use switchyard_core::generation::{AttemptRecord, GenerationRecord};
 use switchyard_core::keys::UnknownKeys;
+use switchyard_core::rollup;
 use switchyard_core::ApiError;
 use wasm_bindgen::JsValue;
 use worker::{D1Database, D1PreparedStatement, Env};
@@ -110,6 +111,15 @@ fn internal(label: &'static str) -> impl Fn(worker::Error) -> ApiError {
         );
         ApiError::Internal { label }
     }
+}
+
+/// The rows the `i`th statement of a batch changed.
+fn changes(results: &[worker::D1Result], i: usize) -> usize {
+    results
+        .get(i)
+        .and_then(|r| r.meta().ok().flatten())
+        .and_then(|m| m.changes)
+        .unwrap_or(0)
 }
 
 fn num(v: i64) -> JsValue {
@@ -835,11 +845,80 @@ impl Store {
             )?,
         ];
         let results = timely(self.db.batch(statements), "sweep").await?;
-        Ok(results
-            .get(1)
-            .and_then(|r| r.meta().ok().flatten())
-            .and_then(|m| m.changes)
-            .unwrap_or(0))
+        Ok(changes(&results, 1))
+    }
+
+    /// One retention run of the ledger (SPEC §22, core `rollup`): charges a week old added to
+    /// their hour's total per (account, key, model) and deleted — at most about
+    /// [`rollup::MAX_CHARGES_PER_RUN`] — then one day of hourly totals five weeks old added to
+    /// their day's and deleted. Each step is one transaction: a run cut short or repeated adds
+    /// nothing twice. Returns (charges rolled up, hours turned into days).
+    pub async fn roll_up_ledger(&self, now_ms: u64) -> Result<(usize, usize), ApiError> {
+        let oldest_hour: Option<f64> = timely(
+            self.stmt(
+                "SELECT MIN(period_start) AS oldest FROM ledger_rollup WHERE period = 'hour'",
+                &[],
+            )?
+            .first(Some("oldest")),
+            "rollup_oldest",
+        )
+        .await?;
+        let run = rollup::run(now_ms, oldest_hour.map(|v| v as u64));
+        // The run's charges: those before the week's edge, and at most the oldest N of them.
+        let nth: Option<f64> = timely(
+            self.stmt(
+                "SELECT created_at FROM ledger WHERE kind = 'charge' AND created_at < ?1 \
+                 ORDER BY created_at LIMIT 1 OFFSET ?2",
+                &[
+                    num(run.charges_before as i64),
+                    num(rollup::MAX_CHARGES_PER_RUN.saturating_sub(1) as i64),
+                ],
+            )?
+            .first(Some("created_at")),
+            "rollup_edge",
+        )
+        .await?;
+        let before = nth.map_or(run.charges_before, |t| (t as u64).saturating_add(1));
+        let before = num(before as i64);
+        let charges = vec![
+            self.stmt(
+                "INSERT INTO ledger_rollup (account_id, key_id, model, period, period_start, amount_micros, charges, \
+                 estimated_charges) \
+                 SELECT l.account_id, COALESCE(l.key_id, ''), \
+                 COALESCE((SELECT g.model FROM generations g WHERE g.id = l.generation_id), ''), 'hour', \
+                 (l.created_at / 3600000) * 3600000, SUM(l.amount_micros), COUNT(*), SUM(l.estimated) \
+                 FROM ledger l WHERE l.kind = 'charge' AND l.created_at < ?1 GROUP BY 1, 2, 3, 5 \
+                 ON CONFLICT (account_id, key_id, model, period, period_start) DO UPDATE SET \
+                 amount_micros = amount_micros + excluded.amount_micros, charges = charges + excluded.charges, \
+                 estimated_charges = estimated_charges + excluded.estimated_charges",
+                std::slice::from_ref(&before),
+            )?,
+            self.stmt(
+                "DELETE FROM ledger WHERE kind = 'charge' AND created_at < ?1",
+                &[before],
+            )?,
+        ];
+        let rolled = changes(&timely(self.db.batch(charges), "rollup_charges").await?, 1);
+        let hours_before = num(run.hours_before as i64);
+        let hours = vec![
+            self.stmt(
+                "INSERT INTO ledger_rollup (account_id, key_id, model, period, period_start, amount_micros, charges, \
+                 estimated_charges) \
+                 SELECT account_id, key_id, model, 'day', (period_start / 86400000) * 86400000, SUM(amount_micros), \
+                 SUM(charges), SUM(estimated_charges) \
+                 FROM ledger_rollup WHERE period = 'hour' AND period_start < ?1 GROUP BY 1, 2, 3, 5 \
+                 ON CONFLICT (account_id, key_id, model, period, period_start) DO UPDATE SET \
+                 amount_micros = amount_micros + excluded.amount_micros, charges = charges + excluded.charges, \
+                 estimated_charges = estimated_charges + excluded.estimated_charges",
+                std::slice::from_ref(&hours_before),
+            )?,
+            self.stmt(
+                "DELETE FROM ledger_rollup WHERE period = 'hour' AND period_start < ?1",
+                &[hours_before],
+            )?,
+        ];
+        let days = changes(&timely(self.db.batch(hours), "rollup_hours").await?, 1);
+        Ok((rolled, days))
     }
 
     /// Releases, uncharged, the hold of `generation_id` if D1 has it open: a hold statement whose

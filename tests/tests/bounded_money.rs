@@ -416,3 +416,106 @@ fn money_plain_requests_cost_counted_statements_and_leave_counted_rows() {
     // checks of other tests' models): printed for docs/SCALE.md, bounded only loosely here.
     assert!(awaited <= 12 && fast <= 10.0, "awaited {awaited}, fast {fast}");
 }
+
+// ---- the ledger's retention: charges into hourly, then daily totals ------------------------------
+
+/// SPEC §22: a charge a week old is added to its hour's total per (account, key, model) and its
+/// row deleted; an hour five weeks old becomes its day's. The totals equal what was charged, a
+/// second run adds nothing, and the balance never moves. (The rows are aged by rewriting their
+/// dates, as the cron would find them after a week.)
+#[test]
+fn money_old_charges_are_rolled_up_into_hours_then_days_exactly_once() {
+    let _one = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
+    let s = Stack::from_env();
+    let model = model(&s, &["ok"], fast_policy());
+    let key = s.new_key(5.0);
+    let ids: Vec<String> = (0..3)
+        .map(|_| {
+            let r = s.chat(&key, &chat_body(&model, false));
+            assert_eq!(r.status, 200, "{}", r.text());
+            r.header("x-generation-id").unwrap().to_string()
+        })
+        .collect();
+    let charged = recorded_charges(&s, &key, &ids);
+    let (_, in_ledger, n, before) = settled_books(&s, &key, 20);
+    assert_eq!((in_ledger, n), (charged, 3), "three charges in the ledger");
+    assert!(charged > 0);
+    let account = before["account_id"].as_str().unwrap().to_string();
+    let key_id = before["key"]["id"].as_str().unwrap().to_string();
+
+    // Nine days old: past the week the rows are kept.
+    let aged_at = unix_ms() - 9 * 86_400_000;
+    s.d1_execute(&format!(
+        "UPDATE ledger SET created_at = {aged_at} WHERE account_id = '{account}' AND kind = 'charge'"
+    ));
+    let rollup = |s: &Stack| {
+        s.d1_query(&format!(
+            "SELECT key_id, model, period, period_start, amount_micros, charges FROM ledger_rollup \
+             WHERE account_id = '{account}' ORDER BY period"
+        ))
+    };
+    let s = after_d1();
+    for _ in 0..2 {
+        s.trigger_cron();
+    }
+    let rows = rollup(&s);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let hour = aged_at - aged_at % 3_600_000;
+    assert_eq!(
+        (
+            &rows[0]["key_id"],
+            &rows[0]["model"],
+            &rows[0]["period"],
+            rows[0]["period_start"].as_u64()
+        ),
+        (&json!(key_id), &json!(model), &json!("hour"), Some(hour)),
+        "{rows:?}"
+    );
+    assert_eq!(
+        (rows[0]["amount_micros"].as_i64(), rows[0]["charges"].as_i64()),
+        (Some(charged), Some(3)),
+        "the hour holds exactly what was charged, once: {rows:?}"
+    );
+    let left = s.d1_query(&format!(
+        "SELECT COUNT(*) AS n FROM ledger WHERE account_id = '{account}' AND kind = 'charge'"
+    ));
+    assert_eq!(left[0]["n"], 0, "the rolled-up rows are gone");
+    let after = after_d1().credits(&key);
+    assert_eq!(
+        (
+            &after["balance_micros"],
+            &after["charges_total_micros"],
+            &after["key"]["spent_micros"]
+        ),
+        (
+            &before["balance_micros"],
+            &before["charges_total_micros"],
+            &before["key"]["spent_micros"]
+        ),
+        "balances and running totals do not move"
+    );
+
+    // Forty days old: the hour becomes its day.
+    let old_hour = hour - 31 * 86_400_000;
+    s.d1_execute(&format!(
+        "UPDATE ledger_rollup SET period_start = {old_hour} WHERE account_id = '{account}'"
+    ));
+    let s = after_d1();
+    // One day of a backlog per run: enough runs to reach this one, then one more.
+    for _ in 0..3 {
+        s.trigger_cron();
+    }
+    let rows = rollup(&s);
+    let day = old_hour - old_hour % 86_400_000;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(
+        (
+            &rows[0]["period"],
+            rows[0]["period_start"].as_u64(),
+            rows[0]["amount_micros"].as_i64(),
+            rows[0]["charges"].as_i64()
+        ),
+        (&json!("day"), Some(day), Some(charged), Some(3)),
+        "{rows:?}"
+    );
+}

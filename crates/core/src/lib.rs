@@ -26,6 +26,7 @@ pub mod plan;
 pub mod providers;
 pub mod redact;
 pub mod relay;
+pub mod rollup;
 pub mod settlement;
 pub mod spread;
 pub mod sse;
