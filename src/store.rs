@@ -113,6 +113,18 @@ fn internal(label: &'static str) -> impl Fn(worker::Error) -> ApiError {
     }
 }
 
+/// The statement that adds the totals `select` reads (account, key, model, period, its start,
+/// amount, charges, estimated charges) to `ledger_rollup`, into a total already there.
+fn add_to_totals(select: &str) -> String {
+    format!(
+        "INSERT INTO ledger_rollup (account_id, key_id, model, period, period_start, amount_micros, charges, \
+         estimated_charges) {select} \
+         ON CONFLICT (account_id, key_id, model, period, period_start) DO UPDATE SET \
+         amount_micros = amount_micros + excluded.amount_micros, charges = charges + excluded.charges, \
+         estimated_charges = estimated_charges + excluded.estimated_charges"
+    )
+}
+
 /// The rows the `i`th statement of a batch changed.
 fn changes(results: &[worker::D1Result], i: usize) -> usize {
     results
@@ -882,15 +894,12 @@ impl Store {
         let before = num(before as i64);
         let charges = vec![
             self.stmt(
-                "INSERT INTO ledger_rollup (account_id, key_id, model, period, period_start, amount_micros, charges, \
-                 estimated_charges) \
-                 SELECT l.account_id, COALESCE(l.key_id, ''), \
-                 COALESCE((SELECT g.model FROM generations g WHERE g.id = l.generation_id), ''), 'hour', \
-                 (l.created_at / 3600000) * 3600000, SUM(l.amount_micros), COUNT(*), SUM(l.estimated) \
-                 FROM ledger l WHERE l.kind = 'charge' AND l.created_at < ?1 GROUP BY 1, 2, 3, 5 \
-                 ON CONFLICT (account_id, key_id, model, period, period_start) DO UPDATE SET \
-                 amount_micros = amount_micros + excluded.amount_micros, charges = charges + excluded.charges, \
-                 estimated_charges = estimated_charges + excluded.estimated_charges",
+                &add_to_totals(
+                    "SELECT l.account_id, COALESCE(l.key_id, ''), \
+                     COALESCE((SELECT g.model FROM generations g WHERE g.id = l.generation_id), ''), 'hour', \
+                     (l.created_at / 3600000) * 3600000, SUM(l.amount_micros), COUNT(*), SUM(l.estimated) \
+                     FROM ledger l WHERE l.kind = 'charge' AND l.created_at < ?1 GROUP BY 1, 2, 3, 5",
+                ),
                 std::slice::from_ref(&before),
             )?,
             self.stmt(
@@ -902,14 +911,11 @@ impl Store {
         let hours_before = num(run.hours_before as i64);
         let hours = vec![
             self.stmt(
-                "INSERT INTO ledger_rollup (account_id, key_id, model, period, period_start, amount_micros, charges, \
-                 estimated_charges) \
-                 SELECT account_id, key_id, model, 'day', (period_start / 86400000) * 86400000, SUM(amount_micros), \
-                 SUM(charges), SUM(estimated_charges) \
-                 FROM ledger_rollup WHERE period = 'hour' AND period_start < ?1 GROUP BY 1, 2, 3, 5 \
-                 ON CONFLICT (account_id, key_id, model, period, period_start) DO UPDATE SET \
-                 amount_micros = amount_micros + excluded.amount_micros, charges = charges + excluded.charges, \
-                 estimated_charges = estimated_charges + excluded.estimated_charges",
+                &add_to_totals(
+                    "SELECT account_id, key_id, model, 'day', (period_start / 86400000) * 86400000, \
+                     SUM(amount_micros), SUM(charges), SUM(estimated_charges) \
+                     FROM ledger_rollup WHERE period = 'hour' AND period_start < ?1 GROUP BY 1, 2, 3, 5",
+                ),
                 std::slice::from_ref(&hours_before),
             )?,
             self.stmt(
