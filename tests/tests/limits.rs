@@ -270,7 +270,17 @@ fn a_full_route_is_skipped_then_requests_queue_in_order_then_are_refused() {
                 scope.spawn(move || send(&s, &key, &short, true))
             })
             .collect();
-        std::thread::sleep(Duration::from_millis(100));
+        // The late one goes once an earlier one holds the slot (on a loaded machine the spawned
+        // requests may reach the object later than their stagger says).
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let h = s.admin("GET", &format!("/admin/health/{short}"), None).json();
+            if h["routes"][0]["in_flight"] == 1 {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "no request took the slot: {h}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let late = send(&s, &key, &short, true);
         let mut all: Vec<_> = runs.into_iter().map(|h| h.join().unwrap()).collect();
         all.push(late);
@@ -354,7 +364,11 @@ fn a_key_whose_slot_holders_vanished_is_usable_again_within_seconds() {
     assert_eq!(send(&s, &key, &model, false).0.status, 200);
     assert_eq!(send(&s, &key, &model, false).0.status, 200);
     let (r, _) = send(&s, &key, &model, false);
-    assert_eq!((r.status, code(&r)), (429, "key_rate_limited".to_string()), "both slots are held by the dead");
+    assert_eq!(
+        (r.status, code(&r)),
+        (429, "key_rate_limited".to_string()),
+        "both slots are held by the dead"
+    );
     std::thread::sleep(Duration::from_millis(15_500).saturating_sub(start.elapsed()));
     let (r, _) = send(&s, &key, &model, false);
     assert_eq!(r.status, 200, "the leases ran out within 15 s: {}", r.text());
@@ -374,7 +388,12 @@ fn a_slot_held_by_a_long_request_is_renewed_past_its_lease() {
         let long = scope.spawn(|| send(&s, &key, &model, true));
         std::thread::sleep(Duration::from_millis(17_000));
         let (r, _) = send(&s, &key, &quick, false);
-        assert_eq!((r.status, code(&r)), (429, "key_rate_limited".to_string()), "the live stream keeps its slot: {}", r.text());
+        assert_eq!(
+            (r.status, code(&r)),
+            (429, "key_rate_limited".to_string()),
+            "the live stream keeps its slot: {}",
+            r.text()
+        );
         assert_eq!(long.join().unwrap().0.status, 200);
     });
     let (r, _) = send(&s, &key, &quick, false);
