@@ -42,16 +42,17 @@ pub fn call(
     let outgoing = requests
         .outgoing(wire, provider, upstream_model, model_max_output_tokens)
         .map_err(|unable| unable.verdict())?;
-    // The dialect's own count request, for the kinds that take it as it is.
-    let own = dialects::counting(wire).and_then(|c| {
+    // The dialect's own count request, for the kinds that take it as it is (made only then).
+    let own = || {
+        let c = dialects::counting(wire)?;
         let body = (c.body)(&outgoing.body, upstream_model).ok()?;
         Some(Counted {
             body,
             tokens_at: c.tokens_at,
         })
-    });
+    };
     providers::of(provider.kind())
-        .count(provider, &provider.base(), wire, upstream_model, &outgoing.body, own)
+        .count(provider, &provider.base(), wire, upstream_model, &outgoing.body, &own)
         .ok_or_else(|| {
             Verdict::new(
                 FailureClass::Unable,

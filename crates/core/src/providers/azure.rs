@@ -35,7 +35,15 @@ impl ProviderKind for Azure {
         vec![("api-key", key.to_string())]
     }
     /// Azure OpenAI publishes no input-token count: its routes do not count (SPEC §21).
-    fn count(&self, _: &Provider, _: &str, _: Api, _: &str, _: &[u8], _: Option<Counted>) -> Option<CountCall> {
+    fn count(
+        &self,
+        _: &Provider,
+        _: &str,
+        _: Api,
+        _: &str,
+        _: &[u8],
+        _: &dyn Fn() -> Option<Counted>,
+    ) -> Option<CountCall> {
         None
     }
 }

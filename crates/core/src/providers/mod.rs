@@ -75,20 +75,19 @@ pub trait ProviderKind: Sync {
     }
     /// Where and what a route speaking `api` sends to count the input of `body` (its generation
     /// request, as [`crate::wire`] writes it for this kind) for `model` (SPEC §21); `None` when
-    /// the kind has no count endpoint for the dialect. `base` is [`Provider::base`]; `own` is the
-    /// dialect's own count request for `body` and where its answer has the number, when the
-    /// dialect has one (what a provider of the dialect's own API takes).
+    /// the kind has no count endpoint for the dialect. `base` is [`Provider::base`]; `own` gives
+    /// the dialect's own count request for `body` and where its answer has the number, when the
+    /// dialect has one (what a provider of the dialect's own API takes) — made only if asked for.
     fn count(
         &self,
         _p: &Provider,
         base: &str,
         api: Api,
         model: &str,
-        body: &[u8],
-        own: Option<Counted>,
+        _body: &[u8],
+        own: &dyn Fn() -> Option<Counted>,
     ) -> Option<CountCall> {
-        let _ = body;
-        let own = own?;
+        let own = own()?;
         Some(CountCall {
             url: api.count_url(base, model)?,
             body: own.body,
@@ -124,15 +123,12 @@ pub struct Counted {
     pub tokens_at: &'static str,
 }
 
-/// `body` (a JSON object) with only the fields in `keep`, then `set`'s fields set — for the count
-/// bodies a cloud builds from a generation body.
-pub(crate) fn fields_of(body: &[u8], keep: &[&str], set: &[(&str, Value)]) -> Option<Vec<u8>> {
+/// The fields of `body` (a JSON object) named in `keep` — for the count bodies a cloud builds
+/// from a generation body.
+pub(crate) fn fields_of(body: &[u8], keep: &[&str]) -> Option<Map<String, Value>> {
     let mut fields: Map<String, Value> = serde_json::from_slice(body).ok()?;
     fields.retain(|k, _| keep.contains(&k.as_str()));
-    for (name, value) in set {
-        fields.insert((*name).to_string(), value.clone());
-    }
-    serde_json::to_vec(&fields).ok()
+    Some(fields)
 }
 
 /// The registry: what a provider of `kind` is.

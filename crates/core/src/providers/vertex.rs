@@ -12,7 +12,7 @@ use std::collections::HashMap;
 
 use base64::Engine;
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::api::Api;
@@ -62,44 +62,6 @@ fn method_url(base: &str, project: &str, region: &str, publisher: &str, model: &
         segment(region),
         segment(model)
     )
-}
-
-/// Counting on Vertex (SPEC §21): Anthropic's models by the `count-tokens` model's `rawPredict`,
-/// with the counted model and the `anthropic_version` in the body; Google's by `countTokens`,
-/// the generation request's input fields at the top level.
-fn count(p: &Provider, base: &str, api: Api, model: &str, body: &[u8], own: Option<Counted>) -> Option<CountCall> {
-    let project = p.project.as_deref().unwrap_or_default();
-    let region = p.region.as_deref().unwrap_or_default();
-    match api {
-        Api::Messages => {
-            let own = own?;
-            let set = [
-                ("model", Value::from(model)),
-                ("anthropic_version", Value::from(ANTHROPIC_VERSION)),
-            ];
-            let keep: Vec<String> = serde_json::from_slice::<serde_json::Map<String, Value>>(&own.body)
-                .ok()?
-                .keys()
-                .cloned()
-                .collect();
-            let keep: Vec<&str> = keep.iter().map(String::as_str).collect();
-            Some(CountCall {
-                url: method_url(base, project, region, "anthropic", "count-tokens", "rawPredict"),
-                body: fields_of(&own.body, &keep, &set)?,
-                tokens_at: own.tokens_at,
-            })
-        }
-        Api::Gemini => Some(CountCall {
-            url: method_url(base, project, region, "google", model, "countTokens"),
-            body: fields_of(
-                body,
-                &["contents", "systemInstruction", "tools", "generationConfig"],
-                &[],
-            )?,
-            tokens_at: "/totalTokens",
-        }),
-        _ => None,
-    }
 }
 
 /// A path segment: unreserved characters and `@` (Vertex's model versions, `claude-…@20250219`)
@@ -463,6 +425,9 @@ impl ProviderKind for Vertex {
     fn key_headers(&self, token: &str) -> Vec<(&'static str, String)> {
         vec![("authorization", format!("Bearer {token}"))]
     }
+    /// Anthropic's models count by the `count-tokens` model's `rawPredict` (the dialect's own
+    /// count body with the counted model and the `anthropic_version` in it); Google's by
+    /// `countTokens`, the generation request's input fields at the top level.
     fn count(
         &self,
         p: &Provider,
@@ -470,9 +435,31 @@ impl ProviderKind for Vertex {
         api: Api,
         model: &str,
         body: &[u8],
-        own: Option<Counted>,
+        own: &dyn Fn() -> Option<Counted>,
     ) -> Option<CountCall> {
-        count(p, base, api, model, body, own)
+        let project = p.project.as_deref().unwrap_or_default();
+        let region = p.region.as_deref().unwrap_or_default();
+        let (url, fields, tokens_at) = match api {
+            Api::Messages => {
+                let own = own()?;
+                let mut fields: Map<String, Value> = serde_json::from_slice(&own.body).ok()?;
+                fields.insert("model".into(), Value::from(model));
+                fields.insert("anthropic_version".into(), Value::from(ANTHROPIC_VERSION));
+                let url = method_url(base, project, region, "anthropic", "count-tokens", "rawPredict");
+                (url, fields, own.tokens_at)
+            }
+            Api::Gemini => {
+                let keep = ["contents", "systemInstruction", "tools", "generationConfig"];
+                let url = method_url(base, project, region, "google", model, "countTokens");
+                (url, fields_of(body, &keep)?, "/totalTokens")
+            }
+            _ => return None,
+        };
+        Some(CountCall {
+            url,
+            body: serde_json::to_vec(&fields).ok()?,
+            tokens_at,
+        })
     }
     fn anthropic_body(&self) -> Option<CloudAnthropic> {
         Some(CloudAnthropic {

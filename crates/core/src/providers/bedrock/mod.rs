@@ -89,14 +89,13 @@ impl ProviderKind for Bedrock {
         api: Api,
         model: &str,
         body: &[u8],
-        _: Option<Counted>,
+        _: &dyn Fn() -> Option<Counted>,
     ) -> Option<CountCall> {
         let input = match api {
             Api::Messages => json!({"invokeModel": {"body": STANDARD.encode(body)}}),
             Api::Converse => {
                 let keep = ["messages", "system", "toolConfig", "additionalModelRequestFields"];
-                let converse = fields_of(body, &keep, &[])?;
-                json!({"converse": serde_json::from_slice::<Value>(&converse).ok()?})
+                json!({ "converse": Value::Object(fields_of(body, &keep)?) })
             }
             _ => return None,
         };
