@@ -112,7 +112,7 @@ pub async fn serve(
         };
         let target = Target::new(env, provider)?;
         attempts += 1;
-        match upstream::count(&target, request, &call, deadline_ms).await {
+        match upstream::count(&target, request, call, deadline_ms).await {
             Ok(tokens) => {
                 return Ok(Counted {
                     tokens,

@@ -185,7 +185,43 @@ struct Attempt<'t, 'd, 'r> {
     token: Option<String>,
 }
 
-impl Attempt<'_, '_, '_> {
+impl<'t, 'd, 'r> Attempt<'t, 'd, 'r> {
+    /// An attempt for `request` on `target`, ending at `deadline`.
+    fn new(
+        target: &'t Target<'t>,
+        request: &'r ClientRequest,
+        deadline: Pin<&'d mut (dyn Future<Output = Stop> + 'd)>,
+    ) -> Self {
+        Attempt {
+            target,
+            asked: Asked::of(request),
+            deadline,
+            controller: Canceller::new(),
+            status: None,
+            token: None,
+        }
+    }
+
+    /// The whole body of `response` within the deadline, if it is at most `cap` bytes (else
+    /// `bad_response`, `too_large`); `late` and `broken` say why it was not read.
+    async fn whole_body(
+        &mut self,
+        response: &mut Response,
+        cap: usize,
+        late: &str,
+        broken: &str,
+        too_large: &str,
+    ) -> Result<Vec<u8>, Failed> {
+        let (body, whole) = self
+            .within(read_up_to(response, cap), late, (FailureClass::Connect, broken))
+            .await?;
+        if !whole {
+            self.controller.abort();
+            return Err(self.failure(FailureClass::BadResponse, too_large));
+        }
+        Ok(body)
+    }
+
     /// A failure of this attempt — every one passes here: judged against the request sent (an
     /// echo of it blames no route or account), its message free of the upstream's secrets and of
     /// any key-like token.
@@ -315,14 +351,7 @@ pub async fn attempt(
         }
     };
     let deadline: Pin<&mut dyn Future<Output = Stop>> = pin!(stop);
-    let mut a = Attempt {
-        target,
-        asked: Asked::of(request),
-        deadline,
-        controller: Canceller::new(),
-        status: None,
-        token: None,
-    };
+    let mut a = Attempt::new(target, request, deadline);
     let mut response = open(&mut a, request, wire.outgoing).await?;
     let status = response.status_code();
     let content_type = response
@@ -347,17 +376,15 @@ pub async fn attempt(
     }
 
     // Non-stream, or a stream request answered with a plain body (often an error object).
-    let (body, whole) = a
-        .within(
-            read_up_to(&mut response, MAX_ANSWER_BYTES),
+    let body = a
+        .whole_body(
+            &mut response,
+            MAX_ANSWER_BYTES,
             "the response body did not complete within the deadline",
-            (FailureClass::Connect, "the connection broke while reading the response"),
+            "the connection broke while reading the response",
+            "the answer is larger than 16 MiB",
         )
         .await?;
-    if !whole {
-        a.controller.abort();
-        return Err(a.failure(FailureClass::BadResponse, "the answer is larger than 16 MiB"));
-    }
     if request.stream {
         let verdict = match serde_json::from_slice::<serde_json::Value>(&body) {
             Ok(v) if is_error_payload(&v) => classify_error_payload(&v),
@@ -442,7 +469,7 @@ async fn open(a: &mut Attempt<'_, '_, '_>, request: &ClientRequest, outgoing: &O
 pub async fn count(
     target: &Target<'_>,
     request: &ClientRequest,
-    call: &CountCall,
+    call: CountCall,
     deadline_ms: u64,
 ) -> Result<u64, Failed> {
     let late = async {
@@ -450,34 +477,26 @@ pub async fn count(
         Stop::Late
     };
     let deadline: Pin<&mut dyn Future<Output = Stop>> = pin!(late);
-    let mut a = Attempt {
-        target,
-        asked: Asked::of(request),
-        deadline,
-        controller: Canceller::new(),
-        status: None,
-        token: None,
-    };
+    let mut a = Attempt::new(target, request, deadline);
+    let tokens_at = call.tokens_at;
     let outgoing = Outgoing {
-        url: call.url.clone(),
-        body: call.body.clone(),
+        url: call.url,
+        body: call.body,
         translated: false,
         dropped: Vec::new(),
         headers: Vec::new(),
     };
     let mut response = open(&mut a, request, &outgoing).await?;
-    let (body, whole) = a
-        .within(
-            read_up_to(&mut response, MAX_ERROR_BODY_BYTES),
+    let body = a
+        .whole_body(
+            &mut response,
+            MAX_ERROR_BODY_BYTES,
             "the count did not complete within the deadline",
-            (FailureClass::Connect, "the connection broke while reading the count"),
+            "the connection broke while reading the count",
+            "the count answer is too large",
         )
         .await?;
-    if !whole {
-        a.controller.abort();
-        return Err(a.failure(FailureClass::BadResponse, "the count answer is too large"));
-    }
-    count::tokens(call, &body).map_err(|verdict| a.fail(verdict))
+    count::tokens(tokens_at, &body).map_err(|verdict| a.fail(verdict))
 }
 
 /// Reads a stream until the gate commits (SPEC §6) or fails it.

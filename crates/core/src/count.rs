@@ -61,11 +61,11 @@ pub fn call(
         })
 }
 
-/// The count in a provider's answer to `call`.
-pub fn tokens(call: &CountCall, answer: &[u8]) -> Result<u64, Verdict> {
+/// The count in a provider's answer, at `tokens_at` (its [`CountCall::tokens_at`]).
+pub fn tokens(tokens_at: &str, answer: &[u8]) -> Result<u64, Verdict> {
     serde_json::from_slice::<Value>(answer)
         .ok()
-        .and_then(|v| v.pointer(call.tokens_at).and_then(Value::as_u64))
+        .and_then(|v| v.pointer(tokens_at).and_then(Value::as_u64))
         .ok_or_else(|| Verdict::bad("the count answer has no count"))
 }
 
