@@ -11,7 +11,7 @@ use futures_util::future::{select, Either};
 
 use serde_json::{json, Value};
 use switchyard_core::api::Api;
-use switchyard_core::dialects::{self, MAX_BODY_BYTES};
+use switchyard_core::dialects::{self, ClientRequest, MAX_BODY_BYTES};
 use switchyard_core::ids::{record_may_be_pending, RECORD_WAIT_MS};
 use switchyard_core::keys::{hash_key, presented_key, well_formed};
 use switchyard_core::money::micros_to_usd;
@@ -48,6 +48,22 @@ async fn authenticate(req: &Request, store: &Store) -> Result<Rc<KeyRecord>, Api
         .filter(|k| well_formed(k))
         .ok_or(ApiError::InvalidApiKey)?;
     store.key_by_hash(&hash_key(key)).await?.ok_or(ApiError::InvalidApiKey)
+}
+
+/// The authenticated key and its account, for the request's log line.
+fn for_log(rc: &mut RequestCtx, key: &KeyRecord) {
+    rc.key_id = Some(key.id.clone());
+    rc.account_id = Some(key.account_id.clone());
+}
+
+fn header(req: &Request, name: &str) -> Option<String> {
+    req.headers().get(name).ok().flatten()
+}
+
+/// The client's `anthropic-version` and `anthropic-beta`, which a route may be given (SPEC §21).
+fn anthropic_headers(req: &Request, request: &mut ClientRequest) {
+    request.anthropic_version = header(req, "anthropic-version");
+    request.anthropic_beta = header(req, "anthropic-beta");
 }
 
 /// `GET /v1/models`: the catalog's models in the OpenAI list shape, with their APIs, prices and
@@ -237,8 +253,7 @@ pub async fn generate(
 ) -> HandlerResult {
     let store = Store::new(env)?.outage(test_fault(req, env, "d1-down").is_some());
     let key = authenticate(req, &store).await?;
-    rc.key_id = Some(key.id.clone());
-    rc.account_id = Some(key.account_id.clone());
+    for_log(rc, &key);
     rc.attempts = Some(0);
     // The body and its share of the isolate's budget (the key's part of it), held as long as the
     // request holds its body: until it commits or ends.
@@ -263,10 +278,8 @@ pub async fn generate(
         body_share,
     };
     let mut request = parsed.inspect_err(|error| proxy::reject(&call, api, "", false, error))?;
-    let header = |name: &str| req.headers().get(name).ok().flatten();
-    request.anthropic_version = header("anthropic-version");
-    request.anthropic_beta = header("anthropic-beta");
-    request.session = header("x-switchyard-session").filter(|s| !s.is_empty() && s.len() <= 512);
+    anthropic_headers(req, &mut request);
+    request.session = header(req, "x-switchyard-session").filter(|s| !s.is_empty() && s.len() <= 512);
     rc.model = Some(request.model.clone());
     let abandon_ms = abandon_drill(req, env);
     let catalog = store
@@ -305,13 +318,10 @@ pub async fn count_tokens(
 ) -> HandlerResult {
     let store = Store::new(env)?;
     let key = authenticate(req, &store).await?;
-    rc.key_id = Some(key.id.clone());
-    rc.account_id = Some(key.account_id.clone());
+    for_log(rc, &key);
     let (body, _share) = read_budgeted(req, MAX_BODY_BYTES, &key.id).await?;
     let mut request = switchyard_core::count::parse(api, &body, gemini_model.as_deref())?;
-    let header = |name: &str| req.headers().get(name).ok().flatten();
-    request.anthropic_version = header("anthropic-version");
-    request.anthropic_beta = header("anthropic-beta");
+    anthropic_headers(req, &mut request);
     rc.model = Some(request.model.clone());
     let catalog = store.catalog().await?;
     let counted = crate::count::serve(env, ctx, &key, &rc.generation_id, &catalog, &request).await?;
