@@ -225,8 +225,8 @@ impl DurableObject for LimitObject {
 /// (the old one JSON value, rewritten whole on every call, met the storage's 2 MB value limit at
 /// about 25,000 leases). Expired rows are deleted at load and at most every [`PURGE_EVERY_MS`].
 pub struct CapacityDesk {
-    state: RefCell<Option<Capacity>>,
-    room: Room,
+    /// The state and its waiters; its key names the old single value, moved into the table.
+    desk: Desk<Capacity>,
     purged_ms: Cell<u64>,
 }
 
@@ -244,21 +244,15 @@ struct LeaseRow {
 impl CapacityDesk {
     pub fn new() -> Self {
         CapacityDesk {
-            state: RefCell::new(None),
-            room: Room::default(),
+            desk: Desk::new("capacity"),
             purged_ms: Cell::new(0),
         }
-    }
-
-    /// Runs `f` on the state (never across an await).
-    fn with<R>(&self, f: impl FnOnce(&mut Capacity) -> R) -> R {
-        f(self.state.borrow_mut().get_or_insert_with(Capacity::default))
     }
 
     /// The leases from the table, once per object instance; the state of an object from before
     /// rows (one JSON value under `capacity`) moves into the table first.
     async fn load(&self, storage: &Storage) -> worker::Result<()> {
-        if self.state.borrow().is_some() {
+        if self.desk.state.borrow().is_some() {
             return Ok(());
         }
         let sql = storage.sql();
@@ -271,13 +265,13 @@ impl CapacityDesk {
             "CREATE INDEX IF NOT EXISTS capacity_leases_expiry ON capacity_leases (expires_ms)",
             None,
         )?;
-        if let Some(old) = storage.get::<String>("capacity").await? {
+        if let Some(old) = storage.get::<String>(self.desk.key).await? {
             if let Ok(old) = serde_json::from_str::<Capacity>(&old) {
                 for (route, lease) in old.leases() {
                     put(storage, route, &lease.id, lease.expires_ms)?;
                 }
             }
-            storage.delete("capacity").await?;
+            storage.delete(self.desk.key).await?;
         }
         let now = now_ms();
         self.purge(storage, now)?;
@@ -292,7 +286,7 @@ impl CapacityDesk {
             };
             capacity.restore(&row.route, lease);
         }
-        self.state.borrow_mut().get_or_insert(capacity);
+        self.desk.state.borrow_mut().get_or_insert(capacity);
         Ok(())
     }
 
@@ -307,7 +301,7 @@ impl CapacityDesk {
 
     /// Writes request `id`'s lease on `route` as the state has it now (deletes it if it has none).
     fn save(&self, storage: &Storage, route: &str, id: &str) -> worker::Result<()> {
-        match self.with(|c| c.lease(route, id).map(|l| l.expires_ms)) {
+        match self.desk.with(|c| c.lease(route, id).map(|l| l.expires_ms)) {
             Some(expires_ms) => put(storage, route, id, expires_ms),
             None => {
                 storage.sql().exec(
@@ -333,8 +327,8 @@ impl CapacityDesk {
                 lease_ms,
                 wait_ms,
             } => {
-                let (admit, waited_ms) = wait_for_room(&self.room, wait_ms, |now, give_up| {
-                    self.with(|c| match c.admit(&id, &wants, lease_ms, now) {
+                let (admit, waited_ms) = wait_for_room(&self.desk.room, wait_ms, |now, give_up| {
+                    self.desk.with(|c| match c.admit(&id, &wants, lease_ms, now) {
                         CapacityAdmit::Wait { .. } if give_up => {
                             c.give_up(&id);
                             Step::Done(CapacityAdmit::Refused { retry_after_s: 1 })
@@ -350,19 +344,19 @@ impl CapacityDesk {
                 Response::from_json(&CapacityReply { admit, waited_ms })
             }
             CapacityCall::Release { route, id } => {
-                if self.with(|c| c.release(&route, &id)) {
+                if self.desk.with(|c| c.release(&route, &id)) {
                     self.save(storage, &route, &id)?;
-                    self.room.wake();
+                    self.desk.room.wake();
                 }
                 Response::from_json(&serde_json::Value::Null)
             }
             CapacityCall::Renew { route, id, lease_ms } => {
-                if self.with(|c| c.renew(&route, &id, now_ms(), lease_ms)) {
+                if self.desk.with(|c| c.renew(&route, &id, now_ms(), lease_ms)) {
                     self.save(storage, &route, &id)?;
                 }
                 Response::from_json(&serde_json::Value::Null)
             }
-            CapacityCall::Report => Response::from_json(&self.with(|c| c.report(now_ms()))),
+            CapacityCall::Report => Response::from_json(&self.desk.with(|c| c.report(now_ms()))),
         }
     }
 }
