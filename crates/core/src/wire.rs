@@ -60,7 +60,16 @@ impl<'a> Requests<'a> {
     ) -> Result<Outgoing, Unable> {
         let request = self.request;
         let url = url(provider, wire, upstream_model, request.stream);
-        let (body, translated, mut dropped) = if wire == request.api && !rewritten_for_cloud(request, provider) {
+        // How a cloud takes an Anthropic body, when this route is one.
+        let cloud = providers::of(provider.kind())
+            .anthropic_body()
+            .filter(|_| wire == Api::Messages);
+        // System messages inside an Anthropic conversation (the `mid-conversation-system` beta,
+        // which Claude Code sends): a cloud takes neither the beta nor the role, so such a request
+        // reaches it written through the neutral form, its system turns joined to the system
+        // prompt (SPEC §21).
+        let rewritten = cloud.is_some() && request.has_system_turns();
+        let (body, translated, mut dropped) = if wire == request.api && !rewritten {
             (request.upstream_body(upstream_model), false, Vec::new())
         } else {
             let neutral = self
@@ -75,8 +84,8 @@ impl<'a> Requests<'a> {
         // is (`ProviderKind::takes_anthropic_headers`); a cloud the flags it takes, in its place;
         // a route of another dialect none.
         let mut headers = Vec::new();
-        let body = match (providers::of(provider.kind()).anthropic_body(), wire) {
-            (Some(cloud), Api::Messages) => {
+        let body = match cloud {
+            Some(cloud) => {
                 let (taken, refused) = providers::cloud_betas(request.anthropic_beta.as_deref());
                 dropped.extend(refused.iter().map(|b| format!("anthropic-beta: {b}")));
                 match cloud.betas {
@@ -89,7 +98,7 @@ impl<'a> Requests<'a> {
                     }
                 }
             }
-            _ => body,
+            None => body,
         };
         if wire != Api::Messages && request.anthropic_beta.is_some() {
             dropped.push("anthropic-beta".into());
@@ -102,14 +111,6 @@ impl<'a> Requests<'a> {
             headers,
         })
     }
-}
-
-/// System messages inside an Anthropic conversation (the `mid-conversation-system` beta, which
-/// Claude Code sends): a cloud takes neither the beta nor the role, so such a request reaches a
-/// cloud's Anthropic route written through the neutral form, its system turns joined to the
-/// system prompt (SPEC §21).
-fn rewritten_for_cloud(request: &ClientRequest, provider: &Provider) -> bool {
-    providers::of(provider.kind()).anthropic_body().is_some() && request.has_system_turns()
 }
 
 /// Where a route of `provider` speaking `api` is sent a request for `model`.
