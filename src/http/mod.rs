@@ -13,7 +13,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use serde_json::json;
-use switchyard_core::api::Api;
+use switchyard_core::dialects::{self, Action, Endpoint};
 use switchyard_core::error::ErrorShape;
 use switchyard_core::ApiError;
 use worker::{Context, Env, Method, Request, Response};
@@ -94,23 +94,11 @@ async fn route(
     if let Some(rest) = path.strip_prefix("/admin/") {
         return admin::route(req, env, method, rest).await;
     }
-    if let Some(rest) = path.strip_prefix("/v1beta/models/") {
-        if let Some(model) = rest.strip_suffix(":countTokens") {
-            if *method != Method::Post {
-                return Err(ApiError::MethodNotAllowed);
-            }
-            let model = switchyard_core::admin::percent_decode(model)
-                .ok_or_else(|| ApiError::invalid("Malformed model in the path.", Some("model")))?;
-            return v1::count_tokens(req, env, ctx, rc, Api::Gemini, Some(model)).await;
-        }
-        let gemini = v1::gemini_call(req, rest)?;
-        if *method != Method::Post {
-            return Err(ApiError::MethodNotAllowed);
-        }
-        return v1::generate(req, env, ctx, rc, Api::Gemini, Some(gemini)).await;
-    }
     if path == "/v1/responses" && upgrade_to_websocket(req) {
         return Err(ApiError::WebSocketUnsupported);
+    }
+    if let Some(endpoint) = dialects::endpoint(path) {
+        return dialect_endpoint(req, env, ctx, rc, method, endpoint).await;
     }
     match (method, path) {
         // A client's connectivity check (Claude Code sends `HEAD /`): the gateway is here.
@@ -119,29 +107,53 @@ async fn route(
             &json!({"service": "switchyard", "status_page": "/status"}),
         )),
         (Method::Get, "/v1/models") => v1::models(req, env).await,
-        (Method::Post, "/v1/chat/completions") => v1::generate(req, env, ctx, rc, Api::Chat, None).await,
-        (Method::Post, "/v1/messages") => v1::generate(req, env, ctx, rc, Api::Messages, None).await,
-        (Method::Post, "/v1/responses") => v1::generate(req, env, ctx, rc, Api::Responses, None).await,
-        (Method::Post, "/v1/messages/count_tokens") => v1::count_tokens(req, env, ctx, rc, Api::Messages, None).await,
-        (Method::Post, "/v1/responses/input_tokens") => v1::count_tokens(req, env, ctx, rc, Api::Responses, None).await,
         (Method::Get, "/v1/generation") => v1::generation(req, env).await,
         (Method::Get, "/v1/credits") => v1::credits(req, env).await,
         (Method::Get, "/api/health/models") => status::api(req, env).await,
         (Method::Get, "/status") => status::page(req, env).await,
-        (
-            _,
-            "/v1/models"
-            | "/v1/chat/completions"
-            | "/v1/messages"
-            | "/v1/responses"
-            | "/v1/generation"
-            | "/v1/credits"
-            | "/v1/messages/count_tokens"
-            | "/v1/responses/input_tokens",
-        ) => Err(ApiError::MethodNotAllowed),
+        (_, "/v1/models" | "/v1/generation" | "/v1/credits") => Err(ApiError::MethodNotAllowed),
         _ => Err(ApiError::NotFound {
             what: format!("Path {path}"),
         }),
+    }
+}
+
+/// One of a client dialect's endpoints (`dialects::endpoint`): a generation or a count, `POST`
+/// only. Gemini's path names the model (and a generation's method and mode): a malformed one is
+/// refused before the method is.
+async fn dialect_endpoint(
+    req: &mut Request,
+    env: &Env,
+    ctx: &Rc<Context>,
+    rc: &mut RequestCtx,
+    method: &Method,
+    endpoint: Endpoint<'_>,
+) -> HandlerResult {
+    let post = || match method {
+        Method::Post => Ok(()),
+        _ => Err(ApiError::MethodNotAllowed),
+    };
+    let api = endpoint.api;
+    match (endpoint.action, endpoint.in_path) {
+        (Action::Generate, None) => {
+            post()?;
+            v1::generate(req, env, ctx, rc, api, None).await
+        }
+        (Action::Generate, Some(rest)) => {
+            let call = v1::gemini_call(req, rest)?;
+            post()?;
+            v1::generate(req, env, ctx, rc, api, Some(call)).await
+        }
+        (Action::Count, in_path) => {
+            post()?;
+            let model = in_path
+                .map(|m| {
+                    switchyard_core::admin::percent_decode(m)
+                        .ok_or_else(|| ApiError::invalid("Malformed model in the path.", Some("model")))
+                })
+                .transpose()?;
+            v1::count_tokens(req, env, ctx, rc, api, model).await
+        }
     }
 }
 

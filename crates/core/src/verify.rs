@@ -18,8 +18,6 @@
 //! ([`ModelHealth::claim_check`]) until its result is recorded or the lease ends. Time is always an
 //! argument; the model's Durable Object (its alarm) is the only caller that runs checks.
 
-use serde_json::json;
-
 use crate::api::Api;
 use crate::catalog::{Model, Policy};
 use crate::classify::FailureClass;
@@ -61,21 +59,13 @@ pub fn deadline_ms(policy: &Policy, model: &Model) -> u64 {
 }
 
 /// The body of a check in `api`'s dialect (non-stream; `model` is replaced by the route's
-/// upstream model like any request's; Gemini names it in the path, see [`check_request`]).
+/// upstream model like any request's; Gemini names it in the path, see [`check_request`]). A
+/// route dialect no client speaks (Converse) is checked with a chat request, translated like any
+/// client's.
 pub fn check_body(api: Api, model: &Model) -> Vec<u8> {
-    let n = max_tokens(model);
-    let body = match api {
-        // A Converse route is checked with a chat request, translated like any client's.
-        Api::Chat | Api::Converse => json!({"model": model.id, "stream": false, "max_tokens": n,
-                            "messages": [{"role": "user", "content": VERIFY_PROMPT}]}),
-        Api::Messages => json!({"model": model.id, "stream": false, "max_tokens": n,
-                                "messages": [{"role": "user", "content": VERIFY_PROMPT}]}),
-        Api::Responses => json!({"model": model.id, "stream": false, "max_output_tokens": n,
-                                 "input": VERIFY_PROMPT}),
-        Api::Gemini => json!({"contents": [{"role": "user", "parts": [{"text": VERIFY_PROMPT}]}],
-                              "generationConfig": {"maxOutputTokens": n}}),
-    };
-    body.to_string().into_bytes()
+    let client = if api.is_client() { api } else { Api::Chat };
+    let body = crate::dialects::of(client).one_turn(&model.id, VERIFY_PROMPT, max_tokens(model));
+    body.unwrap_or_default().to_string().into_bytes()
 }
 
 /// The check as a parsed request in `api`'s dialect (for Converse, which no client speaks, a chat
@@ -296,6 +286,7 @@ impl ModelHealth {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
     use crate::health::{AttemptOutcome, BreakerState, Observation};
     use FailureClass::*;
 

@@ -79,6 +79,17 @@ pub(crate) trait Dialect: Sync {
     fn conversation_field(&self) -> &'static str;
     /// How a client writing this dialect names `setting` (in errors and dropped-field lists).
     fn setting_name(&self, setting: Setting) -> &'static str;
+    /// A one-turn request (`text` from the user, at most `max_output_tokens` out, not streamed)
+    /// as a client of it writes one: a route's health check (SPEC §10). `None` for a dialect only
+    /// routes speak.
+    fn one_turn(&self, _model: &str, _text: &str, _max_output_tokens: u64) -> Option<Value> {
+        None
+    }
+    /// Which of its endpoints `path` is (SPEC §2), with the part of the path that names the
+    /// model for a dialect that names it there (Gemini). `None` for a dialect only routes speak.
+    fn endpoint<'a>(&self, _path: &'a str) -> Option<(Action, Option<&'a str>)> {
+        None
+    }
     /// Speaks OpenAI's shared fields (`store`, `metadata`, `service_tier`…), carried between the
     /// two OpenAI dialects and dropped for the rest.
     fn openai_shared(&self) -> bool {
@@ -180,6 +191,34 @@ pub(crate) fn of(api: Api) -> &'static dyn Dialect {
         Api::Gemini => &gemini::Gemini,
         Api::Converse => &converse::Converse,
     }
+}
+
+/// What a client asks of a dialect's endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// A generation (`/v1/messages`, `…:generateContent`).
+    Generate,
+    /// A count of the input's tokens (SPEC §21).
+    Count,
+}
+
+/// A request path as one of a client dialect's endpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Endpoint<'a> {
+    pub api: Api,
+    pub action: Action,
+    /// The part of the path that names the model, for a dialect that names it there (Gemini's
+    /// `{model}:{method}` for a generation, `{model}` for a count), still percent-encoded.
+    pub in_path: Option<&'a str>,
+}
+
+/// The client dialect endpoint `path` is, asked of every registered client dialect (the HTTP
+/// router's one question; the method is the router's to check).
+pub fn endpoint(path: &str) -> Option<Endpoint<'_>> {
+    Api::ALL.into_iter().find_map(|api| {
+        let (action, in_path) = of(api).endpoint(path)?;
+        Some(Endpoint { api, action, in_path })
+    })
 }
 
 /// A client asked for a dialect only routes speak.
@@ -995,6 +1034,42 @@ mod tests {
         assert_eq!((sent.get("max_tool_calls"), held), (None, vec![]));
     }
 
+    /// Every client endpoint is found by its path, and only those: the router's one question.
+    #[test]
+    fn each_path_is_the_endpoint_of_one_dialect() {
+        let found = |path| endpoint(path).map(|e| (e.api, e.action, e.in_path));
+        let gen = Action::Generate;
+        assert_eq!(found("/v1/chat/completions"), Some((Api::Chat, gen, None)));
+        assert_eq!(found("/v1/messages"), Some((Api::Messages, gen, None)));
+        assert_eq!(
+            found("/v1/messages/count_tokens"),
+            Some((Api::Messages, Action::Count, None))
+        );
+        assert_eq!(found("/v1/responses"), Some((Api::Responses, gen, None)));
+        assert_eq!(
+            found("/v1/responses/input_tokens"),
+            Some((Api::Responses, Action::Count, None))
+        );
+        assert_eq!(
+            found("/v1beta/models/g%2Dx:generateContent"),
+            Some((Api::Gemini, gen, Some("g%2Dx:generateContent")))
+        );
+        assert_eq!(
+            found("/v1beta/models/g-x:countTokens"),
+            Some((Api::Gemini, Action::Count, Some("g-x")))
+        );
+        for other in [
+            "/v1/models",
+            "/v1/messages/batches",
+            "/v1/chat/completions/",
+            "/v1/converse",
+            "/",
+            "/v1beta/other",
+        ] {
+            assert_eq!(found(other), None, "{other}");
+        }
+    }
+
     /// A one-turn request as a client writes it in `api`.
     fn plain_request(api: Api) -> Value {
         match api {
@@ -1045,6 +1120,13 @@ mod tests {
             let request = parse_request(client, plain_request(client).to_string().as_bytes(), path)
                 .unwrap_or_else(|e| panic!("{client:?} refused its own plain request: {e:?}"));
             let neutral = neutral_of(&request).unwrap_or_else(|e| panic!("{client:?} read into neutral: {e}"));
+            // Its one-turn request (a route's health check) is one its own parser takes as asked.
+            let one = d
+                .one_turn("m", "hi", 16)
+                .unwrap_or_else(|| panic!("{client:?} writes no one-turn request"));
+            let one = parse_request(client, one.to_string().as_bytes(), path)
+                .unwrap_or_else(|e| panic!("{client:?} refused its own one-turn request: {e:?}"));
+            assert_eq!((one.max_tokens, one.stream), (Some(16), false), "{client:?}");
             // The output limit, written in the dialect's own field, is read back by its parser.
             // (Messages requires its own, so its plain request's 16 stays.)
             let mut limited = request.clone();

@@ -4,7 +4,7 @@
 pub(crate) mod answer;
 pub(crate) mod request;
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use super::body::{Body, Shape};
 use super::neutral::answer::Answer;
@@ -19,7 +19,7 @@ use super::CHARS_PER_TOKEN;
 use super::{
     count, optional_bool, optional_u64, parse_common, BodyInfo, ClientRequest, EventInfo, FinishReason, Reported,
 };
-use super::{Dialect, StreamDialect};
+use super::{Action, Dialect, StreamDialect};
 use crate::api::Api;
 use crate::classify::Verdict;
 use crate::error::{ApiError, ErrorShape};
@@ -118,6 +118,13 @@ impl Dialect for Chat {
     }
     fn conversation_field(&self) -> &'static str {
         "messages"
+    }
+    fn one_turn(&self, model: &str, text: &str, max_output_tokens: u64) -> Option<Value> {
+        Some(json!({"model": model, "stream": false, "max_tokens": max_output_tokens,
+                    "messages": [{"role": "user", "content": text}]}))
+    }
+    fn endpoint<'a>(&self, path: &'a str) -> Option<(Action, Option<&'a str>)> {
+        (path == "/v1/chat/completions").then_some((Action::Generate, None))
     }
     fn setting_name(&self, setting: Setting) -> &'static str {
         match setting {

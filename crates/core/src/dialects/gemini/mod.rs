@@ -32,7 +32,7 @@ use super::neutral::request::Setting;
 use super::neutral::request::Unable;
 use super::neutral::request::Writer;
 use super::{count, event_json, own_fields, parse_object, BodyInfo, ClientRequest, EventInfo, FinishReason, Reported};
-use super::{Dialect, StreamDialect};
+use super::{Action, Dialect, StreamDialect};
 use super::{CHARS_PER_TOKEN, IMAGE_OUTPUT_TOKENS};
 use crate::api::Api;
 use crate::classify::{classify_error_payload, is_error_payload, Verdict};
@@ -319,6 +319,20 @@ impl Dialect for Gemini {
     }
     fn conversation_field(&self) -> &'static str {
         "contents"
+    }
+    /// The model is named in the path, not in the body.
+    fn one_turn(&self, _model: &str, text: &str, max_output_tokens: u64) -> Option<Value> {
+        Some(json!({"contents": [{"role": "user", "parts": [{"text": text}]}],
+                    "generationConfig": {"maxOutputTokens": max_output_tokens}}))
+    }
+    /// `/v1beta/models/{model}:{method}`: the path's part after `models/` is handed on (the
+    /// model, and for a generation its method); a count's is the model alone.
+    fn endpoint<'a>(&self, path: &'a str) -> Option<(Action, Option<&'a str>)> {
+        let rest = path.strip_prefix("/v1beta/models/")?;
+        Some(match rest.strip_suffix(":countTokens") {
+            Some(model) => (Action::Count, Some(model)),
+            None => (Action::Generate, Some(rest)),
+        })
     }
     fn setting_name(&self, setting: Setting) -> &'static str {
         match setting {

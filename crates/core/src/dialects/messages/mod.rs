@@ -12,7 +12,7 @@ mod counting;
 pub(crate) mod request;
 
 use crate::tools::ToolUses;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use super::body::Body;
 use super::body::Shape;
@@ -28,7 +28,7 @@ use super::{
     count, event_json, optional_bool, optional_u64, parse_common, BodyInfo, ClientRequest, EventInfo, FinishReason,
     Reported,
 };
-use super::{Dialect, StreamDialect};
+use super::{Action, Dialect, StreamDialect};
 use crate::api::Api;
 use crate::classify::{classify_error_payload, is_error_payload, Verdict};
 use crate::error::{ApiError, ErrorShape};
@@ -244,6 +244,17 @@ impl Dialect for Messages {
     }
     fn conversation_field(&self) -> &'static str {
         "messages"
+    }
+    fn one_turn(&self, model: &str, text: &str, max_output_tokens: u64) -> Option<Value> {
+        Some(json!({"model": model, "stream": false, "max_tokens": max_output_tokens,
+                    "messages": [{"role": "user", "content": text}]}))
+    }
+    fn endpoint<'a>(&self, path: &'a str) -> Option<(Action, Option<&'a str>)> {
+        match path {
+            "/v1/messages" => Some((Action::Generate, None)),
+            "/v1/messages/count_tokens" => Some((Action::Count, None)),
+            _ => None,
+        }
     }
     fn setting_name(&self, setting: Setting) -> &'static str {
         match setting {

@@ -29,7 +29,7 @@ use super::{
     count, event_json, optional_bool, optional_u64, parse_common, BodyInfo, ClientRequest, EventInfo, FinishReason,
     Reported,
 };
-use super::{Dialect, StreamDialect};
+use super::{Action, Dialect, StreamDialect};
 use crate::api::Api;
 use crate::classify::{classify_error_payload, is_error_payload, Verdict};
 use crate::error::{ApiError, ErrorShape};
@@ -281,6 +281,16 @@ impl Dialect for Responses {
     }
     fn conversation_field(&self) -> &'static str {
         "input"
+    }
+    fn one_turn(&self, model: &str, text: &str, max_output_tokens: u64) -> Option<Value> {
+        Some(json!({"model": model, "stream": false, "max_output_tokens": max_output_tokens, "input": text}))
+    }
+    fn endpoint<'a>(&self, path: &'a str) -> Option<(Action, Option<&'a str>)> {
+        match path {
+            "/v1/responses" => Some((Action::Generate, None)),
+            "/v1/responses/input_tokens" => Some((Action::Count, None)),
+            _ => None,
+        }
     }
     fn setting_name(&self, setting: Setting) -> &'static str {
         match setting {
