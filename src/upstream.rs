@@ -21,7 +21,7 @@ use switchyard_core::dialects::neutral::answer::{self, AnswerContext, StreamTran
 use switchyard_core::dialects::StreamDialect;
 use switchyard_core::dialects::{self, ClientRequest, Reported};
 use switchyard_core::echo::Asked;
-use switchyard_core::providers::bedrock::sigv4::{self, Credentials};
+use switchyard_core::providers::bedrock::sigv4;
 use switchyard_core::redact::Redactor;
 use switchyard_core::relay::{Before, Framing, Gate, Incoming, Relay};
 use switchyard_core::sse::SseEvent;
@@ -33,71 +33,55 @@ use crate::runtime::abort::{Body, Canceller};
 use crate::runtime::clock::{now_ms, sleep};
 use crate::vertex;
 
-/// Whom an attempt goes to: the route's provider, and its credentials — a key, (Bedrock) an
-/// AWS access key the request is signed with, or (Vertex) the service account key its access
-/// token is minted from.
+/// Whom an attempt goes to: the route's provider, and the values of the secrets it names — a
+/// key, (Bedrock) an AWS access key the request is signed with, or (Vertex) the service account
+/// key its access token is minted from.
 pub struct Target<'a> {
     pub provider: &'a Provider,
+    /// The value of `key_secret`.
     key: Option<String>,
-    aws: Option<Credentials>,
+    /// Every secret it names: (name, value).
+    secrets: Vec<(String, String)>,
 }
 
 impl<'a> Target<'a> {
-    /// The target `provider`, with the credentials its `*_secret` fields name, read from the
-    /// Worker's secrets (a missing secret is our configuration error, logged by name only).
+    /// The target `provider`, with the secrets its `*_secret` fields name, read from the Worker's
+    /// secrets (a missing secret is our configuration error, logged by name only).
     pub fn new(env: &Env, provider: &'a Provider) -> Result<Target<'a>, ApiError> {
-        let secret = |name: &Option<String>| -> Result<Option<String>, ApiError> {
-            let Some(name) = name else { return Ok(None) };
-            match env
+        let mut key = None;
+        let mut secrets = Vec::new();
+        for (field, name) in provider.secrets() {
+            let value = env
                 .secret(name)
                 .map(|s| s.to_string())
                 .or_else(|_| env.var(name).map(|v| v.to_string()))
-            {
-                Ok(value) => Ok(Some(value)),
-                Err(_) => {
+                .map_err(|_| {
                     worker::console_error!(
                         "{{\"event\":\"missing_upstream_secret\",\"provider\":{:?},\"secret\":{:?}}}",
                         provider.id,
                         name
                     );
-                    Err(ApiError::Internal {
+                    ApiError::Internal {
                         label: "missing_upstream_secret",
-                    })
-                }
+                    }
+                })?;
+            if field == "key_secret" {
+                key = Some(value.clone());
             }
-        };
-        let aws = match (
-            secret(&provider.access_key_secret)?,
-            secret(&provider.secret_key_secret)?,
-        ) {
-            (Some(access_key_id), Some(secret_access_key)) => Some(Credentials {
-                access_key_id,
-                secret_access_key,
-                session_token: secret(&provider.session_token_secret)?,
-            }),
-            _ => None,
-        };
-        Ok(Target {
-            provider,
-            key: secret(&provider.key_secret)?,
-            aws,
-        })
+            secrets.push((name.to_string(), value));
+        }
+        Ok(Target { provider, key, secrets })
+    }
+
+    /// The value of the secret named `name`.
+    fn secret(&self, name: &str) -> Option<String> {
+        self.secrets.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone())
     }
 
     /// What keeps its secrets (and `token`, an access token minted for it) out of any upstream
     /// text that leaves this module.
     fn redactor(&self, token: Option<&str>) -> Redactor {
-        let aws = self.aws.as_ref();
-        Redactor::new(
-            [
-                self.key.as_deref(),
-                aws.map(|c| c.secret_access_key.as_str()),
-                aws.and_then(|c| c.session_token.as_deref()),
-                token,
-            ]
-            .into_iter()
-            .flatten(),
-        )
+        Redactor::new(self.secrets.iter().map(|(_, v)| v.as_str()).chain(token))
     }
 }
 
@@ -290,22 +274,17 @@ fn build_request(
         list.extend(request.anthropic_headers());
     }
     list.extend(outgoing.headers.iter().cloned());
-    // Bedrock: signed last, over exactly the headers and the body sent (SPEC §20).
-    let signed = match (&target.aws, &target.provider.region) {
-        (Some(credentials), Some(region)) => {
-            let unsigned: Vec<(&str, &str)> = list.iter().map(|(n, v)| (*n, v.as_str())).collect();
-            let request = sigv4::Request {
-                method: "POST",
-                url: &outgoing.url,
-                headers: &unsigned,
-                body: &outgoing.body,
-            };
-            sigv4::sign(&request, credentials, region, "bedrock", now_ms())
-                .map_err(|_| ApiError::Internal { label: "sigv4" })?
-                .headers
-        }
-        _ => Vec::new(),
+    // A signing kind (Bedrock) signs last, over exactly the headers and the body sent (SPEC §20).
+    let unsigned: Vec<(&str, &str)> = list.iter().map(|(n, v)| (*n, v.as_str())).collect();
+    let to_sign = sigv4::Request {
+        method: "POST",
+        url: &outgoing.url,
+        headers: &unsigned,
+        body: &outgoing.body,
     };
+    let signed = kind
+        .sign(target.provider, &|name| target.secret(name), &to_sign, now_ms())
+        .map_err(|_| ApiError::Internal { label: "sigv4" })?;
     let headers = Headers::new();
     for (name, value) in list
         .iter()

@@ -10,7 +10,7 @@ use switchyard_core::admin::{self as body, percent_decode};
 use switchyard_core::catalog::{parse_entry, Catalog, CatalogError, Model};
 use switchyard_core::keys::{hash_key, mint_key, secrets_equal};
 use switchyard_core::money::micros_to_usd;
-use switchyard_core::providers::Provider;
+use switchyard_core::providers::ProviderDoc;
 use switchyard_core::ApiError;
 use worker::{Env, Method, Request};
 
@@ -100,7 +100,7 @@ pub async fn route(req: &mut Request, env: &Env, method: &Method, rest: &str) ->
             ))
         }
         (Method::Put, "providers", id) if !id.is_empty() => {
-            let provider: Provider = parse_entry(&read_body(req).await?, id).map_err(bad)?;
+            let provider: ProviderDoc = parse_entry(&read_body(req).await?, id).map_err(bad)?;
             change_catalog(&store, |c| c.with_provider(provider.clone()).map(Some)).await?;
             Ok(json_response(200, &json!({"ok": true, "provider": id})))
         }

@@ -10,7 +10,7 @@ use std::collections::{HashMap, HashSet};
 use serde::{Deserialize, Serialize};
 
 use crate::api::Api;
-use crate::providers::{self, Provider};
+use crate::providers::{self, Provider, ProviderDoc};
 use crate::tools::{self, ToolPrices};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -317,7 +317,7 @@ impl Policy {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CatalogDoc {
-    pub providers: Vec<Provider>,
+    pub providers: Vec<ProviderDoc>,
     pub models: Vec<Model>,
     #[serde(default)]
     pub policy: PolicyOverrides,
@@ -327,6 +327,8 @@ pub struct CatalogDoc {
 #[derive(Debug, Clone)]
 pub struct Catalog {
     doc: CatalogDoc,
+    /// The document's providers, validated (in its order).
+    providers: Vec<Provider>,
     model_index: HashMap<String, usize>,
     provider_index: HashMap<String, usize>,
 }
@@ -376,14 +378,17 @@ impl Catalog {
     /// Validates a document; the single gate every catalog passes.
     pub fn from_doc(doc: CatalogDoc) -> Result<Catalog, CatalogError> {
         let mut provider_index = HashMap::new();
-        for (i, p) in doc.providers.iter().enumerate() {
+        let mut providers = Vec::with_capacity(doc.providers.len());
+        for (i, entry) in doc.providers.iter().enumerate() {
             let at = format!("providers[{i}]");
-            check_id(&p.id, &format!("{at}.id"))?;
-            if provider_index.insert(p.id.clone(), i).is_some() {
-                return Err(err(format!("{at}.id"), format!("duplicate provider id `{}`", p.id)));
+            check_id(&entry.id, &format!("{at}.id"))?;
+            if provider_index.insert(entry.id.clone(), i).is_some() {
+                return Err(err(format!("{at}.id"), format!("duplicate provider id `{}`", entry.id)));
             }
-            providers::check(p).map_err(|(field, why)| err(format!("{at}.{field}"), why))?;
-            check_base_url(&p.base(), &format!("{at}.base_url"))?;
+            let p = entry
+                .validate()
+                .map_err(|(field, why)| err(format!("{at}.{field}"), why))?;
+            check_base_url(p.base(), &format!("{at}.base_url"))?;
             for (field, name) in p.secrets() {
                 if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
                     return Err(err(
@@ -398,9 +403,10 @@ impl Catalog {
                     ));
                 }
             }
-            if let Some(account) = &p.account {
+            if let Some(account) = &entry.account {
                 check_id(account, &format!("{at}.account"))?;
             }
+            providers.push(p);
         }
         let mut model_index = HashMap::new();
         for (i, m) in doc.models.iter().enumerate() {
@@ -443,7 +449,7 @@ impl Catalog {
                         "must list at least one of chat, messages, responses, gemini (or converse, for bedrock)",
                     ));
                 }
-                let kind = doc.providers[provider_index[&r.provider]].kind();
+                let kind = providers[provider_index[&r.provider]].kind();
                 let speaks = kind.apis();
                 if let Some(k) = r.apis.iter().position(|a| !speaks.contains(a)) {
                     return Err(err(
@@ -491,6 +497,7 @@ impl Catalog {
         check_policy(&doc.policy, "policy")?;
         Ok(Catalog {
             doc,
+            providers,
             model_index,
             provider_index,
         })
@@ -506,7 +513,7 @@ impl Catalog {
     }
 
     pub fn provider(&self, id: &str) -> Option<&Provider> {
-        self.provider_index.get(id).and_then(|&i| self.doc.providers.get(i))
+        self.provider_index.get(id).and_then(|&i| self.providers.get(i))
     }
 
     /// Model ids in catalog order.
@@ -541,7 +548,7 @@ impl Catalog {
 
     /// The catalog with one provider added or replaced (`PUT /admin/providers/{id}`), validated
     /// against the rest.
-    pub fn with_provider(&self, provider: Provider) -> Result<Catalog, CatalogError> {
+    pub fn with_provider(&self, provider: ProviderDoc) -> Result<Catalog, CatalogError> {
         let mut doc = self.doc.clone();
         match doc.providers.iter_mut().find(|p| p.id == provider.id) {
             Some(slot) => *slot = provider,
@@ -596,6 +603,7 @@ impl Catalog {
                 models: vec![],
                 policy: PolicyOverrides::default(),
             },
+            providers: vec![],
             model_index: HashMap::new(),
             provider_index: HashMap::new(),
         }

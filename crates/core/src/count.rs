@@ -52,7 +52,7 @@ pub fn call(
         })
     };
     providers::of(provider.kind())
-        .count(provider, &provider.base(), wire, upstream_model, &outgoing.body, &own)
+        .count(provider, wire, upstream_model, &outgoing.body, &own)
         .ok_or_else(|| {
             Verdict::new(
                 FailureClass::Unable,

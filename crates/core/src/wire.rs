@@ -115,7 +115,7 @@ impl<'a> Requests<'a> {
 
 /// Where a route of `provider` speaking `api` is sent a request for `model`.
 pub fn url(provider: &Provider, api: Api, model: &str, stream: bool) -> String {
-    providers::of(provider.kind()).url(provider, &provider.base(), api, model, stream)
+    providers::of(provider.kind()).url(provider, api, model, stream)
 }
 
 /// The headers that carry a provider's key; none for Bedrock, whose requests are signed instead.
@@ -155,7 +155,7 @@ mod tests {
         for (k, v) in fields.as_object().unwrap() {
             p[k] = v.clone();
         }
-        serde_json::from_value(p).unwrap()
+        Provider::from_json(p)
     }
 
     fn messages_request(stream: bool) -> ClientRequest {

@@ -8,7 +8,7 @@ fn provider(fields: Value) -> Provider {
     for (k, v) in fields.as_object().unwrap() {
         p[k] = v.clone();
     }
-    serde_json::from_value(p).unwrap()
+    Provider::from_json(p)
 }
 
 fn anthropic() -> Provider {

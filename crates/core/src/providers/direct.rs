@@ -2,7 +2,7 @@
 //! (`Authorization: Bearer`), `anthropic` (`x-api-key`, with `anthropic-version` and the
 //! client's `anthropic-beta` as headers) and `gemini` (`x-goog-api-key`). They differ in that header only.
 
-use super::{base_url_required, AuthScheme, Provider, ProviderKind};
+use super::{base_url_required, AuthScheme, ProviderDoc, ProviderKind, Setup};
 use crate::api::Api;
 
 /// One header-key kind.
@@ -30,8 +30,13 @@ impl ProviderKind for Direct {
     fn header_auth(&self) -> Option<AuthScheme> {
         Some(self.auth)
     }
-    fn check(&self, p: &Provider) -> Result<(), (&'static str, String)> {
-        base_url_required(p)
+    fn setup(&self, doc: &ProviderDoc) -> Result<Setup, (&'static str, String)> {
+        base_url_required(doc)?;
+        Ok(match self.auth {
+            AuthScheme::Bearer => Setup::Openai,
+            AuthScheme::XApiKey => Setup::Anthropic,
+            AuthScheme::XGoogApiKey => Setup::Gemini,
+        })
     }
     fn key_headers(&self, key: &str) -> Vec<(&'static str, String)> {
         match self.auth {

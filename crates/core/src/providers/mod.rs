@@ -43,18 +43,31 @@ pub trait ProviderKind: Sync {
     fn one_api_per_route(&self) -> Option<&'static str> {
         None
     }
-    /// Its own fields checked: `Err((field, why))`.
-    fn check(&self, p: &Provider) -> Result<(), (&'static str, String)>;
+    /// Its own fields of a catalog entry, checked and read: its variant of [`Setup`].
+    /// `Err((field, why))`.
+    fn setup(&self, doc: &ProviderDoc) -> Result<Setup, (&'static str, String)>;
     /// Where its requests go when `base_url` is left out.
-    fn default_base(&self, _p: &Provider) -> Option<String> {
+    fn default_base(&self, _setup: &Setup) -> Option<String> {
         None
     }
-    /// Where a route speaking `api` is sent a request for `model`; `base` is [`Provider::base`].
-    fn url(&self, _p: &Provider, base: &str, api: Api, model: &str, stream: bool) -> String {
-        api.upstream_url(base, model, stream)
+    /// Where a route speaking `api` is sent a request for `model`.
+    fn url(&self, p: &Provider, api: Api, model: &str, stream: bool) -> String {
+        api.upstream_url(p.base(), model, stream)
     }
     /// The headers that carry its key (for Vertex the access token minted from it).
     fn key_headers(&self, key: &str) -> Vec<(&'static str, String)>;
+    /// The headers that sign `request`, exactly as it will be sent, at `now_ms` (Bedrock's
+    /// Signature Version 4); none for a kind whose key travels in a header. `secret` gives the
+    /// value of the secret a field of `p` names.
+    fn sign(
+        &self,
+        _p: &Provider,
+        _secret: &dyn Fn(&str) -> Option<String>,
+        _request: &bedrock::sigv4::Request,
+        _now_ms: u64,
+    ) -> Result<Vec<(String, String)>, bedrock::sigv4::SignError> {
+        Ok(Vec::new())
+    }
     /// It takes Anthropic's `anthropic-version` and the client's `anthropic-beta` as headers.
     fn takes_anthropic_headers(&self) -> bool {
         false
@@ -75,13 +88,12 @@ pub trait ProviderKind: Sync {
     }
     /// Where and what a route speaking `api` sends to count the input of `body` (its generation
     /// request, as [`crate::wire`] writes it for this kind) for `model` (SPEC §21); `None` when
-    /// the kind has no count endpoint for the dialect. `base` is [`Provider::base`]; `own` gives
+    /// the kind has no count endpoint for the dialect. `own` gives
     /// the dialect's own count request for `body` and where its answer has the number, when the
     /// dialect has one (what a provider of the dialect's own API takes) — made only if asked for.
     fn count(
         &self,
-        _p: &Provider,
-        base: &str,
+        p: &Provider,
         api: Api,
         model: &str,
         _body: &[u8],
@@ -89,7 +101,7 @@ pub trait ProviderKind: Sync {
     ) -> Option<CountCall> {
         let own = own()?;
         Some(CountCall {
-            url: api.count_url(base, model)?,
+            url: api.count_url(p.base(), model)?,
             body: own.body,
             tokens_at: own.tokens_at,
         })
@@ -205,9 +217,12 @@ impl Kind {
     }
 }
 
+/// A provider as a catalog document writes it (SPEC §20): flat fields, each kind's beside the
+/// others', read and written as users write them. [`ProviderDoc::validate`] makes it a
+/// [`Provider`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Provider {
+pub struct ProviderDoc {
     pub id: String,
     /// Where requests go; for `bedrock` and `vertex` it may be left out: the region's own
     /// endpoint.
@@ -244,14 +259,48 @@ pub struct Provider {
     pub session_token_secret: Option<String>,
 }
 
-impl Provider {
-    /// The upstream billing account this provider bills to (SPEC §9).
-    pub fn account(&self) -> &str {
-        self.account.as_deref().unwrap_or(&self.id)
-    }
+/// A provider as the catalog validated it: the fields every kind has, and its kind's own
+/// settings as one variant of [`Setup`] — a field another kind needs was refused, not kept.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Provider {
+    pub id: String,
+    /// Name of the Worker secret holding the upstream key; `None` for upstreams that need none.
+    pub key_secret: Option<String>,
+    pub setup: Setup,
+    /// Where its requests go: `base_url`, else its kind's own endpoint.
+    base: String,
+    /// The upstream billing account it bills to (SPEC §9): as written, else its id.
+    account: String,
+}
 
-    /// Its kind: as written, else what `auth` implies (validation guarantees one of the two).
+/// A provider's own settings, one variant per kind, each read and checked by its kind's
+/// [`ProviderKind::setup`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Setup {
+    Openai,
+    Anthropic,
+    Gemini,
+    Azure(azure::Settings),
+    Bedrock(bedrock::Settings),
+    Vertex(vertex::Settings),
+}
+
+impl Setup {
     pub fn kind(&self) -> Kind {
+        match self {
+            Setup::Openai => Kind::Openai,
+            Setup::Anthropic => Kind::Anthropic,
+            Setup::Gemini => Kind::Gemini,
+            Setup::Azure(_) => Kind::Azure,
+            Setup::Bedrock(_) => Kind::Bedrock,
+            Setup::Vertex(_) => Kind::Vertex,
+        }
+    }
+}
+
+impl ProviderDoc {
+    /// Its kind: as written, else what `auth` implies.
+    fn kind(&self) -> Kind {
         match (self.kind, self.auth) {
             (Some(kind), _) => kind,
             (None, Some(AuthScheme::XApiKey)) => Kind::Anthropic,
@@ -260,68 +309,95 @@ impl Provider {
         }
     }
 
-    /// Where its requests go: `base_url`, or for Bedrock and Vertex without one the region's
-    /// endpoint.
-    pub fn base(&self) -> String {
-        match (self.base_url.is_empty(), of(self.kind()).default_base(self)) {
+    /// The provider it describes (SPEC §20): `auth` for the header kinds (or implied by `kind`),
+    /// then the kind's own fields, read by the kind; a field another kind needs is refused rather
+    /// than ignored. `Err((field, why))`.
+    pub fn validate(&self) -> Result<Provider, (&'static str, String)> {
+        let kind = self.kind();
+        let k = of(kind);
+        match (self.auth, k.header_auth()) {
+            (None, None) => {}
+            (None, Some(_)) if self.kind.is_some() => {}
+            (None, Some(_)) => return Err(("auth", "required (or a `kind`)".into())),
+            (Some(a), Some(h)) if a == h || self.kind.is_none() => {}
+            (Some(_), _) => {
+                return Err((
+                    "auth",
+                    format!("does not go with kind `{}`: leave it out", kind.as_str()),
+                ))
+            }
+        }
+        let set = [
+            ("api_version", self.api_version.is_some()),
+            ("region", self.region.is_some()),
+            ("project", self.project.is_some()),
+            ("access_key_secret", self.access_key_secret.is_some()),
+            ("secret_key_secret", self.secret_key_secret.is_some()),
+            ("session_token_secret", self.session_token_secret.is_some()),
+        ];
+        let misplaced = set
+            .iter()
+            .find(|(field, is_set)| *is_set && !k.own_fields().contains(field));
+        let misplaced = misplaced
+            .map(|(field, _)| *field)
+            .or_else(|| (self.key_secret.is_some() && !k.takes_key_secret()).then_some("key_secret"));
+        if let Some(field) = misplaced {
+            return Err((field, format!("is not a field of kind `{}`", kind.as_str())));
+        }
+        let setup = k.setup(self)?;
+        let base = match (self.base_url.is_empty(), k.default_base(&setup)) {
             (true, Some(base)) => base,
             _ => self.base_url.trim_end_matches('/').to_string(),
-        }
+        };
+        Ok(Provider {
+            id: self.id.clone(),
+            key_secret: self.key_secret.clone(),
+            setup,
+            base,
+            account: self.account.clone().unwrap_or_else(|| self.id.clone()),
+        })
+    }
+}
+
+impl Provider {
+    /// The upstream billing account this provider bills to (SPEC §9).
+    pub fn account(&self) -> &str {
+        &self.account
+    }
+
+    pub fn kind(&self) -> Kind {
+        self.setup.kind()
+    }
+
+    /// Where its requests go: `base_url`, or for Bedrock and Vertex without one the region's
+    /// endpoint.
+    pub fn base(&self) -> &str {
+        &self.base
     }
 
     /// Every Worker secret it names, with the field naming it.
     pub fn secrets(&self) -> impl Iterator<Item = (&'static str, &str)> {
-        [
-            ("key_secret", &self.key_secret),
-            ("access_key_secret", &self.access_key_secret),
-            ("secret_key_secret", &self.secret_key_secret),
-            ("session_token_secret", &self.session_token_secret),
-        ]
-        .into_iter()
-        .filter_map(|(field, name)| name.as_deref().map(|n| (field, n)))
+        let own = match &self.setup {
+            Setup::Bedrock(b) => b.secrets(),
+            _ => Vec::new(),
+        };
+        self.key_secret
+            .as_deref()
+            .map(|name| ("key_secret", name))
+            .into_iter()
+            .chain(own)
     }
-}
 
-/// A provider's kind and the fields it needs (SPEC §20): `auth` for the header kinds (or implied
-/// by `kind`), then the kind's own fields; a field another kind needs is refused rather than
-/// ignored. `Err((field, why))`.
-pub fn check(p: &Provider) -> Result<(), (&'static str, String)> {
-    let kind = p.kind();
-    let k = of(kind);
-    match (p.auth, k.header_auth()) {
-        (None, None) => {}
-        (None, Some(_)) if p.kind.is_some() => {}
-        (None, Some(_)) => return Err(("auth", "required (or a `kind`)".into())),
-        (Some(a), Some(h)) if a == h || p.kind.is_none() => {}
-        (Some(_), _) => {
-            return Err((
-                "auth",
-                format!("does not go with kind `{}`: leave it out", kind.as_str()),
-            ))
-        }
+    /// A provider read from a catalog entry's JSON, validated (the tests' way in).
+    #[cfg(test)]
+    pub fn from_json(entry: Value) -> Provider {
+        let doc: ProviderDoc = serde_json::from_value(entry).expect("a provider entry");
+        doc.validate().expect("a valid provider")
     }
-    let set = [
-        ("api_version", p.api_version.is_some()),
-        ("region", p.region.is_some()),
-        ("project", p.project.is_some()),
-        ("access_key_secret", p.access_key_secret.is_some()),
-        ("secret_key_secret", p.secret_key_secret.is_some()),
-        ("session_token_secret", p.session_token_secret.is_some()),
-    ];
-    let misplaced = set
-        .iter()
-        .find(|(field, is_set)| *is_set && !k.own_fields().contains(field));
-    let misplaced = misplaced
-        .map(|(field, _)| *field)
-        .or_else(|| (p.key_secret.is_some() && !k.takes_key_secret()).then_some("key_secret"));
-    if let Some(field) = misplaced {
-        return Err((field, format!("is not a field of kind `{}`", kind.as_str())));
-    }
-    k.check(p)
 }
 
 /// `base_url` is required (the kinds with no endpoint of their own).
-fn base_url_required(p: &Provider) -> Result<(), (&'static str, String)> {
+fn base_url_required(p: &ProviderDoc) -> Result<(), (&'static str, String)> {
     match p.base_url.is_empty() {
         true => Err(("base_url", "required".into())),
         false => Ok(()),
@@ -408,7 +484,7 @@ mod tests {
     use super::*;
 
     /// The least a catalog gives a provider of `kind`.
-    fn plain(kind: Kind) -> Provider {
+    fn plain(kind: Kind) -> ProviderDoc {
         let fields = match kind {
             Kind::Openai | Kind::Anthropic | Kind::Gemini => json!({"base_url": "https://api.example.com/v1"}),
             Kind::Azure => json!({"base_url": "https://r.openai.azure.com/openai/v1", "key_secret": "AZ"}),
@@ -428,10 +504,10 @@ mod tests {
     fn every_registered_kind_has_every_part() {
         for kind in KINDS {
             let k = of(kind);
-            let p = plain(kind);
+            let entry = plain(kind);
+            let p = entry.validate().unwrap_or_else(|e| panic!("{kind:?}: {e:?}"));
             assert_eq!(p.kind(), kind);
-            assert_eq!(check(&p), Ok(()), "{kind:?}");
-            let base = p.base();
+            let base = p.base().to_string();
             assert!(base.starts_with("https://"), "{kind:?} has nowhere to send: {base:?}");
             assert!(!k.apis().is_empty(), "{kind:?}");
             for &api in k.apis() {
@@ -442,16 +518,34 @@ mod tests {
                     "{kind:?} {api:?}: {url}"
                 );
             }
-            // Bedrock signs its requests instead (the Worker's, over exactly what is sent).
-            assert_eq!(k.key_headers("KEY").is_empty(), kind == Kind::Bedrock, "{kind:?}");
+            // Its key travels one way: in its headers, or as a signature over what is sent (with
+            // the values of the secrets it names).
+            let url = crate::wire::url(&p, k.apis()[0], "the-model", false);
+            let sent = bedrock::sigv4::Request {
+                method: "POST",
+                url: &url,
+                headers: &[("content-type", "application/json")],
+                body: b"{}",
+            };
+            let names: Vec<&str> = p.secrets().map(|(_, name)| name).collect();
+            let secret = |name: &str| names.contains(&name).then(|| format!("value of {name}"));
+            let signed = k
+                .sign(&p, &secret, &sent, 0)
+                .unwrap_or_else(|e| panic!("{kind:?}: {e}"));
+            assert_ne!(k.key_headers("KEY").is_empty(), signed.is_empty(), "{kind:?}");
+            let unsigned = k.sign(&p, &|_| None, &sent, 0);
+            assert!(
+                signed.is_empty() || unsigned.is_err(),
+                "{kind:?} signed without its secrets"
+            );
             let foreign = ["api_version", "region", "project", "access_key_secret"]
                 .into_iter()
                 .find(|f| !k.own_fields().contains(f))
                 .unwrap();
-            let mut doc = serde_json::to_value(&p).unwrap();
+            let mut doc = serde_json::to_value(&entry).unwrap();
             doc[foreign] = json!("x");
-            let other: Provider = serde_json::from_value(doc).unwrap();
-            assert_eq!(check(&other).map_err(|(field, _)| field), Err(foreign), "{kind:?}");
+            let other: ProviderDoc = serde_json::from_value(doc).unwrap();
+            assert_eq!(other.validate().map_err(|(field, _)| field), Err(foreign), "{kind:?}");
         }
     }
 }

@@ -18,7 +18,7 @@ use sha2::{Digest, Sha256};
 use crate::api::Api;
 use crate::classify::{FailureClass, Verdict};
 
-use super::{fields_of, BetaPlace, CloudAnthropic, CountCall, Counted, Provider, ProviderKind};
+use super::{fields_of, BetaPlace, CloudAnthropic, CountCall, Counted, Provider, ProviderDoc, ProviderKind, Setup};
 
 /// The `anthropic_version` Vertex's `rawPredict` takes in an Anthropic body.
 pub const ANTHROPIC_VERSION: &str = "vertex-2023-10-16";
@@ -394,6 +394,23 @@ impl TokenCache {
 /// The `vertex` kind.
 pub struct Vertex;
 
+/// A `vertex` provider's own settings (its service account key is in `key_secret`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// The Google Cloud location (`us-east5`, `europe-west1`, `global`).
+    pub region: String,
+    /// The Google Cloud project the models are called in.
+    pub project: String,
+}
+
+/// A provider's Vertex settings (none for another kind's).
+fn settings(p: &Provider) -> Option<&Settings> {
+    match &p.setup {
+        Setup::Vertex(s) => Some(s),
+        _ => None,
+    }
+}
+
 impl ProviderKind for Vertex {
     fn apis(&self) -> &'static [Api] {
         &[Api::Gemini, Api::Messages]
@@ -405,21 +422,20 @@ impl ProviderKind for Vertex {
     fn one_api_per_route(&self) -> Option<&'static str> {
         Some("a `vertex` route speaks one: `gemini` (Google's models) or `messages` (Anthropic's)")
     }
-    fn check(&self, p: &Provider) -> Result<(), (&'static str, String)> {
-        check_vertex(p)
+    fn setup(&self, doc: &ProviderDoc) -> Result<Setup, (&'static str, String)> {
+        check_vertex(doc)?;
+        Ok(Setup::Vertex(Settings {
+            region: doc.region.clone().unwrap_or_default(),
+            project: doc.project.clone().unwrap_or_default(),
+        }))
     }
-    fn default_base(&self, p: &Provider) -> Option<String> {
-        p.region.as_deref().map(endpoint)
+    fn default_base(&self, setup: &Setup) -> Option<String> {
+        let Setup::Vertex(s) = setup else { return None };
+        Some(endpoint(&s.region))
     }
-    fn url(&self, p: &Provider, base: &str, api: Api, model: &str, stream: bool) -> String {
-        url(
-            base,
-            p.project.as_deref().unwrap_or_default(),
-            p.region.as_deref().unwrap_or_default(),
-            api,
-            model,
-            stream,
-        )
+    fn url(&self, p: &Provider, api: Api, model: &str, stream: bool) -> String {
+        let (project, region) = settings(p).map_or(("", ""), |s| (s.project.as_str(), s.region.as_str()));
+        url(p.base(), project, region, api, model, stream)
     }
     /// The access token minted from the service account.
     fn key_headers(&self, token: &str) -> Vec<(&'static str, String)> {
@@ -431,14 +447,13 @@ impl ProviderKind for Vertex {
     fn count(
         &self,
         p: &Provider,
-        base: &str,
         api: Api,
         model: &str,
         body: &[u8],
         own: &dyn Fn() -> Option<Counted>,
     ) -> Option<CountCall> {
-        let project = p.project.as_deref().unwrap_or_default();
-        let region = p.region.as_deref().unwrap_or_default();
+        let s = settings(p)?;
+        let (base, project, region) = (p.base(), s.project.as_str(), s.region.as_str());
         let (url, fields, tokens_at) = match api {
             Api::Messages => {
                 let own = own()?;
@@ -484,7 +499,7 @@ pub fn endpoint(region: &str) -> String {
 
 /// A `vertex` provider's own fields: a location, a project and the secret holding the service
 /// account key. `Err((field, why))`.
-fn check_vertex(p: &Provider) -> Result<(), (&'static str, String)> {
+fn check_vertex(p: &ProviderDoc) -> Result<(), (&'static str, String)> {
     let region = p.region.as_deref().unwrap_or_default();
     let region_ok = !region.is_empty()
         && region.len() <= 63
@@ -777,9 +792,8 @@ mod tests {
     #[test]
     fn an_attempt_on_vertex_is_sent_to_the_publisher_with_a_bearer_token() {
         use crate::{dialects, wire};
-        let p: Provider = serde_json::from_value(json!({"id": "p", "kind": "vertex", "project": "proj-1",
-            "region": "us-east5", "key_secret": "SA", "base_url": "http://127.0.0.1:9/x"}))
-        .unwrap();
+        let p = Provider::from_json(json!({"id": "p", "kind": "vertex", "project": "proj-1",
+            "region": "us-east5", "key_secret": "SA", "base_url": "http://127.0.0.1:9/x"}));
         let messages = json!({"model": "m", "max_tokens": 64, "stream": true,
                               "messages": [{"role": "user", "content": "hi"}]});
         let request = dialects::parse_request(Api::Messages, messages.to_string().as_bytes(), None).unwrap();

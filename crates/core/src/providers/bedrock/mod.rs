@@ -18,10 +18,10 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use serde_json::{json, Value};
 
-use super::{fields_of, BetaPlace, CloudAnthropic, CountCall, Counted, Provider, ProviderKind};
+use super::{fields_of, BetaPlace, CloudAnthropic, CountCall, Counted, Provider, ProviderDoc, ProviderKind, Setup};
 use crate::api::Api;
 use crate::classify::Verdict;
-use sigv4::path_segment;
+use sigv4::{path_segment, Credentials, SignError};
 
 /// The `anthropic_version` Bedrock's InvokeModel takes in an Anthropic body (the version goes in
 /// the body there, not in a header).
@@ -29,6 +29,32 @@ pub const BEDROCK_ANTHROPIC_VERSION: &str = "bedrock-2023-05-31";
 
 /// The `bedrock` kind.
 pub struct Bedrock;
+
+/// A `bedrock` provider's own settings: its region and the secrets of the AWS access key its
+/// requests are signed with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// The AWS region: its endpoint and the signature's scope.
+    pub region: String,
+    pub access_key_secret: String,
+    pub secret_key_secret: String,
+    /// Temporary credentials' session token.
+    pub session_token_secret: Option<String>,
+}
+
+impl Settings {
+    /// The secrets it names, with the field naming each.
+    pub fn secrets(&self) -> Vec<(&'static str, &str)> {
+        let mut names = vec![
+            ("access_key_secret", self.access_key_secret.as_str()),
+            ("secret_key_secret", self.secret_key_secret.as_str()),
+        ];
+        if let Some(token) = &self.session_token_secret {
+            names.push(("session_token_secret", token.as_str()));
+        }
+        names
+    }
+}
 
 impl ProviderKind for Bedrock {
     fn apis(&self) -> &'static [Api] {
@@ -45,8 +71,8 @@ impl ProviderKind for Bedrock {
     fn takes_key_secret(&self) -> bool {
         false
     }
-    fn check(&self, p: &Provider) -> Result<(), (&'static str, String)> {
-        let region = p.region.as_deref().unwrap_or_default();
+    fn setup(&self, doc: &ProviderDoc) -> Result<Setup, (&'static str, String)> {
+        let region = doc.region.as_deref().unwrap_or_default();
         let region_ok = !region.is_empty()
             && region
                 .chars()
@@ -57,35 +83,35 @@ impl ProviderKind for Bedrock {
                 "required for kind `bedrock`: an AWS region like us-east-1".into(),
             ));
         }
-        for (field, name) in [
-            ("access_key_secret", &p.access_key_secret),
-            ("secret_key_secret", &p.secret_key_secret),
-        ] {
-            if name.is_none() {
-                return Err((field, "required for kind `bedrock`".into()));
-            }
-        }
-        Ok(())
+        let required = |field: &'static str, name: &Option<String>| {
+            name.clone()
+                .ok_or_else(|| (field, "required for kind `bedrock`".to_string()))
+        };
+        Ok(Setup::Bedrock(Settings {
+            region: region.to_string(),
+            access_key_secret: required("access_key_secret", &doc.access_key_secret)?,
+            secret_key_secret: required("secret_key_secret", &doc.secret_key_secret)?,
+            session_token_secret: doc.session_token_secret.clone(),
+        }))
     }
-    fn default_base(&self, p: &Provider) -> Option<String> {
-        let region = p.region.as_deref()?;
-        Some(format!("https://bedrock-runtime.{region}.amazonaws.com"))
+    fn default_base(&self, setup: &Setup) -> Option<String> {
+        let Setup::Bedrock(s) = setup else { return None };
+        Some(format!("https://bedrock-runtime.{}.amazonaws.com", s.region))
     }
-    fn url(&self, _p: &Provider, base: &str, api: Api, model: &str, stream: bool) -> String {
+    fn url(&self, p: &Provider, api: Api, model: &str, stream: bool) -> String {
         let action = match (api, stream) {
             (Api::Converse, true) => "converse-stream",
             (Api::Converse, false) => "converse",
             (_, true) => "invoke-with-response-stream",
             (_, false) => "invoke",
         };
-        format!("{base}/model/{}/{action}", path_segment(model))
+        format!("{}/model/{}/{action}", p.base(), path_segment(model))
     }
     /// `CountTokens` (SPEC §21): the InvokeModel body it would be sent, base64, or the Converse
     /// request's input fields; the answer's count is `inputTokens`.
     fn count(
         &self,
-        _: &Provider,
-        base: &str,
+        p: &Provider,
         api: Api,
         model: &str,
         body: &[u8],
@@ -100,14 +126,37 @@ impl ProviderKind for Bedrock {
             _ => return None,
         };
         Some(CountCall {
-            url: format!("{base}/model/{}/count-tokens", path_segment(model)),
+            url: format!("{}/model/{}/count-tokens", p.base(), path_segment(model)),
             body: serde_json::to_vec(&json!({ "input": input })).ok()?,
             tokens_at: "/inputTokens",
         })
     }
-    /// None: its requests are signed instead (the caller's, over exactly what is sent).
+    /// None: its requests are signed instead ([`ProviderKind::sign`]).
     fn key_headers(&self, _key: &str) -> Vec<(&'static str, String)> {
         Vec::new()
+    }
+    /// Signature Version 4 for the `bedrock` service in the provider's region, with the access
+    /// key (and session token) its secrets hold.
+    fn sign(
+        &self,
+        p: &Provider,
+        secret: &dyn Fn(&str) -> Option<String>,
+        request: &sigv4::Request,
+        now_ms: u64,
+    ) -> Result<Vec<(String, String)>, SignError> {
+        let Setup::Bedrock(s) = &p.setup else {
+            return Ok(Vec::new());
+        };
+        let value = |field: &'static str, name: &str| secret(name).ok_or(SignError::MissingSecret(field));
+        let credentials = Credentials {
+            access_key_id: value("access_key_secret", &s.access_key_secret)?,
+            secret_access_key: value("secret_key_secret", &s.secret_key_secret)?,
+            session_token: match &s.session_token_secret {
+                Some(name) => Some(value("session_token_secret", name)?),
+                None => None,
+            },
+        };
+        Ok(sigv4::sign(request, &credentials, &s.region, "bedrock", now_ms)?.headers)
     }
     fn anthropic_body(&self) -> Option<CloudAnthropic> {
         Some(CloudAnthropic {

@@ -82,6 +82,8 @@ pub enum SignError {
     ReservedHeader(String),
     /// HMAC refused its key (it takes keys of any length: not expected).
     Key,
+    /// A secret the signature needs was not given.
+    MissingSecret(&'static str),
 }
 
 impl std::fmt::Display for SignError {
@@ -90,6 +92,7 @@ impl std::fmt::Display for SignError {
             SignError::Url(why) => write!(f, "cannot sign this URL: {why}"),
             SignError::ReservedHeader(name) => write!(f, "the signature sets the `{name}` header itself"),
             SignError::Key => f.write_str("the signing key was refused"),
+            SignError::MissingSecret(field) => write!(f, "the secret `{field}` names was not given"),
         }
     }
 }
