@@ -312,15 +312,14 @@ fn cut_off(behavior: Behavior, w: &mut TcpStream, reader: &mut BufReader<TcpStre
 
 /// A count request ([`crate::count`]): the scenario's failures (gates, an error status, a hang,
 /// a reset) as for any request, else the count — or the provider's 400 for a body it refuses.
-#[allow(clippy::too_many_arguments)]
+/// `seen`: how many requests the scenario's key has had, and when its first came.
 fn count_scenario(
     req: &Request,
     route: &Route,
     w: &mut TcpStream,
     reader: &mut BufReader<TcpStream>,
     sc: &Scenario,
-    count: u64,
-    first_seen: Instant,
+    (count, first_seen): (u64, Instant),
     close: bool,
 ) -> Action {
     let info = ReqInfo::from_body(&req.body);
@@ -346,7 +345,8 @@ fn run_scenario(
     close: bool,
 ) -> Action {
     let (api, key) = (route.api, route.key.as_str());
-    let (count, first_seen) = state.record(key, req);
+    let seen = state.record(key, req);
+    let (count, first_seen) = seen;
     let sc = match scenario::parse_scenario(key) {
         Ok(sc) => sc,
         Err(e) => {
@@ -358,7 +358,7 @@ fn run_scenario(
         return reply(w, &refusal, close);
     }
     if route.count {
-        return count_scenario(req, route, w, reader, &sc, count, first_seen, close);
+        return count_scenario(req, route, w, reader, &sc, seen, close);
     }
     // One parse of the body serves every step below.
     let body = serde_json::from_slice::<Value>(&req.body);
