@@ -586,6 +586,16 @@ fn gateway_mode(o: &Opts) -> Result<Value, String> {
         model(vec![messages_route], None),
         200,
     )?;
+    // A 200-chunk stream from a Messages route to a chat client: every event translated.
+    let m_200_translated = format!("{label}-200-translated");
+    let mut messages_200 = route("r0", &p_200);
+    messages_200["apis"] = json!(["messages"]);
+    admin.call(
+        "PUT",
+        &format!("/admin/models/{m_200_translated}"),
+        model(vec![messages_200], None),
+        200,
+    )?;
     // SPEC §8a: three routes spread by conversation (all over the same mock provider).
     let mut spread = model(vec![route("r0", &p_ok), route("r1", &p_ok), route("r2", &p_ok)], None);
     spread["balance"] = json!("spread");
@@ -643,6 +653,7 @@ fn gateway_mode(o: &Opts) -> Result<Value, String> {
     let a_translated_s = through(&m_translated, true);
     let b_ok_s = direct(&p_ok, "ok", true)?;
     let a_200 = through(&m_200, true);
+    let a_200_translated = through(&m_200_translated, true);
     let b_200 = direct(&p_200, "chunks/200/0", true)?;
     let a_2000 = through(&m_2000, true);
     let b_2000 = direct(&p_2000, "chunks/2000/0", true)?;
@@ -658,6 +669,7 @@ fn gateway_mode(o: &Opts) -> Result<Value, String> {
         (&a_200, Metric::FirstContent),
         (&a_translated, Metric::Total),
         (&a_translated_s, Metric::FirstContent),
+        (&a_200_translated, Metric::FirstContent),
     ] {
         checked(&mut probe, call, metric)?;
     }
@@ -702,6 +714,16 @@ fn gateway_mode(o: &Opts) -> Result<Value, String> {
             ),
         )?,
         measure(o, &spec("stream_200_total", &a_200, &b_200, Metric::Total, 1))?,
+        measure(
+            o,
+            &spec(
+                "stream_200_total_translated",
+                &a_200_translated,
+                &b_200,
+                Metric::Total,
+                1,
+            ),
+        )?,
         measure(o, &spec("stream_2000_total", &a_2000, &b_2000, Metric::Total, 1))?,
     ];
     let outage = outage(o, &through(&m_out, true), &a_ok_s, &gw, &key)?;

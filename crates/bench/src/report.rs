@@ -210,6 +210,10 @@ pub fn render(runs: &[Value], primary: usize) -> String {
             rel("stream_200_total"),
         ),
         (
+            "the same 200 chunks from a Messages route to a chat client (every event translated): total vs direct (p50)",
+            rel("stream_200_total_translated"),
+        ),
+        (
             "stream of 2,000 chunks: total time through vs direct (p50)",
             rel("stream_2000_total"),
         ),
