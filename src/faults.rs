@@ -12,9 +12,9 @@
 //! trigger a drill are matched here only.
 //!
 //! Out of production twice: compiled out of release builds (`cfg!(debug_assertions)`: every
-//! value is inert and its checks fold away), and off unless the Worker var
-//! `SWITCHYARD_TEST_FAULTS` is `1`, which only `scripts/test` sets (`scripts/build` refuses a
-//! deployable config that sets it).
+//! check is a constant there, and no drill's name, header or label is left in the release wasm),
+//! and off unless the Worker var `SWITCHYARD_TEST_FAULTS` is `1`, which only `scripts/test` sets
+//! (`scripts/build` refuses a deployable config that sets it).
 //!
 //! The drills, by trigger:
 //! - the header `d1-down`: the request's catalog and key reads find D1 down; `depart-<ms>`: the
@@ -35,7 +35,7 @@ use std::cell::Cell;
 use std::future::Future;
 use std::pin::pin;
 
-use futures_util::future::{select, Either};
+use futures_util::future::select;
 use switchyard_core::batch::Rules;
 use switchyard_core::ApiError;
 use worker::{Env, Request};
@@ -43,7 +43,7 @@ use worker::{Env, Request};
 use crate::runtime::clock::{now_ms, sleep};
 
 /// The request header that asks for a drill (and carries an object's drill to the object).
-pub const HEADER: &str = "x-switchyard-test-fault";
+const HEADER: &str = "x-switchyard-test-fault";
 
 /// How long each statement takes in the `d1-slow-…` drill.
 const SLOW_STATEMENT_MS: u64 = 5_000;
@@ -102,7 +102,15 @@ pub enum ObjectDrill {
 }
 
 impl ObjectDrill {
-    pub fn as_str(self) -> &'static str {
+    /// The header that carries `drill` to the object, if any (never in a release build).
+    pub fn header(drill: Option<ObjectDrill>) -> Option<(&'static str, &'static str)> {
+        match drill {
+            Some(drill) if cfg!(debug_assertions) => Some((HEADER, drill.as_str())),
+            _ => None,
+        }
+    }
+
+    fn as_str(self) -> &'static str {
         match self {
             ObjectDrill::Hang => "hang",
             ObjectDrill::Throw => "throw",
@@ -149,20 +157,39 @@ impl Faults {
     /// The test instruments are on: per-object call counts (`crate::calls`), the
     /// `x-switchyard-isolate` and `x-switchyard-calls` response headers, `GET /__test/calls`.
     pub fn instruments(&self) -> bool {
-        self.on
+        self.on()
+    }
+
+    /// The switch; a constant `false` in a release build, so that every check below, and the
+    /// drill names it matches, are compiled out of it.
+    fn on(&self) -> bool {
+        if cfg!(debug_assertions) {
+            self.on
+        } else {
+            false
+        }
+    }
+
+    /// The drill the header asked for; a constant `None` in a release build.
+    fn asked(&self) -> Option<Asked> {
+        if cfg!(debug_assertions) {
+            self.asked
+        } else {
+            None
+        }
     }
 
     // ---- the request's header --------------------------------------------------------------
 
     /// `d1-down`: the request's catalog and key reads find D1 down (`Store::with_faults`).
     pub fn d1_down(&self) -> bool {
-        self.asked == Some(Asked::D1Down)
+        self.asked() == Some(Asked::D1Down)
     }
 
     /// Resolves when the client has left: `gone` (its aborted signal), or, in the `depart-<ms>`
     /// drill, `<ms>` after the request began, whichever comes first.
     pub async fn departed(&self, gone: impl Future<Output = ()>) {
-        match self.asked {
+        match self.asked() {
             Some(Asked::DepartAt(at_ms)) => {
                 let _ = select(pin!(gone), pin!(sleep(at_ms.saturating_sub(now_ms())))).await;
             }
@@ -172,7 +199,7 @@ impl Faults {
 
     /// `at_ms` as route health learns of it: `<ms>` earlier in the `past-<ms>` drill.
     pub fn dated(&self, at_ms: u64) -> u64 {
-        match self.asked {
+        match self.asked() {
             Some(Asked::Past(ms)) => at_ms.saturating_sub(ms),
             _ => at_ms,
         }
@@ -180,21 +207,25 @@ impl Faults {
 
     /// The handler's wait for `served`; in the `abandon-<ms>` drill given up after `<ms>` (a 500,
     /// `drill_abandoned`), so a test can check the request still finishes without the handler.
+    /// (The drill's wait is `cfg`'d out of a release build: a state of an async fn is kept even
+    /// where it cannot be reached.)
     pub async fn handler_waits<T>(&self, served: impl Future<Output = T>) -> Result<T, ApiError> {
-        let Some(Asked::Abandon(ms)) = self.asked else {
-            return Ok(served.await);
-        };
-        match select(pin!(served), pin!(sleep(ms))).await {
-            Either::Left((served, _)) => Ok(served),
-            Either::Right(_) => Err(ApiError::Internal {
-                label: "drill_abandoned",
-            }),
+        #[cfg(debug_assertions)]
+        if let Some(Asked::Abandon(ms)) = self.asked() {
+            use futures_util::future::Either;
+            return match select(pin!(served), pin!(sleep(ms))).await {
+                Either::Left((served, _)) => Ok(served),
+                Either::Right(_) => Err(ApiError::Internal {
+                    label: "drill_abandoned",
+                }),
+            };
         }
+        Ok(served.await)
     }
 
     /// Before a status report is built: `<ms>` more in the `slow-report-<ms>` drill.
     pub async fn before_report(&self) {
-        if let Some(Asked::SlowReport(ms)) = self.asked {
+        if let Some(Asked::SlowReport(ms)) = self.asked() {
             sleep(ms).await;
         }
     }
@@ -204,24 +235,26 @@ impl Faults {
     /// The drill to send to health object `name`: its model's id has `fault-health-hang` or
     /// `fault-health-throw`.
     pub fn health_object(&self, name: &str) -> Option<ObjectDrill> {
-        let drills = [
+        if !self.on() {
+            return None;
+        }
+        [
             ("fault-health-hang", ObjectDrill::Hang),
             ("fault-health-throw", ObjectDrill::Throw),
-        ];
-        drills
-            .into_iter()
-            .find(|(n, _)| self.on && name.contains(n))
-            .map(|(_, drill)| drill)
+        ]
+        .into_iter()
+        .find(|(n, _)| name.contains(n))
+        .map(|(_, drill)| drill)
     }
 
     /// The drill to send to the outbox with a settlement of `account`: its id ends `-unreadable`.
     pub fn outbox(&self, account: &str) -> Option<ObjectDrill> {
-        (self.on && account.ends_with("-unreadable")).then_some(ObjectDrill::Unreadable)
+        (self.on() && account.ends_with("-unreadable")).then_some(ObjectDrill::Unreadable)
     }
 
     /// In the object that got the call: hangs or throws, if the call asks.
     pub async fn in_object(&self) -> worker::Result<()> {
-        match self.asked {
+        match self.asked() {
             Some(Asked::Object(ObjectDrill::Hang)) => sleep(HANG_MS).await,
             Some(Asked::Object(ObjectDrill::Throw)) => {
                 return Err(worker::Error::RustError("test fault: the object throws".into()))
@@ -233,7 +266,7 @@ impl Faults {
 
     /// A settlement record as the outbox stores it: in a shape no code reads, if the call asks.
     pub fn kept(&self, text: String) -> String {
-        match self.asked {
+        match self.asked() {
             Some(Asked::Object(ObjectDrill::Unreadable)) => {
                 format!("{{\"version\":99,\"record\":{}}}", serde_json::Value::String(text))
             }
@@ -246,7 +279,7 @@ impl Faults {
     /// A request for `model` whose slots the Worker "dies" holding (`fault-leak-slots`): neither
     /// renewed nor given back, so only their leases' expiry frees them.
     pub fn leaks_slots(&self, model: &str) -> bool {
-        self.on && model.contains("fault-leak-slots")
+        self.on() && model.contains("fault-leak-slots")
     }
 
     /// Where a settlement of `account` for `model` is batched: the isolate's shared batch with
@@ -254,7 +287,7 @@ impl Faults {
     /// model of that name waits 1.5 s for riders, then its writer dies holding the batch.
     pub fn settle_batch(&self, account: &str, model: &str, rules: Rules) -> SettleBatch {
         const NAME: &str = "fault-settle-writer-dies";
-        if !(self.on && account.starts_with(NAME)) {
+        if !(self.on() && account.starts_with(NAME)) {
             return SettleBatch {
                 key: String::new(),
                 rules,
@@ -279,7 +312,7 @@ impl Faults {
     /// How much longer a money statement of `account` takes now: 5 s in a `d1-slow-<from>-<until>`
     /// window; an error in a `d1-outage-<from>-<until>` window, as if D1 were down for it.
     pub fn d1_statement(&self, account: &str) -> Result<u64, ApiError> {
-        if !self.on {
+        if !self.on() {
             return Ok(0);
         }
         let window = |prefix: &str| {
@@ -302,7 +335,7 @@ impl Faults {
     /// After D1 applied a hold of `account`: an error as if its answer never came
     /// (`hold-reply-lost…`).
     pub fn hold_reply(&self, account: &str) -> Result<(), ApiError> {
-        match self.on && account.starts_with("hold-reply-lost") {
+        match self.on() && account.starts_with("hold-reply-lost") {
             true => Err(ApiError::Internal {
                 label: "hold_reply_lost_drill",
             }),

@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use worker::{Env, Headers, Method, Request, RequestInit};
 
-use crate::faults::{self, Faults, ObjectDrill};
+use crate::faults::{Faults, ObjectDrill};
 use crate::runtime::clock::{in_request, sleep};
 
 /// The header every call carries with the object's own name, so an object knows whom it serves
@@ -40,8 +40,8 @@ pub async fn call<B: Serialize, T: DeserializeOwned>(
         let stub = env.durable_object(binding).ok()?.get_by_name(name).ok()?;
         let headers = Headers::new();
         headers.set(OBJECT_NAME, name).ok()?;
-        if let Some(drill) = drill {
-            headers.set(faults::HEADER, drill.as_str()).ok()?;
+        if let Some((header, value)) = ObjectDrill::header(drill) {
+            headers.set(header, value).ok()?;
         }
         let mut init = RequestInit::new();
         init.with_method(Method::Post)
