@@ -26,6 +26,7 @@ use switchyard_core::ApiError;
 use worker::{Context, Env};
 
 use crate::batch::{self, Turn};
+use crate::faults::{Faults, SettleBatch};
 use crate::outbox;
 use crate::runtime::clock::{in_request, now_ms, sleep};
 use crate::store::{HoldRow, KeyRecord, Settlement, Store, D1_DEADLINE_MS, SETTLEMENT_VERSION};
@@ -275,7 +276,7 @@ thread_local! {
 /// own timers until it is written. A batch D1 refused rejoins the queue and is written with the
 /// next one 200 ms later (`batch::run`), at most three times, then goes to the outbox; a rider
 /// whose writer's task died writes its own alone. The batch is one transaction.
-pub async fn settle(env: Env, hold: Option<Hold>, record: GenerationRecord) {
+pub async fn settle(env: Env, faults: Faults, hold: Option<Hold>, record: GenerationRecord) {
     let started = now_ms();
     let mut unwritten = None;
     if let Some(fast) = hold.as_ref().and_then(|h| h.fast.as_ref()) {
@@ -292,19 +293,20 @@ pub async fn settle(env: Env, hold: Option<Hold>, record: GenerationRecord) {
         has_hold: hold.is_some(),
         unwritten,
     };
-    let drill = writer_dies_drill(&env, &item);
-    let (key, rules) = match &drill {
-        Some(d) => (d.key.clone(), if d.dies { DRILL_BATCH } else { SETTLE_BATCH }),
-        None => (String::new(), SETTLE_BATCH),
-    };
-    if drill.as_ref().is_some_and(|d| d.dies) {
-        // The drill's writer dies with the batch in hand: its riders must not lose theirs.
+    let SettleBatch {
+        key,
+        rules,
+        writer_dies,
+    } = faults.settle_batch(&item.record.account_id, &item.record.model, SETTLE_BATCH);
+    if writer_dies {
+        // The drill's writer dies with the batch in hand (tests only): its riders must not lose
+        // theirs.
         match batch::gather(&SETTLEMENTS, &key, item, false, &rules).await {
             Turn::Lead(lead) => worker::console_log!(
                 "{{\"event\":\"drill_settlement_writer_died\",\"items\":{}}}",
                 lead.items.len()
             ),
-            Turn::Alone(item) => settle_alone(&env, &item, started).await,
+            Turn::Alone(item) => settle_alone(&env, faults, &item, started).await,
             Turn::Done => {}
         }
         return;
@@ -320,11 +322,11 @@ pub async fn settle(env: Env, hold: Option<Hold>, record: GenerationRecord) {
     )
     .await;
     if let Some(item) = outcome.alone {
-        settle_alone(env, &item, started).await;
+        settle_alone(env, faults, &item, started).await;
     }
     // D1 refused their batches `max_sends` times: the outbox takes them.
     for item in &outcome.given_up {
-        defer(env, item).await;
+        defer(env, faults, item).await;
     }
 }
 
@@ -344,34 +346,11 @@ pub fn leave(hold: Option<Hold>, record: GenerationRecord) {
     batch::leave(&SETTLEMENTS, "", item);
 }
 
-/// The settlement drill (test faults only): an account named `fault-settle-writer-dies…` has its
-/// settlements batched apart from everyone else's; one of them for a model of that name waits
-/// 1.5 s for riders, then its writer dies holding the batch.
-struct Drill {
-    key: String,
-    dies: bool,
-}
-
-fn writer_dies_drill(env: &Env, item: &Settlement) -> Option<Drill> {
-    const NAME: &str = "fault-settle-writer-dies";
-    let record = &item.record;
-    (crate::runtime::test_faults(env) && record.account_id.starts_with(NAME)).then(|| Drill {
-        key: record.account_id.clone(),
-        dies: record.model.contains(NAME),
-    })
-}
-
-const DRILL_BATCH: Rules = Rules {
-    wait_ms: 1_500,
-    overdue_ms: 5_000,
-    ..SETTLE_BATCH
-};
-
 /// Writes one settlement (begun at `started`) in its own batch, with retries while they can end
 /// within [`SETTLE_WITHIN_MS`]; then the outbox. A failed batch may still have been applied (the
 /// reply was lost, or came after the deadline): retrying is safe because the batch charges only
 /// while the hold is there, and deletes it.
-async fn settle_alone(env: &Env, item: &Settlement, started: u64) {
+async fn settle_alone(env: &Env, faults: Faults, item: &Settlement, started: u64) {
     for backoff_ms in SETTLE_BACKOFF_MS {
         let ends_by = now_ms().saturating_sub(started) + backoff_ms + D1_DEADLINE_MS;
         if ends_by > SETTLE_WITHIN_MS {
@@ -384,7 +363,7 @@ async fn settle_alone(env: &Env, item: &Settlement, started: u64) {
             return;
         }
     }
-    defer(env, item).await;
+    defer(env, faults, item).await;
 }
 
 /// Writes `items` in one D1 batch (one transaction) and, when D1 took it, counts their charges
@@ -405,9 +384,9 @@ async fn write(env: &Env, items: &[Settlement]) -> bool {
 
 /// Hands a settlement D1 would not take to the outbox, which replays it when D1 is back (exactly
 /// once: every money statement is guarded by the hold being unsettled).
-async fn defer(env: &Env, item: &Settlement) {
+async fn defer(env: &Env, faults: Faults, item: &Settlement) {
     let record = &item.record;
-    if outbox::keep(env, item).await {
+    if outbox::keep(env, faults, item).await {
         worker::console_error!(
             "{{\"event\":\"settlement_deferred\",\"generation_id\":{:?},\"charge_micros\":{}}}",
             record.id,

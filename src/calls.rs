@@ -9,8 +9,8 @@
 //! share one thread and are polled one at a time), so counting costs a map increment and no
 //! storage call.
 //!
-//! Read by: the request's log line (`calls`, its blocking calls), and under the test drills
-//! (`SWITCHYARD_TEST_FAULTS`) the `x-switchyard-calls` response header (the same) and
+//! Read by: the request's log line (`calls`, its blocking calls), and under the test faults
+//! (`Faults::instruments`) the `x-switchyard-calls` response header (the same) and
 //! `GET /__test/calls?object=<name>` (the isolate's totals since it started, by kind and by
 //! blocking, and those of one object).
 

@@ -14,10 +14,10 @@ use switchyard_core::ApiError;
 use worker::Env;
 
 use crate::billing::{self, Hold};
+use crate::faults::Faults;
 use crate::health;
 use crate::limits::Slot;
 use crate::runtime::clock::{in_request, now_ms};
-use crate::runtime::test_faults;
 
 /// An open request: what its settlement and health report need.
 pub struct Record {
@@ -31,9 +31,8 @@ pub struct Record {
     /// The key's and the serving route's slots (SPEC §10), given back when the record is closed
     /// (or dropped).
     pub slots: Vec<Slot>,
-    /// Route health learns of this request as if it had happened this many ms ago: the history
-    /// drill (tests only, see `http::v1::test_fault`), 0 otherwise.
-    pub dated_back_ms: u64,
+    /// The request's drills (`crate::faults`; inert in production).
+    pub faults: Faults,
 }
 
 impl Record {
@@ -55,11 +54,11 @@ impl Record {
             }
         }
         let obs = self.journal.attempt(target, result, now_ms());
-        if self.dated_back_ms == 0 {
+        if self.faults.dated(obs.at_ms) == obs.at_ms {
             health::apply_local(&self.model, obs, &self.health);
         } else {
             let mut dated = obs.clone();
-            dated.at_ms = dated.at_ms.saturating_sub(self.dated_back_ms);
+            dated.at_ms = self.faults.dated(dated.at_ms); // the history drill (tests only)
             health::apply_local(&self.model, &dated, &self.health);
         }
     }
@@ -75,23 +74,20 @@ impl Record {
             health: config,
             model,
             slots,
-            dated_back_ms,
+            faults,
         } = self;
-        if test_faults(&env) && model.contains("fault-leak-slots") {
-            // The drill for a Worker that dies holding slots (tests only): they are neither
-            // renewed nor given back, so only their leases' expiry frees them.
+        if faults.leaks_slots(&model) {
+            // A Worker that dies holding its slots (a drill, tests only).
             slots.into_iter().for_each(Slot::abandon);
         } else {
             drop(slots); // the request is over: its slots go back now, beside settlement
         }
         let answered = matches!(ending, Ending::Delivered(_));
         let mut finished = journal.finish(ending, now_ms());
-        if dated_back_ms > 0 {
-            for o in &mut finished.observations {
-                o.at_ms = o.at_ms.saturating_sub(dated_back_ms);
-            }
-            finished.request.at_ms = finished.request.at_ms.saturating_sub(dated_back_ms);
+        for o in &mut finished.observations {
+            o.at_ms = faults.dated(o.at_ms);
         }
+        finished.request.at_ms = faults.dated(finished.request.at_ms);
         if answered {
             // The request's one log line, now that its outcome and cost are known (`http` logs
             // the requests no route answered when it answers them).
@@ -121,7 +117,7 @@ impl Record {
                 return;
             }
             let report = health::report(&env, &model, config, finished.observations, finished.request);
-            let settle = billing::settle(env.clone(), hold, finished.record);
+            let settle = billing::settle(env.clone(), faults, hold, finished.record);
             futures_util::future::join(settle, report).await;
         }
     }
@@ -129,7 +125,7 @@ impl Record {
 
 /// The record of a request refused before any route was tried: written (no hold to release, no
 /// health to report) by the returned future, for `ctx.wait_until`.
-pub fn reject(env: Env, opening: Opening, error: &ApiError) -> impl Future<Output = ()> + 'static {
+pub fn reject(env: Env, faults: Faults, opening: Opening, error: &ApiError) -> impl Future<Output = ()> + 'static {
     let finished = Journal::open(opening).finish(Ending::Rejected(error), now_ms());
-    billing::settle(env, None, finished.record)
+    billing::settle(env, faults, None, finished.record)
 }

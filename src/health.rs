@@ -38,10 +38,10 @@ use switchyard_core::verify::{self as checks, CheckRoute};
 use worker::{durable_object, DurableObject, Env, Request, Response, ScheduledTime, State};
 
 use crate::batch;
+use crate::faults::Faults;
 use crate::limits::CapacityDesk;
 use crate::object;
 use crate::runtime::clock::{in_request, now_ms, sleep};
-use crate::runtime::{test_faults, TEST_FAULT};
 use crate::store::Store;
 use crate::verify;
 
@@ -87,14 +87,7 @@ impl DurableObject for HealthObject {
     }
 
     async fn fetch(&self, mut req: Request) -> worker::Result<Response> {
-        // The failure drill (tests only, see `TEST_FAULT`): this object hangs or throws.
-        if test_faults(&self.env) {
-            match req.headers().get(TEST_FAULT).ok().flatten().as_deref() {
-                Some("hang") => sleep(5_000).await,
-                Some("throw") => return Err(worker::Error::RustError("test fault: the object throws".into())),
-                _ => {}
-            }
-        }
+        Faults::read(&req, &self.env).in_object().await?; // a drill may hang or throw here (tests only)
         if req.path() == "/capacity" {
             return self.capacity.serve(&self.state.storage(), req.json().await?).await;
         }
@@ -277,20 +270,11 @@ fn object_name(model_id: &str) -> String {
 /// (SPEC §15): health is advisory, an answer is not.
 const CALL_TIMEOUT_MS: u64 = 300;
 
-// The health object's drill (`TEST_FAULT`, tests only): a model whose id contains
-// `fault-health-hang` or `fault-health-throw` gets an object that hangs or throws.
-
 /// One call to the object `name`, at most [`CALL_TIMEOUT_MS`]; `None` (logged) when it errs or is
 /// late — the caller then keeps its snapshot.
 async fn call_object<T: DeserializeOwned>(env: &Env, name: &str, body: &HealthCall) -> Option<T> {
-    let fault = test_faults(env)
-        .then(|| {
-            ["hang", "throw"]
-                .into_iter()
-                .find(|f| name.contains(&format!("fault-health-{f}")))
-        })
-        .flatten();
-    match object::call(env, "HEALTH", name, "/", body, CALL_TIMEOUT_MS, fault).await {
+    let drill = Faults::of(env).health_object(name);
+    match object::call(env, "HEALTH", name, "/", body, CALL_TIMEOUT_MS, drill).await {
         Ok(v) => Some(v),
         Err("no_context") => None, // health is advisory; nothing to log
         Err(why) => {

@@ -8,6 +8,7 @@ mod billing;
 mod budget;
 mod calls;
 mod count;
+mod faults;
 mod finish;
 mod health;
 mod http;

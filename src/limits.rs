@@ -449,8 +449,8 @@ impl Slot {
         }
     }
 
-    /// The drill for a holder that dies (tests only): neither renewed nor given back, so only
-    /// its lease's expiry frees it.
+    /// A holder that dies (the `fault-leak-slots` drill, `Faults::leaks_slots`, tests only):
+    /// neither renewed nor given back, so only its lease's expiry frees it.
     pub fn abandon(mut self) {
         self.renewing = None;
         self.release = None;

@@ -10,15 +10,15 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use worker::{Env, Headers, Method, Request, RequestInit};
 
+use crate::faults::{Faults, ObjectDrill};
 use crate::runtime::clock::{in_request, sleep};
-use crate::runtime::TEST_FAULT;
 
 /// The header every call carries with the object's own name, so an object knows whom it serves
 /// (a model's health object learns its model from it).
 pub const OBJECT_NAME: &str = "x-switchyard-object";
 
 /// One call to object `name` of `binding` at `path`, with `body`, at most `timeout_ms`.
-/// `fault` sets the test-fault header (callers only pass one when drills are on). The error is a
+/// `drill`: one the object is to play on itself (`crate::faults`, tests only). The error is a
 /// word for the log: `no_context`, `error` or `timeout`.
 pub async fn call<B: Serialize, T: DeserializeOwned>(
     env: &Env,
@@ -27,7 +27,7 @@ pub async fn call<B: Serialize, T: DeserializeOwned>(
     path: &str,
     body: &B,
     timeout_ms: u64,
-    fault: Option<&str>,
+    drill: Option<ObjectDrill>,
 ) -> Result<T, &'static str> {
     if !in_request() {
         return Err("no_context"); // no I/O possible here (see `clock::in_request`)
@@ -35,13 +35,13 @@ pub async fn call<B: Serialize, T: DeserializeOwned>(
     let Ok(text) = serde_json::to_string(body) else {
         return Err("error");
     };
-    crate::calls::object(binding, name, path, &text, crate::runtime::test_faults(env));
+    crate::calls::object(binding, name, path, &text, Faults::of(env).instruments());
     let call = async {
         let stub = env.durable_object(binding).ok()?.get_by_name(name).ok()?;
         let headers = Headers::new();
         headers.set(OBJECT_NAME, name).ok()?;
-        if let Some(fault) = fault {
-            headers.set(TEST_FAULT, fault).ok()?;
+        if let Some((header, value)) = ObjectDrill::header(drill) {
+            headers.set(header, value).ok()?;
         }
         let mut init = RequestInit::new();
         init.with_method(Method::Post)

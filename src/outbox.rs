@@ -14,8 +14,8 @@ use serde::{Deserialize, Serialize};
 use wasm_bindgen::JsCast;
 use worker::{durable_object, DurableObject, Env, ListOptions, Request, Response, State};
 
+use crate::faults::Faults;
 use crate::object;
-use crate::runtime::{test_faults, TEST_FAULT};
 use crate::store::{Settlement, Store};
 
 /// Outbox objects, `outbox-0` … `outbox-15` ([`shard`]).
@@ -52,16 +52,11 @@ impl DurableObject for SettlementOutbox {
         if req.path() == "/list" {
             return Response::from_json(&self.held().await?);
         }
-        // The drill `unreadable` (tests only): the settlement is kept as a later deploy might
-        // have written it, in a shape this code cannot read.
-        let unreadable =
-            test_faults(&self.env) && req.headers().get(TEST_FAULT).ok().flatten().as_deref() == Some("unreadable");
+        let faults = Faults::read(&req, &self.env);
         let items: Vec<Settlement> = req.json().await?;
         for item in &items {
-            let mut text = serde_json::to_string(item).map_err(|e| worker::Error::RustError(e.to_string()))?;
-            if unreadable {
-                text = format!("{{\"version\":99,\"record\":{}}}", serde_json::Value::String(text));
-            }
+            let text = serde_json::to_string(item).map_err(|e| worker::Error::RustError(e.to_string()))?;
+            let text = faults.kept(text); // a drill may keep it unreadable (tests only)
             storage.put(&format!("{PREFIX}{}", item.record.id), text).await?;
         }
         if storage.get_alarm().await?.is_none() {
@@ -173,11 +168,10 @@ pub struct Held {
 }
 
 /// Hands a settlement D1 refused to the outbox; true when it is kept.
-pub async fn keep(env: &Env, item: &Settlement) -> bool {
+pub async fn keep(env: &Env, faults: Faults, item: &Settlement) -> bool {
     let name = shard(switchyard_core::spread::hash64(&[&item.record.id]) % SHARDS);
-    // The drill `unreadable` (tests only): for an account whose id ends so.
-    let fault = (test_faults(env) && item.record.account_id.ends_with("-unreadable")).then_some("unreadable");
-    object::call::<_, bool>(env, "OUTBOX", &name, "/", &[item], KEEP_DEADLINE_MS, fault)
+    let drill = faults.outbox(&item.record.account_id);
+    object::call::<_, bool>(env, "OUTBOX", &name, "/", &[item], KEEP_DEADLINE_MS, drill)
         .await
         .unwrap_or(false)
 }

@@ -8,11 +8,9 @@
 
 use std::cell::Cell;
 use std::future::Future;
-use std::pin::pin;
 use std::rc::Rc;
 
 use futures_channel::oneshot;
-use futures_util::future::select;
 
 use switchyard_core::api::Api;
 use switchyard_core::billing::HoldCandidate;
@@ -31,6 +29,7 @@ use wasm_bindgen::JsCast;
 use worker::{Context, Env, Headers, Response, ResponseBuilder};
 
 use crate::billing::{self, HoldRequest};
+use crate::faults::Faults;
 use crate::finish::{self, Record};
 use crate::health;
 use crate::limits::{self, Slot};
@@ -50,14 +49,8 @@ pub struct Call {
     /// Counts the attempts made, for the `x-switchyard-attempts` header.
     pub attempts: Cell<u32>,
     pub request_id: String,
-    /// When the handler got the request (the departure drill counts from it).
-    pub started_ms: u64,
-    /// The departure drill (tests only, `SWITCHYARD_TEST_FAULTS`): the client counts as gone this
-    /// many ms after the request began, as if its signal had aborted.
-    pub depart_drill_ms: Option<u64>,
-    /// The history drill (tests only, `SWITCHYARD_TEST_FAULTS`): route health learns of this
-    /// request as if it had happened this many ms ago (0: now).
-    pub dated_back_ms: u64,
+    /// The request's drills (`crate::faults`; inert in production).
+    pub faults: Faults,
     /// The request body's share of the isolate's budget (SPEC §18): held, never read — dropping
     /// the call gives it back.
     #[allow(dead_code)]
@@ -261,7 +254,7 @@ async fn admit<'c>(call: &Call, catalog: &'c Catalog, request: &mut ClientReques
         health: HealthConfig::from_policy(&policy),
         model: model.id.clone(),
         slots: vec![key.slot],
-        dated_back_ms: call.dated_back_ms,
+        faults: call.faults,
     };
     Ok(Admitted {
         model,
@@ -325,7 +318,8 @@ fn opening(call: &Call, api: Api, model: &str, stream: bool, started_ms: u64) ->
 /// record), off the critical path: outcome `rejected`, its error code, no hold, no attempt.
 pub fn reject(call: &Call, api: Api, model: &str, stream: bool, error: &ApiError) {
     let opening = opening(call, api, model, stream, now_ms());
-    call.ctx.wait_until(finish::reject(call.env.clone(), opening, error));
+    let recorded = finish::reject(call.env.clone(), call.faults, opening, error);
+    call.ctx.wait_until(recorded);
 }
 
 /// The request's plan (SPEC §3, §5, §8) and when it was made: the health snapshot, the probes it
@@ -498,14 +492,7 @@ async fn attempts(
 /// so the request ends — cancelled, its hold released, its record written — well within the
 /// runtime's window after a departure). In tests the departure drill may stand for the signal.
 async fn departed(call: &Call, grace_ms: u64) {
-    let gone = crate::runtime::abort::aborted(&call.client);
-    match call.depart_drill_ms {
-        Some(at_ms) => {
-            let wait = at_ms.saturating_sub(now_ms().saturating_sub(call.started_ms));
-            let _ = select(pin!(gone), pin!(sleep(wait))).await;
-        }
-        None => gone.await,
-    }
+    call.faults.departed(crate::runtime::abort::aborted(&call.client)).await;
     sleep(grace_ms).await;
 }
 

@@ -19,6 +19,7 @@ use switchyard_core::ApiError;
 use wasm_bindgen::JsValue;
 use worker::{D1Database, D1PreparedStatement, Env};
 
+use crate::faults::Faults;
 use crate::runtime::clock::now_ms;
 
 /// How long an isolate may serve a cached catalog or key lookup.
@@ -28,8 +29,6 @@ const CACHE_TTL_MS: u64 = 5_000;
 const STALE_MAX_MS: u64 = 10 * 60_000;
 /// The longest a D1 read on the request path may take before it counts as D1 being down.
 pub const D1_DEADLINE_MS: u64 = 5_000;
-/// How long each statement takes in the `d1-slow-…` drill (tests only, [`Store::drill_for`]).
-const SLOW_STATEMENT_MS: u64 = 5_000;
 /// How long an isolate remembers that a key hash is unknown, and how many it remembers.
 const MISS_TTL_MS: u64 = 60_000;
 const MISS_CAPACITY: usize = 8_192;
@@ -172,10 +171,8 @@ fn remember_catalog(catalog: Rc<Catalog>, version: i64, now: u64) -> Rc<Catalog>
 
 pub struct Store {
     db: D1Database,
-    /// The D1 drills are on (tests only, see [`Store::drill_for`]).
-    drill: bool,
-    /// The request-path drill `d1-down` (tests only): the catalog and key reads find D1 down.
-    down: bool,
+    /// The drills that make D1 fail (`crate::faults`; inert in production).
+    faults: Faults,
 }
 
 /// A D1 call within [`D1_DEADLINE_MS`] — every read on the request path and every write on the
@@ -205,8 +202,8 @@ async fn timely<T>(
     }
 }
 
-/// `fut`, begun `delay_ms` later: how the `d1-slow-` drill slows a statement ([`Store::drill_for`];
-/// 0 outside it).
+/// `fut`, begun `delay_ms` later: how the `d1-slow-` drill slows a statement
+/// (`Faults::d1_statement`; 0 outside it).
 async fn after<T>(delay_ms: u64, fut: impl std::future::Future<Output = T>) -> T {
     if delay_ms > 0 {
         crate::runtime::clock::sleep(delay_ms).await;
@@ -236,48 +233,23 @@ struct CatalogRow {
 
 impl Store {
     pub fn new(env: &Env) -> Result<Store, ApiError> {
-        let drill = crate::runtime::test_faults(env);
         env.d1("DB")
-            .map(|db| Store { db, drill, down: false })
+            .map(|db| Store {
+                db,
+                faults: Faults::of(env),
+            })
             .map_err(internal("d1_binding"))
     }
 
-    /// The same store, its catalog and key reads failing as if D1 were down when `down` (the
-    /// `d1-down` drill; only under `SWITCHYARD_TEST_FAULTS`).
-    pub fn outage(mut self, down: bool) -> Store {
-        self.down = down && self.drill;
+    /// The same store, failing as `faults` asks (the request's `d1-down` drill: its catalog and
+    /// key reads find D1 down).
+    pub fn with_faults(mut self, faults: Faults) -> Store {
+        self.faults = faults;
         self
     }
 
-    /// The D1 drills: when `SWITCHYARD_TEST_FAULTS` is `1` (`scripts/test` only, never a deploy),
-    /// the money statements of an account named `d1-outage-<from ms>-<until ms>[-…]` fail between
-    /// those times, as if D1 were down for it; those of one named `d1-slow-<from>-<until>[-…]` each
-    /// take [`SLOW_STATEMENT_MS`] then (a batch as long as its statements together), as a
-    /// saturated D1 answers. `Ok` is how long this account's statements take more than usual.
-    fn drill_for(&self, account: &str) -> Result<u64, ApiError> {
-        if !self.drill {
-            return Ok(0);
-        }
-        let window = |prefix: &str| {
-            let (from, rest) = account.strip_prefix(prefix)?.split_once('-')?;
-            let until = rest.split('-').next()?;
-            let (from, until) = (from.parse::<u64>().ok()?, until.parse::<u64>().ok()?);
-            (from..until).contains(&now_ms()).then_some(())
-        };
-        if window("d1-outage-").is_some() {
-            return Err(ApiError::Internal {
-                label: "d1_outage_drill",
-            });
-        }
-        Ok(if window("d1-slow-").is_some() {
-            SLOW_STATEMENT_MS
-        } else {
-            0
-        })
-    }
-
     /// A batch of money statements for `accounts`, within the deadline (see [`timely`]), slowed
-    /// or failed by the drills.
+    /// or failed by the D1 drills (`Faults::d1_statement`).
     async fn money_batch<'a>(
         &self,
         accounts: impl IntoIterator<Item = &'a str>,
@@ -286,7 +258,7 @@ impl Store {
     ) -> Result<Vec<worker::D1Result>, ApiError> {
         let mut slow = 0;
         for account in accounts {
-            slow = slow.max(self.drill_for(account)?);
+            slow = slow.max(self.faults.d1_statement(account)?);
         }
         let delay = slow.saturating_mul(statements.len() as u64);
         timely(after(delay, self.db.batch(statements)), label).await
@@ -326,7 +298,7 @@ impl Store {
 
     /// The stored catalog and its version (0 before the first `PUT /admin/catalog`), uncached.
     pub async fn load_catalog(&self) -> Result<(Catalog, i64), ApiError> {
-        if self.down {
+        if self.faults.d1_down() {
             return Err(ApiError::StorageUnavailable);
         }
         let row: Option<CatalogRow> = timely(
@@ -509,7 +481,7 @@ impl Store {
              WHERE k.key_hash = ?1 AND k.revoked_at IS NULL",
             &[JsValue::from_str(hash)],
         )?;
-        let fresh = if self.down {
+        let fresh = if self.faults.d1_down() {
             Err(ApiError::StorageUnavailable)
         } else {
             crate::calls::count_only("D1.key");
@@ -618,7 +590,8 @@ impl Store {
         kind: &str,
         items: &[(&GenerationRecord, bool, Option<&HoldRow>)],
     ) -> Result<(), ApiError> {
-        crate::calls::d1_settle(kind, items.iter().map(|(g, _, _)| g.account_id.as_str()), self.drill);
+        let accounts = items.iter().map(|(g, _, _)| g.account_id.as_str());
+        crate::calls::d1_settle(kind, accounts, self.faults.instruments());
         let mut statements = Vec::new();
         for (g, has_hold, unwritten) in items {
             statements.extend(self.settle_statements(g, *has_hold, *unwritten)?);
@@ -721,7 +694,7 @@ impl Store {
 
     /// The account's available balance (balance − held), fresh from D1.
     pub async fn available(&self, account_id: &str) -> Result<Option<i64>, ApiError> {
-        let slow = self.drill_for(account_id)?;
+        let slow = self.faults.d1_statement(account_id)?;
         let query = self.stmt(
             "SELECT balance_micros - held_micros AS available FROM accounts WHERE id = ?1",
             &[JsValue::from_str(account_id)],
@@ -784,12 +757,7 @@ impl Store {
             self.hold_row(h, "awaited", true, false)?,
         ];
         let results = self.money_batch([h.account.as_str()], statements, "hold").await?;
-        if self.drill && h.account.starts_with("hold-reply-lost") {
-            // The lost-reply drill (test faults only): D1 applied the hold, its answer never came.
-            return Err(ApiError::Internal {
-                label: "hold_reply_lost_drill",
-            });
-        }
+        self.faults.hold_reply(&h.account)?; // a drill may lose the answer (tests only)
         #[derive(Deserialize)]
         struct After {
             available: f64,

@@ -1,7 +1,9 @@
 //! The facts of one request that its handler learns and its log line reports: ids, start time,
-//! the error shape of its path, the key, the model and the route that answered.
+//! the error shape of its path, the key, the model and the route that answered, and its drills.
 
 use switchyard_core::error::ErrorShape;
+
+use crate::faults::Faults;
 
 /// Per-request facts shared by the handlers and the log line.
 pub struct RequestCtx {
@@ -20,4 +22,6 @@ pub struct RequestCtx {
     /// The authenticated key and its account, once known.
     pub key_id: Option<String>,
     pub account_id: Option<String>,
+    /// The request's drills, read once when it arrives (`crate::faults`; inert in production).
+    pub faults: Faults,
 }

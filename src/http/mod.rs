@@ -22,9 +22,9 @@ use context::RequestCtx;
 use response::{error_response, HandlerResult};
 
 use crate::calls::{self, Counts};
+use crate::faults::Faults;
 use crate::runtime::clock::now_ms;
 use crate::runtime::ids::{new_generation_id, new_id};
-use crate::runtime::{test_faults, TEST_FAULT};
 
 /// Entry point for every request.
 pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
@@ -48,6 +48,7 @@ pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
         key_id: None,
         account_id: None,
         client: worker::AbortSignal::from(req.inner().signal()),
+        faults: Faults::read(&req, &env),
     };
     let method = req.method();
     let ctx = Rc::new(ctx);
@@ -62,7 +63,7 @@ pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
     // Headers of responses built here are mutable; a failure to set one is not worth a 500.
     let _ = headers.set("x-request-id", &rc.request_id);
     let _ = headers.set("x-generation-id", &rc.generation_id);
-    if test_faults(&env) {
+    if rc.faults.instruments() {
         // Which isolate answered (tests only): what must hold across isolates is tested on two.
         let _ = headers.set("x-switchyard-isolate", &isolate_id());
         // This request's blocking storage calls (`crate::calls`).
@@ -88,7 +89,7 @@ async fn route(
     method: &Method,
     path: &str,
 ) -> HandlerResult {
-    if path == "/__test/calls" && test_faults(env) {
+    if path == "/__test/calls" && rc.faults.instruments() {
         return Ok(test_calls(req));
     }
     if let Some(rest) = path.strip_prefix("/admin/") {
@@ -109,8 +110,8 @@ async fn route(
         (Method::Get, "/v1/models") => v1::models(req, env).await,
         (Method::Get, "/v1/generation") => v1::generation(req, env).await,
         (Method::Get, "/v1/credits") => v1::credits(req, env).await,
-        (Method::Get, "/api/health/models") => status::api(req, env).await,
-        (Method::Get, "/status") => status::page(req, env).await,
+        (Method::Get, "/api/health/models") => status::api(env, rc.faults).await,
+        (Method::Get, "/status") => status::page(env, rc.faults).await,
         (_, "/v1/models" | "/v1/generation" | "/v1/credits") => Err(ApiError::MethodNotAllowed),
         _ => Err(ApiError::NotFound {
             what: format!("Path {path}"),
@@ -205,23 +206,4 @@ fn log_line(rc: &RequestCtx, method: &str, path: &str, status: u16, error: Optio
         "calls": calls,
     });
     worker::console_log!("{line}");
-}
-
-/// The `<ms>` of a drill `x-switchyard-test-fault: <prefix><ms>` (0 for a drill without a
-/// number), honoured only under `SWITCHYARD_TEST_FAULTS`. `depart-<ms>`: the client counts as
-/// gone `<ms>` after the request began — what a departed client's aborted signal does, which
-/// `wrangler dev` never delivers. `past-<ms>`: route health learns of the request as if it had
-/// happened `<ms>` ago (the status page's history, without waiting hours). `d1-down`: this
-/// request's catalog and key reads find D1 down. `slow-report-<ms>`: a status
-/// report this request builds takes `<ms>` longer.
-pub(super) fn test_fault(req: &Request, env: &Env, prefix: &str) -> Option<u64> {
-    if !test_faults(env) {
-        return None;
-    }
-    let fault = req.headers().get(TEST_FAULT).ok().flatten()?;
-    let rest = fault.strip_prefix(prefix)?;
-    if rest.is_empty() {
-        return Some(0);
-    }
-    rest.parse().ok()
 }

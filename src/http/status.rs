@@ -14,10 +14,10 @@ use switchyard_core::catalog::Catalog;
 use switchyard_core::flight::{Flight, Rules, Step};
 use switchyard_core::health::ModelHealth;
 use switchyard_core::status::{self, Report};
-use worker::{Env, Headers, Request, ResponseBuilder};
+use worker::{Env, Headers, ResponseBuilder};
 
 use super::response::{json_response, HandlerResult};
-use super::test_fault;
+use crate::faults::Faults;
 use crate::health;
 use crate::limits;
 use crate::runtime::clock::{now_ms, sleep};
@@ -51,7 +51,7 @@ thread_local! {
 /// reloaded at the same version is the same `Rc`, see `store::remember_catalog`), else built by
 /// one request at a time (see [`REPORT`]). A waiting request waits on its own timer, never on the
 /// builder's task (SPEC §18).
-pub(super) async fn report(env: &Env, catalog: &Rc<Catalog>, slow_drill_ms: Option<u64>) -> Rc<Report> {
+pub(super) async fn report(env: &Env, catalog: &Rc<Catalog>, faults: Faults) -> Rc<Report> {
     loop {
         let now = now_ms();
         let last = LAST_REPORT.with(|c| {
@@ -66,9 +66,7 @@ pub(super) async fn report(env: &Env, catalog: &Rc<Catalog>, slow_drill_ms: Opti
             (Step::Wait(ms), _) => sleep(ms).await,
             // Fetch (or, never with these rules, nothing to serve): build it.
             _ => {
-                if let Some(ms) = slow_drill_ms {
-                    sleep(ms).await;
-                }
+                faults.before_report().await; // a drill may slow it (tests only)
                 let r = Rc::new(build(env, catalog, now).await);
                 LAST_REPORT.with(|c| *c.borrow_mut() = Some((r.clone(), catalog.clone(), now)));
                 BUILDING.with(|b| b.borrow_mut().done(true, now_ms(), &REPORT));
@@ -95,9 +93,9 @@ async fn build(env: &Env, catalog: &Catalog, now: u64) -> Report {
 }
 
 /// `GET /api/health/models`.
-pub async fn api(req: &Request, env: &Env) -> HandlerResult {
+pub async fn api(env: &Env, faults: Faults) -> HandlerResult {
     let catalog = Store::new(env)?.catalog().await?;
-    let r = report(env, &catalog, test_fault(req, env, "slow-report-")).await;
+    let r = report(env, &catalog, faults).await;
     let mut resp = json_response(
         200,
         &serde_json::to_value(&*r).map_err(|_| switchyard_core::ApiError::Internal { label: "report" })?,
@@ -107,9 +105,9 @@ pub async fn api(req: &Request, env: &Env) -> HandlerResult {
 }
 
 /// `GET /status`.
-pub async fn page(req: &Request, env: &Env) -> HandlerResult {
+pub async fn page(env: &Env, faults: Faults) -> HandlerResult {
     let catalog = Store::new(env)?.catalog().await?;
-    let html = status::render_html(&*report(env, &catalog, test_fault(req, env, "slow-report-")).await);
+    let html = status::render_html(&*report(env, &catalog, faults).await);
     let headers = Headers::new();
     let _ = headers.set("content-type", "text/html; charset=utf-8");
     let _ = headers.set("cache-control", "no-store");

@@ -4,10 +4,7 @@
 //! the proxy.
 
 use std::cell::Cell;
-use std::pin::pin;
 use std::rc::Rc;
-
-use futures_util::future::{select, Either};
 
 use serde_json::{json, Value};
 use switchyard_core::api::Api;
@@ -23,7 +20,7 @@ use worker::{Context, Env, Request};
 use super::body::read_budgeted;
 use super::context::RequestCtx;
 use super::response::{json_response, HandlerResult};
-use super::test_fault;
+use crate::faults::Faults;
 use crate::limits;
 use crate::proxy;
 use crate::runtime::clock::{now_ms, sleep};
@@ -72,7 +69,7 @@ pub async fn models(req: &Request, env: &Env) -> HandlerResult {
     let store = Store::new(env)?;
     authenticate(req, &store).await?;
     let catalog = store.catalog().await?;
-    let report = super::status::report(env, &catalog, None).await;
+    let report = super::status::report(env, &catalog, Faults::none()).await;
     Ok(json_response(200, &status::model_list(&catalog, &report)))
 }
 
@@ -251,7 +248,7 @@ pub async fn generate(
     api: Api,
     gemini: Option<(String, bool)>,
 ) -> HandlerResult {
-    let store = Store::new(env)?.outage(test_fault(req, env, "d1-down").is_some());
+    let store = Store::new(env)?.with_faults(rc.faults);
     let key = authenticate(req, &store).await?;
     for_log(rc, &key);
     rc.attempts = Some(0);
@@ -272,32 +269,19 @@ pub async fn generate(
         client: rc.client.clone(),
         attempts: Cell::new(0),
         request_id: rc.request_id.clone(),
-        started_ms: now_ms(),
-        depart_drill_ms: test_fault(req, env, "depart-"),
-        dated_back_ms: test_fault(req, env, "past-").unwrap_or(0),
+        faults: rc.faults,
         body_share,
     };
     let mut request = parsed.inspect_err(|error| proxy::reject(&call, api, "", false, error))?;
     anthropic_headers(req, &mut request);
     request.session = header(req, "x-switchyard-session").filter(|s| !s.is_empty() && s.len() <= 512);
     rc.model = Some(request.model.clone());
-    let abandon_ms = abandon_drill(req, env);
     let catalog = store
         .catalog()
         .await
         .inspect_err(|error| proxy::reject(&call, api, &request.model, request.stream, error))?;
     let pass = proxy::spawn(call, catalog, request);
-    let served = match abandon_ms {
-        None => pass.await,
-        Some(ms) => match select(pin!(pass), pin!(sleep(ms))).await {
-            Either::Left((served, _)) => served,
-            Either::Right(_) => {
-                return Err(ApiError::Internal {
-                    label: "drill_abandoned",
-                })
-            }
-        },
-    };
+    let served = rc.faults.handler_waits(pass).await?; // a drill may stop waiting (tests only)
     rc.attempts = Some(served.attempts);
     let answer = served.result?;
     rc.route = Some(answer.route);
@@ -333,12 +317,4 @@ pub async fn count_tokens(
     let _ = headers.set("x-switchyard-attempts", &counted.attempts.to_string());
     let _ = headers.set("x-switchyard-route", counted.route.as_deref().unwrap_or("estimated"));
     Ok(response)
-}
-
-/// The abandonment drill (tests only, `SWITCHYARD_TEST_FAULTS`): `x-switchyard-test-fault:
-/// abandon-<ms>` makes the handler stop waiting for its request after `<ms>` — what the runtime
-/// does to a departed client's handler — so a test can check the request still finishes (its
-/// hold settled or released, its record written) without the handler.
-fn abandon_drill(req: &Request, env: &Env) -> Option<u64> {
-    test_fault(req, env, "abandon-")
 }
