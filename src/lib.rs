@@ -17,6 +17,7 @@ mod object;
 mod outbox;
 mod proxy;
 mod relay;
+mod report;
 mod runtime;
 mod store;
 mod upstream;

@@ -169,6 +169,16 @@ fn remember_catalog(catalog: Rc<Catalog>, version: i64, now: u64) -> Rc<Catalog>
     })
 }
 
+/// The version of `catalog`, when it is this isolate's copy (0 otherwise: any report will do).
+pub fn catalog_version(catalog: &Rc<Catalog>) -> i64 {
+    CATALOG.with(|c| {
+        c.borrow()
+            .as_ref()
+            .filter(|(held, _, _)| Rc::ptr_eq(held, catalog))
+            .map_or(0, |(_, version, _)| *version)
+    })
+}
+
 pub struct Store {
     db: D1Database,
     /// The drills that make D1 fail (`crate::faults`; inert in production).

@@ -1,18 +1,17 @@
 //! The public health surfaces (SPEC §14): `GET /api/health/models` (JSON) and `GET /status`
-//! (HTML, no JavaScript), plus `GET /admin/health/{model}`. I/O only: read the catalog, fetch the
-//! health objects' full state (the public report is built by one request at a time per isolate
-//! and served for a few seconds), respond. The report, the page and the admin JSON are built in
+//! (HTML, no JavaScript), plus `GET /admin/health/{model}`. I/O only: read the catalog, get the
+//! public report (built once per interval for the deployment by the status object,
+//! `crate::report`, fetched by one request at a time per isolate and served for a few seconds),
+//! respond. The report, the page and the admin JSON are built in
 //! `switchyard_core::status` (both public surfaces render one `Report`, so they always say the
 //! same thing).
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
 use std::rc::Rc;
 
-use futures_util::future::{join, join_all};
+use futures_util::future::join;
 use switchyard_core::catalog::Catalog;
-use switchyard_core::flight::{Flight, Rules, Step};
-use switchyard_core::health::ModelHealth;
+use switchyard_core::flight::{Flight, Step};
 use switchyard_core::status::{self, Report};
 use worker::{Env, Headers, ResponseBuilder};
 
@@ -20,22 +19,9 @@ use super::response::{json_response, HandlerResult};
 use crate::faults::Faults;
 use crate::health;
 use crate::limits;
+use crate::report::{self, REPORT};
 use crate::runtime::clock::{now_ms, sleep};
-use crate::store::Store;
-
-/// How an isolate refreshes its report (`switchyard_core::flight`): the same report for 3 s, one
-/// build at a time — the hits meanwhile get the last report of the catalog, or, when the isolate
-/// has none yet, wait for the build under way. A busy status page costs each model's object one
-/// `Full` call per isolate per 3 s, however many hit it (SPEC §15, §22). A build never fails (an
-/// object that does not answer counts as healthy), so there is no back-off.
-const REPORT: Rules = Rules {
-    fresh_ms: 3_000,
-    // A build takes longer than this only if it died with its request: the next one starts.
-    give_up_ms: 5_000,
-    poll_ms: 25,
-    backoff_ms: 0,
-    backoff_max_ms: 0,
-};
+use crate::store::{self, Store};
 
 /// A report, the catalog it was built for, and when.
 type Cached = (Rc<Report>, Rc<Catalog>, u64);
@@ -48,9 +34,12 @@ thread_local! {
 }
 
 /// The report for `catalog`: this isolate's last one of that catalog while fresh (a catalog
-/// reloaded at the same version is the same `Rc`, see `store::remember_catalog`), else built by
-/// one request at a time (see [`REPORT`]). A waiting request waits on its own timer, never on the
-/// builder's task (SPEC §18).
+/// reloaded at the same version is the same `Rc`, see `store::remember_catalog`), else fetched
+/// from the status object (`crate::report`) by one request at a time, with the same rules
+/// ([`REPORT`]): a busy status page costs the status object one call per isolate per 3 s, and each
+/// model's health object one `Full` call per 3 s for the whole deployment (SPEC §15, §22). When
+/// the status object does not answer, the isolate builds the report itself. A waiting request
+/// waits on its own timer, never on the fetching task's (SPEC §18).
 pub(super) async fn report(env: &Env, catalog: &Rc<Catalog>, faults: Faults) -> Rc<Report> {
     loop {
         let now = now_ms();
@@ -67,29 +56,17 @@ pub(super) async fn report(env: &Env, catalog: &Rc<Catalog>, faults: Faults) -> 
             // Fetch (or, never with these rules, nothing to serve): build it.
             _ => {
                 faults.before_report().await; // a drill may slow it (tests only)
-                let r = Rc::new(build(env, catalog, now).await);
+                let built = match report::published(env, store::catalog_version(catalog)).await {
+                    Some(r) => r,
+                    None => report::build(env, catalog, now).await,
+                };
+                let r = Rc::new(built);
                 LAST_REPORT.with(|c| *c.borrow_mut() = Some((r.clone(), catalog.clone(), now)));
                 BUILDING.with(|b| b.borrow_mut().done(true, now_ms(), &REPORT));
                 return r;
             }
         }
     }
-}
-
-/// Every model's full health (fetched concurrently) and the accounts', then the report.
-async fn build(env: &Env, catalog: &Catalog, now: u64) -> Report {
-    let ids = catalog.model_ids();
-    let (accounts, fulls) = join(
-        health::accounts(env),
-        join_all(ids.iter().map(|id| health::full(env, id))),
-    )
-    .await;
-    let models: BTreeMap<String, ModelHealth> = ids
-        .into_iter()
-        .zip(fulls)
-        .map(|(id, full)| (id, full.unwrap_or_default()))
-        .collect();
-    status::report(catalog, &models, &accounts.unwrap_or_default(), now)
 }
 
 /// `GET /api/health/models`.

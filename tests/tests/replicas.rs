@@ -123,3 +123,72 @@ fn a_routes_capacity_is_one_queue_across_isolates() {
         "the other isolate's request waited for the one slot: {queued:?}"
     );
 }
+
+/// The isolate's storage calls so far on object `name`: `<kind>.<blocking|background>` → count.
+fn object_calls(s: &Stack, name: &str) -> Value {
+    let r = s.request("GET", &format!("{}/__test/calls?object={name}", s.gateway), &[], None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()["object"].clone()
+}
+
+/// The `Full` calls the model's object has had from both replicas and the objects they run (the
+/// status object's, counted as background: no request waits on them alone).
+fn full_calls(replicas: &[Stack; 2], model: &str) -> u64 {
+    let calls: Vec<Value> = replicas
+        .iter()
+        .map(|s| object_calls(s, &format!("model:{model}")))
+        .collect();
+    let kinds = ["HEALTH.full.blocking", "HEALTH.full.background"];
+    calls
+        .iter()
+        .flat_map(|c| kinds.map(|k| c[k].as_u64().unwrap_or(0)))
+        .sum()
+}
+
+fn catalog_version(s: &Stack) -> i64 {
+    s.admin("GET", "/admin/catalog", None).json()["version"]
+        .as_i64()
+        .unwrap()
+}
+
+/// The public report is built once per interval for the whole deployment (SPEC §22), not once per
+/// isolate: status hits on both replicas in the same few seconds cost the model's health object
+/// one `Full` call between them. (Each build is slowed by the drill `slow-report-<ms>`, so the
+/// hits overlap.)
+#[test]
+fn the_status_report_is_built_once_for_every_isolate() {
+    let replicas = Stack::replicas();
+    let key = replicas[0].new_key(1.0);
+    let model = model(&replicas, &key, "ok", json!({"verify": false}), json!({}));
+    // Both isolates hold the catalog with the model (and built a report listing it, for
+    // `/v1/models`); once that report is older than its 3 s, the next status hits need a new one.
+    std::thread::sleep(Duration::from_millis(3_500));
+    let version = catalog_version(&replicas[0]);
+    let before = full_calls(&replicas, &model);
+    let statuses: Vec<u16> = std::thread::scope(|scope| {
+        let hits: Vec<_> = (0..8)
+            .map(|i| {
+                let s = replicas[i % 2].clone();
+                scope.spawn(move || {
+                    let path = if i % 4 < 2 { "/status" } else { "/api/health/models" };
+                    let fault = [("x-switchyard-test-fault", "slow-report-1500")];
+                    s.request("GET", &format!("{}{path}", s.gateway), &fault, None).status
+                })
+            })
+            .collect();
+        hits.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    let builds = full_calls(&replicas, &model) - before;
+
+    // A catalog changed by another test meanwhile is a new report to build.
+    let changes = (catalog_version(&replicas[0]) - version) as u64;
+    assert!(
+        builds >= 1,
+        "no build counted: the report never asked the model's object"
+    );
+    assert!(
+        builds <= 1 + changes,
+        "status hits on two isolates made {builds} Full calls to the model's object (catalog changes: {changes})"
+    );
+}

@@ -19,6 +19,7 @@
 //! ([`hour_status`] on [`crate::health::Hour`]); `/status` draws it as one bar per hour and each
 //! route's last hour as an inline SVG chart, every bar and chart with its words as text.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -150,13 +151,13 @@ impl ModelHealth {
 }
 
 /// One route of a model on `/status` and `GET /api/health/models`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RouteReport {
     pub id: String,
     pub provider: String,
     pub healthy: bool,
     /// `healthy`, `cooling`, `probe_due` or `probe_in_flight` (route or its account).
-    pub state: &'static str,
+    pub state: Cow<'static, str>,
     /// When the cooldown ends (ms since the epoch), for a demoted route.
     pub cooldown_until_ms: Option<u64>,
     pub success_rate: Option<f64>,
@@ -169,7 +170,7 @@ pub struct RouteReport {
 }
 
 /// One hour of a model's history.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HourReport {
     /// The hour's start, ms since the epoch.
     pub start_ms: u64,
@@ -177,7 +178,7 @@ pub struct HourReport {
     pub unanswered: u32,
     /// The status word of that hour's requests alone (never `unverified`).
     pub status: StatusWord,
-    pub label: &'static str,
+    pub label: Cow<'static, str>,
 }
 
 impl HourReport {
@@ -188,17 +189,17 @@ impl HourReport {
             answered: hour.answered,
             unanswered: hour.unanswered(),
             status,
-            label: status.hour_label(),
+            label: status.hour_label().into(),
         }
     }
 }
 
 /// One model of the report.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelReport {
     pub id: String,
     pub status: StatusWord,
-    pub label: &'static str,
+    pub label: Cow<'static, str>,
     pub healthy_routes: usize,
     pub routes: usize,
     /// Routes in the order a request would try them now.
@@ -208,7 +209,7 @@ pub struct ModelReport {
 }
 
 /// The body of `GET /api/health/models`; `/status` renders the same.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Report {
     pub total: usize,
     pub healthy: usize,
@@ -255,7 +256,7 @@ pub fn report(
                     id: route.id.clone(),
                     provider: route.provider.clone(),
                     healthy: matches!(shown, BreakerState::Healthy),
-                    state,
+                    state: state.into(),
                     cooldown_until_ms,
                     success_rate: stats.success_rate,
                     median_ttfb_ms: stats.median_ttfb_ms,
@@ -274,7 +275,7 @@ pub fn report(
         out.push(ModelReport {
             id: model.id.clone(),
             status,
-            label: status.label(),
+            label: status.label().into(),
             healthy_routes: order.iter().filter(|r| r.healthy).count(),
             routes: order.len(),
             order,
@@ -481,7 +482,7 @@ pub fn render_html(report: &Report) -> String {
             m.routes
         ));
         for (i, route) in m.order.iter().enumerate() {
-            let state = match (route.state, route.cooldown_until_ms) {
+            let state = match (route.state.as_ref(), route.cooldown_until_ms) {
                 ("cooling", Some(until)) => format!("<span class=\"demoted\">demoted until {}</span>", clock(until)),
                 ("awaiting_check", _) => "<span class=\"demoted\">awaiting check</span>".to_string(),
                 ("probe_due", _) => "<span class=\"demoted\">probe due</span>".to_string(),
@@ -563,7 +564,7 @@ pub fn model_list(catalog: &Catalog, report: &Report) -> serde_json::Value {
                 "pricing": pricing,
                 "pricing_max": {"prompt": per_token(max(|p| p.input_per_mtok)), "completion": per_token(max(|p| p.output_per_mtok))},
                 "status": status.map(|s| s.status),
-                "status_label": status.map(|s| s.label),
+                "status_label": status.map(|s| s.label.as_ref()),
             })
         })
         .collect();
@@ -863,14 +864,14 @@ mod tests {
             17,
             "00:00 to 16:00 of the first day: no hours before the epoch"
         );
-        let hour = |h: &HourReport| (h.start_ms, h.answered, h.unanswered, h.status, h.label);
+        let hour = |h: &HourReport| (h.start_ms, h.answered, h.unanswered, h.status, h.label.to_string());
         assert_eq!(
             hour(&history[16]),
-            (16 * HOUR, 1, 0, StatusWord::Operational, "Operational")
+            (16 * HOUR, 1, 0, StatusWord::Operational, "Operational".to_string())
         );
         assert_eq!(
             hour(&history[0]),
-            (0, 0, 0, StatusWord::NoRecentRequests, "No requests")
+            (0, 0, 0, StatusWord::NoRecentRequests, "No requests".to_string())
         );
         let chart = &r.models[0].order[0].chart;
         assert_eq!(chart.len(), 12);
@@ -904,7 +905,11 @@ mod tests {
         // Once the cooldown has ended the route is back in its place, probe due, still not healthy.
         let later = report(&c, &models, &ModelHealth::default(), at + 5 * MIN);
         let m = &later.models[0];
-        let order: Vec<(&str, &str, bool)> = m.order.iter().map(|r| (r.id.as_str(), r.state, r.healthy)).collect();
+        let order: Vec<(&str, &str, bool)> = m
+            .order
+            .iter()
+            .map(|r| (r.id.as_str(), r.state.as_ref(), r.healthy))
+            .collect();
         assert_eq!(order, [("r0", "probe_due", false), ("r1", "healthy", true)]);
         assert_eq!((m.healthy_routes, m.routes), (1, 2));
         assert!(render_html(&later).contains("<td><span class=\"demoted\">probe due</span></td>"));
@@ -923,7 +928,7 @@ mod tests {
         let order: Vec<(&str, &str, Option<u64>)> = r.models[0]
             .order
             .iter()
-            .map(|r| (r.id.as_str(), r.state, r.cooldown_until_ms))
+            .map(|r| (r.id.as_str(), r.state.as_ref(), r.cooldown_until_ms))
             .collect();
         assert_eq!(order, [("r1", "healthy", None), ("r0", "cooling", Some(T0 + 5 * MIN))]);
         assert_eq!(r.models[0].healthy_routes, 1);
@@ -978,9 +983,12 @@ mod tests {
         let ids: Vec<&str> = r.models.iter().map(|m| m.id.as_str()).collect();
         assert_eq!(ids, ["up", "down"], "catalog order");
         let m = &r.models[1];
-        assert_eq!((m.status, m.label), (StatusWord::Down, "Down"));
+        assert_eq!((m.status, m.label.as_ref()), (StatusWord::Down, "Down"));
         assert_eq!((m.healthy_routes, m.routes), (0, 1));
-        assert_eq!((m.order[0].state, m.order[0].success_rate), ("cooling", Some(0.0)));
+        assert_eq!(
+            (m.order[0].state.as_ref(), m.order[0].success_rate),
+            ("cooling", Some(0.0))
+        );
         assert_eq!(r.models[0].status, StatusWord::Operational);
 
         let html = render_html(&r);
@@ -1140,14 +1148,14 @@ mod tests {
             models: vec![ModelReport {
                 id: evil.into(),
                 status: StatusWord::Operational,
-                label: StatusWord::Operational.label(),
+                label: StatusWord::Operational.label().into(),
                 healthy_routes: 1,
                 routes: 1,
                 order: vec![RouteReport {
                     id: evil.into(),
                     provider: "<b>p</b>".into(),
                     healthy: true,
-                    state: "healthy",
+                    state: "healthy".into(),
                     cooldown_until_ms: None,
                     success_rate: Some(0.994),
                     median_ttfb_ms: Some(1_234),
@@ -1166,6 +1174,14 @@ mod tests {
             generated_at_ms: T0,
         };
         let html = render_html(&r);
+        // The report as the status object sends it to every isolate (SPEC §22): read back, it
+        // says and renders the same.
+        let sent: Report = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+        assert_eq!(render_html(&sent), html);
+        assert_eq!(
+            (sent.models[0].label.as_ref(), sent.models[0].order[0].state.as_ref()),
+            ("Operational", "healthy")
+        );
         let escaped = "&lt;script&gt;alert(&quot;1&amp;2&quot;)&lt;/script&gt;";
         assert!(!html.contains("<script"), "{html}");
         assert!(!html.contains("<b>"), "{html}");
