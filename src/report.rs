@@ -6,8 +6,8 @@
 //! interval (before: one per isolate per interval).
 //!
 //! An isolate asks it through [`published`] (its own copy and single flight are `http/status.rs`'s);
-//! when the object does not answer, the isolate builds its own report ([`build`]), as it did
-//! before: the public surfaces never fail for want of it.
+//! when the object does not answer, the isolate keeps serving its last report, or with none builds
+//! its own ([`build`]), as it did before: the public surfaces never fail for want of it.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -29,19 +29,22 @@ use crate::store::Store;
 /// How a report is refreshed (`switchyard_core::flight`), by the status object and by each
 /// isolate's copy of it: the same report for 3 s, one build (or fetch) at a time — the calls
 /// meanwhile get the last report of the catalog, or, with none yet, wait for the one under way.
-/// A build never fails (an object that does not answer counts as healthy), so there is no back-off.
+/// A build does not fail for a health object that does not answer (it counts as healthy); a
+/// fetch from the status object that failed, or a build whose catalog could not be read, backs
+/// off 1 → 2 → 4 → 8 s, the last report served meanwhile.
 pub const REPORT: Rules = Rules {
     fresh_ms: 3_000,
     // A build takes longer than this only if it died with its request: the next one starts.
     give_up_ms: 5_000,
     poll_ms: 25,
-    backoff_ms: 0,
-    backoff_max_ms: 0,
+    backoff_ms: 1_000,
+    backoff_max_ms: 8_000,
 };
 
-/// How long an isolate waits for the status object's answer (a build: one `Full` call to each
-/// health object, concurrently, each within 300 ms, and one catalog read).
-const CALL_TIMEOUT_MS: u64 = 2_000;
+/// How long an isolate waits for the status object's answer: a build is one catalog read (within
+/// D1's deadline) and one `Full` call to each health object, concurrently, each within 300 ms —
+/// but hundreds of them on a busy object take longer than that.
+const CALL_TIMEOUT_MS: u64 = 4_000;
 
 /// What an isolate asks: the report of catalog `version` or a later one.
 #[derive(Serialize, Deserialize)]

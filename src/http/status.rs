@@ -53,12 +53,18 @@ pub(super) async fn report(env: &Env, catalog: &Rc<Catalog>, faults: Faults) -> 
         match (step, last) {
             (Step::Fresh | Step::Stale, Some((r, _))) => return r,
             (Step::Wait(ms), _) => sleep(ms).await,
-            // Fetch (or, never with these rules, nothing to serve): build it.
-            _ => {
+            // Fetch (or, never with these rules, nothing to serve): ask the status object.
+            (_, last) => {
                 faults.before_report().await; // a drill may slow it (tests only)
-                let built = match report::published(env, store::catalog_version(catalog)).await {
-                    Some(r) => r,
-                    None => report::build(env, catalog, now).await,
+                let built = match (report::published(env, store::catalog_version(catalog)).await, last) {
+                    (Some(r), _) => r,
+                    // The object does not answer: the last report of this catalog stays (a slow
+                    // object is not given this isolate's build on top); with none, build one.
+                    (None, Some((r, _))) => {
+                        BUILDING.with(|b| b.borrow_mut().done(false, now_ms(), &REPORT));
+                        return r;
+                    }
+                    (None, None) => report::build(env, catalog, now).await,
                 };
                 let r = Rc::new(built);
                 LAST_REPORT.with(|c| *c.borrow_mut() = Some((r.clone(), catalog.clone(), now)));

@@ -131,18 +131,14 @@ fn object_calls(s: &Stack, name: &str) -> Value {
     r.json()["object"].clone()
 }
 
-/// The `Full` calls the model's object has had from both replicas and the objects they run (the
-/// status object's, counted as background: no request waits on them alone).
-fn full_calls(replicas: &[Stack; 2], model: &str) -> u64 {
-    let calls: Vec<Value> = replicas
-        .iter()
-        .map(|s| object_calls(s, &format!("model:{model}")))
-        .collect();
-    let kinds = ["HEALTH.full.blocking", "HEALTH.full.background"];
-    calls
-        .iter()
-        .flat_map(|c| kinds.map(|k| c[k].as_u64().unwrap_or(0)))
-        .sum()
+/// The `Full` calls the model's object has had from each replica: (blocking — a report the isolate
+/// built itself —, background — the status object's, which runs in the first replica).
+fn full_calls(replicas: &[Stack; 2], model: &str) -> [(u64, u64); 2] {
+    replicas.each_ref().map(|s| {
+        let c = object_calls(s, &format!("model:{model}"));
+        let n = |k: &str| c[k].as_u64().unwrap_or(0);
+        (n("HEALTH.full.blocking"), n("HEALTH.full.background"))
+    })
 }
 
 fn catalog_version(s: &Stack) -> i64 {
@@ -152,9 +148,9 @@ fn catalog_version(s: &Stack) -> i64 {
 }
 
 /// The public report is built once per interval for the whole deployment (SPEC §22), not once per
-/// isolate: status hits on both replicas in the same few seconds cost the model's health object
-/// one `Full` call between them. (Each build is slowed by the drill `slow-report-<ms>`, so the
-/// hits overlap.)
+/// isolate: status hits on both replicas in the same few seconds make no isolate build a report of
+/// its own, and cost the model's health object at most one `Full` call between them. (Each fetch
+/// is slowed by the drill `slow-report-<ms>`, so the hits overlap.)
 #[test]
 fn the_status_report_is_built_once_for_every_isolate() {
     let replicas = Stack::replicas();
@@ -179,14 +175,25 @@ fn the_status_report_is_built_once_for_every_isolate() {
         hits.into_iter().map(|h| h.join().unwrap()).collect()
     });
     assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
-    let builds = full_calls(&replicas, &model) - before;
-
+    let after = full_calls(&replicas, &model);
+    let answer = replicas[1].request("GET", &format!("{}/api/health/models", replicas[1].gateway), &[], None);
+    assert!(
+        answer.text().contains(&model),
+        "the report lists the model: {}",
+        answer.text()
+    );
+    // No isolate built a report of its own: every build was the status object's.
+    for (i, (b, a)) in before.iter().zip(after).enumerate() {
+        assert_eq!(
+            a.0 - b.0,
+            0,
+            "replica {i} built its own report ({} Full calls)",
+            a.0 - b.0
+        );
+    }
+    let builds: u64 = before.iter().zip(after).map(|(b, a)| (a.0 + a.1) - (b.0 + b.1)).sum();
     // A catalog changed by another test meanwhile is a new report to build.
     let changes = (catalog_version(&replicas[0]) - version) as u64;
-    assert!(
-        builds >= 1,
-        "no build counted: the report never asked the model's object"
-    );
     assert!(
         builds <= 1 + changes,
         "status hits on two isolates made {builds} Full calls to the model's object (catalog changes: {changes})"
