@@ -7,6 +7,12 @@
 //! than [`MAX_EVENT_BYTES`], which comes out once as an `oversize` event holding its first bytes,
 //! the rest of it dropped (SPEC §15: it counts as malformed). Each byte is scanned once, however
 //! the input is split.
+//!
+//! Event data is parsed by [`parse_json`] and written by [`SseEvent::written`], the one parser and
+//! the one writer of stream event JSON, each at most once per event (issue 32; the tests count
+//! them): an upstream event reaches the gate as [`Upstream`] text or as JSON already decoded.
+
+use serde_json::Value;
 
 /// The largest event kept whole (SPEC §15).
 pub const MAX_EVENT_BYTES: usize = 1024 * 1024;
@@ -37,6 +43,94 @@ impl SseEvent {
             oversize: false,
         }
     }
+
+    /// An event Switchyard writes from JSON `data`, named `name` (`event: <name>` before its one
+    /// `data:` line) when it has one: the one place a decoded or translated event is serialised.
+    pub fn written(name: Option<&str>, data: &Value) -> SseEvent {
+        counted::wrote();
+        let data = data.to_string();
+        let raw = match name {
+            Some(name) => format!("event: {name}\ndata: {data}\n\n"),
+            None => format!("data: {data}\n\n"),
+        };
+        SseEvent {
+            raw: raw.into_bytes(),
+            event: name.map(str::to_string),
+            data,
+            has_data: true,
+            oversize: false,
+        }
+    }
+
+    /// Its data as JSON: `None` without data or when the data is not JSON.
+    pub fn json(&self) -> Option<Value> {
+        match self.has_data {
+            true => parse_json(self.data.trim().as_bytes()),
+            false => None,
+        }
+    }
+}
+
+/// JSON text parsed: the one parser of stream event data and of the frames that carry it, so a
+/// test can count how often an event is parsed (`counted`).
+pub fn parse_json(text: &[u8]) -> Option<Value> {
+    counted::parsed();
+    serde_json::from_slice(text).ok()
+}
+
+/// An upstream event as a stream reader hands it on: server-sent text still to read, or the JSON
+/// a binary frame carried, decoded where the frame was (SPEC §20) — never written out as text to
+/// be parsed again.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Upstream {
+    Sse(SseEvent),
+    /// An event of `name` (Anthropic's `type`, a Converse `:event-type`) with its data.
+    Json {
+        name: String,
+        data: Value,
+    },
+}
+
+impl Upstream {
+    /// An event carried as it is, to a client of the upstream's own dialect: its bytes (the one
+    /// write of a decoded event) and what the gate reads from it.
+    pub fn into_sse(self) -> (SseEvent, Option<Value>) {
+        match self {
+            Upstream::Sse(ev) => (ev, None),
+            Upstream::Json { name, data } => (SseEvent::written(Some(&name), &data), Some(data)),
+        }
+    }
+}
+
+/// How many times this thread parsed and wrote event JSON (tests prove each event is parsed
+/// and written at most once); nothing outside tests.
+pub(crate) mod counted {
+    #[cfg(test)]
+    thread_local! {
+        static COUNTS: std::cell::Cell<(usize, usize)> = const { std::cell::Cell::new((0, 0)) };
+    }
+
+    #[cfg(test)]
+    pub(crate) fn parsed() {
+        COUNTS.with(|c| c.set((c.get().0 + 1, c.get().1)));
+    }
+
+    #[cfg(test)]
+    pub(crate) fn wrote() {
+        COUNTS.with(|c| c.set((c.get().0, c.get().1 + 1)));
+    }
+
+    /// (parses, writes) since the last call.
+    #[cfg(test)]
+    pub(crate) fn take() -> (usize, usize) {
+        COUNTS.with(|c| c.replace((0, 0)))
+    }
+
+    #[cfg(not(test))]
+    pub(crate) fn parsed() {}
+
+    #[cfg(not(test))]
+    pub(crate) fn wrote() {}
 }
 
 #[derive(Debug, Default)]

@@ -14,10 +14,10 @@ use serde_json::{json, Value};
 use crate::classify::{is_error_payload, Verdict};
 use crate::dialects::chat::{finish_reason, usage_from};
 use crate::dialects::neutral::answer::{
-    ended_for_tools, event_data, frame, index_at, items_at, text_at, Answer, AnswerContext, AnswerReader, AnswerWriter,
+    ended_for_tools, frame, index_at, items_at, text_at, Answer, AnswerContext, AnswerReader, AnswerWriter,
     CachedTokens, Choice, Event, Part, ReasoningTokens, Tokens, Unreadable, UpstreamError, MAX_CALLS,
 };
-use crate::dialects::{count, FinishReason};
+use crate::dialects::{count, ClientEvent, FinishReason};
 use crate::sse::SseEvent;
 
 /// A chat usage object's counts (SPEC §17) and its reasoning tokens.
@@ -58,19 +58,12 @@ pub(crate) struct Reader {
 }
 
 impl AnswerReader for Reader {
-    fn read(&mut self, ev: &SseEvent, out: &mut Vec<Event>) -> Result<(), Unreadable> {
-        if ev.has_data && ev.data.trim() == "[DONE]" {
-            out.push(Event::End);
-            return Ok(());
+    fn read(&mut self, v: &Value, _kind: &str, out: &mut Vec<Event>) {
+        if is_error_payload(v) {
+            out.push(Event::Error(UpstreamError::from_payload(v)));
+            return;
         }
-        let Some((v, _)) = event_data(ev)? else {
-            return Ok(());
-        };
-        if is_error_payload(&v) {
-            out.push(Event::Error(UpstreamError::from_payload(&v)));
-            return Ok(());
-        }
-        for choice in items_at(&v, "/choices") {
+        for choice in items_at(v, "/choices") {
             let Some(c) = index_at(choice, "/index") else {
                 continue;
             };
@@ -87,7 +80,17 @@ impl AnswerReader for Reader {
         if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
             out.push(Event::Usage(tokens(u)));
         }
-        Ok(())
+    }
+
+    /// `[DONE]`, the end; any other text is unreadable.
+    fn read_text(&mut self, data: &str, out: &mut Vec<Event>) -> Result<(), Unreadable> {
+        match data {
+            "[DONE]" => {
+                out.push(Event::End);
+                Ok(())
+            }
+            _ => Err(Unreadable),
+        }
     }
 }
 
@@ -261,7 +264,7 @@ impl Writer {
         }
     }
 
-    fn chunk(&self, choices: Vec<ChunkChoice<'_>>, usage: Option<Usage>) -> SseEvent {
+    fn chunk(&self, choices: Vec<ChunkChoice<'_>>, usage: Option<Usage>) -> ClientEvent {
         frame(
             None,
             &Chunk {
@@ -276,7 +279,7 @@ impl Writer {
     }
 
     /// A chunk of one choice's delta or finish.
-    fn one(&self, index: u32, delta: Delta<'_>, finish_reason: Option<&'static str>) -> SseEvent {
+    fn one(&self, index: u32, delta: Delta<'_>, finish_reason: Option<&'static str>) -> ClientEvent {
         let choice = ChunkChoice {
             index,
             delta,
@@ -302,7 +305,7 @@ impl Writer {
 }
 
 impl AnswerWriter for Writer {
-    fn write(&mut self, ev: Event, out: &mut Vec<SseEvent>) {
+    fn write(&mut self, ev: Event, out: &mut Vec<ClientEvent>) {
         match ev {
             Event::Start => {
                 let roles = (0..self.ctx.choices).map(|index| ChunkChoice {
@@ -381,12 +384,12 @@ impl AnswerWriter for Writer {
             }
             Event::Usage(t) => self.usage.update(t),
             // An error chunk: the relay ends the stream with chat's error frame (SPEC §7).
-            Event::Error(e) => out.push(frame(None, &json!({ "error": e.object_with(&[]) }))),
+            Event::Error(e) => out.push(ClientEvent::written(None, json!({ "error": e.object_with(&[]) }))),
             Event::End => {
                 if !self.usage.counts.is_empty() {
                     out.push(self.chunk(Vec::new(), Some(usage(&self.usage))));
                 }
-                out.push(SseEvent::from_data("[DONE]"));
+                out.push(ClientEvent::text(SseEvent::from_data("[DONE]")));
             }
         }
     }
