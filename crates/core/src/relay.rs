@@ -560,7 +560,10 @@ mod tests {
             incoming.close(&mut events);
             let (parsed, wrote) = counted::take();
             assert_eq!(parsed, upstream_events * parses_each, "{label}: the reader's parses");
-            let written = events.iter().filter(|e| matches!(e.data, Data::Json(_))).count();
+            let written = events
+                .iter()
+                .filter(|e| matches!(e.data, Data::Json(_) | Data::Known(_)))
+                .count();
             let unread = events.iter().filter(|e| e.data == Data::Unread).count();
             assert_eq!(wrote, written, "{label}: each client event written once, its JSON kept");
             assert_eq!(

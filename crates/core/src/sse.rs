@@ -8,10 +8,11 @@
 //! the rest of it dropped (SPEC §15: it counts as malformed). Each byte is scanned once, however
 //! the input is split.
 //!
-//! Event data is parsed by [`parse_json`] and written by [`SseEvent::written`], the one parser and
-//! the one writer of stream event JSON, each at most once per event (issue 32; the tests count
+//! Event data is parsed by [`SseEvent::json`] (a frame's by [`parse_json`]) and written by
+//! [`SseEvent::written`], the one parser and the one writer of stream event JSON, each at most once per event (issue 32; the tests count
 //! them): an upstream event reaches the gate as [`Upstream`] text or as JSON already decoded.
 
+use serde::Serialize;
 use serde_json::Value;
 
 /// The largest event kept whole (SPEC §15).
@@ -44,11 +45,13 @@ impl SseEvent {
         }
     }
 
-    /// An event Switchyard writes from JSON `data`, named `name` (`event: <name>` before its one
-    /// `data:` line) when it has one: the one place a decoded or translated event is serialised.
-    pub fn written(name: Option<&str>, data: &Value) -> SseEvent {
+    /// An event Switchyard writes from `data` (JSON, or a typed chunk serialised as JSON), named
+    /// `name` (`event: <name>` before its one `data:` line) when it has one: the one place a
+    /// decoded or translated event is serialised.
+    pub fn written(name: Option<&str>, data: &impl Serialize) -> SseEvent {
         counted::wrote();
-        let data = data.to_string();
+        // Serialising JSON values and the dialects' own chunk types cannot fail.
+        let data = serde_json::to_string(data).unwrap_or_default();
         let raw = match name {
             Some(name) => format!("event: {name}\ndata: {data}\n\n"),
             None => format!("data: {data}\n\n"),
@@ -65,17 +68,20 @@ impl SseEvent {
     /// Its data as JSON: `None` without data or when the data is not JSON.
     pub fn json(&self) -> Option<Value> {
         match self.has_data {
-            true => parse_json(self.data.trim().as_bytes()),
+            true => {
+                counted::parsed();
+                serde_json::from_str(self.data.trim()).ok()
+            }
             false => None,
         }
     }
 }
 
-/// JSON text parsed: the one parser of stream event data and of the frames that carry it, so a
-/// test can count how often an event is parsed (`counted`).
-pub fn parse_json(text: &[u8]) -> Option<Value> {
+/// A frame's JSON payload parsed: with [`SseEvent::json`], the one parser of stream event data
+/// and of the frames that carry it, so a test can count how often an event is parsed (`counted`).
+pub fn parse_json(payload: &[u8]) -> Option<Value> {
     counted::parsed();
-    serde_json::from_slice(text).ok()
+    serde_json::from_slice(payload).ok()
 }
 
 /// An upstream event as a stream reader hands it on: server-sent text still to read, or the JSON

@@ -183,6 +183,10 @@ pub enum Data {
     Unread,
     /// Its JSON (the same value its bytes carry).
     Json(Value),
+    /// Written by Switchyard from a typed chunk: what it means, said by its writer (what the
+    /// dialect's inspector reads from its bytes; the translation tests hold the two equal). Never
+    /// a chunk with usage: the relay writes the charge into that one's [`Data::Json`].
+    Known(Box<EventInfo>),
     /// Read, or written by Switchyard: no JSON (no data, `[DONE]`, an unreadable event).
     NotJson,
 }
@@ -193,6 +197,14 @@ impl ClientEvent {
         ClientEvent {
             ev: SseEvent::written(name, &data),
             data: Data::Json(data),
+        }
+    }
+
+    /// An event Switchyard wrote from a typed chunk, with what it means.
+    pub fn known(ev: SseEvent, info: EventInfo) -> ClientEvent {
+        ClientEvent {
+            ev,
+            data: Data::Known(Box::new(info)),
         }
     }
 
@@ -214,11 +226,20 @@ impl ClientEvent {
                 ..EventInfo::default()
             };
         }
-        if self.data == Data::Unread {
-            self.data = match self.ev.json() {
-                Some(v) => Data::Json(v),
-                None => Data::NotJson,
-            };
+        match &self.data {
+            Data::Unread => {
+                self.data = match self.ev.json() {
+                    Some(v) => Data::Json(v),
+                    None => Data::NotJson,
+                }
+            }
+            // Said once, taken once.
+            Data::Known(_) => {
+                if let Data::Known(info) = std::mem::replace(&mut self.data, Data::NotJson) {
+                    return *info;
+                }
+            }
+            Data::Json(_) | Data::NotJson => {}
         }
         let json = match &self.data {
             Data::Json(v) => Some(v),

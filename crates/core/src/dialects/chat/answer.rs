@@ -17,7 +17,7 @@ use crate::dialects::neutral::answer::{
     ended_for_tools, frame, index_at, items_at, text_at, Answer, AnswerContext, AnswerReader, AnswerWriter,
     CachedTokens, Choice, Event, Part, ReasoningTokens, Tokens, Unreadable, UpstreamError, MAX_CALLS,
 };
-use crate::dialects::{count, ClientEvent, FinishReason};
+use crate::dialects::{count, ClientEvent, EventInfo, FinishReason};
 use crate::sse::SseEvent;
 
 /// A chat usage object's counts (SPEC §17) and its reasoning tokens.
@@ -264,18 +264,52 @@ impl Writer {
         }
     }
 
+    /// A chunk: with usage, as its JSON (the relay writes the charge into it); else with what it
+    /// means to the gateway, said here (what `chat::inspect` reads from its bytes).
     fn chunk(&self, choices: Vec<ChunkChoice<'_>>, usage: Option<Usage>) -> ClientEvent {
-        frame(
-            None,
-            &Chunk {
-                id: &self.id,
-                object: "chat.completion.chunk",
-                created: self.ctx.created,
-                model: &self.ctx.model,
-                choices,
-                usage,
-            },
-        )
+        let info = usage.is_none().then(|| self.info(&choices));
+        let chunk = Chunk {
+            id: &self.id,
+            object: "chat.completion.chunk",
+            created: self.ctx.created,
+            model: &self.ctx.model,
+            choices,
+            usage,
+        };
+        match info {
+            Some(info) => ClientEvent::known(SseEvent::written(None, &chunk), info),
+            None => frame(None, &chunk),
+        }
+    }
+
+    /// What a chunk of `choices` without usage means to the gateway, as `chat::inspect` reads it:
+    /// output of each delta (its text, reasoning and calls' names and arguments; a call is
+    /// output even when empty), each finish, the chunk's id and model.
+    fn info(&self, choices: &[ChunkChoice<'_>]) -> EventInfo {
+        let chars = |t: Option<&str>| t.map_or(0, |t| t.chars().count());
+        let mut info = EventInfo {
+            id: Some(self.id.clone()),
+            model: Some(self.ctx.model.clone()),
+            ..EventInfo::default()
+        };
+        for choice in choices {
+            let d = &choice.delta;
+            let calls = d
+                .tool_calls
+                .as_ref()
+                .map_or(0, |[c]| chars(c.function.name) + chars(Some(c.function.arguments)));
+            let output = chars(d.content) + chars(d.reasoning_content) + calls;
+            if output > 0 || d.tool_calls.is_some() {
+                info.content = true;
+                info.output_chars += output;
+            }
+            if let Some(reason) = choice.finish_reason {
+                info.finished = true;
+                info.finishes += 1;
+                info.finish = Some(finish_reason(reason));
+            }
+        }
+        info
     }
 
     /// A chunk of one choice's delta or finish.

@@ -17,7 +17,8 @@ use crate::dialects::neutral::answer::{
     arguments_object, ended_for_tools, frame, index_at, items_at, keep, text_at, Answer, AnswerContext, AnswerReader,
     AnswerWriter, Choice, Event, Part, Tokens, UpstreamError, MAX_KEPT_BYTES,
 };
-use crate::dialects::{count, ClientEvent, FinishReason};
+use crate::dialects::{count, ClientEvent, EventInfo, FinishReason};
+use crate::sse::SseEvent;
 
 /// A response's usage counts (SPEC §17) and its thought tokens.
 fn tokens(v: &Value) -> Tokens {
@@ -263,16 +264,47 @@ impl Writer {
         }
     }
 
+    /// A chunk: with usage, as its JSON (the relay writes the charge into it); else with what it
+    /// means to the gateway, said here (what `gemini::inspect` reads from its bytes).
     fn chunk(&self, candidates: Vec<Candidate<'_>>, usage_metadata: Option<UsageMetadata>) -> ClientEvent {
-        frame(
-            None,
-            &Response {
-                candidates,
-                usage_metadata,
-                model_version: &self.ctx.model,
-                response_id: &self.ctx.id,
-            },
-        )
+        let info = usage_metadata.is_none().then(|| self.info(&candidates));
+        let response = Response {
+            candidates,
+            usage_metadata,
+            model_version: &self.ctx.model,
+            response_id: &self.ctx.id,
+        };
+        match info {
+            Some(info) => ClientEvent::known(SseEvent::written(None, &response), info),
+            None => frame(None, &response),
+        }
+    }
+
+    /// What a chunk of `candidates` without usage means to the gateway, as `gemini::inspect`
+    /// reads it: the parts' output (text, thoughts too, and a call's name and arguments as
+    /// written), the candidates that finished and the first one's reason, the id and model.
+    fn info(&self, candidates: &[Candidate<'_>]) -> EventInfo {
+        let part_chars = |p: &GeminiPart<'_>| {
+            p.text.map_or(0, |t| t.chars().count())
+                + p.function_call
+                    .as_ref()
+                    .map_or(0, |f| f.name.len() + f.args.to_string().len())
+        };
+        let output_chars: usize = candidates.iter().flat_map(|c| &c.content.parts).map(part_chars).sum();
+        let finishes = candidates
+            .iter()
+            .filter(|c| c.finish_reason.is_some_and(|r| r != "FINISH_REASON_UNSPECIFIED"))
+            .count() as u32;
+        EventInfo {
+            content: output_chars > 0,
+            output_chars,
+            finished: finishes > 0,
+            finishes,
+            finish: candidates.iter().find_map(|c| c.finish_reason).map(finish_reason),
+            id: Some(self.ctx.id.clone()),
+            model: Some(self.ctx.model.clone()),
+            ..EventInfo::default()
+        }
     }
 
     fn state(&mut self, choice: u32) -> &mut ChoiceState {

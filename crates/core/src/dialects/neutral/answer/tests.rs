@@ -1979,15 +1979,20 @@ fn a_call_to_a_flattened_namespace_tool_is_written_back_with_its_namespace() {
     }
 }
 
-/// Issue 32: a translated event carries the JSON its bytes were written from, so the gate reads it
-/// without parsing them — the same value, and the same meaning to the gateway, as parsing the
-/// bytes gives; an event written without JSON (`[DONE]`, an unreadable one) says so.
+/// Issue 32: a translated event carries the JSON its bytes were written from, or what it means
+/// (a typed chat or Gemini chunk), so the gate reads it without parsing them — the same value, and
+/// the same meaning to the gateway, as parsing the bytes gives; an event written without JSON
+/// (`[DONE]`, an unreadable one) says so.
 fn check_carried_json(client: Api, out: &[crate::dialects::ClientEvent]) {
     use crate::dialects::{Data, StreamDialect};
     for e in out {
         let parsed = e.ev.json();
         match &e.data {
             Data::Json(v) => assert_eq!(Some(v), parsed.as_ref(), "{client:?}"),
+            Data::Known(info) => {
+                assert!(parsed.is_some(), "{client:?}: {:?}", e.ev.data);
+                assert!(info.usage == Reported::default(), "{client:?}: a usage event keeps its JSON");
+            }
             Data::NotJson => assert_eq!(parsed, None, "{client:?}: {:?}", e.ev.data),
             Data::Unread => panic!("{client:?}: a written event is never unread"),
         }
