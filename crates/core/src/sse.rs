@@ -9,8 +9,9 @@
 //! the input is split.
 //!
 //! Event data is parsed by [`SseEvent::json`] (a frame's by [`parse_json`]) and written by
-//! [`SseEvent::written`], the one parser and the one writer of stream event JSON, each at most once per event (issue 32; the tests count
-//! them): an upstream event reaches the gate as [`Upstream`] text or as JSON already decoded.
+//! [`SseEvent::written`]: the one parser and the one writer of stream event JSON, each used at
+//! most once per event (issue 32; the tests count them). An upstream event reaches the translator
+//! or the gate as [`Upstream`] text, or as JSON a binary frame carried, already decoded.
 
 use serde::Serialize;
 use serde_json::Value;

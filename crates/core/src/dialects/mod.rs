@@ -418,7 +418,10 @@ pub(crate) fn count(v: Option<&Value>, pointer: &str) -> Option<u64> {
 /// `response.usage` (the responses stream's `response.completed`). `None` if it has neither.
 pub fn with_cost(json: &[u8], cost_usd: f64) -> Option<Vec<u8>> {
     let mut v: Value = serde_json::from_slice(json).ok()?;
-    add_cost(&mut v, cost_usd).then(|| serde_json::to_vec(&v).ok())?
+    if !add_cost(&mut v, cost_usd) {
+        return None;
+    }
+    serde_json::to_vec(&v).ok()
 }
 
 /// Adds `cost` (USD) to the usage object of `v` as [`with_cost`] does; false if it has none.

@@ -16,7 +16,9 @@
 //!
 //! Each event is decoded once and written once: a reader takes the upstream event's JSON (parsed
 //! by the translator, or decoded from a Bedrock frame), and a written client event keeps the JSON
-//! it was written from ([`ClientEvent`]), which the inspector reads instead of parsing the bytes.
+//! it was written from ([`ClientEvent`]), which the inspector reads instead of parsing the bytes —
+//! or, for a typed chat or Gemini chunk (serialised without building JSON), what it means to the
+//! gateway, said by its writer (the tests hold it equal to what the inspector reads).
 //!
 //! Decisions:
 //! - Every event and body carries every field its dialect's published schema requires (SPEC §21:
@@ -336,9 +338,9 @@ fn writer(api: Api, ctx: AnswerContext) -> Box<dyn AnswerWriter> {
 /// One upstream stream translated into the client's dialect, event by event (never buffered
 /// whole). Feed it every upstream event ([`StreamTranslator::push`]), then call
 /// [`StreamTranslator::close`] when the upstream closed; what comes out goes to the client
-/// dialect's `relay::Gate` and `Relay` with the JSON each event was written from, so they read it
-/// without parsing it: an upstream event is parsed once (here, unless its frame was decoded
-/// already) and each client event written once.
+/// dialect's `relay::Gate` and `Relay` with the JSON each event was written from (or what it
+/// means), so they read it without parsing it: an upstream event is parsed once (here, unless its
+/// frame was decoded already) and each client event written once.
 #[derive(Debug)]
 pub struct StreamTranslator {
     reader: Box<dyn AnswerReader>,
@@ -527,8 +529,8 @@ pub fn body(upstream: Api, client: Api, bytes: &[u8], ctx: &AnswerContext) -> Re
     Ok(dialects::of(client).write_answer(&answer, &ctx))
 }
 
-/// One client event: its `event:` name (Messages and Responses name theirs) and JSON data, kept
-/// beside the bytes written from it for the gate.
+/// One client event of typed `data` kept as JSON beside its bytes (a chat or Gemini chunk with
+/// usage: the relay writes the charge into it).
 pub(crate) fn frame(name: Option<&str>, data: &impl Serialize) -> ClientEvent {
     // Serializing the module's own types and JSON values cannot fail.
     ClientEvent::written(name, serde_json::to_value(data).unwrap_or_default())
