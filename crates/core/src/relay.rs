@@ -122,10 +122,7 @@ impl Incoming {
     /// The client's events in `chunk`, appended to `out`.
     pub fn push(&mut self, chunk: &[u8], out: &mut Vec<ClientEvent>) {
         match &mut self.frames {
-            Frames::Sse(parser) => {
-                parser.push(chunk, &mut self.sse);
-                self.upstream.extend(self.sse.drain(..).map(Upstream::Sse));
-            }
+            Frames::Sse(parser) => parser.push(chunk, &mut self.sse),
             Frames::Bedrock(stream) => stream.push(chunk, &mut self.upstream),
         }
         self.hand_on(out);
@@ -135,7 +132,7 @@ impl Incoming {
     /// closing events of an answer that finished.
     pub fn close(&mut self, out: &mut Vec<ClientEvent>) {
         if let Frames::Sse(parser) = &mut self.frames {
-            self.upstream.extend(parser.finish().map(Upstream::Sse));
+            self.sse.extend(parser.finish());
         }
         self.hand_on(out);
         if let Some(t) = &mut self.translator {
@@ -143,15 +140,17 @@ impl Incoming {
         }
     }
 
-    /// The events waiting in `upstream` as the client's, into `out`: translated, or as they are.
+    /// The events waiting in `sse` and `upstream` (one of them is empty) as the client's, into
+    /// `out`: translated, or as they are.
     fn hand_on(&mut self, out: &mut Vec<ClientEvent>) {
+        let events = self.sse.drain(..).map(Upstream::Sse).chain(self.upstream.drain(..));
         match &mut self.translator {
             Some(t) => {
-                for ev in self.upstream.drain(..) {
+                for ev in events {
                     t.push(&ev, out);
                 }
             }
-            None => out.extend(self.upstream.drain(..).map(ClientEvent::from)),
+            None => out.extend(events.map(ClientEvent::from)),
         }
     }
 
