@@ -350,7 +350,12 @@ fn stream_bench() {
     println!("|---|---|---|---|---|");
     // `STREAM_BENCH_DUMP=DIR`: each case's client bytes into DIR/<case number>, to compare builds.
     let dump = std::env::var("STREAM_BENCH_DUMP").ok();
+    // `STREAM_BENCH_ONLY=TEXT`: only the cases whose label contains TEXT.
+    let only = std::env::var("STREAM_BENCH_ONLY").unwrap_or_default();
     for (n, case) in cases().into_iter().enumerate() {
+        if !case.label.contains(&only) {
+            continue;
+        }
         let out = run(&case);
         if let Some(dir) = &dump {
             std::fs::write(format!("{dir}/{n}"), &out).expect("the dump directory is writable");

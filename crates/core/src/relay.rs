@@ -143,14 +143,16 @@ impl Incoming {
     /// The events waiting in `sse` and `upstream` (one of them is empty) as the client's, into
     /// `out`: translated, or as they are.
     fn hand_on(&mut self, out: &mut Vec<ClientEvent>) {
-        let events = self.sse.drain(..).map(Upstream::Sse).chain(self.upstream.drain(..));
         match &mut self.translator {
             Some(t) => {
-                for ev in events {
+                for ev in self.sse.drain(..).map(Upstream::Sse).chain(self.upstream.drain(..)) {
                     t.push(&ev, out);
                 }
             }
-            None => out.extend(events.map(ClientEvent::from)),
+            None => {
+                out.extend(self.sse.drain(..).map(ClientEvent::from));
+                out.extend(self.upstream.drain(..).map(ClientEvent::from));
+            }
         }
     }
 

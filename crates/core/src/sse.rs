@@ -98,17 +98,6 @@ pub enum Upstream {
     },
 }
 
-impl Upstream {
-    /// An event carried as it is, to a client of the upstream's own dialect: its bytes (the one
-    /// write of a decoded event) and what the gate reads from it.
-    pub fn into_sse(self) -> (SseEvent, Option<Value>) {
-        match self {
-            Upstream::Sse(ev) => (ev, None),
-            Upstream::Json { name, data } => (SseEvent::written(Some(&name), &data), Some(data)),
-        }
-    }
-}
-
 /// How many times this thread parsed and wrote event JSON (tests prove each event is parsed
 /// and written at most once); nothing outside tests.
 pub(crate) mod counted {

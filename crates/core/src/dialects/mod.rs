@@ -260,12 +260,9 @@ impl From<SseEvent> for ClientEvent {
 /// keeps its JSON.
 impl From<Upstream> for ClientEvent {
     fn from(ev: Upstream) -> ClientEvent {
-        match ev.into_sse() {
-            (ev, Some(v)) => ClientEvent {
-                ev,
-                data: Data::Json(v),
-            },
-            (ev, None) => ClientEvent::from(ev),
+        match ev {
+            Upstream::Sse(ev) => ClientEvent::from(ev),
+            Upstream::Json { name, data } => ClientEvent::written(Some(&name), data),
         }
     }
 }

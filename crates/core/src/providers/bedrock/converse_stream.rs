@@ -87,7 +87,7 @@ mod tests {
         for chunk in chunks {
             stream.push(chunk, &mut out);
         }
-        out.into_iter().map(|e| e.into_sse().0).collect()
+        out.into_iter().map(|e| crate::dialects::ClientEvent::from(e).ev).collect()
     }
 
     #[test]

@@ -144,7 +144,7 @@ mod tests {
 
     /// The events as a Messages client gets them.
     fn sse(out: &[Upstream]) -> Vec<SseEvent> {
-        out.iter().map(|e| e.clone().into_sse().0).collect()
+        out.iter().map(|e| crate::dialects::ClientEvent::from(e.clone()).ev).collect()
     }
 
     #[test]
