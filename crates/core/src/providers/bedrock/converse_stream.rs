@@ -87,7 +87,9 @@ mod tests {
         for chunk in chunks {
             stream.push(chunk, &mut out);
         }
-        out.into_iter().map(|e| crate::dialects::ClientEvent::from(e).ev).collect()
+        out.into_iter()
+            .map(|e| crate::dialects::ClientEvent::from(e).ev)
+            .collect()
     }
 
     #[test]

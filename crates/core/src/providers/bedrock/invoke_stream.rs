@@ -144,7 +144,9 @@ mod tests {
 
     /// The events as a Messages client gets them.
     fn sse(out: &[Upstream]) -> Vec<SseEvent> {
-        out.iter().map(|e| crate::dialects::ClientEvent::from(e.clone()).ev).collect()
+        out.iter()
+            .map(|e| crate::dialects::ClientEvent::from(e.clone()).ev)
+            .collect()
     }
 
     #[test]
