@@ -296,16 +296,12 @@ pub fn inspect(ev: &SseEvent, json: Option<&Value>) -> EventInfo {
             ..EventInfo::default()
         };
     }
-    let data = ev.data.trim();
-    if data == "[DONE]" {
-        return EventInfo {
-            done: true,
-            ..EventInfo::default()
-        };
-    }
     let Some(v) = json else {
+        // `[DONE]` is the one data that is not JSON.
+        let done = ev.data.trim() == "[DONE]";
         return EventInfo {
-            malformed: true,
+            done,
+            malformed: !done,
             ..EventInfo::default()
         };
     };
