@@ -191,6 +191,11 @@ struct Seen {
 impl Seen {
     fn see(&mut self, ev: &mut ClientEvent) -> EventInfo {
         let info = ev.inspect(self.dialect);
+        if info.usage.is_empty() {
+            // Only an event with usage is written again (with the charge): the rest drop their
+            // JSON now.
+            ev.data = Data::NotJson;
+        }
         if self.id.is_empty() {
             if let Some(id) = &info.id {
                 self.id = id.clone();
