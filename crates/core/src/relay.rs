@@ -86,9 +86,9 @@ pub enum Framing {
 ///
 /// Each event is decoded once: a Bedrock frame's JSON is parsed where the frame is decoded and
 /// handed on parsed (to the translator's reader, or written once as the event a client of its own
-/// dialect gets); a translated event carries the JSON it was written from. Only an event that
-/// arrived as text in the client's own dialect is parsed downstream, once, by the gate or relay
-/// that reads it ([`ClientEvent::inspect`]).
+/// dialect gets); a translated event carries the JSON it was written from, or what it means (a
+/// typed chat or Gemini chunk). Only an event that arrived as text in the client's own dialect is
+/// parsed downstream, once, by the gate or relay that reads it ([`ClientEvent::inspect`]).
 pub struct Incoming {
     frames: Frames,
     translator: Option<StreamTranslator>,
