@@ -16,9 +16,9 @@ use std::rc::Rc;
 
 use js_sys::{Array, Promise};
 use switchyard_core::catalog::Policy;
+use switchyard_core::dialects::ClientEvent;
 use switchyard_core::generation::{Delivery, Tariff};
 use switchyard_core::relay::{After, Break, Incoming, Relay};
-use switchyard_core::sse::SseEvent;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 
@@ -36,7 +36,7 @@ extern "C" {
 struct State {
     incoming: Incoming,
     relay: Relay,
-    events: Vec<SseEvent>,
+    events: Vec<ClientEvent>,
     /// Bytes to forward instead of the last chunk (or, before the loop, the head).
     out: Vec<u8>,
     /// The stream's last event has been relayed.

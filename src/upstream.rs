@@ -18,13 +18,13 @@ use switchyard_core::providers;
 use switchyard_core::providers::{CountCall, Provider};
 
 use switchyard_core::dialects::neutral::answer::{self, AnswerContext, StreamTranslator};
+use switchyard_core::dialects::ClientEvent;
 use switchyard_core::dialects::StreamDialect;
 use switchyard_core::dialects::{self, ClientRequest, Reported};
 use switchyard_core::echo::Asked;
 use switchyard_core::providers::bedrock::sigv4;
 use switchyard_core::redact::Redactor;
 use switchyard_core::relay::{Before, Framing, Gate, Incoming, Relay};
-use switchyard_core::sse::SseEvent;
 use switchyard_core::wire::{self, Outgoing};
 use switchyard_core::ApiError;
 use worker::{Env, Fetch, Headers, Method, Request, RequestInit, Response};
@@ -92,7 +92,7 @@ pub struct Live {
     pub incoming: Incoming,
     pub relay: Relay,
     /// Events read in the chunk that committed, after the committing one.
-    pub pending: Vec<SseEvent>,
+    pub pending: Vec<ClientEvent>,
     /// Everything held back before commit, the committing event last.
     pub head: Vec<u8>,
     pub controller: Canceller,

@@ -20,6 +20,9 @@ mod http;
 mod parse;
 mod report;
 mod stats;
+// What one stream costs the core, framing to client bytes (a benchmark row, no binary code).
+#[cfg(test)]
+mod stream;
 
 use std::process::ExitCode;
 use std::sync::Barrier;

@@ -1,7 +1,8 @@
 //! The commit point and the after-commit rules for one upstream stream (SPEC §6, §7), as two
 //! types for the two phases.
 //!
-//! Before commit a [`Gate`] takes every parsed SSE event and says [`Before`]: hold it back, commit
+//! Before commit a [`Gate`] takes every event of the client's stream ([`ClientEvent`]: its bytes,
+//! and its JSON when it was read or written before — never parsed twice) and says [`Before`]: hold it back, commit
 //! the route (releasing everything held), or fail the route (an error event, a malformed event, the
 //! end of the stream before content). On commit the driver turns the gate into a [`Relay`], which
 //! says [`After`] for each event: pass it through byte for byte, skip it (an unrequested usage
@@ -11,13 +12,13 @@
 
 use crate::classify::{classify_error_payload, Verdict};
 use crate::dialects::neutral::answer::StreamTranslator;
-use crate::dialects::{with_cost, EventInfo, Reported, StreamDialect};
+use crate::dialects::{add_cost, ClientEvent, Data, EventInfo, Reported, StreamDialect};
 use crate::generation::{Delivery, Tariff};
 use crate::money::micros_to_usd;
 use crate::providers::bedrock::converse_stream;
 use crate::providers::bedrock::invoke_stream::FrameStream;
 use crate::redact::Redactor;
-use crate::sse::{SseEvent, SseParser};
+use crate::sse::{SseEvent, SseParser, Upstream};
 
 /// Held-back events past which the route commits anyway (SPEC §6).
 pub const MAX_HELD_EVENTS: usize = 64;
@@ -82,11 +83,19 @@ pub enum Framing {
 /// An upstream stream's bytes as the client's events: read from its framing and — when the route
 /// speaks another dialect — translated as they arrive (SPEC §19), so the [`Gate`] and the
 /// [`Relay`] only ever see the client's dialect.
+///
+/// Each event is decoded once: a Bedrock frame's JSON is parsed where the frame is decoded and
+/// handed on parsed (to the translator's reader, or written once as the event a client of its own
+/// dialect gets); a translated event carries the JSON it was written from, or what it means (a
+/// typed chat or Gemini chunk). Only an event that arrived as text in the client's own dialect is
+/// parsed downstream, once, by the gate or relay that reads it ([`ClientEvent::inspect`]).
 pub struct Incoming {
     frames: Frames,
     translator: Option<StreamTranslator>,
-    /// Upstream events of the chunk being translated.
-    scratch: Vec<SseEvent>,
+    /// Server-sent events of the chunk being read.
+    sse: Vec<SseEvent>,
+    /// Upstream events of the chunk being read, as the framing decoded them.
+    upstream: Vec<Upstream>,
 }
 
 enum Frames {
@@ -105,44 +114,44 @@ impl Incoming {
                 Framing::ConverseEventStream => Frames::Bedrock(converse_stream::stream()),
             },
             translator,
-            scratch: Vec::new(),
+            sse: Vec::new(),
+            upstream: Vec::new(),
         }
     }
 
     /// The client's events in `chunk`, appended to `out`.
-    pub fn push(&mut self, chunk: &[u8], out: &mut Vec<SseEvent>) {
-        let upstream = match self.translator {
-            None => &mut *out,
-            Some(_) => &mut self.scratch,
-        };
+    pub fn push(&mut self, chunk: &[u8], out: &mut Vec<ClientEvent>) {
         match &mut self.frames {
-            Frames::Sse(parser) => parser.push(chunk, upstream),
-            Frames::Bedrock(stream) => stream.push(chunk, upstream),
+            Frames::Sse(parser) => parser.push(chunk, &mut self.sse),
+            Frames::Bedrock(stream) => stream.push(chunk, &mut self.upstream),
         }
-        self.translate(out);
+        self.hand_on(out);
     }
 
     /// The upstream closed its body: its last event without a blank line, and (translated) the
     /// closing events of an answer that finished.
-    pub fn close(&mut self, out: &mut Vec<SseEvent>) {
-        let upstream = match self.translator {
-            None => &mut *out,
-            Some(_) => &mut self.scratch,
-        };
+    pub fn close(&mut self, out: &mut Vec<ClientEvent>) {
         if let Frames::Sse(parser) = &mut self.frames {
-            upstream.extend(parser.finish());
+            self.sse.extend(parser.finish());
         }
-        self.translate(out);
+        self.hand_on(out);
         if let Some(t) = &mut self.translator {
-            out.extend(t.on_end());
+            t.close(out);
         }
     }
 
-    /// Translates the events waiting in `scratch` into `out`.
-    fn translate(&mut self, out: &mut Vec<SseEvent>) {
-        if let Some(t) = &mut self.translator {
-            for ev in self.scratch.drain(..) {
-                out.extend(t.on_event(&ev));
+    /// The events waiting in `sse` and `upstream` (one of them is empty) as the client's, into
+    /// `out`: translated, or as they are.
+    fn hand_on(&mut self, out: &mut Vec<ClientEvent>) {
+        match &mut self.translator {
+            Some(t) => {
+                for ev in self.sse.drain(..).map(Upstream::Sse).chain(self.upstream.drain(..)) {
+                    t.push(&ev, out);
+                }
+            }
+            None => {
+                out.extend(self.sse.drain(..).map(ClientEvent::from));
+                out.extend(self.upstream.drain(..).map(ClientEvent::from));
             }
         }
     }
@@ -180,15 +189,13 @@ struct Seen {
 }
 
 impl Seen {
-    fn see(&mut self, ev: &SseEvent) -> EventInfo {
-        if ev.oversize {
-            // Past the event cap: whatever it said, it is malformed (SPEC §15).
-            return EventInfo {
-                malformed: true,
-                ..EventInfo::default()
-            };
+    fn see(&mut self, ev: &mut ClientEvent) -> EventInfo {
+        let info = ev.inspect(self.dialect);
+        if info.usage.is_empty() {
+            // Only an event with usage is written again (with the charge): the rest drop their
+            // JSON now.
+            ev.data = Data::NotJson;
         }
-        let info = (self.dialect.inspect)(ev);
         if self.id.is_empty() {
             if let Some(id) = &info.id {
                 self.id = id.clone();
@@ -257,8 +264,11 @@ impl Gate {
         }
     }
 
-    pub fn on_event(&mut self, ev: SseEvent) -> Before {
-        let info = self.seen.see(&ev);
+    /// One event of the client's stream (a [`SseEvent`] is one still to read).
+    pub fn on_event(&mut self, ev: impl Into<ClientEvent>) -> Before {
+        let mut ev: ClientEvent = ev.into();
+        let info = self.seen.see(&mut ev);
+        let ev = ev.ev;
         if let Some(payload) = &info.error {
             return Before::Fail(classify_error_payload(payload));
         }
@@ -329,8 +339,9 @@ impl Relay {
         self.tariff = Some(tariff);
     }
 
-    /// `ev` as sent: with `cost` in its usage when it is the final usage event.
-    fn priced(&self, ev: SseEvent, info: &EventInfo) -> Vec<u8> {
+    /// `ev` as sent: with `cost` in its usage when it is the final usage event (its JSON, as
+    /// read or written before, written again with the cost).
+    fn priced(&self, ev: ClientEvent, info: &EventInfo) -> Vec<u8> {
         let usage = self.seen.usage;
         let complete = usage.input_tokens.is_some() && usage.output_tokens.is_some();
         let Some(tariff) = self
@@ -338,24 +349,22 @@ impl Relay {
             .as_ref()
             .filter(|_| !info.usage.is_empty() && complete && self.seen.finished)
         else {
-            return ev.raw;
+            return ev.ev.raw;
         };
         let cost = micros_to_usd(tariff.settle(usage, self.seen.output_chars).cost_micros);
-        let Some(data) = with_cost(ev.data.as_bytes(), cost) else {
-            return ev.raw;
+        let Data::Json(mut v) = ev.data else {
+            return ev.ev.raw;
         };
-        let mut out = Vec::with_capacity(data.len() + 64);
-        if let Some(name) = &ev.event {
-            out.extend_from_slice(format!("event: {name}\n").as_bytes());
+        match add_cost(&mut v, cost) {
+            true => SseEvent::written(ev.ev.event.as_deref(), &v).raw,
+            false => ev.ev.raw,
         }
-        out.extend_from_slice(b"data: ");
-        out.extend_from_slice(&data);
-        out.extend_from_slice(b"\n\n");
-        out
     }
 
-    pub fn on_event(&mut self, ev: SseEvent) -> After {
-        let info = self.seen.see(&ev);
+    /// One event of the client's stream (a [`SseEvent`] is one still to read).
+    pub fn on_event(&mut self, ev: impl Into<ClientEvent>) -> After {
+        let mut ev: ClientEvent = ev.into();
+        let info = self.seen.see(&mut ev);
         if let Some(payload) = &info.error {
             let redactor = &self.seen.redactor;
             let message = classify_error_payload(payload)
@@ -364,7 +373,7 @@ impl Relay {
                 .unwrap_or_else(|| "The provider reported an error mid-stream.".to_string());
             let bytes = if self.seen.dialect.pass_error_events {
                 // As sent, but without a key in it (SPEC §15).
-                redactor.text(&String::from_utf8_lossy(&ev.raw)).into_bytes()
+                redactor.text(&String::from_utf8_lossy(&ev.ev.raw)).into_bytes()
             } else {
                 self.error_frame(&message)
             };
@@ -445,6 +454,165 @@ mod tests {
     use crate::dialects::chat::{self, STREAM as CHAT};
     use crate::dialects::messages::{self, STREAM as MESSAGES};
     use crate::dialects::responses::STREAM as RESPONSES;
+
+    /// Issue 32: an event's JSON is parsed at most once and written at most once on every path,
+    /// counted through the one parser and the one writer of event JSON (`sse::counted`): a Bedrock
+    /// frame's wrapper and the event it carries, each once (the wrapper's base64 holds the event);
+    /// a translated event read once and written once, and never read back by the gate; a native
+    /// event read once, by the gate. Only the final usage event is written once more, with the
+    /// charge in it.
+    #[test]
+    fn each_event_is_parsed_at_most_once_and_written_at_most_once() {
+        use crate::dialects::neutral::answer::AnswerContext;
+        use crate::providers::bedrock::converse_stream::testing::event;
+        use crate::providers::bedrock::eventstream::encode;
+        use crate::sse::counted;
+        use base64::Engine;
+        use serde_json::json;
+
+        let anthropic = [
+            json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
+                   "model": "c", "content": [], "usage": {"input_tokens": 7, "output_tokens": 1}}}),
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hi"}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": " there"}}),
+            json!({"type": "content_block_stop", "index": 0}),
+            json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 3}}),
+            json!({"type": "message_stop"}),
+        ];
+        let invoke: Vec<u8> = anthropic
+            .iter()
+            .flat_map(|e| {
+                let b64 = base64::engine::general_purpose::STANDARD.encode(e.to_string());
+                let payload = json!({ "bytes": b64 }).to_string();
+                encode(
+                    &[(":event-type", "chunk"), (":message-type", "event")],
+                    payload.as_bytes(),
+                )
+            })
+            .collect();
+        let messages_sse: Vec<u8> = anthropic
+            .iter()
+            .flat_map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()).into_bytes())
+            .collect();
+        let converse = [
+            ("messageStart", json!({"role": "assistant"})),
+            (
+                "contentBlockDelta",
+                json!({"contentBlockIndex": 0, "delta": {"text": "Hi there"}}),
+            ),
+            ("contentBlockStop", json!({"contentBlockIndex": 0})),
+            ("messageStop", json!({"stopReason": "end_turn"})),
+            (
+                "metadata",
+                json!({"usage": {"inputTokens": 4, "outputTokens": 2, "totalTokens": 6}}),
+            ),
+        ];
+        let converse_bytes: Vec<u8> = converse.iter().flat_map(|(k, v)| event(k, v)).collect();
+        let chat_sse: Vec<u8> = [ROLE, HI, FIN, USAGE, "[DONE]"]
+            .iter()
+            .flat_map(|d| ev(d).raw)
+            .collect();
+        // (framing, upstream, client, bytes, upstream events, parses of each in the reader)
+        let cases = [
+            (
+                Framing::BedrockEventStream,
+                Api::Messages,
+                Api::Chat,
+                &invoke,
+                anthropic.len(),
+                2,
+            ),
+            (
+                Framing::BedrockEventStream,
+                Api::Messages,
+                Api::Messages,
+                &invoke,
+                anthropic.len(),
+                2,
+            ),
+            (
+                Framing::ConverseEventStream,
+                Api::Converse,
+                Api::Messages,
+                &converse_bytes,
+                converse.len(),
+                1,
+            ),
+            (
+                Framing::Sse,
+                Api::Messages,
+                Api::Chat,
+                &messages_sse,
+                anthropic.len(),
+                1,
+            ),
+            (Framing::Sse, Api::Chat, Api::Chat, &chat_sse, 5, 0),
+        ];
+        for (framing, up, client, bytes, upstream_events, parses_each) in cases {
+            let label = format!("{framing:?} {up:?} → {client:?}");
+            let ctx = AnswerContext {
+                id: "g".into(),
+                model: "m".into(),
+                created: 1,
+                choices: 1,
+                ..AnswerContext::default()
+            };
+            let translator = (up != client).then(|| StreamTranslator::new(up, client, ctx));
+            let mut incoming = Incoming::new(framing, translator);
+            let mut events = Vec::new();
+            counted::take();
+            incoming.push(bytes, &mut events);
+            incoming.close(&mut events);
+            let (parsed, wrote) = counted::take();
+            assert_eq!(parsed, upstream_events * parses_each, "{label}: the reader's parses");
+            let written = events
+                .iter()
+                .filter(|e| matches!(e.data, Data::Json(_) | Data::Known(_)))
+                .count();
+            let unread = events.iter().filter(|e| e.data == Data::Unread).count();
+            assert_eq!(wrote, written, "{label}: each client event written once, its JSON kept");
+            assert_eq!(
+                unread,
+                if up == client && framing == Framing::Sse { 5 } else { 0 },
+                "{label}"
+            );
+
+            let dialect = StreamDialect::of(client);
+            let mut gate = Gate::new(dialect, true, false, 1, Redactor::default());
+            let mut relay: Option<Relay> = None;
+            let mut sent = Vec::new();
+            for ev in events {
+                match &mut relay {
+                    None => match gate.on_event(ev) {
+                        Before::Hold => {}
+                        Before::Commit(held) => {
+                            sent.extend(held);
+                            let mut r =
+                                std::mem::replace(&mut gate, Gate::new(dialect, true, false, 1, Redactor::default()))
+                                    .into_relay();
+                            r.price_with(tariff());
+                            relay = Some(r);
+                        }
+                        Before::Fail(v) => panic!("{label}: {v:?}"),
+                    },
+                    Some(r) => match r.on_event(ev) {
+                        After::Send(b) | After::End { bytes: b, broken: None } => sent.extend(b),
+                        After::Skip => {}
+                        other => panic!("{label}: {other:?}"),
+                    },
+                }
+            }
+            let (parsed, wrote) = counted::take();
+            assert_eq!(
+                parsed, unread,
+                "{label}: the gate and the relay parse only what nobody read"
+            );
+            assert_eq!(wrote, 1, "{label}: only the final usage event, with its charge");
+            let text = String::from_utf8(sent).unwrap();
+            assert!(text.contains("\"cost\":") && text.contains("Hi"), "{label}: {text}");
+        }
+    }
 
     /// A ConverseStream, however its bytes are cut, reaches a chat client as chat chunks that the
     /// gate commits and the relay finishes, with the upstream's usage (cache reads included).

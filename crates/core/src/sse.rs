@@ -7,6 +7,14 @@
 //! than [`MAX_EVENT_BYTES`], which comes out once as an `oversize` event holding its first bytes,
 //! the rest of it dropped (SPEC §15: it counts as malformed). Each byte is scanned once, however
 //! the input is split.
+//!
+//! Event data is parsed by [`SseEvent::json`] (a frame's by [`parse_json`]) and written by
+//! [`SseEvent::written`]: the one parser and the one writer of stream event JSON, each used at
+//! most once per event (issue 32; the tests count them). An upstream event reaches the translator
+//! or the gate as [`Upstream`] text, or as JSON a binary frame carried, already decoded.
+
+use serde::Serialize;
+use serde_json::Value;
 
 /// The largest event kept whole (SPEC §15).
 pub const MAX_EVENT_BYTES: usize = 1024 * 1024;
@@ -37,6 +45,88 @@ impl SseEvent {
             oversize: false,
         }
     }
+
+    /// An event Switchyard writes from `data` (JSON, or a typed chunk serialised as JSON), named
+    /// `name` (`event: <name>` before its one `data:` line) when it has one: the one place a
+    /// decoded or translated event is serialised.
+    pub fn written(name: Option<&str>, data: &impl Serialize) -> SseEvent {
+        counted::wrote();
+        // Serialising JSON values and the dialects' own chunk types cannot fail.
+        let data = serde_json::to_string(data).unwrap_or_default();
+        let raw = match name {
+            Some(name) => format!("event: {name}\ndata: {data}\n\n"),
+            None => format!("data: {data}\n\n"),
+        };
+        SseEvent {
+            raw: raw.into_bytes(),
+            event: name.map(str::to_string),
+            data,
+            has_data: true,
+            oversize: false,
+        }
+    }
+
+    /// Its data as JSON: `None` without data or when the data is not JSON.
+    pub fn json(&self) -> Option<Value> {
+        match self.has_data {
+            true => {
+                counted::parsed();
+                serde_json::from_str(self.data.trim()).ok()
+            }
+            false => None,
+        }
+    }
+}
+
+/// A frame's JSON payload parsed: with [`SseEvent::json`], the one parser of stream event data
+/// and of the frames that carry it, so a test can count how often an event is parsed (`counted`).
+pub fn parse_json(payload: &[u8]) -> Option<Value> {
+    counted::parsed();
+    serde_json::from_slice(payload).ok()
+}
+
+/// An upstream event as a stream reader hands it on: server-sent text still to read, or the JSON
+/// a binary frame carried, decoded where the frame was (SPEC §20) — never written out as text to
+/// be parsed again.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Upstream {
+    Sse(SseEvent),
+    /// An event of `name` (Anthropic's `type`, a Converse `:event-type`) with its data.
+    Json {
+        name: String,
+        data: Value,
+    },
+}
+
+/// How many times this thread parsed and wrote event JSON (tests prove each event is parsed
+/// and written at most once); nothing outside tests.
+pub(crate) mod counted {
+    #[cfg(test)]
+    thread_local! {
+        static COUNTS: std::cell::Cell<(usize, usize)> = const { std::cell::Cell::new((0, 0)) };
+    }
+
+    #[cfg(test)]
+    pub(crate) fn parsed() {
+        COUNTS.with(|c| c.set((c.get().0 + 1, c.get().1)));
+    }
+
+    #[cfg(test)]
+    pub(crate) fn wrote() {
+        COUNTS.with(|c| c.set((c.get().0, c.get().1 + 1)));
+    }
+
+    /// (parses, writes) since the last call.
+    #[cfg(test)]
+    pub(crate) fn take() -> (usize, usize) {
+        COUNTS.with(|c| c.replace((0, 0)))
+    }
+
+    #[cfg(not(test))]
+    pub(crate) fn parsed() {}
+
+    #[cfg(not(test))]
+    pub(crate) fn wrote() {}
 }
 
 #[derive(Debug, Default)]

@@ -56,7 +56,7 @@ use neutral::request::{Neutral, Setting, Unable, Writer};
 use crate::api::Api;
 use crate::classify::Verdict;
 use crate::error::{ApiError, ErrorShape};
-use crate::sse::SseEvent;
+use crate::sse::{SseEvent, Upstream};
 use crate::tools::{Declared, ServerTool, ServerTools, ToolUses};
 
 /// What one dialect knows. Each folder implements it once; [`of`] is the registry.
@@ -160,7 +160,9 @@ pub fn counting(api: Api) -> Option<&'static Counting> {
 /// folder has its `STREAM`.
 #[derive(Debug)]
 pub struct StreamDialect {
-    pub inspect: fn(&SseEvent) -> EventInfo,
+    /// What an event means, read from its data as JSON (`None`: it has no data, or data that is
+    /// not JSON) — parsed once, by whoever had it first.
+    pub inspect: fn(&SseEvent, Option<&Value>) -> EventInfo,
     /// (stream id, model, message) → the bytes that end a broken stream.
     pub error_frame: fn(&str, &str, &str) -> Vec<u8>,
     pub done_frame: &'static [u8],
@@ -173,6 +175,106 @@ impl StreamDialect {
     /// The stream dialect of a client API.
     pub fn of(api: Api) -> &'static StreamDialect {
         of(api).stream()
+    }
+}
+
+/// One event of the client's stream: the bytes it gets, and its data as JSON when Switchyard
+/// has it already — it wrote the event (a translation, a decoded Bedrock frame) or the gate read
+/// it — so the gate and the relay never parse what was written or read before.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClientEvent {
+    pub ev: SseEvent,
+    pub data: Data,
+}
+
+/// What is known of a [`ClientEvent`]'s data.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Data {
+    /// Text as the upstream sent it, not read yet.
+    Unread,
+    /// Its JSON (the same value its bytes carry).
+    Json(Value),
+    /// Written by Switchyard from a typed chunk: what it means, said by its writer (what the
+    /// dialect's inspector reads from its bytes; the translation tests hold the two equal). Never
+    /// a chunk with usage: the relay writes the charge into that one's [`Data::Json`].
+    Known(Box<EventInfo>),
+    /// Read, or written by Switchyard: no JSON (no data, `[DONE]`, an unreadable event).
+    NotJson,
+}
+
+impl ClientEvent {
+    /// An event Switchyard wrote from `data` (the one serialisation).
+    pub fn written(name: Option<&str>, data: Value) -> ClientEvent {
+        ClientEvent {
+            ev: SseEvent::written(name, &data),
+            data: Data::Json(data),
+        }
+    }
+
+    /// An event Switchyard wrote from a typed chunk, with what it means.
+    pub fn known(ev: SseEvent, info: EventInfo) -> ClientEvent {
+        ClientEvent {
+            ev,
+            data: Data::Known(Box::new(info)),
+        }
+    }
+
+    /// An event Switchyard wrote that carries no JSON.
+    pub fn text(ev: SseEvent) -> ClientEvent {
+        ClientEvent {
+            ev,
+            data: Data::NotJson,
+        }
+    }
+
+    /// What the event means in `dialect`: its data parsed here if nobody read it before (the one
+    /// parse of a native event), then kept for the relay (the charge goes into it).
+    pub fn inspect(&mut self, dialect: &StreamDialect) -> EventInfo {
+        if self.ev.oversize {
+            // Past the event cap: whatever it said, it is malformed (SPEC §15).
+            return EventInfo {
+                malformed: true,
+                ..EventInfo::default()
+            };
+        }
+        match &self.data {
+            Data::Unread => {
+                self.data = match self.ev.json() {
+                    Some(v) => Data::Json(v),
+                    None => Data::NotJson,
+                }
+            }
+            // Said once, taken once.
+            Data::Known(_) => {
+                if let Data::Known(info) = std::mem::replace(&mut self.data, Data::NotJson) {
+                    return *info;
+                }
+            }
+            Data::Json(_) | Data::NotJson => {}
+        }
+        let json = match &self.data {
+            Data::Json(v) => Some(v),
+            _ => None,
+        };
+        (dialect.inspect)(&self.ev, json)
+    }
+}
+
+/// An upstream's event, not read yet.
+impl From<SseEvent> for ClientEvent {
+    fn from(ev: SseEvent) -> ClientEvent {
+        ClientEvent { ev, data: Data::Unread }
+    }
+}
+
+/// An upstream event passed to a client of its own dialect: a decoded frame is written once and
+/// keeps its JSON.
+impl From<Upstream> for ClientEvent {
+    fn from(ev: Upstream) -> ClientEvent {
+        match ev {
+            Upstream::Sse(ev) => ClientEvent::from(ev),
+            Upstream::Json { name, data } => ClientEvent::written(Some(&name), data),
+        }
     }
 }
 
@@ -352,14 +454,25 @@ pub(crate) fn count(v: Option<&Value>, pointer: &str) -> Option<u64> {
 /// `response.usage` (the responses stream's `response.completed`). `None` if it has neither.
 pub fn with_cost(json: &[u8], cost_usd: f64) -> Option<Vec<u8>> {
     let mut v: Value = serde_json::from_slice(json).ok()?;
+    if !add_cost(&mut v, cost_usd) {
+        return None;
+    }
+    serde_json::to_vec(&v).ok()
+}
+
+/// Adds `cost` (USD) to the usage object of `v` as [`with_cost`] does; false if it has none.
+pub fn add_cost(v: &mut Value, cost_usd: f64) -> bool {
     let usage = match v.get("usage").is_some_and(Value::is_object) {
         true => v.get_mut("usage"),
         false => v.get_mut("response").and_then(|r| r.get_mut("usage")),
-    }?;
-    usage
-        .as_object_mut()?
-        .insert("cost".into(), serde_json::json!(cost_usd));
-    serde_json::to_vec(&v).ok()
+    };
+    match usage.and_then(Value::as_object_mut) {
+        Some(usage) => {
+            usage.insert("cost".into(), serde_json::json!(cost_usd));
+            true
+        }
+        None => false,
+    }
 }
 
 /// What one stream event means to the gateway, whatever the dialect.
@@ -861,19 +974,19 @@ impl From<NoJson> for EventInfo {
     }
 }
 
-/// An event's data as JSON and its type (the data's `type`, else the `event:` name).
-pub(crate) fn event_json(ev: &SseEvent) -> Result<(Value, String), NoJson> {
+/// An event's data as JSON (`json`, already parsed; `None` when it is not JSON) and its type (the
+/// data's `type`, else the `event:` name).
+pub(crate) fn event_json<'a>(ev: &'a SseEvent, json: Option<&'a Value>) -> Result<(&'a Value, &'a str), NoJson> {
     if !ev.has_data {
         return Err(NoJson::NoData);
     }
-    let v: Value = serde_json::from_str(ev.data.trim()).map_err(|_| NoJson::Malformed)?;
-    let kind = v
-        .get("type")
-        .and_then(Value::as_str)
-        .or(ev.event.as_deref())
-        .unwrap_or("")
-        .to_string();
-    Ok((v, kind))
+    let v = json.ok_or(NoJson::Malformed)?;
+    Ok((v, event_kind(v, ev.event.as_deref())))
+}
+
+/// An event's type: its data's `type`, else its name.
+pub(crate) fn event_kind<'a>(v: &'a Value, name: Option<&'a str>) -> &'a str {
+    v.get("type").and_then(Value::as_str).or(name).unwrap_or("")
 }
 
 /// The JSON of a frame's first `data:` line (tests of the error frames).
@@ -977,7 +1090,7 @@ mod tests {
             );
             let mut streamed = Reported::default();
             for e in &events {
-                streamed.update((of(api).stream().inspect)(&SseEvent::from_data(&e.to_string())).usage);
+                streamed.update((of(api).stream().inspect)(&SseEvent::from_data(&e.to_string()), Some(e)).usage);
             }
             let (charges, _) = tariff(10).settle(&streamed.tool_uses);
             assert_eq!(charges[0].uses, want, "{api:?} streamed");

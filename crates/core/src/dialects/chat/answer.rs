@@ -14,10 +14,10 @@ use serde_json::{json, Value};
 use crate::classify::{is_error_payload, Verdict};
 use crate::dialects::chat::{finish_reason, usage_from};
 use crate::dialects::neutral::answer::{
-    ended_for_tools, event_data, frame, index_at, items_at, text_at, Answer, AnswerContext, AnswerReader, AnswerWriter,
+    ended_for_tools, frame, index_at, items_at, text_at, Answer, AnswerContext, AnswerReader, AnswerWriter,
     CachedTokens, Choice, Event, Part, ReasoningTokens, Tokens, Unreadable, UpstreamError, MAX_CALLS,
 };
-use crate::dialects::{count, FinishReason};
+use crate::dialects::{count, ClientEvent, EventInfo, FinishReason};
 use crate::sse::SseEvent;
 
 /// A chat usage object's counts (SPEC §17) and its reasoning tokens.
@@ -58,19 +58,12 @@ pub(crate) struct Reader {
 }
 
 impl AnswerReader for Reader {
-    fn read(&mut self, ev: &SseEvent, out: &mut Vec<Event>) -> Result<(), Unreadable> {
-        if ev.has_data && ev.data.trim() == "[DONE]" {
-            out.push(Event::End);
-            return Ok(());
+    fn read(&mut self, v: &Value, _kind: &str, out: &mut Vec<Event>) {
+        if is_error_payload(v) {
+            out.push(Event::Error(UpstreamError::from_payload(v)));
+            return;
         }
-        let Some((v, _)) = event_data(ev)? else {
-            return Ok(());
-        };
-        if is_error_payload(&v) {
-            out.push(Event::Error(UpstreamError::from_payload(&v)));
-            return Ok(());
-        }
-        for choice in items_at(&v, "/choices") {
+        for choice in items_at(v, "/choices") {
             let Some(c) = index_at(choice, "/index") else {
                 continue;
             };
@@ -87,7 +80,17 @@ impl AnswerReader for Reader {
         if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
             out.push(Event::Usage(tokens(u)));
         }
-        Ok(())
+    }
+
+    /// `[DONE]`, the end; any other text is unreadable.
+    fn read_text(&mut self, data: &str, out: &mut Vec<Event>) -> Result<(), Unreadable> {
+        match data {
+            "[DONE]" => {
+                out.push(Event::End);
+                Ok(())
+            }
+            _ => Err(Unreadable),
+        }
     }
 }
 
@@ -261,22 +264,56 @@ impl Writer {
         }
     }
 
-    fn chunk(&self, choices: Vec<ChunkChoice<'_>>, usage: Option<Usage>) -> SseEvent {
-        frame(
-            None,
-            &Chunk {
-                id: &self.id,
-                object: "chat.completion.chunk",
-                created: self.ctx.created,
-                model: &self.ctx.model,
-                choices,
-                usage,
-            },
-        )
+    /// A chunk: with usage, as its JSON (the relay writes the charge into it); else with what it
+    /// means to the gateway, said here (what `chat::inspect` reads from its bytes).
+    fn chunk(&self, choices: Vec<ChunkChoice<'_>>, usage: Option<Usage>) -> ClientEvent {
+        let info = usage.is_none().then(|| self.info(&choices));
+        let chunk = Chunk {
+            id: &self.id,
+            object: "chat.completion.chunk",
+            created: self.ctx.created,
+            model: &self.ctx.model,
+            choices,
+            usage,
+        };
+        match info {
+            Some(info) => ClientEvent::known(SseEvent::written(None, &chunk), info),
+            None => frame(None, &chunk),
+        }
+    }
+
+    /// What a chunk of `choices` without usage means to the gateway, as `chat::inspect` reads it:
+    /// output of each delta (its text, reasoning and calls' names and arguments; a call is
+    /// output even when empty), each finish, the chunk's id and model.
+    fn info(&self, choices: &[ChunkChoice<'_>]) -> EventInfo {
+        let chars = |t: Option<&str>| t.map_or(0, |t| t.chars().count());
+        let mut info = EventInfo {
+            id: Some(self.id.clone()),
+            model: Some(self.ctx.model.clone()),
+            ..EventInfo::default()
+        };
+        for choice in choices {
+            let d = &choice.delta;
+            let calls = d
+                .tool_calls
+                .as_ref()
+                .map_or(0, |[c]| chars(c.function.name) + chars(Some(c.function.arguments)));
+            let output = chars(d.content) + chars(d.reasoning_content) + calls;
+            if output > 0 || d.tool_calls.is_some() {
+                info.content = true;
+                info.output_chars += output;
+            }
+            if let Some(reason) = choice.finish_reason {
+                info.finished = true;
+                info.finishes += 1;
+                info.finish = Some(finish_reason(reason));
+            }
+        }
+        info
     }
 
     /// A chunk of one choice's delta or finish.
-    fn one(&self, index: u32, delta: Delta<'_>, finish_reason: Option<&'static str>) -> SseEvent {
+    fn one(&self, index: u32, delta: Delta<'_>, finish_reason: Option<&'static str>) -> ClientEvent {
         let choice = ChunkChoice {
             index,
             delta,
@@ -302,7 +339,7 @@ impl Writer {
 }
 
 impl AnswerWriter for Writer {
-    fn write(&mut self, ev: Event, out: &mut Vec<SseEvent>) {
+    fn write(&mut self, ev: Event, out: &mut Vec<ClientEvent>) {
         match ev {
             Event::Start => {
                 let roles = (0..self.ctx.choices).map(|index| ChunkChoice {
@@ -381,12 +418,12 @@ impl AnswerWriter for Writer {
             }
             Event::Usage(t) => self.usage.update(t),
             // An error chunk: the relay ends the stream with chat's error frame (SPEC §7).
-            Event::Error(e) => out.push(frame(None, &json!({ "error": e.object_with(&[]) }))),
+            Event::Error(e) => out.push(ClientEvent::written(None, json!({ "error": e.object_with(&[]) }))),
             Event::End => {
                 if !self.usage.counts.is_empty() {
                     out.push(self.chunk(Vec::new(), Some(usage(&self.usage))));
                 }
-                out.push(SseEvent::from_data("[DONE]"));
+                out.push(ClientEvent::text(SseEvent::from_data("[DONE]")));
             }
         }
     }

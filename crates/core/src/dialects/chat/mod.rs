@@ -93,7 +93,7 @@ pub fn parse_request(bytes: &[u8]) -> Result<ClientRequest, ApiError> {
 
 /// OpenAI Chat Completions streams.
 pub const STREAM: StreamDialect = StreamDialect {
-    inspect: inspect_event,
+    inspect,
     error_frame,
     done_frame: DONE_FRAME,
     pass_error_events: false,
@@ -289,8 +289,13 @@ mod tests {
     }
 }
 
-/// What one Chat Completions stream event means to the gateway.
+/// What one Chat Completions stream event means to the gateway (its data parsed here).
 pub fn inspect_event(ev: &SseEvent) -> EventInfo {
+    inspect(ev, ev.json().as_ref())
+}
+
+/// What one Chat Completions stream event means to the gateway, its data parsed already (`json`; `None`: not JSON).
+pub fn inspect(ev: &SseEvent, json: Option<&Value>) -> EventInfo {
     if !ev.has_data {
         // A comment, a keep-alive, an empty event.
         return EventInfo {
@@ -298,22 +303,18 @@ pub fn inspect_event(ev: &SseEvent) -> EventInfo {
             ..EventInfo::default()
         };
     }
-    let data = ev.data.trim();
-    if data == "[DONE]" {
+    let Some(v) = json else {
+        // `[DONE]` is the one data that is not JSON.
+        let done = ev.data.trim() == "[DONE]";
         return EventInfo {
-            done: true,
-            ..EventInfo::default()
-        };
-    }
-    let Ok(v) = serde_json::from_str::<Value>(data) else {
-        return EventInfo {
-            malformed: true,
+            done,
+            malformed: !done,
             ..EventInfo::default()
         };
     };
-    if crate::classify::is_error_payload(&v) {
+    if crate::classify::is_error_payload(v) {
         return EventInfo {
-            error: Some(v),
+            error: Some(v.clone()),
             ..EventInfo::default()
         };
     }

@@ -14,9 +14,8 @@ use serde_json::Value;
 use crate::classify::Verdict;
 use crate::dialects::converse::{finish_reason, usage_of};
 use crate::dialects::neutral::answer::{
-    event_data, index_at, text_at, Answer, AnswerReader, Choice, Event, Part, Tokens, Unreadable, UpstreamError,
+    index_at, text_at, Answer, AnswerReader, Choice, Event, Part, Tokens, UpstreamError,
 };
-use crate::sse::SseEvent;
 
 /// Reads a Converse upstream's events.
 #[derive(Debug, Default)]
@@ -26,13 +25,10 @@ pub(crate) struct Reader {
 }
 
 impl AnswerReader for Reader {
-    fn read(&mut self, ev: &SseEvent, out: &mut Vec<Event>) -> Result<(), Unreadable> {
-        let Some((v, kind)) = event_data(ev)? else {
-            return Ok(());
-        };
-        let block = index_at(&v, "/contentBlockIndex");
-        match kind.as_str() {
-            "error" => out.push(Event::Error(UpstreamError::from_payload(&v))),
+    fn read(&mut self, v: &Value, kind: &str, out: &mut Vec<Event>) {
+        let block = index_at(v, "/contentBlockIndex");
+        match kind {
+            "error" => out.push(Event::Error(UpstreamError::from_payload(v))),
             "contentBlockStart" => {
                 if let (Some(call), Some(tool)) = (block, v.pointer("/start/toolUse")) {
                     out.push(Event::ToolStart {
@@ -86,7 +82,6 @@ impl AnswerReader for Reader {
             }
             _ => {} // messageStart, contentBlockStop, unknown events
         }
-        Ok(())
     }
 }
 

@@ -14,10 +14,10 @@ use serde_json::{json, Value};
 use crate::classify::{classify_error_payload, is_error_payload, Verdict};
 use crate::dialects::gemini::{blocked, finish_reason, usage as usage_of};
 use crate::dialects::neutral::answer::{
-    arguments_object, ended_for_tools, event_data, frame, index_at, items_at, keep, text_at, Answer, AnswerContext,
-    AnswerReader, AnswerWriter, Choice, Event, Part, Tokens, Unreadable, UpstreamError, MAX_KEPT_BYTES,
+    arguments_object, ended_for_tools, frame, index_at, items_at, keep, text_at, Answer, AnswerContext, AnswerReader,
+    AnswerWriter, Choice, Event, Part, Tokens, UpstreamError, MAX_KEPT_BYTES,
 };
-use crate::dialects::{count, FinishReason};
+use crate::dialects::{count, ClientEvent, EventInfo, FinishReason};
 use crate::sse::SseEvent;
 
 /// A response's usage counts (SPEC §17) and its thought tokens.
@@ -66,19 +66,16 @@ pub(crate) struct Reader {
 }
 
 impl AnswerReader for Reader {
-    fn read(&mut self, ev: &SseEvent, out: &mut Vec<Event>) -> Result<(), Unreadable> {
-        let Some((v, _)) = event_data(ev)? else {
-            return Ok(());
-        };
-        if let Some(error) = error_of(&v) {
+    fn read(&mut self, v: &Value, _kind: &str, out: &mut Vec<Event>) {
+        if let Some(error) = error_of(v) {
             out.push(Event::Error(error));
-            return Ok(());
+            return;
         }
         // Usage first: a `message_start` written for this chunk's content then carries its input.
         if v.get("usageMetadata").is_some_and(Value::is_object) {
-            out.push(Event::Usage(tokens(&v)));
+            out.push(Event::Usage(tokens(v)));
         }
-        for candidate in items_at(&v, "/candidates") {
+        for candidate in items_at(v, "/candidates") {
             let Some(choice) = index_at(candidate, "/index") else {
                 continue;
             };
@@ -93,7 +90,6 @@ impl AnswerReader for Reader {
                 out.push(Event::Finish { choice, reason });
             }
         }
-        Ok(())
     }
 }
 
@@ -268,16 +264,47 @@ impl Writer {
         }
     }
 
-    fn chunk(&self, candidates: Vec<Candidate<'_>>, usage_metadata: Option<UsageMetadata>) -> SseEvent {
-        frame(
-            None,
-            &Response {
-                candidates,
-                usage_metadata,
-                model_version: &self.ctx.model,
-                response_id: &self.ctx.id,
-            },
-        )
+    /// A chunk: with usage, as its JSON (the relay writes the charge into it); else with what it
+    /// means to the gateway, said here (what `gemini::inspect` reads from its bytes).
+    fn chunk(&self, candidates: Vec<Candidate<'_>>, usage_metadata: Option<UsageMetadata>) -> ClientEvent {
+        let info = usage_metadata.is_none().then(|| self.info(&candidates));
+        let response = Response {
+            candidates,
+            usage_metadata,
+            model_version: &self.ctx.model,
+            response_id: &self.ctx.id,
+        };
+        match info {
+            Some(info) => ClientEvent::known(SseEvent::written(None, &response), info),
+            None => frame(None, &response),
+        }
+    }
+
+    /// What a chunk of `candidates` without usage means to the gateway, as `gemini::inspect`
+    /// reads it: the parts' output (text, thoughts too, and a call's name and arguments as
+    /// written), the candidates that finished and the first one's reason, the id and model.
+    fn info(&self, candidates: &[Candidate<'_>]) -> EventInfo {
+        let part_chars = |p: &GeminiPart<'_>| {
+            p.text.map_or(0, |t| t.chars().count())
+                + p.function_call
+                    .as_ref()
+                    .map_or(0, |f| f.name.len() + f.args.to_string().len())
+        };
+        let output_chars: usize = candidates.iter().flat_map(|c| &c.content.parts).map(part_chars).sum();
+        let finishes = candidates
+            .iter()
+            .filter(|c| c.finish_reason.is_some_and(|r| r != "FINISH_REASON_UNSPECIFIED"))
+            .count() as u32;
+        EventInfo {
+            content: output_chars > 0,
+            output_chars,
+            finished: finishes > 0,
+            finishes,
+            finish: candidates.iter().find_map(|c| c.finish_reason).map(finish_reason),
+            id: Some(self.ctx.id.clone()),
+            model: Some(self.ctx.model.clone()),
+            ..EventInfo::default()
+        }
     }
 
     fn state(&mut self, choice: u32) -> &mut ChoiceState {
@@ -289,7 +316,7 @@ impl Writer {
     }
 
     /// Writes `choice`'s pending call, if any, as one chunk.
-    fn flush(&mut self, choice: u32, out: &mut Vec<SseEvent>) {
+    fn flush(&mut self, choice: u32, out: &mut Vec<ClientEvent>) {
         let Some(pending) = self.choices.get_mut(choice as usize).and_then(|s| s.pending.take()) else {
             return;
         };
@@ -297,13 +324,13 @@ impl Writer {
         out.push(self.chunk(vec![candidate(choice, parts, None)], None));
     }
 
-    fn part(&self, choice: u32, part: &Part) -> SseEvent {
+    fn part(&self, choice: u32, part: &Part) -> ClientEvent {
         self.chunk(vec![candidate(choice, vec![GeminiPart::of(part)], None)], None)
     }
 }
 
 impl AnswerWriter for Writer {
-    fn write(&mut self, ev: Event, out: &mut Vec<SseEvent>) {
+    fn write(&mut self, ev: Event, out: &mut Vec<ClientEvent>) {
         if let Some(choice) = ev.choice() {
             let continues = match (&ev, self.choices.get(choice as usize).and_then(|s| s.pending.as_ref())) {
                 (Event::ToolArgs { call, .. }, Some(pending)) => *call == pending.call,
@@ -349,7 +376,7 @@ impl AnswerWriter for Writer {
                     ("code", Value::from(names.http_code)),
                     ("status", Value::from(names.google_status)),
                 ]);
-                out.push(frame(None, &json!({ "error": error })));
+                out.push(ClientEvent::written(None, json!({ "error": error })));
             }
             Event::End => {
                 for choice in 0..self.ctx.choices {

@@ -224,34 +224,39 @@ pub(crate) fn blocked(v: &Value) -> Option<Value> {
                           "message": format!("content_policy: the provider blocked the prompt ({reason})")}}))
 }
 
-/// What one Gemini stream chunk means to the gateway.
+/// What one Gemini stream chunk means to the gateway (its data parsed here).
 pub fn inspect_event(ev: &SseEvent) -> EventInfo {
-    let v = match event_json(ev) {
+    inspect(ev, ev.json().as_ref())
+}
+
+/// What one Gemini stream chunk means to the gateway, its data parsed already (`json`; `None`: not JSON).
+pub fn inspect(ev: &SseEvent, json: Option<&Value>) -> EventInfo {
+    let v = match event_json(ev, json) {
         Ok((v, _)) => v,
         Err(why) => return why.into(), // a comment or keep-alive, or malformed
     };
-    if is_error_payload(&v) {
+    if is_error_payload(v) {
         return EventInfo {
-            error: Some(v),
+            error: Some(v.clone()),
             ..EventInfo::default()
         };
     }
-    if let Some(error) = blocked(&v) {
+    if let Some(error) = blocked(v) {
         return EventInfo {
             error: Some(error),
             ..EventInfo::default()
         };
     }
-    let chars = output_chars(&v);
-    let finishes = finished(&v);
+    let chars = output_chars(v);
+    let finishes = finished(v);
     EventInfo {
         content: chars > 0,
         output_chars: chars,
         finished: finishes > 0,
         finishes,
-        finish: finish(&v),
+        finish: finish(v),
         done: false,
-        usage: usage(&v),
+        usage: usage(v),
         usage_only: false,
         error: None,
         malformed: false,
@@ -290,7 +295,7 @@ pub const DONE_FRAME: &[u8] = b"";
 
 /// Google Gemini streams (`alt=sse`).
 pub const STREAM: StreamDialect = StreamDialect {
-    inspect: inspect_event,
+    inspect,
     error_frame,
     done_frame: DONE_FRAME,
     pass_error_events: true,

@@ -14,24 +14,20 @@ use serde_json::{json, Map, Value};
 use crate::classify::Verdict;
 use crate::dialects::messages::{finish_reason, usage_of};
 use crate::dialects::neutral::answer::{
-    arguments_object, ended_for_tools, event_data, frame, index_at, text_at, Answer, AnswerContext, AnswerReader,
-    AnswerWriter, Choice, Event, Part, Tokens, Unreadable, UpstreamError,
+    arguments_object, ended_for_tools, index_at, text_at, Answer, AnswerContext, AnswerReader, AnswerWriter, Choice,
+    Event, Part, Tokens, UpstreamError,
 };
-use crate::dialects::{FinishReason, Reported};
-use crate::sse::SseEvent;
+use crate::dialects::{ClientEvent, FinishReason, Reported};
 
 /// Reads a Messages upstream's events.
 #[derive(Debug, Default)]
 pub(crate) struct Reader;
 
 impl AnswerReader for Reader {
-    fn read(&mut self, ev: &SseEvent, out: &mut Vec<Event>) -> Result<(), Unreadable> {
-        let Some((v, kind)) = event_data(ev)? else {
-            return Ok(());
-        };
-        let block = index_at(&v, "/index");
-        match kind.as_str() {
-            "error" => out.push(Event::Error(UpstreamError::from_payload(&v))),
+    fn read(&mut self, v: &Value, kind: &str, out: &mut Vec<Event>) {
+        let block = index_at(v, "/index");
+        match kind {
+            "error" => out.push(Event::Error(UpstreamError::from_payload(v))),
             "message_start" => {
                 // Its output count is a placeholder; the real one comes with `message_delta`.
                 let counts = Reported {
@@ -81,7 +77,6 @@ impl AnswerReader for Reader {
             "message_stop" => out.push(Event::End),
             _ => {} // ping, content_block_stop, unknown events
         }
-        Ok(())
     }
 }
 
@@ -286,16 +281,16 @@ impl Writer {
         }
     }
 
-    fn event(out: &mut Vec<SseEvent>, kind: &str, fields: Value) {
+    fn event(out: &mut Vec<ClientEvent>, kind: &str, fields: Value) {
         let mut data = Map::new();
         data.insert("type".into(), Value::from(kind));
         if let Value::Object(fields) = fields {
             data.extend(fields);
         }
-        out.push(frame(Some(kind), &data));
+        out.push(ClientEvent::written(Some(kind), Value::Object(data)));
     }
 
-    fn start(&mut self, out: &mut Vec<SseEvent>) {
+    fn start(&mut self, out: &mut Vec<ClientEvent>) {
         if std::mem::replace(&mut self.started, true) {
             return;
         }
@@ -314,14 +309,14 @@ impl Writer {
         Writer::event(out, "message_start", json!({ "message": message }));
     }
 
-    fn close(&mut self, out: &mut Vec<SseEvent>) {
+    fn close(&mut self, out: &mut Vec<ClientEvent>) {
         if let Some((_, index)) = self.open.take() {
             Writer::event(out, "content_block_stop", json!({ "index": index }));
         }
     }
 
     /// Makes `kind` the open block (closing another), opened as `block`; its index.
-    fn open(&mut self, kind: Open, block: Block<'_>, out: &mut Vec<SseEvent>) -> u32 {
+    fn open(&mut self, kind: Open, block: Block<'_>, out: &mut Vec<ClientEvent>) -> u32 {
         self.start(out);
         if let Some((open, index)) = self.open {
             if open == kind {
@@ -340,13 +335,13 @@ impl Writer {
         index
     }
 
-    fn delta(out: &mut Vec<SseEvent>, index: u32, delta: Value) {
+    fn delta(out: &mut Vec<ClientEvent>, index: u32, delta: Value) {
         Writer::event(out, "content_block_delta", json!({ "index": index, "delta": delta }));
     }
 }
 
 impl AnswerWriter for Writer {
-    fn write(&mut self, ev: Event, out: &mut Vec<SseEvent>) {
+    fn write(&mut self, ev: Event, out: &mut Vec<ClientEvent>) {
         match ev {
             Event::Start => {} // `message_start` waits for the first block or the end
             Event::Text { text, .. } => {

@@ -67,15 +67,20 @@ fn text_len(v: Option<&Value>) -> usize {
     v.and_then(Value::as_str).map_or(0, |s| s.chars().count())
 }
 
-/// What one Messages stream event means to the gateway.
+/// What one Messages stream event means to the gateway (its data parsed here).
 pub fn inspect_event(ev: &SseEvent) -> EventInfo {
-    let (v, kind) = match event_json(ev) {
+    inspect(ev, ev.json().as_ref())
+}
+
+/// What one Messages stream event means to the gateway, its data parsed already (`json`; `None`: not JSON).
+pub fn inspect(ev: &SseEvent, json: Option<&Value>) -> EventInfo {
+    let (v, kind) = match event_json(ev, json) {
         Ok(parsed) => parsed,
         Err(why) => return why.into(), // a comment or keep-alive, or malformed
     };
     let mut info = EventInfo::default();
-    match kind.as_str() {
-        "error" => info.error = Some(v),
+    match kind {
+        "error" => info.error = Some(v.clone()),
         "message_start" => {
             let message = v.get("message");
             info.id = message
@@ -216,7 +221,7 @@ pub fn error_frame(_id: &str, _model: &str, message: &str) -> Vec<u8> {
 
 /// Anthropic Messages streams.
 pub const STREAM: StreamDialect = StreamDialect {
-    inspect: inspect_event,
+    inspect,
     error_frame,
     done_frame: DONE_FRAME,
     pass_error_events: true,

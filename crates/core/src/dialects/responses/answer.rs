@@ -16,12 +16,11 @@ use serde_json::{json, Map, Value};
 use crate::classify::{classify_error_payload, Verdict};
 use crate::dialects::count;
 use crate::dialects::neutral::answer::{
-    event_data, frame, index_at, items_at, keep, text_at, Answer, AnswerContext, AnswerReader, AnswerWriter,
-    CachedTokens, Choice, Event, Part, ReasoningTokens, Tokens, Unreadable, UpstreamError, MAX_KEPT_BYTES,
+    index_at, items_at, keep, text_at, Answer, AnswerContext, AnswerReader, AnswerWriter, CachedTokens, Choice, Event,
+    Part, ReasoningTokens, Tokens, UpstreamError, MAX_KEPT_BYTES,
 };
 use crate::dialects::responses::{failed_payload, finish_reason, usage_of};
-use crate::dialects::FinishReason;
-use crate::sse::SseEvent;
+use crate::dialects::{ClientEvent, FinishReason};
 
 /// A `response` object's usage counts (SPEC §17) and its reasoning tokens.
 fn tokens(response: Option<&Value>) -> Tokens {
@@ -36,14 +35,11 @@ fn tokens(response: Option<&Value>) -> Tokens {
 pub(crate) struct Reader;
 
 impl AnswerReader for Reader {
-    fn read(&mut self, ev: &SseEvent, out: &mut Vec<Event>) -> Result<(), Unreadable> {
-        let Some((v, kind)) = event_data(ev)? else {
-            return Ok(());
-        };
-        let delta = || text_at(&v, "/delta").map(str::to_string);
-        let call = index_at(&v, "/output_index");
-        match kind.as_str() {
-            "error" => out.push(Event::Error(UpstreamError::from_payload(&v))),
+    fn read(&mut self, v: &Value, kind: &str, out: &mut Vec<Event>) {
+        let delta = || text_at(v, "/delta").map(str::to_string);
+        let call = index_at(v, "/output_index");
+        match kind {
+            "error" => out.push(Event::Error(UpstreamError::from_payload(v))),
             "response.failed" => out.push(Event::Error(UpstreamError::from_payload(&failed_payload(
                 v.get("response"),
             )))),
@@ -95,7 +91,6 @@ impl AnswerReader for Reader {
             }
             _ => {} // lifecycle and `.done` events: what they repeat was read from the deltas
         }
-        Ok(())
     }
 }
 
@@ -484,23 +479,23 @@ impl Writer {
     }
 
     /// One event: its type, its `sequence_number` (the next), then `fields`.
-    fn emit(&mut self, out: &mut Vec<SseEvent>, kind: &str, fields: Map<String, Value>) {
+    fn emit(&mut self, out: &mut Vec<ClientEvent>, kind: &str, fields: Map<String, Value>) {
         let mut data = Map::new();
         data.insert("type".into(), Value::from(kind));
         data.insert("sequence_number".into(), Value::from(self.sequence));
         data.extend(fields);
         self.sequence += 1;
-        out.push(frame(Some(kind), &data));
+        out.push(ClientEvent::written(Some(kind), Value::Object(data)));
     }
 
-    fn emit_response(&mut self, out: &mut Vec<SseEvent>, kind: &str, response: Value) {
+    fn emit_response(&mut self, out: &mut Vec<ClientEvent>, kind: &str, response: Value) {
         let mut fields = Map::new();
         fields.insert("response".into(), response);
         self.emit(out, kind, fields);
     }
 
     /// Makes an item of `kind` the open one (a call: always a new one, numbered `call` upstream).
-    fn open(&mut self, kind: Kind<'_>, call: Option<u32>, out: &mut Vec<SseEvent>) {
+    fn open(&mut self, kind: Kind<'_>, call: Option<u32>, out: &mut Vec<ClientEvent>) {
         if call.is_none() && self.open.as_ref().is_some_and(|(item, _)| item.holds(kind)) {
             return;
         }
@@ -520,7 +515,7 @@ impl Writer {
     }
 
     /// A delta of the open item's text.
-    fn append(&mut self, delta: &str, out: &mut Vec<SseEvent>) {
+    fn append(&mut self, delta: &str, out: &mut Vec<ClientEvent>) {
         let index = self.done.len();
         let Some((item, _)) = self.open.as_mut() else {
             return;
@@ -537,7 +532,7 @@ impl Writer {
         self.emit(out, kind, fields);
     }
 
-    fn close(&mut self, out: &mut Vec<SseEvent>) {
+    fn close(&mut self, out: &mut Vec<ClientEvent>) {
         let Some((mut item, _)) = self.open.take() else {
             return;
         };
@@ -567,7 +562,7 @@ impl Writer {
 }
 
 impl AnswerWriter for Writer {
-    fn write(&mut self, ev: Event, out: &mut Vec<SseEvent>) {
+    fn write(&mut self, ev: Event, out: &mut Vec<ClientEvent>) {
         match ev {
             Event::Start => {
                 let response = json!(Response::new(&self.ctx, "in_progress", &[]));

@@ -151,9 +151,14 @@ pub(crate) fn failed_payload(response: Option<&Value>) -> Value {
     json!({ "error": error })
 }
 
-/// What one Responses stream event means to the gateway.
+/// What one Responses stream event means to the gateway (its data parsed here).
 pub fn inspect_event(ev: &SseEvent) -> EventInfo {
-    let (v, kind) = match event_json(ev) {
+    inspect(ev, ev.json().as_ref())
+}
+
+/// What one Responses stream event means to the gateway, its data parsed already (`json`; `None`: not JSON).
+pub fn inspect(ev: &SseEvent, json: Option<&Value>) -> EventInfo {
+    let (v, kind) = match event_json(ev, json) {
         Ok(parsed) => parsed,
         Err(why) => return why.into(), // a comment or keep-alive, or malformed
     };
@@ -169,8 +174,8 @@ pub fn inspect_event(ev: &SseEvent) -> EventInfo {
             .map(str::to_string),
         ..EventInfo::default()
     };
-    match kind.as_str() {
-        "error" => info.error = Some(v),
+    match kind {
+        "error" => info.error = Some(v.clone()),
         "response.failed" => info.error = Some(failed_payload(response)),
         "response.completed" | "response.incomplete" => {
             info.finished = true;
@@ -253,7 +258,7 @@ pub const DONE_FRAME: &[u8] = b"";
 
 /// OpenAI Responses streams.
 pub const STREAM: StreamDialect = StreamDialect {
-    inspect: inspect_event,
+    inspect,
     error_frame,
     done_frame: DONE_FRAME,
     pass_error_events: true,

@@ -1,7 +1,8 @@
 //! Bedrock's ConverseStream read as events (SPEC §20): each `event` frame becomes an event named
 //! by its `:event-type` (`messageStart`, `contentBlockStart`, `contentBlockDelta`,
-//! `contentBlockStop`, `messageStop`, `metadata`) carrying the frame's JSON payload, which the
-//! Converse answer reader (`dialects::neutral::answer`) turns into the client's events. An exception or
+//! `contentBlockStop`, `messageStop`, `metadata`) carrying the frame's JSON payload, parsed once
+//! here and handed on as it is (`Upstream::Json`) to the Converse answer reader
+//! (`dialects::converse::answer`), which turns it into the client's events. An exception or
 //! error frame becomes an `error` event of its class (as an InvokeModel stream's does), so the
 //! gate fails the route before content and the relay ends a committed stream with the client's
 //! error frame; a frame that fails its CRC ends the stream the same way, and nothing after it is
@@ -10,8 +11,8 @@
 use serde_json::Value;
 
 use super::eventstream::Frame;
-use super::invoke_stream::{exception_event, named, FrameStream};
-use crate::sse::SseEvent;
+use super::invoke_stream::{exception_event, FrameStream};
+use crate::sse::{parse_json, SseEvent, Upstream};
 
 /// A ConverseStream answer, read as its events.
 pub fn stream() -> FrameStream {
@@ -19,21 +20,24 @@ pub fn stream() -> FrameStream {
 }
 
 /// The event a frame stands for; `None` for a frame with no event type.
-fn event_of(frame: &Frame) -> Option<SseEvent> {
+fn event_of(frame: &Frame) -> Option<Upstream> {
     if let Some(error) = exception_event(frame) {
         return Some(error);
     }
     let kind = frame.event_type()?;
-    Some(match serde_json::from_slice::<Value>(&frame.payload) {
-        Ok(payload @ Value::Object(_)) => named(kind, &payload),
+    Some(match parse_json(&frame.payload) {
+        Some(payload @ Value::Object(_)) => Upstream::Json {
+            name: kind.to_string(),
+            data: payload,
+        },
         // Unreadable: a malformed event, as a provider's broken SSE line would be.
-        _ => SseEvent {
+        _ => Upstream::Sse(SseEvent {
             raw: b"data: {\n\n".to_vec(),
             event: Some(kind.to_string()),
             data: "{".into(),
             has_data: true,
             ..SseEvent::default()
-        },
+        }),
     })
 }
 
@@ -83,7 +87,9 @@ mod tests {
         for chunk in chunks {
             stream.push(chunk, &mut out);
         }
-        out
+        out.into_iter()
+            .map(|e| crate::dialects::ClientEvent::from(e).ev)
+            .collect()
     }
 
     #[test]

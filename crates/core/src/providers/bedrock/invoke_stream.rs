@@ -1,10 +1,11 @@
 //! Bedrock's InvokeModelWithResponseStream read as the Anthropic stream it carries (SPEC §20): each
-//! `chunk` frame holds one Messages event, base64 in `{"bytes": …}`, and becomes that event as
-//! the Anthropic API would have sent it over SSE; an exception or error frame becomes the Anthropic
-//! `error` event of its class (so the gate fails the route before content and the relay ends a
-//! committed stream with the client's error, as for any provider); a frame that fails its CRC
-//! ends the stream the same way. From there the answer is a Messages stream: relayed to a Messages
-//! client, translated for the others.
+//! `chunk` frame holds one Messages event, base64 in `{"bytes": …}`, and becomes that event —
+//! its JSON, parsed once here and handed on as it is ([`Upstream::Json`]): written as the SSE
+//! event the Anthropic API would have sent only for a Messages client, read as it is by the
+//! translator for the others. An exception or error frame becomes the Anthropic `error` event of
+//! its class (so the gate fails the route before content and the relay ends a committed stream
+//! with the client's error, as for any provider); a frame that fails its CRC ends the stream the
+//! same way.
 
 use base64::Engine;
 use serde_json::{json, Value};
@@ -12,7 +13,7 @@ use serde_json::{json, Value};
 use super::errors::classify_frame;
 use super::eventstream::{Decoder, Frame};
 use crate::classify::FailureClass;
-use crate::sse::SseEvent;
+use crate::sse::{parse_json, SseEvent, Upstream};
 
 /// One Bedrock response stream, decoded as it arrives: each frame read into its event by the
 /// API's reader ([`FrameStream::invoke`]: InvokeModel's chunks; `converse_stream::stream`:
@@ -21,14 +22,14 @@ use crate::sse::SseEvent;
 pub struct FrameStream {
     decoder: Decoder,
     frames: Vec<Frame>,
-    read: fn(&Frame) -> Option<SseEvent>,
+    read: fn(&Frame) -> Option<Upstream>,
     /// A frame failed: nothing after it can be read.
     failed: bool,
 }
 
 impl FrameStream {
     /// A stream whose frames `read` turns into events.
-    pub fn new(read: fn(&Frame) -> Option<SseEvent>) -> FrameStream {
+    pub fn new(read: fn(&Frame) -> Option<Upstream>) -> FrameStream {
         FrameStream {
             decoder: Decoder::default(),
             frames: Vec::new(),
@@ -43,7 +44,7 @@ impl FrameStream {
     }
 
     /// The events of the frames `bytes` completes, appended to `out`.
-    pub fn push(&mut self, bytes: &[u8], out: &mut Vec<SseEvent>) {
+    pub fn push(&mut self, bytes: &[u8], out: &mut Vec<Upstream>) {
         if self.failed {
             return;
         }
@@ -57,33 +58,42 @@ impl FrameStream {
 }
 
 /// The Anthropic event a frame stands for; `None` for an event of no meaning to the answer.
-fn event_of(frame: &Frame) -> Option<SseEvent> {
+fn event_of(frame: &Frame) -> Option<Upstream> {
     if let Some(error) = exception_event(frame) {
         return Some(error);
     }
     if frame.event_type() != Some("chunk") {
         return None;
     }
-    let inner = serde_json::from_slice::<Value>(&frame.payload)
-        .ok()
-        .and_then(|v| v.get("bytes")?.as_str().map(str::to_string))
-        .and_then(|b64| base64::engine::general_purpose::STANDARD.decode(b64).ok())
-        .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok());
+    let inner = parse_json(&frame.payload)
+        .and_then(|v| {
+            base64::engine::general_purpose::STANDARD
+                .decode(v.get("bytes")?.as_str()?)
+                .ok()
+        })
+        .and_then(|bytes| parse_json(&bytes));
     Some(match inner {
-        Some(event) => named(event.get("type").and_then(Value::as_str).unwrap_or("message"), &event),
+        Some(event) => Upstream::Json {
+            name: event
+                .get("type")
+                .and_then(Value::as_str)
+                .unwrap_or("message")
+                .to_string(),
+            data: event,
+        },
         // Unreadable: a malformed event, as a provider's broken SSE line would be.
-        None => SseEvent {
+        None => Upstream::Sse(SseEvent {
             raw: b"data: {\n\n".to_vec(),
             data: "{".into(),
             has_data: true,
             ..SseEvent::default()
-        },
+        }),
     })
 }
 
 /// The Anthropic `error` event whose type the classifier reads as `class` (a Converse stream's
 /// exceptions become the same event).
-pub(super) fn error_event(class: FailureClass, message: &str) -> SseEvent {
+pub(super) fn error_event(class: FailureClass, message: &str) -> Upstream {
     let kind = match class {
         FailureClass::Overloaded => "overloaded_error",
         FailureClass::RateLimited => "rate_limit_error",
@@ -92,32 +102,20 @@ pub(super) fn error_event(class: FailureClass, message: &str) -> SseEvent {
         FailureClass::InvalidRequest | FailureClass::ContextLength => "invalid_request_error",
         _ => "api_error",
     };
-    named(
-        "error",
-        &json!({"type": "error", "error": {"type": kind, "message": message}}),
-    )
+    Upstream::Json {
+        name: "error".into(),
+        data: json!({"type": "error", "error": {"type": kind, "message": message}}),
+    }
 }
 
 /// The `error` event of a frame that is not an event (an exception, an error), by its class;
 /// `None` for an event.
-pub(super) fn exception_event(frame: &Frame) -> Option<SseEvent> {
+pub(super) fn exception_event(frame: &Frame) -> Option<Upstream> {
     let verdict = classify_frame(frame)?;
     let message = verdict
         .message
         .unwrap_or_else(|| "The provider's stream reported an error.".into());
     Some(error_event(verdict.class, &message))
-}
-
-/// `event: <name>` with `data` on one line, as Anthropic's SSE carries it.
-pub(super) fn named(name: &str, data: &Value) -> SseEvent {
-    let data = data.to_string();
-    SseEvent {
-        raw: format!("event: {name}\ndata: {data}\n\n").into_bytes(),
-        event: Some(name.to_string()),
-        data,
-        has_data: true,
-        oversize: false,
-    }
 }
 
 #[cfg(test)]
@@ -144,6 +142,13 @@ mod tests {
         )
     }
 
+    /// The events as a Messages client gets them.
+    fn sse(out: &[Upstream]) -> Vec<SseEvent> {
+        out.iter()
+            .map(|e| crate::dialects::ClientEvent::from(e.clone()).ev)
+            .collect()
+    }
+
     #[test]
     fn chunks_become_the_anthropic_events_they_carry_however_the_bytes_are_split() {
         let events = [
@@ -160,6 +165,7 @@ mod tests {
             for piece in bytes.chunks(step) {
                 stream.push(piece, &mut out);
             }
+            let out = sse(&out);
             let names: Vec<_> = out.iter().map(|e| e.event.clone().unwrap()).collect();
             assert_eq!(
                 names,
@@ -194,7 +200,7 @@ mod tests {
                 ),
                 &mut out,
             );
-            let info = messages::inspect_event(&out[0]);
+            let info = messages::inspect_event(&sse(&out)[0]);
             let payload = info.error.expect("an error event");
             assert_eq!(classify_error_payload(&payload).class, class, "{exception}");
         }
@@ -206,6 +212,6 @@ mod tests {
         stream.push(&bad, &mut out);
         stream.push(&chunk(&json!({"type": "message_stop"})), &mut out);
         assert_eq!(out.len(), 1, "nothing is read after a broken frame");
-        assert!(messages::inspect_event(&out[0]).error.is_some());
+        assert!(messages::inspect_event(&sse(&out)[0]).error.is_some());
     }
 }

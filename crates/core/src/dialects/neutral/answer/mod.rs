@@ -14,6 +14,12 @@
 //! usage read from the client's fields is the upstream's (SPEC §17), and an upstream error event
 //! becomes an error event of the client's dialect that the classifier reads as the same class.
 //!
+//! Each event is decoded once and written once: a reader takes the upstream event's JSON (parsed
+//! by the translator, or decoded from a Bedrock frame), and a written client event keeps the JSON
+//! it was written from ([`ClientEvent`]), which the inspector reads instead of parsing the bytes —
+//! or, for a typed chat or Gemini chunk (serialised without building JSON), what it means to the
+//! gateway, said by its writer (the tests hold it equal to what the inspector reads).
+//!
 //! Decisions:
 //! - Every event and body carries every field its dialect's published schema requires (SPEC §21:
 //!   strict clients such as the Vercel AI SDK validate them). A count the upstream has not reported
@@ -57,8 +63,8 @@ use serde_json::{json, Map, Value};
 use crate::api::Api;
 use crate::classify::{classify_error_payload, is_error_payload, FailureClass, Verdict};
 use crate::dialects;
-use crate::dialects::{event_json, FinishReason, NoJson, Reported};
-use crate::sse::SseEvent;
+use crate::dialects::{event_kind, ClientEvent, FinishReason, Reported};
+use crate::sse::{SseEvent, Upstream};
 
 /// The most choices a translated answer carries (chat's `n` cap).
 pub const MAX_CHOICES: u32 = 128;
@@ -302,15 +308,22 @@ impl Event {
 #[derive(Debug)]
 pub(crate) struct Unreadable;
 
-/// Reads one dialect's upstream stream events.
+/// Reads one dialect's upstream stream events, their data parsed once by the translator (or
+/// decoded from a binary frame).
 pub(crate) trait AnswerReader: std::fmt::Debug {
-    /// The neutral events of one upstream event, in order.
-    fn read(&mut self, ev: &SseEvent, out: &mut Vec<Event>) -> Result<(), Unreadable>;
+    /// The neutral events of one upstream event of type `kind` (its data's `type`, else its
+    /// name) whose data is `v`, in order.
+    fn read(&mut self, v: &Value, kind: &str, out: &mut Vec<Event>);
+    /// The neutral events of an event whose data is not JSON: unreadable, except a dialect's
+    /// sentinel (chat's `[DONE]`).
+    fn read_text(&mut self, _data: &str, _out: &mut Vec<Event>) -> Result<(), Unreadable> {
+        Err(Unreadable)
+    }
 }
 
 /// Writes neutral events as one dialect's client events.
 pub(crate) trait AnswerWriter: std::fmt::Debug {
-    fn write(&mut self, ev: Event, out: &mut Vec<SseEvent>);
+    fn write(&mut self, ev: Event, out: &mut Vec<ClientEvent>);
 }
 
 fn reader(api: Api) -> Box<dyn AnswerReader> {
@@ -323,8 +336,11 @@ fn writer(api: Api, ctx: AnswerContext) -> Box<dyn AnswerWriter> {
 }
 
 /// One upstream stream translated into the client's dialect, event by event (never buffered
-/// whole). Feed it every parsed upstream event, then call [`StreamTranslator::on_end`] when the
-/// upstream closed; what comes out goes to the client dialect's `relay::Gate` and `Relay`.
+/// whole). Feed it every upstream event ([`StreamTranslator::push`]), then call
+/// [`StreamTranslator::close`] when the upstream closed; what comes out goes to the client
+/// dialect's `relay::Gate` and `Relay` with the JSON each event was written from (or what it
+/// means), so they read it without parsing it: an upstream event is parsed once (here, unless its
+/// frame was decoded already) and each client event written once.
 #[derive(Debug)]
 pub struct StreamTranslator {
     reader: Box<dyn AnswerReader>,
@@ -351,33 +367,61 @@ impl StreamTranslator {
         }
     }
 
-    /// The client events for one upstream event, each with the exact bytes to send.
-    pub fn on_event(&mut self, ev: &SseEvent) -> Vec<SseEvent> {
-        let mut out = Vec::new();
+    /// The client events for one upstream event, each with the exact bytes to send, appended to
+    /// `out`.
+    pub fn push(&mut self, ev: &Upstream, out: &mut Vec<ClientEvent>) {
         if self.closed {
-            return out;
+            return;
         }
         let mut events = Vec::new();
-        if ev.oversize || self.reader.read(ev, &mut events).is_err() {
+        let read = match ev {
+            Upstream::Json { name, data } => {
+                self.reader.read(data, event_kind(data, Some(name)), &mut events);
+                Ok(())
+            }
+            Upstream::Sse(ev) if ev.oversize => Err(Unreadable),
+            Upstream::Sse(ev) => match ev.json() {
+                Some(v) => {
+                    self.reader.read(&v, event_kind(&v, ev.event.as_deref()), &mut events);
+                    Ok(())
+                }
+                None if !ev.has_data => Ok(()), // a comment, a keep-alive
+                None => self.reader.read_text(ev.data.trim(), &mut events),
+            },
+        };
+        if read.is_err() {
             out.push(unreadable());
-            return out;
+            return;
         }
         for e in events {
-            self.write(e, &mut out);
+            self.write(e, out);
         }
-        out
     }
 
     /// The upstream closed normally: the client's closing events if every choice finished and the
     /// upstream's own end did not close the answer already (Gemini, or a sentinel never sent).
     /// Otherwise nothing — the stream is broken, and the relay ends it with the client's error
     /// frame (SPEC §7).
-    pub fn on_end(&mut self) -> Vec<SseEvent> {
-        let mut out = Vec::new();
+    pub fn close(&mut self, out: &mut Vec<ClientEvent>) {
         if !self.closed && self.finished.len() >= self.choices as usize {
-            self.write(Event::End, &mut out);
+            self.write(Event::End, out);
         }
-        out
+    }
+
+    /// [`StreamTranslator::push`] of one SSE event, as the client's bytes (tests).
+    #[cfg(test)]
+    pub(crate) fn on_event(&mut self, ev: &SseEvent) -> Vec<SseEvent> {
+        let mut out = Vec::new();
+        self.push(&Upstream::Sse(ev.clone()), &mut out);
+        out.into_iter().map(|e| e.ev).collect()
+    }
+
+    /// [`StreamTranslator::close`], as the client's bytes (tests).
+    #[cfg(test)]
+    pub(crate) fn on_end(&mut self) -> Vec<SseEvent> {
+        let mut out = Vec::new();
+        self.close(&mut out);
+        out.into_iter().map(|e| e.ev).collect()
     }
 
     /// The usage as the upstream reported it, read in its own dialect (cache writes included,
@@ -386,7 +430,7 @@ impl StreamTranslator {
         self.usage.counts
     }
 
-    fn write(&mut self, e: Event, out: &mut Vec<SseEvent>) {
+    fn write(&mut self, e: Event, out: &mut Vec<ClientEvent>) {
         if self.closed || e.choice().is_some_and(|c| c >= self.choices) {
             return;
         }
@@ -485,35 +529,16 @@ pub fn body(upstream: Api, client: Api, bytes: &[u8], ctx: &AnswerContext) -> Re
     Ok(dialects::of(client).write_answer(&answer, &ctx))
 }
 
-/// One client event: its `event:` name (Messages and Responses name theirs) and JSON data.
-pub(crate) fn frame(name: Option<&str>, data: &impl Serialize) -> SseEvent {
+/// One client event of typed `data` kept as JSON beside its bytes (a chat or Gemini chunk with
+/// usage: the relay writes the charge into it).
+pub(crate) fn frame(name: Option<&str>, data: &impl Serialize) -> ClientEvent {
     // Serializing the module's own types and JSON values cannot fail.
-    let data = serde_json::to_string(data).unwrap_or_default();
-    let raw = match name {
-        Some(name) => format!("event: {name}\ndata: {data}\n\n"),
-        None => format!("data: {data}\n\n"),
-    };
-    SseEvent {
-        raw: raw.into_bytes(),
-        event: name.map(str::to_string),
-        data,
-        has_data: true,
-        oversize: false,
-    }
+    ClientEvent::written(name, serde_json::to_value(data).unwrap_or_default())
 }
 
 /// What an unreadable upstream event becomes: an event every client inspector reads as malformed.
-fn unreadable() -> SseEvent {
-    SseEvent::from_data("(unreadable upstream event)")
-}
-
-/// An event's JSON and type, `None` for a keep-alive (no data).
-pub(crate) fn event_data(ev: &SseEvent) -> Result<Option<(Value, String)>, Unreadable> {
-    match event_json(ev) {
-        Ok(parsed) => Ok(Some(parsed)),
-        Err(NoJson::NoData) => Ok(None),
-        Err(NoJson::Malformed) => Err(Unreadable),
-    }
+fn unreadable() -> ClientEvent {
+    ClientEvent::text(SseEvent::from_data("(unreadable upstream event)"))
 }
 
 /// A non-empty string at `pointer`.

@@ -39,7 +39,7 @@ pub(super) fn pairs() -> Vec<(Api, Api)> {
 fn sse(api: Api, data: &Value) -> SseEvent {
     match api {
         Api::Converse => unreachable!("Converse has its own tests"),
-        Api::Messages | Api::Responses => frame(Some(data["type"].as_str().unwrap_or_default()), data),
+        Api::Messages | Api::Responses => frame(Some(data["type"].as_str().unwrap_or_default()), data).ev,
         Api::Chat | Api::Gemini => SseEvent::from_data(&data.to_string()),
     }
 }
@@ -1037,7 +1037,11 @@ fn reasoning_read(api: Api, events: &[SseEvent]) -> Option<u64> {
     let mut tokens = Tokens::default();
     for ev in events {
         let mut out = Vec::new();
-        read.read(ev, &mut out).unwrap();
+        match ev.json() {
+            Some(v) => read.read(&v, crate::dialects::event_kind(&v, ev.event.as_deref()), &mut out),
+            None if ev.has_data => read.read_text(ev.data.trim(), &mut out).unwrap(),
+            None => {}
+        }
         for e in out {
             if let Event::Usage(t) = e {
                 tokens.update(t);
@@ -1971,6 +1975,75 @@ fn a_call_to_a_flattened_namespace_tool_is_written_back_with_its_namespace() {
         for item in added {
             let expected = (item["name"] == "get_weather").then_some("places");
             assert_eq!(item["namespace"].as_str(), expected, "{up:?}: {item}");
+        }
+    }
+}
+
+/// Issue 32: a translated event carries the JSON its bytes were written from, or what it means
+/// (a typed chat or Gemini chunk), so the gate reads it without parsing them — the same value, and
+/// the same meaning to the gateway, as parsing the bytes gives; an event written without JSON
+/// (`[DONE]`, an unreadable one) says so.
+fn check_carried_json(client: Api, out: &[crate::dialects::ClientEvent]) {
+    use crate::dialects::{Data, StreamDialect};
+    for e in out {
+        let parsed = e.ev.json();
+        match &e.data {
+            Data::Json(v) => assert_eq!(Some(v), parsed.as_ref(), "{client:?}"),
+            Data::Known(info) => {
+                assert!(parsed.is_some(), "{client:?}: {:?}", e.ev.data);
+                assert!(info.usage == Reported::default(), "{client:?}: a usage event keeps its JSON");
+            }
+            Data::NotJson => assert_eq!(parsed, None, "{client:?}: {:?}", e.ev.data),
+            Data::Unread => panic!("{client:?}: a written event is never unread"),
+        }
+        let mut carried = e.clone();
+        assert_eq!(
+            carried.inspect(StreamDialect::of(client)),
+            inspect(client, &e.ev),
+            "{client:?}: {:?}",
+            e.ev.data
+        );
+    }
+}
+
+/// Every pair's translation of `events`, as the relay gets it.
+fn translate_carried(up: Api, client: Api, events: &[SseEvent], choices: u32) -> Vec<crate::dialects::ClientEvent> {
+    let mut t = StreamTranslator::new(up, client, ctx(choices));
+    let mut out = Vec::new();
+    for e in events {
+        t.push(&Upstream::Sse(e.clone()), &mut out);
+    }
+    t.close(&mut out);
+    out
+}
+
+#[test]
+fn a_translated_event_carries_the_json_its_bytes_say() {
+    for (up, client) in pairs() {
+        for scenario in [Scenario::Text, Scenario::Tools, Scenario::Reasoning] {
+            check_carried_json(client, &translate_carried(up, client, &upstream(up, scenario), 1));
+        }
+    }
+    for (up, error) in upstream_errors() {
+        for client in ALL.into_iter().filter(|c| *c != up) {
+            let mut events = until_content(up);
+            events.push(error.clone());
+            check_carried_json(client, &translate_carried(up, client, &events, 1));
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn arbitrary_translated_events_carry_the_json_their_bytes_say(
+        events in proptest::collection::vec((any::<u8>(), "[a-z{}\"\\[\\]:, ]{0,12}", any::<u64>()), 0..40),
+        choices in 1u32..4,
+    ) {
+        for (up, client) in pairs() {
+            let events: Vec<SseEvent> = events.iter().map(|(k, t, n)| arbitrary_event(up, *k, t, *n)).collect();
+            check_carried_json(client, &translate_carried(up, client, &events, choices));
         }
     }
 }
