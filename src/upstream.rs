@@ -129,9 +129,6 @@ pub struct Failed {
     pub http_status: Option<u16>,
 }
 
-/// Bedrock's stream framing (SPEC §20); the client gets it as server-sent events.
-const EVENT_STREAM: &str = "application/vnd.amazon.eventstream";
-
 /// The largest whole answer read from an upstream (SPEC §15): past it, `bad_response`.
 const MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;
 /// How much of an error body is read to classify it.
@@ -339,12 +336,7 @@ pub async fn attempt(
         .ok()
         .flatten()
         .unwrap_or_default();
-    let framing = match content_type.as_str() {
-        t if t.starts_with("text/event-stream") => Some(Framing::Sse),
-        t if t.starts_with(EVENT_STREAM) && wire.api == Api::Converse => Some(Framing::ConverseEventStream),
-        t if t.starts_with(EVENT_STREAM) => Some(Framing::BedrockEventStream),
-        _ => None,
-    };
+    let framing = Framing::of(&content_type, wire.api);
     if let (true, Some(framing)) = (request.stream, framing) {
         // The client gets server-sent events, whatever framing the route used.
         let content_type = match framing {

@@ -10,6 +10,7 @@
 //! stream ends with the dialect's error frame — never a silent close, never a splice from another
 //! route.
 
+use crate::api::Api;
 use crate::classify::{classify_error_payload, Verdict};
 use crate::dialects::neutral::answer::StreamTranslator;
 use crate::dialects::{add_cost, ClientEvent, Data, EventInfo, Reported, StreamDialect};
@@ -78,6 +79,22 @@ pub enum Framing {
     BedrockEventStream,
     /// The same framing, of the Converse API (`converse` routes).
     ConverseEventStream,
+}
+
+/// Bedrock's stream framing's content type (SPEC §20); the client gets it as server-sent events.
+const EVENT_STREAM: &str = "application/vnd.amazon.eventstream";
+
+impl Framing {
+    /// How a stream answered with `content_type` by a route speaking `api` is framed; `None` for
+    /// an answer that is not a stream (often an error object).
+    pub fn of(content_type: &str, api: Api) -> Option<Framing> {
+        match content_type {
+            t if t.starts_with("text/event-stream") => Some(Framing::Sse),
+            t if t.starts_with(EVENT_STREAM) && api == Api::Converse => Some(Framing::ConverseEventStream),
+            t if t.starts_with(EVENT_STREAM) => Some(Framing::BedrockEventStream),
+            _ => None,
+        }
+    }
 }
 
 /// An upstream stream's bytes as the client's events: read from its framing and — when the route
@@ -449,11 +466,23 @@ impl Relay {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::Api;
     use crate::classify::FailureClass;
     use crate::dialects::chat::{self, STREAM as CHAT};
     use crate::dialects::messages::{self, STREAM as MESSAGES};
     use crate::dialects::responses::STREAM as RESPONSES;
+
+    /// The framing by content type and route dialect: server-sent events, Bedrock's frames (of
+    /// InvokeModel, or of the Converse API on a `converse` route), or no stream at all.
+    #[test]
+    fn a_stream_is_framed_by_its_content_type_and_the_routes_dialect() {
+        let sse = "text/event-stream; charset=utf-8";
+        let frames = "application/vnd.amazon.eventstream";
+        assert_eq!(Framing::of(sse, Api::Chat), Some(Framing::Sse));
+        assert_eq!(Framing::of(frames, Api::Messages), Some(Framing::BedrockEventStream));
+        assert_eq!(Framing::of(frames, Api::Converse), Some(Framing::ConverseEventStream));
+        assert_eq!(Framing::of("application/json", Api::Converse), None);
+        assert_eq!(Framing::of("", Api::Chat), None);
+    }
 
     /// Issue 32: an event's JSON is parsed at most once and written at most once on every path,
     /// counted through the one parser and the one writer of event JSON (`sse::counted`): a Bedrock
