@@ -16,6 +16,7 @@ use switchyard_core::catalog::Price;
 use switchyard_core::dialects::neutral::answer::{AnswerContext, StreamTranslator};
 use switchyard_core::dialects::StreamDialect;
 use switchyard_core::generation::{Tariff, UsageLimits};
+use switchyard_core::providers::bedrock::eventstream::encode;
 use switchyard_core::redact::Redactor;
 use switchyard_core::relay::{After, Before, Framing, Gate, Incoming};
 
@@ -105,7 +106,7 @@ fn invoke_frames() -> Vec<u8> {
         .iter()
         .flat_map(|e| {
             let payload = json!({"bytes": base64(e.to_string().as_bytes()), "p": "abcdefghij"}).to_string();
-            frame(
+            encode(
                 &[
                     (":event-type", "chunk"),
                     (":content-type", "application/json"),
@@ -122,7 +123,7 @@ fn converse_frames() -> Vec<u8> {
     converse()
         .iter()
         .flat_map(|(kind, payload)| {
-            frame(
+            encode(
                 &[
                     (":event-type", kind),
                     (":content-type", "application/json"),
@@ -132,43 +133,6 @@ fn converse_frames() -> Vec<u8> {
             )
         })
         .collect()
-}
-
-/// An event-stream frame (headers of string type), CRCs and all.
-fn frame(headers: &[(&str, &str)], payload: &[u8]) -> Vec<u8> {
-    let mut h = Vec::new();
-    for (name, value) in headers {
-        h.push(name.len() as u8);
-        h.extend_from_slice(name.as_bytes());
-        h.push(7);
-        h.extend_from_slice(&(value.len() as u16).to_be_bytes());
-        h.extend_from_slice(value.as_bytes());
-    }
-    let total = (12 + h.len() + payload.len() + 4) as u32;
-    let mut out = Vec::new();
-    out.extend_from_slice(&total.to_be_bytes());
-    out.extend_from_slice(&(h.len() as u32).to_be_bytes());
-    out.extend_from_slice(&crc32(&out).to_be_bytes());
-    out.extend_from_slice(&h);
-    out.extend_from_slice(payload);
-    out.extend_from_slice(&crc32(&out).to_be_bytes());
-    out
-}
-
-/// CRC-32 (IEEE, zlib's), bit by bit: only the fixtures use it.
-fn crc32(bytes: &[u8]) -> u32 {
-    let mut crc = !0u32;
-    for &b in bytes {
-        crc ^= u32::from(b);
-        for _ in 0..8 {
-            crc = if crc & 1 == 1 {
-                (crc >> 1) ^ 0xEDB8_8320
-            } else {
-                crc >> 1
-            };
-        }
-    }
-    !crc
 }
 
 /// Standard base64 with padding.

@@ -267,9 +267,9 @@ fn to_usize(n: u32) -> usize {
     usize::try_from(n).unwrap_or(usize::MAX)
 }
 
-/// A frame as Bedrock encodes it (headers of string type), CRCs and all: what the tests decode.
-#[cfg(test)]
-pub(crate) fn encode(headers: &[(&str, &str)], payload: &[u8]) -> Vec<u8> {
+/// A frame as Bedrock encodes it (headers of string type), CRCs and all: what the tests and the
+/// stream benchmark (`crates/bench`) decode. The Worker never encodes one.
+pub fn encode(headers: &[(&str, &str)], payload: &[u8]) -> Vec<u8> {
     let mut h = Vec::new();
     for (name, value) in headers {
         h.push(name.len() as u8);
