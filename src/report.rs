@@ -19,12 +19,13 @@ use switchyard_core::catalog::Catalog;
 use switchyard_core::flight::{Flight, Rules, Step};
 use switchyard_core::health::ModelHealth;
 use switchyard_core::status::{self, Report};
+use switchyard_core::ApiError;
 use worker::{durable_object, DurableObject, Env, Request, Response, State};
 
 use crate::health;
 use crate::object;
 use crate::runtime::clock::{now_ms, sleep};
-use crate::store::Store;
+use crate::store::{self, Store};
 
 /// How a report is refreshed (`switchyard_core::flight`), by the status object and by each
 /// isolate's copy of it: the same report for 3 s, one build (or fetch) at a time — the calls
@@ -130,7 +131,7 @@ impl DurableObject for StatusObject {
                 (Step::Fresh | Step::Stale, Some((text, _))) => return Response::ok(text.as_str()),
                 (Step::Wait(ms), _) => sleep(ms).await,
                 _ => {
-                    let built = self.build(now).await;
+                    let built = self.build(ask.version, now).await;
                     self.building.borrow_mut().done(built.is_ok(), now_ms(), &REPORT);
                     let (text, version) = built?;
                     *self.last.borrow_mut() = Some((text.clone(), version, now));
@@ -142,13 +143,17 @@ impl DurableObject for StatusObject {
 }
 
 impl StatusObject {
-    /// The report of the stored catalog, as sent, and the catalog's version.
-    async fn build(&self, now: u64) -> worker::Result<(Rc<String>, i64)> {
-        let store = Store::new(&self.env).map_err(|e| worker::Error::RustError(format!("{e:?}")))?;
-        let (catalog, version) = store
-            .load_catalog()
-            .await
-            .map_err(|e| worker::Error::RustError(format!("{e:?}")))?;
+    /// The report of the catalog — this isolate's copy (no D1 read while it is young), or the
+    /// stored one when the copy is older than the `asked` version — as sent, and its version.
+    async fn build(&self, asked: i64, now: u64) -> worker::Result<(Rc<String>, i64)> {
+        let failed = |e: ApiError| worker::Error::RustError(format!("{e:?}"));
+        let store = Store::new(&self.env).map_err(failed)?;
+        let mut catalog = store.catalog().await.map_err(failed)?;
+        let mut version = store::catalog_version(&catalog);
+        if version < asked {
+            let (stored, stored_version) = store.load_catalog().await.map_err(failed)?;
+            (catalog, version) = (Rc::new(stored), stored_version);
+        }
         let report = build(&self.env, &catalog, now).await;
         let text = serde_json::to_string(&Published { version, report })?;
         Ok((Rc::new(text), version))
