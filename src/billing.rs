@@ -270,13 +270,20 @@ thread_local! {
 }
 
 /// Settles a request: writes a fast-path hold not written yet (or waits for the write under way),
-/// releases the hold, charges `record.total_cost_micros`, writes the ledger row and the
-/// generation. Runs inside `ctx.wait_until`. Settlements of the same isolate share one D1 batch
+/// releases the hold, charges `record.total_cost_micros`, writes the ledger row, and keeps the
+/// record (`crate::records`). Runs inside `ctx.wait_until`. Settlements of the same isolate share one D1 batch
 /// ([`SETTLE_BATCH`]): the first one queued waits and writes them all; the others wait on their
 /// own timers until it is written. A batch D1 refused rejoins the queue and is written with the
 /// next one 200 ms later (`batch::run`), at most three times, then goes to the outbox; a rider
 /// whose writer's task died writes its own alone. The batch is one transaction.
 pub async fn settle(env: Env, faults: Faults, hold: Option<Hold>, record: GenerationRecord) {
+    // The record is kept apart from the books (SPEC §22), beside the settlement.
+    let kept = crate::records::keep(&env, faults, record.clone());
+    futures_util::future::join(settle_money(&env, faults, hold, record), kept).await;
+}
+
+/// The money half of [`settle`].
+async fn settle_money(env: &Env, faults: Faults, hold: Option<Hold>, record: GenerationRecord) {
     let started = now_ms();
     let mut unwritten = None;
     if let Some(fast) = hold.as_ref().and_then(|h| h.fast.as_ref()) {
@@ -306,12 +313,11 @@ pub async fn settle(env: Env, faults: Faults, hold: Option<Hold>, record: Genera
                 "{{\"event\":\"drill_settlement_writer_died\",\"items\":{}}}",
                 lead.items.len()
             ),
-            Turn::Alone(item) => settle_alone(&env, faults, &item, started).await,
+            Turn::Alone(item) => settle_alone(env, faults, &item, started).await,
             Turn::Done => {}
         }
         return;
     }
-    let env = &env;
     let outcome = batch::run(
         &SETTLEMENTS,
         &key,
@@ -333,6 +339,7 @@ pub async fn settle(env: Env, faults: Faults, hold: Option<Hold>, record: Genera
 /// A settlement that could not be written from where it was polled (no I/O there, see
 /// `clock::in_request`): queued for the isolate's next settlement to write with its own.
 pub fn leave(hold: Option<Hold>, record: GenerationRecord) {
+    crate::records::leave(record.clone());
     let unwritten = hold
         .as_ref()
         .and_then(|h| h.fast.as_ref())
@@ -412,12 +419,18 @@ pub async fn sweep(env: &Env) -> Result<usize, ApiError> {
     Ok(swept)
 }
 
-/// The ledger's retention run (SPEC §22, core `rollup`): week-old charges into hourly totals,
-/// five-week-old hours into days. From the cron trigger, after the sweep.
+/// The retention run (SPEC §22, core `rollup`): week-old charges into hourly totals, five-week-old
+/// hours into days, then old `settled` marks and `generations` rows deleted. From the cron
+/// trigger, after the sweep.
 pub async fn roll_up(env: &Env) -> Result<(), ApiError> {
-    let (charges, days) = Store::new(env)?.roll_up_ledger(now_ms()).await?;
+    let store = Store::new(env)?;
+    let (charges, days) = store.roll_up_ledger(now_ms()).await?;
     if charges + days > 0 {
         worker::console_log!("{{\"event\":\"ledger_rolled_up\",\"charges\":{charges},\"hourly_totals\":{days}}}");
+    }
+    let (marks, generations) = store.forget_old(now_ms()).await?;
+    if marks + generations > 0 {
+        worker::console_log!("{{\"event\":\"retention\",\"settled_marks\":{marks},\"generation_rows\":{generations}}}");
     }
     Ok(())
 }

@@ -29,7 +29,8 @@
 //!   apart; `…-unreadable`: a settlement the outbox keeps is stored in a shape no code reads;
 //! - a model id: `fault-leak-slots`: its slots are neither renewed nor given back;
 //!   `fault-settle-writer-dies`: (for such an account) its settlement's writer dies holding the
-//!   batch; `fault-health-hang` / `fault-health-throw`: its health object hangs or throws.
+//!   batch; `fault-health-hang` / `fault-health-throw`: its health object hangs or throws;
+//!   `fault-records-throw`: the records objects throw on its records and pins.
 
 use std::cell::Cell;
 use std::future::Future;
@@ -245,6 +246,11 @@ impl Faults {
         .into_iter()
         .find(|(n, _)| name.contains(n))
         .map(|(_, drill)| drill)
+    }
+
+    /// The drill to send to a records object with a record of `model`: `fault-records-throw`.
+    pub fn records_object(&self, model: &str) -> Option<ObjectDrill> {
+        (self.on() && model.contains("fault-records-throw")).then_some(ObjectDrill::Throw)
     }
 
     /// The drill to send to the outbox with a settlement of `account`: its id ends `-unreadable`.

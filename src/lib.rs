@@ -16,6 +16,7 @@ mod limits;
 mod object;
 mod outbox;
 mod proxy;
+mod records;
 mod relay;
 mod report;
 mod runtime;

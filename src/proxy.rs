@@ -28,6 +28,7 @@ use switchyard_core::ApiError;
 use wasm_bindgen::JsCast;
 use worker::{Context, Env, Headers, Response, ResponseBuilder};
 
+use crate::records;
 use crate::billing::{self, HoldRequest};
 use crate::faults::Faults;
 use crate::finish::{self, Record};
@@ -278,7 +279,7 @@ async fn pin(call: &Call, model: &Model, plan: &mut Plan, response_id: &str) -> 
     let store = Store::new(&call.env)?;
     let give_up = now_ms().saturating_add(PIN_WAIT_MS);
     let route = loop {
-        match store.response_route(&call.key.account_id, response_id).await? {
+        match records::pinned_route(&call.env, &store, &call.key.account_id, response_id).await? {
             Some(route) => break Some(route),
             None if now_ms() < give_up => sleep(200).await,
             None => break None,

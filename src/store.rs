@@ -14,8 +14,8 @@ use switchyard_core::admin::{NewAccount, NewKey};
 use switchyard_core::catalog::Catalog;
 use switchyard_core::generation::{AttemptRecord, GenerationRecord};
 use switchyard_core::keys::UnknownKeys;
-use switchyard_core::rollup;
 use switchyard_core::ApiError;
+use switchyard_core::{records, rollup};
 use wasm_bindgen::JsValue;
 use worker::{D1Database, D1PreparedStatement, Env};
 
@@ -617,21 +617,11 @@ impl Store {
         has_hold: bool,
         unwritten: Option<&HoldRow>,
     ) -> Result<Vec<D1PreparedStatement>, ApiError> {
-        let opt_u = |v: Option<u64>| v.map_or(JsValue::NULL, |n| JsValue::from_f64(n as f64));
         let gen_id = JsValue::from_str(&g.id);
         let charge = num(g.total_cost_micros);
         let account = JsValue::from_str(&g.account_id);
         let key = JsValue::from_str(&g.key_id);
         let now = num(now_ms() as i64);
-        let attempts_json = serde_json::to_string(&g.attempts).map_err(|_| ApiError::Internal {
-            label: "attempts_encode",
-        })?;
-        let server_tools_json = match g.server_tools.is_empty() {
-            true => None,
-            false => Some(serde_json::to_string(&g.server_tools).map_err(|_| ApiError::Internal {
-                label: "server_tools_encode",
-            })?),
-        };
         let mut statements = match unwritten {
             Some(h) => self.hold_unchecked_statements(h)?,
             None => Vec::new(),
@@ -653,15 +643,55 @@ impl Store {
             )?);
             statements.push(self.stmt(
                 &format!(
-                    "INSERT INTO ledger (account_id, kind, amount_micros, generation_id, key_id, estimated, created_at) \
-                     SELECT ?3, 'charge', ?2, ?1, ?4, ?5, ?6 WHERE ?2 > 0 AND {UNSETTLED}"
+                    "INSERT INTO ledger (account_id, kind, amount_micros, generation_id, key_id, estimated, created_at, model) \
+                     SELECT ?3, 'charge', ?2, ?1, ?4, ?5, ?6, ?7 WHERE ?2 > 0 AND {UNSETTLED}"
                 ),
-                &[gen_id.clone(), charge.clone(), account, key, opt_bool(Some(g.estimated)), now],
+                &[
+                    gen_id.clone(),
+                    charge.clone(),
+                    account,
+                    key,
+                    opt_bool(Some(g.estimated)),
+                    now.clone(),
+                    JsValue::from_str(&g.model),
+                ],
+            )?);
+            // What proves it settled once its hold is gone, when no charge does (SPEC §22).
+            statements.push(self.stmt(
+                "INSERT OR IGNORE INTO settled (generation_id, created_at) SELECT ?1, ?2 \
+                 WHERE NOT EXISTS (SELECT 1 FROM ledger WHERE generation_id = ?1)",
+                &[gen_id.clone(), now],
             )?);
             // Last of the money statements: the hold goes with the settlement that charged it.
             statements.push(self.stmt("DELETE FROM holds WHERE generation_id = ?1", &[gen_id])?);
         }
-        statements.push(self.stmt(
+        Ok(statements)
+    }
+
+    /// Writes records to the `generations` table: where a record goes that its records object
+    /// would not take (`crate::records`), found there by the same lookup. `INSERT OR IGNORE`: a
+    /// record written twice is written once.
+    pub async fn keep_generations(&self, records: &[&GenerationRecord]) -> Result<(), ApiError> {
+        let mut statements = Vec::with_capacity(records.len());
+        for g in records {
+            statements.push(self.generation_statement(g)?);
+        }
+        timely(self.db.batch(statements), "generations_keep").await.map(drop)
+    }
+
+    /// The `generations` row of one record.
+    fn generation_statement(&self, g: &GenerationRecord) -> Result<D1PreparedStatement, ApiError> {
+        let opt_u = |v: Option<u64>| v.map_or(JsValue::NULL, |n| JsValue::from_f64(n as f64));
+        let attempts_json = serde_json::to_string(&g.attempts).map_err(|_| ApiError::Internal {
+            label: "attempts_encode",
+        })?;
+        let server_tools_json = match g.server_tools.is_empty() {
+            true => None,
+            false => Some(serde_json::to_string(&g.server_tools).map_err(|_| ApiError::Internal {
+                label: "server_tools_encode",
+            })?),
+        };
+        self.stmt(
             "INSERT OR IGNORE INTO generations (id, account_id, key_id, model, api, stream, outcome, route, provider, \
              input_tokens, output_tokens, estimated, delivered_output, error_code, total_cost_micros, created_at, duration_ms, \
              hold_path, attempts_json, overrun_micros, cache_read_tokens, cache_write_tokens, cache_write_1h_tokens, \
@@ -696,8 +726,7 @@ impl Store {
                 opt_str(g.upstream_response_id.as_deref()),
                 opt_str(server_tools_json.as_deref()),
             ],
-        )?);
-        Ok(statements)
+        )
     }
 
     // ---- holds --------------------------------------------------------------------------------
@@ -723,31 +752,38 @@ impl Store {
         or_ignore: bool,
     ) -> Result<D1PreparedStatement, ApiError> {
         // A fast-path row may be written again (a replay, a late deferred write): never for a
-        // generation already settled — its charge in the ledger or its generation row proves it,
-        // as its hold row is gone (SPEC §22).
+        // generation already settled — its charge in the ledger or its `settled` mark proves it
+        // (a `generations` row, for settlements from before records left D1) — nor once its hold
+        // expired more than [`EXPIRED_KEPT_MS`] ago, when those proofs may be rolled up (SPEC §22,
+        // core `settlement::Books`).
         let guard = match (guarded, or_ignore) {
-            (true, _) => " WHERE changes() = 1",
-            (false, true) => {
+            (true, _) => " WHERE changes() = 1".to_string(),
+            (false, true) => format!(
                 " WHERE NOT EXISTS (SELECT 1 FROM ledger WHERE generation_id = ?1) \
-                 AND NOT EXISTS (SELECT 1 FROM generations WHERE id = ?1)"
-            }
-            (false, false) => "",
+                 AND NOT EXISTS (SELECT 1 FROM settled WHERE generation_id = ?1) \
+                 AND NOT EXISTS (SELECT 1 FROM generations WHERE id = ?1) AND ?7 + {EXPIRED_KEPT_MS} > ?8"
+            ),
+            (false, false) => String::new(),
         };
         let or = if or_ignore { " OR IGNORE" } else { "" };
+        let mut args = vec![
+            JsValue::from_str(&h.generation_id),
+            JsValue::from_str(&h.account),
+            JsValue::from_str(&h.key_id),
+            num(h.amount),
+            JsValue::from_str(path),
+            num(h.now as i64),
+            num(h.expires_at as i64),
+        ];
+        if !guarded && or_ignore {
+            args.push(num(now_ms() as i64));
+        }
         self.stmt(
             &format!(
                 "INSERT{or} INTO holds (generation_id, account_id, key_id, amount_micros, path, state, created_at, expires_at) \
                  SELECT ?1, ?2, ?3, ?4, ?5, 'open', ?6, ?7{guard}"
             ),
-            &[
-                JsValue::from_str(&h.generation_id),
-                JsValue::from_str(&h.account),
-                JsValue::from_str(&h.key_id),
-                num(h.amount),
-                JsValue::from_str(path),
-                num(h.now as i64),
-                num(h.expires_at as i64),
-            ],
+            &args,
         )
     }
 
@@ -874,7 +910,7 @@ impl Store {
             self.stmt(
                 &add_to_totals(
                     "SELECT l.account_id, COALESCE(l.key_id, ''), \
-                     COALESCE((SELECT g.model FROM generations g WHERE g.id = l.generation_id), ''), 'hour', \
+                     COALESCE(l.model, (SELECT g.model FROM generations g WHERE g.id = l.generation_id), ''), 'hour', \
                      (l.created_at / 3600000) * 3600000, SUM(l.amount_micros), COUNT(*), SUM(l.estimated) \
                      FROM ledger l WHERE l.kind = 'charge' AND l.created_at < ?1 GROUP BY 1, 2, 3, 5",
                 ),
@@ -903,6 +939,35 @@ impl Store {
         ];
         let days = changes(&timely(self.db.batch(hours), "rollup_hours").await?, 1);
         Ok((rolled, days))
+    }
+
+    /// The rest of the retention run (SPEC §22): `settled` marks as old as the charges the roll-up
+    /// takes (their holds expired over a week ago, too old to be written again), and the oldest
+    /// `generations` rows — from before records left D1, or records their object would not take —
+    /// once [`records::KEPT_DAYS`] old. Each at most [`RETAIN_STEP`] rows a run; the rows looked at
+    /// are the oldest by insertion, so a run's work is bounded however large the table. Returns
+    /// (marks, generation rows) deleted.
+    pub async fn forget_old(&self, now_ms: u64) -> Result<(usize, usize), ApiError> {
+        let marks_before = now_ms.saturating_sub(rollup::RAW_KEPT_MS);
+        let records_before = now_ms.saturating_sub(records::KEPT_DAYS * records::DAY_MS);
+        let statements = vec![
+            self.stmt(
+                &format!(
+                    "DELETE FROM settled WHERE generation_id IN (SELECT generation_id FROM settled \
+                     WHERE created_at < ?1 ORDER BY created_at LIMIT {RETAIN_STEP})"
+                ),
+                &[num(marks_before as i64)],
+            )?,
+            self.stmt(
+                &format!(
+                    "DELETE FROM generations WHERE rowid IN (SELECT rowid FROM generations ORDER BY rowid \
+                     LIMIT {RETAIN_STEP}) AND created_at < ?1"
+                ),
+                &[num(records_before as i64)],
+            )?,
+        ];
+        let results = timely(self.db.batch(statements), "retain").await?;
+        Ok((changes(&results, 0), changes(&results, 1)))
     }
 
     /// Releases, uncharged, the hold of `generation_id` if D1 has it open: a hold statement whose
@@ -938,7 +1003,7 @@ impl Store {
     }
 
     /// The route that produced the Responses answer `response_id` for `account_id` (SPEC §17), if
-    /// this gateway relayed it.
+    /// the `generations` table has its record (`crate::records::pinned_route` asks its pin first).
     pub async fn response_route(&self, account_id: &str, response_id: &str) -> Result<Option<String>, ApiError> {
         let query = self.stmt(
             "SELECT route FROM generations WHERE account_id = ?1 AND upstream_response_id = ?2 \
@@ -948,7 +1013,8 @@ impl Store {
         timely(query.first::<String>(Some("route")), "response_route").await
     }
 
-    /// A generation with its attempts, if it belongs to `account_id`.
+    /// A generation with its attempts from the `generations` table, if it belongs to `account_id`
+    /// (`crate::records::find` asks its records object first).
     pub async fn generation(
         &self,
         id: &str,
@@ -976,10 +1042,51 @@ impl Store {
     }
 }
 
+impl GenerationRow {
+    /// The row a record kept by its records object reads as (`crate::records`): the same fields
+    /// `GET /v1/generation` reads from the `generations` table.
+    pub fn of(g: &GenerationRecord) -> Result<GenerationRow, ApiError> {
+        let encode = |label| move |_| ApiError::Internal { label };
+        let opt = |v: Option<u64>| v.map(|n| n as f64);
+        let flag = |b: bool| f64::from(u8::from(b));
+        Ok(GenerationRow {
+            id: g.id.clone(),
+            model: g.model.clone(),
+            api: g.api.as_str().to_string(),
+            outcome: g.outcome.as_str().to_string(),
+            route: g.route.clone(),
+            provider: g.provider.clone(),
+            input_tokens: opt(g.usage.map(|u| u.input_tokens)),
+            output_tokens: opt(g.usage.map(|u| u.output_tokens)),
+            cache_read_tokens: opt(g.usage.map(|u| u.cache_read_tokens)),
+            cache_write_tokens: opt(g.usage.map(|u| u.cache_write_tokens)),
+            cache_write_1h_tokens: opt(g.usage.map(|u| u.cache_write_1h_tokens)),
+            usage_clamped: flag(g.usage_clamped),
+            estimated: flag(g.estimated),
+            delivered_output: g.delivered_output as f64,
+            error_code: g.error_code.clone(),
+            total_cost_micros: g.total_cost_micros as f64,
+            overrun_micros: g.overrun_micros as f64,
+            stream: flag(g.stream),
+            created_at: g.created_at_ms as f64,
+            duration_ms: g.duration_ms as f64,
+            hold_path: g.hold_path.clone(),
+            attempts_json: String::new(), // the attempts are handed over parsed
+            server_tools_json: match g.server_tools.is_empty() {
+                true => None,
+                false => Some(serde_json::to_string(&g.server_tools).map_err(encode("server_tools_encode"))?),
+            },
+        })
+    }
+}
+
 /// SQL: key `?3` has room under its spend limit for `?2` more — no limit, or spend plus open holds
 /// plus `?2` within it (SPEC §11), decided in the same statement as the balance.
 const KEY_HAS_ROOM: &str = "(SELECT k.spend_limit_micros IS NULL OR k.spent_micros + ?2 + COALESCE((SELECT SUM(h.amount_micros) \
      FROM holds h WHERE h.key_id = k.id AND h.state = 'open'), 0) <= k.spend_limit_micros FROM api_keys k WHERE k.id = ?3)";
+
+/// Rows of `settled` and of `generations` one retention run deletes, at most.
+const RETAIN_STEP: u32 = 20_000;
 
 /// How long an expired hold waits for its settlement (kept in the outbox while D1 was out of
 /// reach) before the sweep deletes it: past this, a settlement still to come charges nothing.

@@ -23,6 +23,7 @@ use super::response::{json_response, HandlerResult};
 use crate::faults::Faults;
 use crate::limits;
 use crate::proxy;
+use crate::records;
 use crate::runtime::clock::{now_ms, sleep};
 use crate::store::{KeyRecord, Store};
 
@@ -86,11 +87,11 @@ pub async fn generation(req: &Request, env: &Env) -> HandlerResult {
         .filter(|v| !v.is_empty())
         .ok_or_else(|| ApiError::invalid("`id` is required: /v1/generation?id=<generation id>.", Some("id")))?;
     // A record is written just after its answer (batched): an id issued moments ago is waited for.
-    let mut found = store.generation(&id, &key.account_id).await?;
+    let mut found = records::find(env, &store, &id, &key.account_id).await?;
     let give_up = now_ms().saturating_add(RECORD_WAIT_MS);
     while found.is_none() && record_may_be_pending(&id, now_ms()) && now_ms() < give_up {
         sleep(100).await;
-        found = store.generation(&id, &key.account_id).await?;
+        found = records::find(env, &store, &id, &key.account_id).await?;
     }
     let (g, attempts) = found.ok_or_else(|| ApiError::NotFound {
         what: format!("Generation `{id}`"),

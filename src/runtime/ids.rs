@@ -24,9 +24,29 @@ pub fn new_id(prefix: &str) -> String {
     format!("{prefix}-{}", random_uuid())
 }
 
-/// A new generation id, `gen-` and a UUIDv7 of now.
+thread_local! {
+    static SHARD: std::cell::Cell<Option<u16>> = const { std::cell::Cell::new(None) };
+}
+
+/// This isolate's record shard (core `records`), picked at random once: every generation id it
+/// mints names it, so its records of a day go to one object.
+fn record_shard() -> u16 {
+    SHARD.with(|s| {
+        *s.get().get_or_insert_with(|| {
+            let r = random_32();
+            u16::from_le_bytes([r[0], r[1]]) % switchyard_core::records::SHARDS
+        })
+    })
+}
+
+/// A new generation id, `gen-` and a UUIDv7 of now naming this isolate's record shard: the id
+/// says where its record lives.
 pub fn new_generation_id() -> String {
     let mut random = [0u8; 10];
     get_random_values(&mut random);
-    format!("gen-{}", switchyard_core::ids::uuid_v7(super::clock::now_ms(), random))
+    let shard = record_shard();
+    format!(
+        "gen-{}",
+        switchyard_core::ids::uuid_v7_in(super::clock::now_ms(), shard, random)
+    )
 }

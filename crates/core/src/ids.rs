@@ -1,6 +1,7 @@
 //! Ids that carry their time: UUIDv7 (RFC 9562), 48 bits of Unix milliseconds then random bits.
 //! A generation id says when it was issued, so `GET /v1/generation` can tell an id this gateway
-//! issued moments ago (its record may still be on its way) from one it never issued.
+//! issued moments ago (its record may still be on its way) from one it never issued. Its 12
+//! `rand_a` bits say which record shard keeps it (`crate::records`): the id says where it lives.
 
 /// A UUIDv7 for `now_ms` with `random` filling the 74 random bits.
 pub fn uuid_v7(now_ms: u64, random: [u8; 10]) -> String {
@@ -18,6 +19,22 @@ pub fn uuid_v7(now_ms: u64, random: [u8; 10]) -> String {
         &hex[16..20],
         &hex[20..]
     )
+}
+
+/// A UUIDv7 for `now_ms` whose 12 `rand_a` bits are `shard` (below 4,096) and the 62 bits after
+/// the variant random: the generation id of a record kept by shard `shard`.
+pub fn uuid_v7_in(now_ms: u64, shard: u16, mut random: [u8; 10]) -> String {
+    random[0] = (shard >> 8) as u8 & 0x0f;
+    random[1] = shard as u8;
+    uuid_v7(now_ms, random)
+}
+
+/// The shard an id ending in a UUIDv7 names in its `rand_a` bits (`None` for anything else).
+pub fn shard_of(id: &str) -> Option<u16> {
+    issued_ms(id)?;
+    let uuid = id.get(id.len() - 36..)?;
+    let hex = uuid.get(15..18)?; // the three hex digits after the version nibble
+    u16::from_str_radix(hex, 16).ok()
 }
 
 /// How long after an id was issued its record may still be on its way (written after the answer,
@@ -59,6 +76,26 @@ mod tests {
         assert!(matches!(&id[4 + 19..4 + 20], "8" | "9" | "a" | "b"), "variant bits");
         assert_eq!(issued_ms(&id), Some(1_764_555_000_123));
         assert!(uuid_v7(1, [0; 10]) < uuid_v7(2, [0; 10]), "time-ordered");
+    }
+
+    #[test]
+    fn a_sharded_id_says_its_shard_and_keeps_its_time_and_randomness() {
+        for shard in [0u16, 1, 255, 256, 1023, 4095] {
+            let id = format!("gen-{}", uuid_v7_in(1_764_555_000_123, shard, [0xab; 10]));
+            assert_eq!(shard_of(&id), Some(shard), "{id}");
+            assert_eq!(issued_ms(&id), Some(1_764_555_000_123));
+            assert_eq!(&id[4 + 14..4 + 15], "7", "version nibble");
+            assert!(matches!(&id[4 + 19..4 + 20], "8" | "9" | "a" | "b"), "variant bits");
+        }
+        let a = uuid_v7_in(5, 7, [1; 10]);
+        let b = uuid_v7_in(5, 7, [2; 10]);
+        assert_ne!(a, b, "the bits after the variant stay random");
+        assert_eq!(
+            shard_of("gen-2f1c0b8e-5d2a-4c1e-9f00-0123456789ab"),
+            None,
+            "a v4 id has no shard"
+        );
+        assert_eq!(shard_of("nope"), None);
     }
 
     #[test]

@@ -24,6 +24,7 @@ pub mod limits;
 pub mod money;
 pub mod plan;
 pub mod providers;
+pub mod records;
 pub mod redact;
 pub mod relay;
 pub mod rollup;

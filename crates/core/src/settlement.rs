@@ -1,11 +1,14 @@
 //! The settlement rules (SPEC §11, §22) as the D1 statements of `src/store.rs` apply them, over a
 //! model of the books: an account's balance and held amount, its hold rows, its ledger charges and
-//! generation rows. Each method here is one statement group there, with the same guards, so what
-//! makes settlement exactly-once is tested natively: a settlement is applied only while its hold
-//! row exists and deletes it; a hold row is never written for a generation already settled (a
-//! ledger charge or a generation row proves it, once the hold is gone); one charge per generation
-//! (the unique index on `ledger.generation_id`) — whatever replays, duplicates and reorderings the
-//! batches, the outbox and lost replies bring.
+//! the `settled` marks of settlements that booked no charge. Each method here is one statement
+//! group there, with the same guards, so what makes settlement exactly-once is tested natively: a
+//! settlement is applied only while its hold row exists and deletes it; a hold row is never
+//! written for a generation already settled (a ledger charge or a `settled` mark proves it, once
+//! the hold is gone) nor for one whose hold expired more than a week ago (by then those proofs
+//! may be rolled up, [`Books::retain`]); one charge per generation (the unique index on
+//! `ledger.generation_id`) — whatever replays, duplicates and reorderings the batches, the outbox
+//! and lost replies bring. The generation's record is not part of the books: it is kept apart
+//! (`crate::records`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -24,6 +27,8 @@ pub struct Settle {
     pub charge: i64,
     pub has_hold: bool,
     pub unwritten: Option<i64>,
+    /// The retention period its hold was placed in (see [`Books::retain`]).
+    pub born: u64,
 }
 
 /// One account's books in D1.
@@ -34,7 +39,13 @@ pub struct Books {
     pub holds: BTreeMap<String, HoldRow>,
     /// Ledger charges by generation id (unique: a second one fails its whole batch).
     pub ledger: BTreeMap<String, i64>,
-    pub generations: BTreeSet<String>,
+    /// `settled` marks: a settlement with a hold that booked no ledger charge.
+    pub marks: BTreeSet<String>,
+    /// Charges the retention run added to totals and deleted from the ledger.
+    pub rolled: i64,
+    /// Retention runs so far: each stands for the eight days after which charges are rolled up
+    /// and marks deleted (holds expire within a day, expired ones are deleted after seven).
+    pub epoch: u64,
 }
 
 /// A batch D1 refused as a whole (a constraint failed): nothing of it was applied.
@@ -49,9 +60,9 @@ impl Books {
         }
     }
 
-    /// Whether the generation was settled: its charge or its record is there.
+    /// Whether the generation was settled: its charge or its mark is there.
     pub fn settled(&self, id: &str) -> bool {
-        self.ledger.contains_key(id) || self.generations.contains(id)
+        self.ledger.contains_key(id) || self.marks.contains(id)
     }
 
     /// The awaited hold: held only if the available balance covers it; true when placed.
@@ -64,10 +75,11 @@ impl Books {
         true
     }
 
-    /// The fast path's hold row (`INSERT OR IGNORE … WHERE NOT settled`, then the held amount only
-    /// if the row was new): its deferred write, or written first by its settlement, or both.
-    pub fn write_fast_hold(&mut self, id: &str, amount: i64) {
-        if self.holds.contains_key(id) || self.settled(id) {
+    /// The fast path's hold row (`INSERT OR IGNORE … WHERE NOT settled AND expires_at + a week >
+    /// now`, then the held amount only if the row was new): its deferred write, or written first
+    /// by its settlement, or both. `born`: the retention period the hold was placed in.
+    pub fn write_fast_hold(&mut self, id: &str, amount: i64, born: u64) {
+        if self.holds.contains_key(id) || self.settled(id) || born < self.epoch {
             return;
         }
         self.held += amount;
@@ -75,13 +87,13 @@ impl Books {
     }
 
     /// A settlement batch, one transaction: each releases its hold (unless expired), charges,
-    /// books the charge and deletes the hold — only while the hold row is there — and writes its
-    /// generation (`INSERT OR IGNORE`).
+    /// books the charge and deletes the hold — only while the hold row is there — and marks a
+    /// settlement with a hold that left no ledger charge `settled` (`INSERT OR IGNORE`).
     pub fn settle(&mut self, batch: &[Settle]) -> Result<(), Refused> {
         let mut next = self.clone();
         for s in batch {
             if let Some(amount) = s.unwritten {
-                next.write_fast_hold(&s.id, amount);
+                next.write_fast_hold(&s.id, amount, s.born);
             }
             if s.has_hold {
                 if let Some(hold) = next.holds.remove(&s.id) {
@@ -93,8 +105,10 @@ impl Books {
                         return Err(Refused);
                     }
                 }
+                if !next.ledger.contains_key(&s.id) {
+                    next.marks.insert(s.id.clone());
+                }
             }
-            next.generations.insert(s.id.clone());
         }
         *self = next;
         Ok(())
@@ -107,6 +121,17 @@ impl Books {
             hold.expired = true;
             self.held -= hold.amount;
         }
+    }
+
+    /// Eight days pass and the cron runs: every hold has expired (swept) and the expired ones
+    /// are deleted, charges are added to their totals and deleted, marks are deleted.
+    pub fn retain(&mut self) {
+        self.sweep();
+        self.holds.clear();
+        self.rolled += self.ledger.values().sum::<i64>();
+        self.ledger.clear();
+        self.marks.clear();
+        self.epoch += 1;
     }
 }
 
@@ -191,6 +216,7 @@ mod tests {
                     charge,
                     has_hold: true,
                     unwritten: r.fast.then_some(r.amount),
+                    born: 0,
                 };
                 for _ in 0..r.copies {
                     events.push(Event::Settle(item.clone()));
@@ -218,7 +244,7 @@ mod tests {
                             want = *sizes.next().unwrap_or(&1);
                         }
                     }
-                    Event::Write(id, amount) => books.write_fast_hold(&id, amount),
+                    Event::Write(id, amount) => books.write_fast_hold(&id, amount, 0),
                     Event::Sweep => books.sweep(),
                 }
             }
@@ -239,11 +265,12 @@ mod tests {
             charge: 30,
             has_hold: true,
             unwritten: Some(100),
+            born: 0,
         };
         assert_eq!(books.settle(std::slice::from_ref(&s)), Ok(()));
         assert_eq!((books.balance, books.held, books.holds.len()), (970, 0, 0));
         // The deferred write whose reply was lost lands after the settlement; then a replay.
-        books.write_fast_hold("g", 100);
+        books.write_fast_hold("g", 100, 0);
         assert_eq!(books.settle(&[s.clone(), s]), Ok(()));
         assert_eq!((books.balance, books.held, books.holds.len()), (970, 0, 0));
     }
@@ -257,6 +284,7 @@ mod tests {
             charge: 30,
             has_hold: true,
             unwritten: None,
+            born: 0,
         };
         books.hold_atomic("g", 100);
         assert_eq!(books.settle(std::slice::from_ref(&s)), Ok(()));
@@ -269,5 +297,102 @@ mod tests {
         );
         books.held += 100;
         assert_eq!(books.settle(&[s]), Err(Refused), "the unique charge refuses the batch");
+    }
+
+    #[test]
+    fn a_free_settlement_is_marked_and_its_hold_never_comes_back() {
+        let mut books = Books::new(1_000);
+        let s = Settle {
+            id: "g".into(),
+            charge: 0,
+            has_hold: true,
+            unwritten: Some(100),
+            born: 0,
+        };
+        assert_eq!(books.settle(std::slice::from_ref(&s)), Ok(()));
+        assert!(
+            books.marks.contains("g") && books.ledger.is_empty(),
+            "no charge, a mark"
+        );
+        books.write_fast_hold("g", 100, 0);
+        assert_eq!((books.held, books.holds.len()), (0, 0), "the late write finds the mark");
+    }
+
+    #[test]
+    fn once_its_proofs_are_rolled_up_a_hold_is_too_old_to_be_written() {
+        let mut books = Books::new(1_000);
+        let s = Settle {
+            id: "g".into(),
+            charge: 30,
+            has_hold: true,
+            unwritten: Some(100),
+            born: 0,
+        };
+        assert_eq!(books.settle(std::slice::from_ref(&s)), Ok(()));
+        books.retain();
+        assert!(!books.settled("g"), "the charge was rolled up: no proof left");
+        // An outbox replay eight days on: its hold is too old to be written, so nothing is charged.
+        assert_eq!(books.settle(std::slice::from_ref(&s)), Ok(()));
+        books.write_fast_hold("g", 100, 0);
+        assert_eq!(
+            (books.balance, books.held, books.rolled, books.holds.len()),
+            (970, 0, 30, 0)
+        );
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 1_000, ..ProptestConfig::default() })]
+
+        /// With the retention run between deliveries, a settlement is charged at most once (a
+        /// copy that comes after its hold is gone charges nothing), and nothing stays held.
+        #[test]
+        fn retention_never_lets_a_replay_charge_twice(
+            reqs in prop::collection::vec(req(), 1..6),
+            order in prop::collection::vec(any::<u32>(), 64),
+            retain_at in prop::collection::vec(0..40usize, 0..3),
+        ) {
+            let credit = 1_000_000;
+            let mut books = Books::new(credit);
+            let mut events = Vec::new();
+            let mut charge_of = BTreeMap::new();
+            for (i, r) in reqs.iter().enumerate() {
+                let id = format!("gen-{i}");
+                let charge = r.amount * r.charge_pct / 100;
+                charge_of.insert(id.clone(), charge);
+                if r.fast {
+                    events.push(Event::Write(id.clone(), r.amount));
+                } else {
+                    prop_assert!(books.hold_atomic(&id, r.amount));
+                }
+                let item = Settle { id, charge, has_hold: true, unwritten: r.fast.then_some(r.amount), born: 0 };
+                for _ in 0..r.copies {
+                    events.push(Event::Settle(item.clone()));
+                }
+            }
+            let mut keyed: Vec<(u32, Event)> =
+                events.into_iter().enumerate().map(|(i, e)| (order[i % order.len()] ^ i as u32, e)).collect();
+            keyed.sort_by_key(|(k, _)| *k);
+            let mut charged: BTreeMap<String, i64> = BTreeMap::new();
+            for (n, (_, event)) in keyed.into_iter().enumerate() {
+                if retain_at.contains(&n) {
+                    books.retain();
+                }
+                match event {
+                    Event::Settle(s) => {
+                        let before = books.balance;
+                        prop_assert_eq!(books.settle(std::slice::from_ref(&s)), Ok(()));
+                        *charged.entry(s.id.clone()).or_default() += before - books.balance;
+                    }
+                    Event::Write(id, amount) => books.write_fast_hold(&id, amount, 0),
+                    Event::Sweep => books.sweep(),
+                }
+            }
+            books.retain();
+            for (id, paid) in &charged {
+                prop_assert!(*paid == 0 || *paid == charge_of[id], "{} paid {} of {}", id, paid, charge_of[id]);
+            }
+            prop_assert_eq!(books.held, 0);
+            prop_assert_eq!(books.balance + books.rolled, credit);
+        }
     }
 }
