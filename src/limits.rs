@@ -25,8 +25,8 @@ use serde::Serialize;
 use switchyard_core::catalog::{Model, Policy};
 use switchyard_core::health::rpc::model_object;
 use switchyard_core::limits::{
-    lease_ms, renew_every_ms, Capacity, CapacityAdmit, CapacityCall, CapacityReply, KeyAdmit, KeyCall, KeyLimit,
-    KeyReply, KeyState, KeyUsage, Lease, RateWindow, Want,
+    lease_ms, renew_every_ms, Capacity, CapacityAdmit, CapacityCall, CapacityReply, Held, KeyAdmit, KeyCall, KeyLimit,
+    KeyReply, KeyState, KeyUsage, Lease, RateWindow, Renewals, Want,
 };
 use switchyard_core::ApiError;
 use worker::{durable_object, Context, DurableObject, Env, Request, Response, SqlStorageValue, State, Storage};
@@ -206,8 +206,12 @@ impl DurableObject for LimitObject {
                 }
                 Response::from_json(&serde_json::Value::Null)
             }
-            KeyCall::Renew { id, lease_ms } => {
-                if self.desk.with(|k| k.renew(&id, now_ms(), lease_ms)) {
+            KeyCall::Renew { ids, lease_ms } => {
+                let now = now_ms();
+                let renewed = self
+                    .desk
+                    .with(|k| ids.iter().fold(false, |any, id| k.renew(id, now, lease_ms) | any));
+                if renewed {
                     self.desk.persist(&storage).await?;
                 }
                 Response::from_json(&serde_json::Value::Null)
@@ -350,9 +354,13 @@ impl CapacityDesk {
                 }
                 Response::from_json(&serde_json::Value::Null)
             }
-            CapacityCall::Renew { route, id, lease_ms } => {
-                if self.desk.with(|c| c.renew(&route, &id, now_ms(), lease_ms)) {
-                    self.save(storage, &route, &id)?;
+            CapacityCall::Renew { leases, lease_ms } => {
+                let now = now_ms();
+                for held in leases {
+                    let route = held.route.unwrap_or_default();
+                    if self.desk.with(|c| c.renew(&route, &held.id, now, lease_ms)) {
+                        self.save(storage, &route, &held.id)?;
+                    }
                 }
                 Response::from_json(&serde_json::Value::Null)
             }
@@ -376,6 +384,11 @@ fn put(storage: &Storage, route: &str, id: &str, expires_ms: u64) -> worker::Res
 }
 
 // ---- a request's slots -----------------------------------------------------------------------------
+
+thread_local! {
+    /// The isolate's live slots by object (`binding|object|lease_ms`), renewed together.
+    static RENEWALS: RefCell<std::collections::HashMap<String, Renewals>> = RefCell::new(Default::default());
+}
 
 /// A slot a request holds: renewed while the request lives and given back when dropped, from
 /// `ctx.wait_until` (a slot of no object — unlimited, or admitted while the object was
@@ -421,26 +434,49 @@ impl Release {
 }
 
 impl Slot {
-    /// The slot given back by the call `release`, and kept by sending `renew` to the same object
-    /// every third of `lease_ms` until then.
-    fn held(release: Release, renew: &impl Serialize, lease_ms: u64) -> Slot {
+    /// The slot given back by the call `release`, and kept alive until then by the isolate's
+    /// renewals of its slots on the same object (core `Renewals`): its holder checks every half
+    /// renewal interval and, when the renewal is due, sends one call renewing every slot the
+    /// isolate holds there.
+    fn held(release: Release, held: Held, lease_ms: u64) -> Slot {
         let (renewing, mut stopped) = oneshot::channel::<()>();
-        let renewals = Release {
-            body: serde_json::to_value(renew).unwrap_or_default(),
-            ..release.clone()
-        };
+        let group = format!("{}|{}|{lease_ms}", release.binding, release.object);
+        let ticket = RENEWALS.with(|r| r.borrow_mut().entry(group.clone()).or_default().join(held, now_ms()));
+        let r = release.clone();
         release.ctx.wait_until(async move {
             let every = renew_every_ms(lease_ms);
             loop {
-                if let Either::Right(_) = select(pin!(sleep(every)), &mut stopped).await {
-                    return; // given back (or abandoned)
+                let stop = match select(pin!(sleep(every / 2)), &mut stopped).await {
+                    Either::Right(_) => true,         // given back (or abandoned)
+                    Either::Left(_) => !in_request(), // the holder's request is gone: let the lease run out
+                };
+                if stop {
+                    RENEWALS.with(|all| {
+                        let mut all = all.borrow_mut();
+                        if let Some(g) = all.get_mut(&group) {
+                            g.leave(ticket);
+                            if g.is_empty() {
+                                all.remove(&group);
+                            }
+                        }
+                    });
+                    return;
                 }
-                if !in_request() {
-                    return; // the holder's request is gone: let the lease run out
-                }
-                let r = &renewals;
+                let due = RENEWALS.with(|all| all.borrow_mut().get_mut(&group).and_then(|g| g.turn(now_ms(), every)));
+                let Some(slots) = due else { continue };
+                let body = match r.binding {
+                    "LIMITS" => serde_json::to_value(KeyCall::Renew {
+                        ids: slots.into_iter().map(|h| h.id).collect(),
+                        lease_ms,
+                    }),
+                    _ => serde_json::to_value(CapacityCall::Renew {
+                        leases: slots,
+                        lease_ms,
+                    }),
+                };
+                let Ok(body) = body else { continue };
                 let _: Result<serde_json::Value, _> =
-                    object::call(&r.env, r.binding, &r.object, r.path, &r.body, RELEASE_TIMEOUT_MS, None).await;
+                    object::call(&r.env, r.binding, &r.object, r.path, &body, RELEASE_TIMEOUT_MS, None).await;
             }
         });
         Slot {
@@ -532,9 +568,9 @@ pub async fn admit_key(
             slot: match limit.max_concurrent {
                 Some(_) => Slot::held(
                     Release::new(env, ctx, "LIMITS", name, "/", &KeyCall::Release { id: id.to_string() }),
-                    &KeyCall::Renew {
+                    Held {
+                        route: None,
                         id: id.to_string(),
-                        lease_ms: lease,
                     },
                     lease,
                 ),
@@ -638,17 +674,16 @@ pub async fn admit_route(
                 route: route.clone(),
                 id: id.to_string(),
             };
-            let renew = CapacityCall::Renew {
-                route,
+            let held = Held {
+                route: Some(route),
                 id: id.to_string(),
-                lease_ms: lease,
             };
             Ok(RouteAdmission {
                 route: index,
                 slot: match capped {
                     true => Slot::held(
                         Release::new(env, ctx, "HEALTH", name, "/capacity", &release),
-                        &renew,
+                        held,
                         lease,
                     ),
                     false => Slot::default(),

@@ -247,3 +247,57 @@ fn calls_settlements_refused_by_d1_rejoin_the_next_batch() {
         std::thread::sleep(Duration::from_millis(500));
     }
 }
+
+/// SPEC §22: an isolate's slots on one object are renewed together — one `renew` call for all of
+/// them when the renewal is due, not one per holder. Six 12-second streams hold six slots of a
+/// capped route at once (lease 15 s, renewed every 5 s): their holders used to send ≈ 12 renewal
+/// calls (two each); together they send one per ≥ 4.5 s — at most three in 12 s.
+#[test]
+fn calls_slots_held_together_are_renewed_by_one_call() {
+    let s = Arc::new(Stack::from_env());
+    let (routes, _) = s.mock_routes(&[("chunks/24/500", json!({"verify": false, "max_concurrency": 8}))]);
+    let id = s.model(routes, Some(json!({"idle_timeout_ms": 5000})));
+    let key = s.new_key(10.0);
+    let object = format!("model:{id}");
+    let (isolate, before) = object_calls(&s, &object);
+    let started = Instant::now();
+    let streams: Vec<_> = (0..6)
+        .map(|_| {
+            let (s, key, id) = (s.clone(), key.clone(), id.clone());
+            std::thread::spawn(move || {
+                let r = s.chat(&key, &chat_body(&id, true));
+                let text = r.text();
+                (r.status, text, r.header("x-switchyard-isolate").map(str::to_string))
+            })
+        })
+        .collect();
+    for h in streams {
+        let (status, text, answered_by) = h.join().unwrap();
+        assert_eq!(status, 200, "{text}");
+        assert!(text.contains("[DONE]"), "the stream ran to its end: {text}");
+        assert_eq!(
+            answered_by.as_deref(),
+            Some(isolate.as_str()),
+            "one isolate (wrangler dev)"
+        );
+    }
+    let took = started.elapsed();
+    std::thread::sleep(Duration::from_millis(500)); // the releases
+    let (_, after) = object_calls(&s, &object);
+    let calls = |v: &Value, what: &str| count(v, &format!("HEALTH/capacity.{what}.background"));
+    let renewals = calls(&after, "renew") - calls(&before, "renew");
+    let (acquired, released) = (
+        count(&after, "HEALTH/capacity.acquire.blocking") - count(&before, "HEALTH/capacity.acquire.blocking"),
+        calls(&after, "release") - calls(&before, "release"),
+    );
+    eprintln!("6 streams for {took:?}: {acquired} acquire, {renewals} renew, {released} release calls");
+    assert_eq!((acquired, released), (6, 6), "{after}");
+    assert!(
+        took >= Duration::from_secs(11),
+        "the streams held their slots past two renewals: {took:?}"
+    );
+    assert!(
+        (1..=3).contains(&renewals),
+        "{renewals} renewal calls for six slots over {took:?} (one per holder per 5 s would be ≈ 12)"
+    );
+}

@@ -89,8 +89,9 @@ pub enum KeyCall {
     },
     /// Give back request `id`'s slot.
     Release { id: String },
-    /// Keep request `id`'s slot `lease_ms` longer: its holder lives.
-    Renew { id: String, lease_ms: u64 },
+    /// Keep the slots of requests `ids` `lease_ms` longer: their holders live (one call for an
+    /// isolate's holders, [`Renewals`]).
+    Renew { ids: Vec<String>, lease_ms: u64 },
     /// What the key uses now. Replies [`KeyUsage`].
     Usage,
 }
@@ -117,8 +118,9 @@ pub enum CapacityCall {
     },
     /// Give back request `id`'s slot on `route`.
     Release { route: String, id: String },
-    /// Keep request `id`'s slot on `route` `lease_ms` longer: its holder lives.
-    Renew { route: String, id: String, lease_ms: u64 },
+    /// Keep these slots `lease_ms` longer: their holders live (one call for an isolate's
+    /// holders, [`Renewals`]).
+    Renew { leases: Vec<Held>, lease_ms: u64 },
     /// Each capped route's load. Replies a map of route id → [`RouteLoad`].
     Report,
 }
@@ -508,6 +510,59 @@ impl Capacity {
     }
 }
 
+/// A slot a request holds on an object: its request id, and for capacity its route.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Held {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route: Option<String>,
+    pub id: String,
+}
+
+/// An isolate's live slots on one object (SPEC §22): renewed together, by one call, by whichever
+/// holder finds the renewal due first — not one call per holder per renewal. Each holder checks
+/// every half [`renew_every_ms`]; a renewal is due once nine tenths of the interval passed since
+/// the last one (or since the first slot joined). So the object gets at most one renewal call per
+/// isolate per 0.9 interval whatever the number of slots held there, a lone holder renews once per
+/// interval as before, and no live slot goes longer than 1.4 intervals unrenewed — its lease lasts
+/// three. A request that leads no renewal makes no call for its slot.
+#[derive(Debug, Default, Clone)]
+pub struct Renewals {
+    slots: BTreeMap<u64, Held>,
+    next: u64,
+    renewed_ms: u64,
+}
+
+impl Renewals {
+    /// A slot granted at `now_ms` joins; returns its ticket.
+    pub fn join(&mut self, held: Held, now_ms: u64) -> u64 {
+        if self.slots.is_empty() {
+            self.renewed_ms = now_ms;
+        }
+        self.next += 1;
+        self.slots.insert(self.next, held);
+        self.next
+    }
+
+    /// The slot of `ticket` is given back (or its holder is gone): it is renewed no more.
+    pub fn leave(&mut self, ticket: u64) {
+        self.slots.remove(&ticket);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// A holder's check at `now_ms`: the slots to renew in one call when the renewal is due (the
+    /// caller sends it), else `None`.
+    pub fn turn(&mut self, now_ms: u64, every_ms: u64) -> Option<Vec<Held>> {
+        if self.slots.is_empty() || now_ms.saturating_sub(self.renewed_ms) < every_ms * 9 / 10 {
+            return None;
+        }
+        self.renewed_ms = now_ms;
+        Some(self.slots.values().cloned().collect())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -817,5 +872,92 @@ mod tests {
         assert!(!c.renew("r", "nobody", 900, 1_000));
         assert_eq!(retry_after_s(0), 1);
         assert_eq!(retry_after_s(1_001), 2);
+    }
+
+    /// Holders joining and leaving at random, each checking every half interval from its grant:
+    /// no live slot goes 1.4 intervals unrenewed, the object gets one call per ≥ 0.9 interval
+    /// whatever the number of holders, and a lone holder calls once per interval.
+    #[test]
+    fn an_isolates_slots_on_one_object_are_renewed_together() {
+        let every = renew_every_ms(MAX_LEASE_MS);
+        for seed in 0..200u64 {
+            let mut rng = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let mut next = |n: u64| {
+                rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                (rng >> 33) % n
+            };
+            let holders = 1 + next(40) as usize;
+            // (grant, end) of each holder, within 10 minutes.
+            let spans: Vec<(u64, u64)> = (0..holders)
+                .map(|_| {
+                    let start = next(1_200) * 500; // on the simulation's 500 ms steps
+                    (start, start + 500 + next(600) * 500)
+                })
+                .collect();
+            let mut group = Renewals::default();
+            let mut tickets = vec![None; holders];
+            let mut last = vec![0u64; holders];
+            let mut calls = Vec::new();
+            let mut t = 0;
+            while t <= 900_000 {
+                for (h, (start, end)) in spans.iter().enumerate() {
+                    if t == *start {
+                        tickets[h] = Some(group.join(
+                            Held {
+                                route: None,
+                                id: format!("{h}"),
+                            },
+                            t,
+                        ));
+                        last[h] = t;
+                    }
+                    if t == *end {
+                        if let Some(ticket) = tickets[h].take() {
+                            group.leave(ticket);
+                        }
+                    }
+                }
+                for (h, (start, end)) in spans.iter().enumerate() {
+                    let live = t > *start && t < *end;
+                    if live && (t - start) % (every / 2) == 0 {
+                        if let Some(renewed) = group.turn(t, every) {
+                            calls.push(t);
+                            for held in renewed {
+                                let i: usize = held.id.parse().unwrap_or(usize::MAX);
+                                last[i] = t;
+                            }
+                        }
+                    }
+                    if live {
+                        assert!(
+                            t - last[h] <= every * 14 / 10,
+                            "seed {seed}: slot {h} unrenewed for {} ms",
+                            t - last[h]
+                        );
+                    }
+                }
+                t += 500;
+            }
+            for pair in calls.windows(2) {
+                assert!(
+                    pair[1] - pair[0] >= every * 9 / 10,
+                    "seed {seed}: calls {} ms apart",
+                    pair[1] - pair[0]
+                );
+            }
+        }
+        // Alone for a minute: one call per interval, as before.
+        let mut group = Renewals::default();
+        let ticket = group.join(
+            Held {
+                route: Some("r0".into()),
+                id: "a".into(),
+            },
+            0,
+        );
+        let calls = (1..=24).filter(|k| group.turn(k * every / 2, every).is_some()).count();
+        assert_eq!(calls, 12, "60 s of a lone holder checking every 2.5 s");
+        group.leave(ticket);
+        assert!(group.is_empty() && group.turn(1_000_000, every).is_none());
     }
 }
