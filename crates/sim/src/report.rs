@@ -14,6 +14,8 @@ use crate::world::{Class, Kind, Obj};
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Totals {
     pub requests: u64,
+    /// Requests that arrived inside the window.
+    pub window_requests: u64,
     pub finished: u64,
     /// Refused 503 before any attempt (D1 out of reach for the key or the hold).
     pub refused: u64,
@@ -25,6 +27,8 @@ pub struct Totals {
     /// Calls issued by (store, kind): the whole run, and inside the window.
     pub issued: BTreeMap<(Class, Kind), u64>,
     pub window_issued: BTreeMap<(Class, Kind), u64>,
+    /// Calls a request waited on, by (store, kind), issued inside the window.
+    pub window_blocking: BTreeMap<(Class, Kind), u64>,
 }
 
 /// What became of the requests, read at the end.
@@ -189,7 +193,17 @@ impl Report {
     pub fn calls_table(&self) -> String {
         let mut t = String::from("| store | call | issued/s |\n|---|---|---|\n");
         for ((class, kind), n) in &self.totals.window_issued {
-            t += &format!("| {class:?} | {kind:?} | {:.0} |\n", *n as f64 / self.window_s);
+            t += &format!("| {class:?} | {kind:?} | {:.1} |\n", *n as f64 / self.window_s);
+        }
+        t
+    }
+
+    /// Blocking calls per request by store and kind (requests arriving in the window).
+    pub fn blocking_table(&self) -> String {
+        let mut t = String::from("| store | call | blocking calls per request |\n|---|---|---|\n");
+        let n = self.totals.window_requests.max(1) as f64;
+        for ((class, kind), c) in &self.totals.window_blocking {
+            t += &format!("| {class:?} | {kind:?} | {:.2} |\n", *c as f64 / n);
         }
         t
     }

@@ -102,11 +102,22 @@ pub fn table(name: &str, seed: u64) -> Option<String> {
                 })
                 .collect();
             let mut t = summary(&rows);
-            if let Some((_, r)) = rows.last() {
+            for (label, r) in rows.iter().skip(rows.len().saturating_sub(2)) {
                 t += &format!(
-                    "\nStores at I = {} (busiest instance of each):\n\n{}",
+                    "
+{label}, I = {}: stores (busiest instance of each)
+
+{}
+calls issued
+
+{}
+blocking calls
+
+{}",
                     r.isolates,
-                    r.stores_table()
+                    r.stores_table(),
+                    r.calls_table(),
+                    r.blocking_table()
                 );
             }
             t
@@ -123,11 +134,18 @@ pub fn table(name: &str, seed: u64) -> Option<String> {
                 })
                 .collect();
             let mut t = summary(&rows);
-            if let Some((_, r)) = rows.first() {
+            for (label, r) in rows.iter().take(2) {
                 t += &format!(
-                    "\nStores at I = {} (busiest instance of each):\n\n{}",
+                    "
+{label}, I = {}: stores (busiest instance of each)
+
+{}
+calls issued
+
+{}",
                     r.isolates,
-                    r.stores_table()
+                    r.stores_table(),
+                    r.calls_table()
                 );
             }
             t

@@ -476,6 +476,9 @@ impl World {
             settled: Settled::Open,
         });
         self.totals.requests += 1;
+        if self.window.contains(self.now) {
+            self.totals.window_requests += 1;
+        }
         self.advance(id);
     }
 
@@ -568,7 +571,14 @@ impl World {
         let r = &mut self.reqs[id as usize];
         r.blocking = r.blocking.saturating_add(1);
         let iso = r.iso;
+        self.count_blocking(obj, kind);
         self.call(iso, obj, kind, statements, timeout_ms, Then::Req(id));
+    }
+
+    fn count_blocking(&mut self, obj: Obj, kind: Kind) {
+        if self.window.contains(self.now) {
+            *self.totals.window_blocking.entry((obj.class(), kind)).or_default() += 1;
+        }
     }
 
     /// The answer to a call request `id` waited on: the stage it was in goes on, or the request
@@ -644,6 +654,7 @@ impl World {
             Step::Fetch => {
                 let r = &mut self.reqs[id as usize];
                 r.blocking = r.blocking.saturating_add(1);
+                self.count_blocking(obj, Kind::Snapshot);
                 self.call(
                     iso,
                     obj,
