@@ -12,7 +12,7 @@
 //!
 //! - [`world`]: the deployment and the request path (`Design::Today`: what `src/` does);
 //! - [`params`]: what a run simulates, and the Worker's rules as `src/` has them;
-//! - [`server`]: a store as a FIFO server; [`report`]: the figures; [`scenarios`]: issue 34's runs;
+//! - [`stores`]: the stores and the kinds of call; [`server`]: a store as a FIFO server; [`report`]: the figures; [`scenarios`]: issue 34's runs;
 //! - [`rng`]: the seeded generator.
 //!
 //! `cargo run -p switchyard-sim --release -- [scenario]` prints the tables (docs/SCALE.md,
@@ -24,6 +24,7 @@ pub mod report;
 pub mod rng;
 pub mod scenarios;
 pub mod server;
+pub mod stores;
 pub mod world;
 
 pub use params::{Design, Params, ServiceTimes};

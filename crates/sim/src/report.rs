@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::params::Params;
 use crate::server::{quantile, Server, Window};
-use crate::world::{Class, Kind, Obj};
+use crate::stores::{Class, Kind, Obj};
 
 /// Counters the run keeps as it goes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

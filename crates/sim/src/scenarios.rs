@@ -4,7 +4,7 @@
 use crate::params::{Params, ServiceTimes};
 use crate::report::Report;
 use crate::run;
-use crate::world::Class;
+use crate::stores::{Class, Kind};
 
 /// The scenarios `main` knows, in the order `all` runs them.
 pub const NAMES: [&str; 6] = ["sweep", "one-model", "overall", "capacity", "route-down", "overload"];
@@ -81,9 +81,9 @@ pub fn table(name: &str, seed: u64) -> Option<String> {
                 t += &format!(
                     "| {:.0} ({label}) | {:.0} | {:.0} | {:.1} | {:.0} | {:.0} |\n",
                     r.rate,
-                    r.window_rate(Class::Model, Some(crate::world::Kind::Snapshot)),
-                    r.window_rate(Class::Model, Some(crate::world::Kind::Observe)),
-                    r.window_rate(Class::Model, Some(crate::world::Kind::Full)),
+                    r.window_rate(Class::Model, Some(Kind::Snapshot)),
+                    r.window_rate(Class::Model, Some(Kind::Observe)),
+                    r.window_rate(Class::Model, Some(Kind::Full)),
                     r.window_rate(Class::Accounts, None),
                     r.window_rate(Class::D1, None),
                 );

@@ -36,76 +36,10 @@ use switchyard_core::flight::{Flight, Step};
 use switchyard_core::health::{for_accounts, AttemptOutcome, Breaker, HealthConfig, ModelHealth, Observation, Scope};
 
 use crate::params::*;
-use crate::report::{Report, Totals};
+use crate::report::{Outcomes, Report, Totals};
 use crate::rng::{Rng, Zipf};
 use crate::server::{Offer, Server, Window};
-
-/// A store: one Durable Object instance or the D1 database.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Obj {
-    /// `model:<id>` (route breakers, buckets, capacity).
-    Model(u32),
-    /// `accounts`: every upstream account's breaker, one for the deployment.
-    Accounts,
-    /// A limited key's `LimitObject`.
-    Key(u32),
-    /// `status`: the public report.
-    Status,
-    /// `outbox-<n>`.
-    Outbox(u32),
-    D1,
-}
-
-/// The kind of store, for the report.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Class {
-    Model,
-    Accounts,
-    KeyLimit,
-    Status,
-    Outbox,
-    D1,
-}
-
-impl Obj {
-    pub fn class(self) -> Class {
-        match self {
-            Obj::Model(_) => Class::Model,
-            Obj::Accounts => Class::Accounts,
-            Obj::Key(_) => Class::KeyLimit,
-            Obj::Status => Class::Status,
-            Obj::Outbox(_) => Class::Outbox,
-            Obj::D1 => Class::D1,
-        }
-    }
-
-    /// The batch key `src/health.rs` uses (the object's name).
-    fn name(self) -> String {
-        match self {
-            Obj::Model(m) => format!("model:m{m}"),
-            Obj::Accounts => "accounts".to_string(),
-            other => format!("{other:?}"),
-        }
-    }
-}
-
-/// What a call does (the counted kinds of `src/calls.rs`, roughly).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Kind {
-    Snapshot,
-    Observe,
-    Full,
-    Acquire,
-    Release,
-    StatusGet,
-    D1Key,
-    D1Catalog,
-    D1Balance,
-    D1HoldAtomic,
-    D1HoldFast,
-    D1Settle,
-    Keep,
-}
+use crate::stores::{Kind, Obj};
 
 /// Which of an isolate's batches an item is in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1260,8 +1194,8 @@ impl World {
 
     // ---- outcomes ----------------------------------------------------------------------------------
 
-    fn outcomes(&self) -> crate::report::Outcomes {
-        let mut o = crate::report::Outcomes::default();
+    fn outcomes(&self) -> Outcomes {
+        let mut o = Outcomes::default();
         for r in &self.reqs {
             match r.settled {
                 Settled::Open => o.unsettled += 1,

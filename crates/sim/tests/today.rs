@@ -5,7 +5,7 @@
 
 use switchyard_sim::params::Params;
 use switchyard_sim::scenarios::{one_model, overall, route_down, without_d1};
-use switchyard_sim::world::{Class, Kind};
+use switchyard_sim::stores::{Class, Kind};
 use switchyard_sim::{run, Report, ServiceTimes};
 
 fn short(p: Params) -> Params {
