@@ -10,9 +10,11 @@
 //! Durable Object instance and the D1 database is a single FIFO server with a service time per
 //! call (`params::ServiceTimes`: assumptions until measured), reached over a round trip of 5–250 ms.
 //!
-//! - [`world`]: the deployment and the request path (`Design::Today`: what `src/` does);
+//! - [`world`]: the deployment and the request path (`Design::Today`: what `src/` does), in four
+//!   parts: a request's stages, the isolates' batches, calls and stores, the public report;
 //! - [`params`]: what a run simulates, and the Worker's rules as `src/` has them;
-//! - [`stores`]: the stores and the kinds of call; [`server`]: a store as a FIFO server; [`report`]: the figures; [`scenarios`]: issue 34's runs;
+//! - [`stores`]: the stores and the kinds of call; [`server`]: a store as a FIFO server;
+//! - [`report`]: the figures; [`scenarios`]: issue 34's runs;
 //! - [`rng`]: the seeded generator.
 //!
 //! `cargo run -p switchyard-sim --release -- [scenario]` prints the tables (docs/SCALE.md,
