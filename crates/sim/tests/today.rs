@@ -160,10 +160,10 @@ fn an_isolates_calls_are_bounded_by_its_flights_and_batches() {
 /// the model object's answers; 99 % of isolates see it within ≈ 1–2 s (SPEC §22 states ≈ 1.2 s).
 #[test]
 fn a_demotion_reaches_99_percent_of_isolates_within_two_seconds() {
-    let r = run(without_d1(Params {
+    let r = run(Params {
         measure_ms: 5_000,
         ..route_down(1_000.0, 300)
-    }));
+    });
     let down_at = r
         .totals
         .object_demoted_ms
