@@ -203,12 +203,13 @@ fn overload(seed: u64) -> String {
         // The model object: ≈ 2× the ≈ 500 req/s at which its load reaches 100 % (sweep), D1
         // unbounded so that the object sees the whole rate.
         ("model object 2×", without_d1(one_model(1_000.0, 300)), Class::Model),
-        // D1: ≈ 2× its ≈ 1,000 req/s, spread over 20 models (their objects not saturated).
+        // D1: ≈ 2× the ≈ 550 req/s at which one database saturates at I = 300, spread over 20
+        // models (their objects not saturated).
         (
             "D1 2×",
             Params {
                 hot_share: 0.05,
-                ..overall(2_000.0, 300)
+                ..overall(1_100.0, 300)
             },
             Class::D1,
         ),
