@@ -1,5 +1,6 @@
-//! `switchyard-sim [--design today] [--seed N] [scenario…]`: runs issue 34's scenarios
-//! (`switchyard_sim::scenarios::NAMES`, or `all`) and prints their tables as Markdown.
+//! `switchyard-sim [--design today|sharded] [--seed N] [scenario…]`: runs issue 34's scenarios
+//! (`switchyard_sim::scenarios::NAMES`, or `all`) and prints their tables as Markdown. `today` is
+//! what main does; `sharded` is issue 34's proposed health tier, not built.
 
 use switchyard_sim::scenarios::{table, NAMES};
 use switchyard_sim::Design;
@@ -7,16 +8,18 @@ use switchyard_sim::Design;
 fn main() {
     let mut args = std::env::args().skip(1);
     let mut seed = 1;
+    let mut design = Design::Today;
     let mut names = Vec::new();
     while let Some(a) = args.next() {
         match a.as_str() {
             "--design" => {
                 let d = args.next().unwrap_or_default();
-                if Design::parse(&d).is_none() {
-                    eprintln!(
-                        "unknown design {d:?}: only `today` is built (the sharded tier is a proposal, not modelled)"
-                    );
-                    std::process::exit(2);
+                match Design::parse(&d) {
+                    Some(parsed) => design = parsed,
+                    None => {
+                        eprintln!("unknown design {d:?}: `today` or `sharded` (a proposal, not built)");
+                        std::process::exit(2);
+                    }
                 }
             }
             "--seed" => seed = args.next().and_then(|s| s.parse().ok()).unwrap_or(1),
@@ -28,8 +31,8 @@ fn main() {
         names.extend(NAMES.iter().map(|n| n.to_string()));
     }
     for name in names {
-        match table(&name, seed) {
-            Some(t) => println!("## {name} (design today, seed {seed})\n\n{t}"),
+        match table(&name, seed, design) {
+            Some(t) => println!("## {name} (design {design:?}, seed {seed})\n\n{t}"),
             None => {
                 eprintln!("unknown scenario {name:?}; known: {}", NAMES.join(", "));
                 std::process::exit(2);

@@ -17,12 +17,21 @@ use switchyard_core::flight::Rules as FlightRules;
 pub enum Design {
     /// What the code on main does (the request path of `src/`, read at the time of writing).
     Today,
+    /// **A proposal, not built**: issue 34's health tier. Each model's health goes through
+    /// `health_shards` shard objects: an isolate reports to and snapshots from its shard only
+    /// (the upstream accounts' breakers folded into that view: no `accounts` calls), refreshing a
+    /// stale snapshot in the background (a request waits only with no copy at all); a shard applies
+    /// reports to its copy at once and forwards them to the model's object once a second (failures
+    /// on a route it does not hold demoted within 100 ms, coalesced), whose answer refreshes it; a demotion at the model's object is
+    /// pushed to every shard. Capacity, key limits, D1 and the caches stay as today.
+    Sharded,
 }
 
 impl Design {
     pub fn parse(s: &str) -> Option<Design> {
         match s {
             "today" => Some(Design::Today),
+            "sharded" => Some(Design::Sharded),
             _ => None,
         }
     }
@@ -48,6 +57,9 @@ pub struct ServiceTimes {
     pub status_us: u64,
     /// An outbox object keeping one settlement.
     pub outbox_us: u64,
+    /// A health shard (`Design::Sharded`) taking reports, answering a snapshot or a push: in
+    /// memory, nothing written.
+    pub shard_us: u64,
     /// One D1 call (a statement or a batch): its fixed part, and per statement.
     pub d1_call_us: u64,
     pub d1_statement_us: u64,
@@ -65,6 +77,7 @@ impl Default for ServiceTimes {
             key_limit_us: 1_000,
             status_us: 200,
             outbox_us: 1_000,
+            shard_us: 300,
             d1_call_us: 200,
             d1_statement_us: 100,
         }
@@ -94,6 +107,7 @@ impl ServiceTimes {
             key_limit_us: 0,
             status_us: 0,
             outbox_us: 0,
+            shard_us: 0,
             d1_call_us: 0,
             d1_statement_us: 0,
         }
@@ -141,6 +155,8 @@ pub struct Params {
     pub service: ServiceTimes,
     /// Backlog past which a store refuses a call at once, ms (assumption).
     pub overload_backlog_ms: u64,
+    /// Health shards per model (`Design::Sharded`).
+    pub health_shards: usize,
 }
 
 impl Default for Params {
@@ -168,6 +184,7 @@ impl Default for Params {
             measure_ms: 5_000,
             service: ServiceTimes::default(),
             overload_backlog_ms: 1_000,
+            health_shards: 32,
         }
     }
 }
@@ -238,5 +255,9 @@ pub const WAIT_UNTIL_MS: u64 = 30_000;
 pub const READ_STATEMENTS: u64 = 1;
 pub const HOLD_STATEMENTS: u64 = 2;
 pub const SETTLE_STATEMENTS: u64 = 6;
+/// `Design::Sharded`: how often a shard forwards its reports to the model's object, and how long
+/// a failure waits for others to join it (ms).
+pub const SHARD_FLUSH_MS: u64 = 1_000;
+pub const SHARD_URGENT_MS: u64 = 100;
 /// An attempt on a route that is down fails after this long (a refused connection), ms.
 pub const FAILED_ATTEMPT_MS: u64 = 50;

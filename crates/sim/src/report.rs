@@ -221,11 +221,13 @@ impl Report {
             (Some(_), None) => "never (< 99 %)".to_string(),
         };
         format!(
-            "| {label} | {:.0} | {} | {} / {} | {} / {} | {} | {} | {} | {:.2} / {} | {reach} | {} / {} |",
+            "| {label} | {:.0} | {} | {} / {} | {} / {} | {} / {} | {} | {} | {} | {:.2} / {} | {reach} | {} / {} |",
             self.rate,
             self.isolates,
             load(Class::Model),
             wait(Class::Model),
+            load(Class::Shard),
+            wait(Class::Shard),
             load(Class::Accounts),
             wait(Class::Accounts),
             load(Class::KeyLimit),
@@ -239,7 +241,7 @@ impl Report {
     }
 
     pub fn summary_header() -> &'static str {
-        "| run | req/s | I | model object load / p99 queueing | `accounts` load / p99 queueing | busiest key object load | D1 load | status load | blocking calls per request mean / p99 | demotion reach (99 %) | settlements lost / outboxed |\n|---|---|---|---|---|---|---|---|---|---|---|"
+        "| run | req/s | I | model object load / p99 queueing | busiest health shard load / p99 queueing (proposal) | `accounts` load / p99 queueing | busiest key object load | D1 load | status load | blocking calls per request mean / p99 | demotion reach (99 %) | settlements lost / outboxed |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
     }
 }
 

@@ -1,7 +1,7 @@
 //! Issue 34's runs: the rate sweep on one model, 10,000 req/s on one model and 100,000 overall at
 //! I = 300, 1,000 and 3,000, the route-down drill and the 2× overload drill — each as a table.
 
-use crate::params::{Params, ServiceTimes};
+use crate::params::{Design, Params, ServiceTimes};
 use crate::report::Report;
 use crate::run;
 use crate::stores::{Class, Kind};
@@ -62,8 +62,8 @@ fn summary(rows: &[(String, Report)]) -> String {
 }
 
 /// The scenario's tables (Markdown), or `None` for an unknown name.
-pub fn table(name: &str, seed: u64) -> Option<String> {
-    let seeded = |p: Params| Params { seed, ..p };
+pub fn table(name: &str, seed: u64, design: Design) -> Option<String> {
+    let seeded = |p: Params| Params { seed, design, ..p };
     let out = match name {
         "sweep" => {
             let rows: Vec<(String, Report)> = [100.0, 250.0, 500.0, 1_000.0, 2_000.0, 10_000.0]
@@ -187,7 +187,7 @@ calls issued
             }
             t
         }
-        "overload" => overload(seed),
+        "overload" => overload(seed, design),
         _ => return None,
     };
     Some(out)
@@ -195,7 +195,7 @@ calls issued
 
 /// The 2× overload drill: the same arrivals against stores that never queue (the calls a working
 /// store is offered) and against today's service times at twice a store's capacity.
-fn overload(seed: u64) -> String {
+fn overload(seed: u64, design: Design) -> String {
     let mut t = String::from(
         "| drill | store | calls offered (instant stores) | calls issued (saturated) | issued / offered | load | refused | settlements lost / outboxed |\n|---|---|---|---|---|---|---|---|\n",
     );
@@ -215,7 +215,7 @@ fn overload(seed: u64) -> String {
         ),
     ];
     for (label, p, class) in drills {
-        let p = Params { seed, ..p };
+        let p = Params { seed, design, ..p };
         let control = run(Params {
             service: ServiceTimes::instant(),
             ..p.clone()

@@ -15,6 +15,8 @@ pub enum Obj {
     Status,
     /// `outbox-<n>`.
     Outbox(u32),
+    /// `Design::Sharded` (a proposal): health shard `k` of a model.
+    Shard(u32, u32),
     D1,
 }
 
@@ -26,6 +28,7 @@ pub enum Class {
     KeyLimit,
     Status,
     Outbox,
+    Shard,
     D1,
 }
 
@@ -37,6 +40,7 @@ impl Obj {
             Obj::Key(_) => Class::KeyLimit,
             Obj::Status => Class::Status,
             Obj::Outbox(_) => Class::Outbox,
+            Obj::Shard(..) => Class::Shard,
             Obj::D1 => Class::D1,
         }
     }
@@ -67,4 +71,6 @@ pub enum Kind {
     D1HoldFast,
     D1Settle,
     Keep,
+    /// `Design::Sharded`: the model's object pushing a changed snapshot to a shard.
+    Push,
 }

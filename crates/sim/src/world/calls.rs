@@ -59,6 +59,7 @@ impl World {
             (Obj::Key(_), _) => s.key_limit_us,
             (Obj::Status, _) => s.status_us,
             (Obj::Outbox(_), _) => s.outbox_us,
+            (Obj::Shard(..), _) => s.shard_us,
         }
     }
 
@@ -103,20 +104,50 @@ impl World {
             Then::Alone { req, .. } | Then::Keep(req) => vec![*req],
             _ => Vec::new(),
         };
+        let forwarded = match &call.then {
+            Then::ShardFlush { observations, .. } => Some(observations.clone()),
+            _ => None,
+        };
+        let pushed = match &call.then {
+            Then::Push(health) => Some(health.clone()),
+            _ => None,
+        };
         let reply = match (obj, kind) {
             (Obj::Model(m), Kind::Observe) => {
-                let observations: Vec<Observation> = items.iter().flat_map(|r| self.observations(*r)).collect();
-                let config = self.config;
+                let observations: Vec<Observation> = match forwarded {
+                    Some(o) => o,
+                    None => items.iter().flat_map(|r| self.observations(*r)).collect(),
+                };
+                let (config, design) = (self.config, self.p.design);
                 let health = self.model_objects.entry(m).or_default();
+                let before = demoted_routes(health);
                 for o in &observations {
-                    health.observe_scoped(o, &config, Scope::Model);
+                    match design {
+                        Design::Today => health.observe_scoped(o, &config, Scope::Model),
+                        Design::Sharded => health.observe(o, &config),
+                    }
                 }
+                let changed = demoted_routes(health) != before;
                 let demoted = health.routes.get("r0").is_some_and(|s| s.breaker.is_demoted());
-                let reply = Some(health.snapshot());
+                let snapshot = health.snapshot();
                 if m == 0 && demoted && self.totals.object_demoted_ms.is_none() && self.p.route_down_at_ms.is_some() {
                     self.totals.object_demoted_ms = Some(now_ms);
                 }
-                reply
+                if changed && design == Design::Sharded {
+                    self.push_to_shards(m, &snapshot);
+                }
+                Some(snapshot)
+            }
+            (Obj::Shard(m, k), Kind::Observe) => {
+                let observations = items.iter().flat_map(|r| self.observations(*r)).collect();
+                Some(self.shard_observe(m, k, observations))
+            }
+            (Obj::Shard(m, k), Kind::Snapshot) => Some(self.shard_snapshot(m, k)),
+            (Obj::Shard(m, k), Kind::Push) => {
+                if let Some(health) = pushed {
+                    self.shard_refreshed(m, k, health);
+                }
+                None
             }
             (Obj::Model(m), Kind::Snapshot) => Some(self.model_objects.entry(m).or_default().snapshot()),
             (Obj::Accounts, Kind::Observe) => {
@@ -173,8 +204,16 @@ impl World {
                 }
                 let isolate = &mut self.isolates[iso as usize];
                 isolate.flights.entry(obj).or_default().done(ok, now_ms, &SNAPSHOT);
-                self.part_done(req);
+                if let Some(req) = req {
+                    self.part_done(req);
+                }
             }
+            Then::ShardFlush {
+                model,
+                shard,
+                observations,
+            } => self.shard_flushed(model, shard, observations, ok.then_some(call.reply).flatten()),
+            Then::Push(_) => {}
             Then::Batch { iso, which, taken, own } => self.batch_done(iso, which, taken, own, ok, call.reply),
             Then::Alone { which, req } => {
                 if !ok {
@@ -202,8 +241,18 @@ impl World {
                 fetched_ms: Some(now_ms),
             },
         );
-        if obj == Obj::Model(0) {
+        if obj == self.view_obj(iso, 0) {
             self.note_demotion(iso);
         }
     }
+}
+
+/// The routes a model's object holds demoted.
+fn demoted_routes(health: &ModelHealth) -> Vec<String> {
+    health
+        .routes
+        .iter()
+        .filter(|(_, s)| s.breaker.is_demoted())
+        .map(|(r, _)| r.clone())
+        .collect()
 }

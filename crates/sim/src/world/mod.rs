@@ -31,6 +31,7 @@ mod batch;
 mod calls;
 mod request;
 mod status;
+mod tier;
 
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
@@ -147,12 +148,21 @@ struct Isolate {
 enum Then {
     /// A request waits on it.
     Req(u32),
-    /// A snapshot fetch by the isolate's flight, made (and waited on) by a request.
+    /// A snapshot fetch by the isolate's flight, made by a request (which waits on it, unless it
+    /// goes on with its stale copy: `None`).
     Snapshot {
         iso: u32,
         obj: Obj,
-        req: u32,
+        req: Option<u32>,
     },
+    /// `Design::Sharded`: a shard forwarding its reports to the model's object.
+    ShardFlush {
+        model: u32,
+        shard: u32,
+        observations: Vec<Observation>,
+    },
+    /// `Design::Sharded`: the model's object pushing its changed snapshot to a shard.
+    Push(ModelHealth),
     /// A batch of reports or settlements; `own` is the sender's item.
     Batch {
         iso: u32,
@@ -198,6 +208,12 @@ enum Ev {
         ticket: Ticket,
         req: u32,
         flush: bool,
+    },
+    /// `Design::Sharded`: a shard's forwarding falls due (stale unless `at` is still its next).
+    ShardFlush {
+        model: u32,
+        shard: u32,
+        at: u64,
     },
     Arrive(u32),
     Reply {
@@ -256,6 +272,8 @@ pub struct World {
     accounts_object: ModelHealth,
     status_flight: Flight,
     status_at: Option<u64>,
+    /// `Design::Sharded`: the health shards, by (model, shard).
+    shards: HashMap<(u32, u32), tier::Shard>,
     totals: Totals,
 }
 
@@ -311,6 +329,7 @@ impl World {
             accounts_object,
             status_flight: Flight::default(),
             status_at: None,
+            shards: HashMap::new(),
             totals: Totals::default(),
             p,
         }
@@ -376,6 +395,7 @@ impl World {
                 req,
                 flush,
             } => self.batch_turn(iso, which, ticket, req, flush),
+            Ev::ShardFlush { model, shard, at } => self.shard_flush(model, shard, at),
             Ev::Arrive(call) => self.arrive(call),
             Ev::Reply { call, ok } => self.reply(call, ok),
         }

@@ -81,9 +81,13 @@ impl World {
                     return self.blocking(id, Obj::Key(key), Kind::Acquire, 0, KEY_TIMEOUT_MS);
                 }
                 Stage::View => {
-                    self.reqs[id as usize].pending = 2;
+                    let objects = match self.p.design {
+                        Design::Today => vec![Obj::Model(model), Obj::Accounts],
+                        Design::Sharded => vec![self.view_obj(iso, model)],
+                    };
+                    self.reqs[id as usize].pending = objects.len() as u8;
                     let mut done = 0;
-                    for obj in [Obj::Model(model), Obj::Accounts] {
+                    for obj in objects {
                         if self.view_part(id, obj) {
                             done += 1;
                         }
@@ -212,6 +216,12 @@ impl World {
                 self.after_ms(ms, Ev::ViewPoll { req: id, obj });
                 false
             }
+            // The proposal refreshes a stale copy in the background.
+            Step::Fetch if self.p.design == Design::Sharded && copy_at.is_some() => {
+                let then = Then::Snapshot { iso, obj, req: None };
+                self.call(iso, obj, Kind::Snapshot, 0, HEALTH_TIMEOUT_MS, then);
+                true
+            }
             Step::Fetch => {
                 let r = &mut self.reqs[id as usize];
                 r.blocking = r.blocking.saturating_add(1);
@@ -222,7 +232,11 @@ impl World {
                     Kind::Snapshot,
                     0,
                     HEALTH_TIMEOUT_MS,
-                    Then::Snapshot { iso, obj, req: id },
+                    Then::Snapshot {
+                        iso,
+                        obj,
+                        req: Some(id),
+                    },
                 );
                 false
             }
@@ -244,7 +258,8 @@ impl World {
         let r = &self.reqs[id as usize];
         let (iso, model) = (r.iso, r.model);
         let routes = &self.routes[model as usize];
-        let order = match self.isolates[iso as usize].snapshots.get(&Obj::Model(model)) {
+        let view = self.view_obj(iso, model);
+        let order = match self.isolates[iso as usize].snapshots.get(&view) {
             Some(snap) => snap.health.plan_order(routes, now_ms),
             None => ModelHealth::default().plan_order(routes, now_ms),
         };
@@ -295,13 +310,24 @@ impl World {
     /// `health::apply_local`: the outcome on the isolate's own snapshots at once.
     pub(super) fn apply_local(&mut self, iso: u32, model: u32, obs: &Observation) {
         let config = self.config;
+        let scopes = match self.p.design {
+            Design::Today => vec![
+                (Obj::Model(model), Some(Scope::Model)),
+                (Obj::Accounts, Some(Scope::Accounts)),
+            ],
+            // One view, the accounts' breakers folded in.
+            Design::Sharded => vec![(self.view_obj(iso, model), None)],
+        };
         let isolate = &mut self.isolates[iso as usize];
-        for (obj, scope) in [(Obj::Model(model), Scope::Model), (Obj::Accounts, Scope::Accounts)] {
+        for (obj, scope) in scopes {
             let snap = isolate.snapshots.entry(obj).or_insert_with(|| Snap {
                 health: ModelHealth::default(),
                 fetched_ms: None,
             });
-            snap.health.observe_scoped(obs, &config, scope);
+            match scope {
+                Some(scope) => snap.health.observe_scoped(obs, &config, scope),
+                None => snap.health.observe(obs, &config),
+            }
         }
         self.note_demotion(iso);
     }
@@ -366,7 +392,11 @@ impl World {
         if refused {
             return;
         }
-        self.push(iso, Which::Report(Obj::Model(model)), id, urgent);
+        let view = self.view_obj(iso, model);
+        self.push(iso, Which::Report(view), id, urgent);
+        if self.p.design == Design::Sharded {
+            return; // the accounts' breakers are the shard's business
+        }
         let observations = self.observations(id);
         let accounts = self.isolates[iso as usize]
             .snapshots
@@ -395,13 +425,14 @@ impl World {
     /// Whether isolate `iso` now sees the downed route demoted (first time only).
     pub(super) fn note_demotion(&mut self, iso: u32) {
         let Some(down_at) = self.p.route_down_at_ms else { return };
+        let view = self.view_obj(iso, 0);
         let isolate = &mut self.isolates[iso as usize];
         if isolate.knows_down_ms.is_some() {
             return;
         }
         let demoted = isolate
             .snapshots
-            .get(&Obj::Model(0))
+            .get(&view)
             .and_then(|s| s.health.routes.get("r0"))
             .is_some_and(|s| s.breaker.is_demoted());
         if demoted {
