@@ -10,8 +10,9 @@
 //! Durable Object instance and the D1 database is a single FIFO server with a service time per
 //! call (`params::ServiceTimes`: assumptions until measured), reached over a round trip of 5–250 ms.
 //!
-//! - [`world`]: the deployment and the request path (`Design::Today`: what `src/` does), in four
-//!   parts: a request's stages, the isolates' batches, calls and stores, the public report;
+//! - [`world`]: the deployment and the request path (`Design::Today`: what `src/` does;
+//!   `Design::Sharded`: issue 34's proposed health tier, **not built**), in five parts: a request's
+//!   stages, the isolates' batches, calls and stores, the public report, the proposal's tier;
 //! - [`params`]: what a run simulates, and the Worker's rules as `src/` has them;
 //! - [`stores`]: the stores and the kinds of call; [`server`]: a store as a FIFO server;
 //! - [`report`]: the figures; [`scenarios`]: issue 34's runs;
