@@ -259,5 +259,8 @@ pub const SETTLE_STATEMENTS: u64 = 6;
 /// a failure waits for others to join it (ms).
 pub const SHARD_FLUSH_MS: u64 = 1_000;
 pub const SHARD_URGENT_MS: u64 = 100;
+/// The round trip between two objects (the status object's `full` calls, a shard's forwarding),
+/// ms: they run near each other (assumption).
+pub const OBJECT_RTT_MS: u64 = 10;
 /// An attempt on a route that is down fails after this long (a refused connection), ms.
 pub const FAILED_ATTEMPT_MS: u64 = 50;

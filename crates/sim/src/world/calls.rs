@@ -6,7 +6,11 @@ use super::*;
 
 impl World {
     pub(super) fn call(&mut self, iso: u32, obj: Obj, kind: Kind, statements: u64, timeout_ms: u64, then: Then) {
-        let rtt = self.isolates.get(iso as usize).map_or(10_000.0, |i| i.rtt_us);
+        // `iso` past the isolates: an object calling another (the status object, a health shard).
+        let rtt = self
+            .isolates
+            .get(iso as usize)
+            .map_or(OBJECT_RTT_MS as f64 * 1e3, |i| i.rtt_us);
         let half = (rtt * self.rng.range(0.9, 1.1) / 2.0) as u64;
         self.issue(obj, kind, statements, half, timeout_ms, then);
     }

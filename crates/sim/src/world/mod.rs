@@ -26,6 +26,9 @@
 //! to each model object and `accounts` (the build is taken as instant; its D1 catalog read is left
 //! out). Left out too: probe claims (a cooldown is 5 minutes, longer than a run), lease renewals (a
 //! lease outlives a 2 s stream), verification checks, the sweep and the outbox's replays.
+//!
+//! `Design::Sharded` (a proposal, `tier`) changes steps 3 and 7 only: one snapshot, of the
+//! isolate's health shard, refreshed in the background; reports to that shard only.
 
 mod batch;
 mod calls;
