@@ -38,6 +38,8 @@ pub struct Outcomes {
     pub outboxed: u64,
     pub lost: u64,
     pub unsettled: u64,
+    /// Refused before their key was read: no record to settle.
+    pub unrecorded: u64,
     pub unfinished: u64,
     /// Blocking calls of each request that arrived in the window (and was not refused).
     pub blocking: Vec<u32>,

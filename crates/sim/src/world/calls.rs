@@ -201,7 +201,7 @@ impl World {
         self.free_calls.push(id);
         let now_ms = self.ms();
         match call.then {
-            Then::Req(req) => self.resume(req, ok, call.kind),
+            Then::Req(req) => self.resume(req, ok),
             Then::Snapshot { iso, obj, req } => {
                 if let (true, Some(health)) = (ok, call.reply) {
                     self.remember(iso, obj, health);

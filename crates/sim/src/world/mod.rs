@@ -92,6 +92,8 @@ enum Stage {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Settled {
     Open,
+    /// Nothing to settle: refused before its key was known (no record, `src/http/v1.rs`).
+    Unrecorded,
     Written,
     Kept,
     Lost,
@@ -411,6 +413,7 @@ impl World {
         for r in &self.reqs {
             match r.settled {
                 Settled::Open => o.unsettled += 1,
+                Settled::Unrecorded => o.unrecorded += 1,
                 Settled::Written => o.settled += 1,
                 Settled::Kept => o.outboxed += 1,
                 Settled::Lost => o.lost += 1,

@@ -148,23 +148,24 @@ impl World {
 
     /// The answer to a call request `id` waited on: the stage it was in goes on, or the request
     /// ends as the Worker ends it.
-    pub(super) fn resume(&mut self, id: u32, ok: bool, reply_kind: Kind) {
+    pub(super) fn resume(&mut self, id: u32, ok: bool) {
         let now_ms = self.ms();
         let r = &mut self.reqs[id as usize];
         let (iso, key) = (r.iso, r.key);
         let account = r.account(self.p.keys_per_account);
         let isolate = &mut self.isolates[iso as usize];
-        match (r.stage, reply_kind) {
-            (Stage::Key, _) => {
+        match r.stage {
+            Stage::Key => {
                 // D1 out of reach: the key as last read, for 10 minutes (any copy here is younger).
                 if ok {
                     isolate.keys.insert(key, now_ms);
                 } else if !isolate.keys.contains_key(&key) {
+                    self.reqs[id as usize].settled = Settled::Unrecorded;
                     return self.refuse(id);
                 }
                 r.stage = Stage::Catalog;
             }
-            (Stage::Catalog, _) => {
+            Stage::Catalog => {
                 if ok {
                     isolate.catalog_at = Some(now_ms);
                 } else if isolate.catalog_at.is_none() {
@@ -172,28 +173,29 @@ impl World {
                 }
                 r.stage = Stage::Limit;
             }
-            (Stage::Limit, _) => {
+            Stage::Limit => {
                 // An object that errs or is late admits (and is sent the release at once).
                 r.key_slot = true;
                 r.stage = Stage::View;
             }
-            (Stage::Capacity, _) => {
+            Stage::Capacity => {
                 r.cap_slot = ok;
                 r.stage = Stage::Balance;
             }
-            (Stage::Balance, _) if ok => r.stage = Stage::Hold,
-            (Stage::Hold, _) if ok => {
+            Stage::Balance if ok => r.stage = Stage::Hold,
+            Stage::Hold if ok => {
                 isolate.balances.insert(account, now_ms);
                 r.stage = Stage::Upstream;
             }
             // D1 out of reach on the awaited path: 503 `storage_unavailable`.
-            (Stage::Balance | Stage::Hold, _) => return self.refuse(id),
+            Stage::Balance | Stage::Hold => return self.refuse(id),
             _ => return,
         }
         self.advance(id);
     }
 
-    /// A request refused before any attempt (503): its slots go back, its record is settled.
+    /// A request refused before any attempt (503): its slots go back, its record (if its key was
+    /// read) is settled.
     pub(super) fn refuse(&mut self, id: u32) {
         let r = &mut self.reqs[id as usize];
         r.refused = true;
@@ -388,7 +390,9 @@ impl World {
                 Then::Nothing,
             );
         }
-        self.push(iso, Which::Settle, id, false);
+        if self.reqs[id as usize].settled == Settled::Open {
+            self.push(iso, Which::Settle, id, false);
+        }
         if refused {
             return;
         }
