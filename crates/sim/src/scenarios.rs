@@ -1,0 +1,244 @@
+//! Issue 34's runs: the rate sweep on one model, 10,000 req/s on one model and 100,000 overall at
+//! I = 300, 1,000 and 3,000, the route-down drill and the 2× overload drill — each as a table.
+
+use crate::params::{Design, Params, ServiceTimes};
+use crate::report::Report;
+use crate::run;
+use crate::stores::{Class, Kind};
+
+/// The scenarios `main` knows, in the order `all` runs them.
+pub const NAMES: [&str; 6] = ["sweep", "one-model", "overall", "capacity", "route-down", "overload"];
+
+/// One model, `rate` req/s, `isolates` isolates.
+pub fn one_model(rate: f64, isolates: usize) -> Params {
+    Params {
+        rate,
+        isolates,
+        models: 1,
+        hot_share: 1.0,
+        ..Params::default()
+    }
+}
+
+/// `rate` req/s over 20 models, a tenth on the busiest (10,000 of 100,000).
+pub fn overall(rate: f64, isolates: usize) -> Params {
+    Params {
+        rate,
+        isolates,
+        models: 20,
+        hot_share: 0.1,
+        warmup_ms: 2_000,
+        measure_ms: 2_000,
+        ..Params::default()
+    }
+}
+
+/// Route 0 of the one model goes down 1 s into the window; D1 unbounded, so that requests reach
+/// the health path (a saturated D1 refuses them before it).
+pub fn route_down(rate: f64, isolates: usize) -> Params {
+    let p = without_d1(one_model(rate, isolates));
+    Params {
+        route_down_at_ms: Some(p.warmup_ms + 1_000),
+        measure_ms: 8_000,
+        ..p
+    }
+}
+
+/// The same run with D1 answering at once: each object's own ceiling, not hidden behind D1's.
+pub fn without_d1(p: Params) -> Params {
+    Params {
+        service: p.service.without_d1(),
+        ..p
+    }
+}
+
+fn summary(rows: &[(String, Report)]) -> String {
+    let mut t = format!("{}\n", Report::summary_header());
+    for (label, r) in rows {
+        t += &r.summary_row(label);
+        t.push('\n');
+    }
+    t
+}
+
+/// The scenario's tables (Markdown), or `None` for an unknown name.
+pub fn table(name: &str, seed: u64, design: Design) -> Option<String> {
+    let seeded = |p: Params| Params { seed, design, ..p };
+    let out = match name {
+        "sweep" => {
+            let rows: Vec<(String, Report)> = [100.0, 250.0, 500.0, 1_000.0, 2_000.0, 10_000.0]
+                .into_iter()
+                .flat_map(|rate| {
+                    let p = seeded(one_model(rate, 300));
+                    [
+                        ("one model".to_string(), run(p.clone())),
+                        ("one model, D1 unbounded".to_string(), run(without_d1(p))),
+                    ]
+                })
+                .collect();
+            let mut t = summary(&rows);
+            t += "\nModel object calls/s by kind (same runs):\n\n| req/s | snapshot/s | observe/s | full/s | `accounts` calls/s | D1 calls/s |\n|---|---|---|---|---|---|\n";
+            for (label, r) in &rows {
+                t += &format!(
+                    "| {:.0} ({label}) | {:.0} | {:.0} | {:.1} | {:.0} | {:.0} |\n",
+                    r.rate,
+                    r.window_rate(Class::Model, Some(Kind::Snapshot)),
+                    r.window_rate(Class::Model, Some(Kind::Observe)),
+                    r.window_rate(Class::Model, Some(Kind::Full)),
+                    r.window_rate(Class::Accounts, None),
+                    r.window_rate(Class::D1, None),
+                );
+            }
+            t
+        }
+        "one-model" => {
+            let rows: Vec<(String, Report)> = [300, 1_000, 3_000]
+                .into_iter()
+                .flat_map(|i| {
+                    let p = seeded(one_model(10_000.0, i));
+                    [
+                        ("10k on one model".to_string(), run(p.clone())),
+                        ("the same, D1 unbounded".to_string(), run(without_d1(p))),
+                    ]
+                })
+                .collect();
+            let mut t = summary(&rows);
+            for (label, r) in rows.iter().skip(rows.len().saturating_sub(2)) {
+                t += &format!(
+                    "
+{label}, I = {}: stores (busiest instance of each)
+
+{}
+calls issued
+
+{}
+blocking calls
+
+{}",
+                    r.isolates,
+                    r.stores_table(),
+                    r.calls_table(),
+                    r.blocking_table()
+                );
+            }
+            t
+        }
+        "overall" => {
+            let rows: Vec<(String, Report)> = [300, 1_000, 3_000]
+                .into_iter()
+                .flat_map(|i| {
+                    let p = seeded(overall(100_000.0, i));
+                    [
+                        ("100k overall".to_string(), run(p.clone())),
+                        ("the same, D1 unbounded".to_string(), run(without_d1(p))),
+                    ]
+                })
+                .collect();
+            let mut t = summary(&rows);
+            for (label, r) in rows.iter().take(2) {
+                t += &format!(
+                    "
+{label}, I = {}: stores (busiest instance of each)
+
+{}
+calls issued
+
+{}",
+                    r.isolates,
+                    r.stores_table(),
+                    r.calls_table()
+                );
+            }
+            t
+        }
+        "capacity" => {
+            let rows: Vec<(String, Report)> = [100.0, 250.0, 500.0, 1_000.0]
+                .into_iter()
+                .map(|rate| {
+                    let p = Params {
+                        hot_model_capped: true,
+                        ..one_model(rate, 300)
+                    };
+                    ("one capped model".to_string(), run(seeded(p)))
+                })
+                .collect();
+            summary(&rows)
+        }
+        "route-down" => {
+            let rows: Vec<(String, Report)> = [(1_000.0, 300), (10_000.0, 1_000), (10_000.0, 3_000)]
+                .into_iter()
+                .map(|(rate, i)| ("route down, D1 unbounded".to_string(), run(seeded(route_down(rate, i)))))
+                .collect();
+            let mut t = summary(&rows);
+            t += "\n| req/s | I | demotion reaches 50 % / 90 % / 99 % of isolates |\n|---|---|---|\n";
+            for (_, r) in &rows {
+                let q = |q| {
+                    r.demotion_reach_ms(q)
+                        .map_or("never".to_string(), |v| format!("{:.2} s", f64::from(v) / 1e3))
+                };
+                t += &format!(
+                    "| {:.0} | {} | {} / {} / {} |\n",
+                    r.rate,
+                    r.isolates,
+                    q(0.5),
+                    q(0.9),
+                    q(0.99)
+                );
+            }
+            t
+        }
+        "overload" => overload(seed, design),
+        _ => return None,
+    };
+    Some(out)
+}
+
+/// The 2× overload drill: the same arrivals against stores that never queue (the calls a working
+/// store is offered) and against today's service times at twice a store's capacity.
+fn overload(seed: u64, design: Design) -> String {
+    let mut t = String::from(
+        "| drill | store | calls offered (instant stores) | calls issued (saturated) | issued / offered | load | refused | settlements lost / outboxed |\n|---|---|---|---|---|---|---|---|\n",
+    );
+    let drills = [
+        // The model object: ≈ 2× the ≈ 500 req/s at which its load reaches 100 % (sweep), D1
+        // unbounded so that the object sees the whole rate.
+        ("model object 2×", without_d1(one_model(1_000.0, 300)), Class::Model),
+        // D1: ≈ 2× the ≈ 550 req/s at which one database saturates at I = 300, spread over 20
+        // models (their objects not saturated).
+        (
+            "D1 2×",
+            Params {
+                hot_share: 0.05,
+                ..overall(1_100.0, 300)
+            },
+            Class::D1,
+        ),
+    ];
+    for (label, p, class) in drills {
+        let p = Params { seed, design, ..p };
+        let control = run(Params {
+            service: ServiceTimes::instant(),
+            ..p.clone()
+        });
+        let loaded = run(p);
+        let count = |r: &Report| {
+            r.totals
+                .issued
+                .iter()
+                .filter(|((c, _), _)| *c == class)
+                .map(|(_, n)| *n)
+                .sum::<u64>()
+        };
+        let (offered, issued) = (count(&control), count(&loaded));
+        let row = loaded.store(class);
+        t += &format!(
+            "| {label} | {class:?} | {offered} | {issued} | {:.2} | {:.0} % | {:.1} % | {} / {} |\n",
+            issued as f64 / offered.max(1) as f64,
+            row.map_or(0.0, |s| s.load * 100.0),
+            row.map_or(0.0, |s| s.refused * 100.0),
+            loaded.outcomes.lost,
+            loaded.outcomes.outboxed,
+        );
+    }
+    t
+}

@@ -1,0 +1,76 @@
+//! The deployment's stores and the calls they take: each Durable Object instance and the D1
+//! database ([`Obj`]), their kinds for the report ([`Class`]), and the kinds of call ([`Kind`], the
+//! counted kinds of `src/calls.rs`, roughly).
+
+/// A store: one Durable Object instance or the D1 database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Obj {
+    /// `model:<id>` (route breakers, buckets, capacity).
+    Model(u32),
+    /// `accounts`: every upstream account's breaker, one for the deployment.
+    Accounts,
+    /// A limited key's `LimitObject`.
+    Key(u32),
+    /// `status`: the public report.
+    Status,
+    /// `outbox-<n>`.
+    Outbox(u32),
+    /// `Design::Sharded` (a proposal): health shard `k` of a model.
+    Shard(u32, u32),
+    D1,
+}
+
+/// The kind of store, for the report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Class {
+    Model,
+    Accounts,
+    KeyLimit,
+    Status,
+    Outbox,
+    Shard,
+    D1,
+}
+
+impl Obj {
+    pub fn class(self) -> Class {
+        match self {
+            Obj::Model(_) => Class::Model,
+            Obj::Accounts => Class::Accounts,
+            Obj::Key(_) => Class::KeyLimit,
+            Obj::Status => Class::Status,
+            Obj::Outbox(_) => Class::Outbox,
+            Obj::Shard(..) => Class::Shard,
+            Obj::D1 => Class::D1,
+        }
+    }
+
+    /// The batch key `src/health.rs` uses (the object's name).
+    pub fn name(self) -> String {
+        match self {
+            Obj::Model(m) => format!("model:m{m}"),
+            Obj::Accounts => "accounts".to_string(),
+            other => format!("{other:?}"),
+        }
+    }
+}
+
+/// What a call does (the counted kinds of `src/calls.rs`, roughly).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    Snapshot,
+    Observe,
+    Full,
+    Acquire,
+    Release,
+    StatusGet,
+    D1Key,
+    D1Catalog,
+    D1Balance,
+    D1HoldAtomic,
+    D1HoldFast,
+    D1Settle,
+    Keep,
+    /// `Design::Sharded`: the model's object pushing a changed snapshot to a shard.
+    Push,
+}

@@ -1,0 +1,262 @@
+//! Calls and stores: a call travels half a round trip, is served in turn by its store (its effect
+//! applied there, in arrival order) or refused, and its answer travels back — or the caller's
+//! deadline passes first.
+
+use super::*;
+
+impl World {
+    pub(super) fn call(&mut self, iso: u32, obj: Obj, kind: Kind, statements: u64, timeout_ms: u64, then: Then) {
+        // `iso` past the isolates: an object calling another (the status object, a health shard).
+        let rtt = self
+            .isolates
+            .get(iso as usize)
+            .map_or(OBJECT_RTT_MS as f64 * 1e3, |i| i.rtt_us);
+        let half = (rtt * self.rng.range(0.9, 1.1) / 2.0) as u64;
+        self.issue(obj, kind, statements, half, timeout_ms, then);
+    }
+
+    pub(super) fn issue(
+        &mut self,
+        obj: Obj,
+        kind: Kind,
+        statements: u64,
+        half_rtt_us: u64,
+        timeout_ms: u64,
+        then: Then,
+    ) {
+        let call = Call {
+            obj,
+            kind,
+            statements,
+            half_rtt_us,
+            deadline_us: self.now + timeout_ms * 1_000,
+            then,
+            reply: None,
+        };
+        let id = match self.free_calls.pop() {
+            Some(id) => {
+                self.calls[id as usize] = Some(call);
+                id
+            }
+            None => {
+                self.calls.push(Some(call));
+                (self.calls.len() - 1) as u32
+            }
+        };
+        *self.totals.issued.entry((obj.class(), kind)).or_default() += 1;
+        if self.window.contains(self.now) {
+            *self.totals.window_issued.entry((obj.class(), kind)).or_default() += 1;
+        }
+        self.at(self.now + half_rtt_us, Ev::Arrive(id));
+    }
+
+    pub(super) fn service_us(&self, obj: Obj, kind: Kind, statements: u64) -> u64 {
+        let s = &self.p.service;
+        match (obj, kind) {
+            (Obj::D1, _) => s.d1_call_us + s.d1_statement_us * statements,
+            (Obj::Model(_), Kind::Snapshot) => s.model_snapshot_us,
+            (Obj::Model(_), Kind::Observe) => s.model_observe_us,
+            (Obj::Model(_), Kind::Full) => s.model_full_us,
+            (Obj::Model(_), _) => s.capacity_us,
+            (Obj::Accounts, Kind::Observe) => s.accounts_observe_us,
+            (Obj::Accounts, _) => s.accounts_snapshot_us,
+            (Obj::Key(_), _) => s.key_limit_us,
+            (Obj::Status, _) => s.status_us,
+            (Obj::Outbox(_), _) => s.outbox_us,
+            (Obj::Shard(..), _) => s.shard_us,
+        }
+    }
+
+    /// A call reaches its store: served in turn (its effect applied now, in arrival order) or
+    /// refused; its answer goes back, or the caller's deadline passes first.
+    pub(super) fn arrive(&mut self, id: u32) {
+        let Some(call) = self.calls.get(id as usize).and_then(|c| c.as_ref()) else {
+            return;
+        };
+        let (obj, kind, half, deadline) = (call.obj, call.kind, call.half_rtt_us, call.deadline_us);
+        let service = self.service_us(obj, kind, call.statements);
+        let backlog = self.p.overload_backlog_ms * 1_000;
+        let window = self.window;
+        let offer = self
+            .servers
+            .entry(obj)
+            .or_default()
+            .offer(self.now, service, backlog, &window);
+        match offer {
+            Offer::Refused => self.at(self.now + half, Ev::Reply { call: id, ok: false }),
+            Offer::Served { finish, .. } => {
+                self.apply(id);
+                let back = finish + half;
+                if back <= deadline {
+                    self.at(back, Ev::Reply { call: id, ok: true });
+                } else {
+                    self.at(deadline.max(self.now), Ev::Reply { call: id, ok: false });
+                }
+            }
+        }
+    }
+
+    /// What a served call does to its store's state.
+    pub(super) fn apply(&mut self, id: u32) {
+        let now_ms = self.ms();
+        let Some(call) = self.calls.get(id as usize).and_then(|c| c.as_ref()) else {
+            return;
+        };
+        let (obj, kind) = (call.obj, call.kind);
+        let items: Vec<u32> = match &call.then {
+            Then::Batch { taken, .. } => taken.items.clone(),
+            Then::Alone { req, .. } | Then::Keep(req) => vec![*req],
+            _ => Vec::new(),
+        };
+        let forwarded = match &call.then {
+            Then::ShardFlush { observations, .. } => Some(observations.clone()),
+            _ => None,
+        };
+        let pushed = match &call.then {
+            Then::Push(health) => Some(health.clone()),
+            _ => None,
+        };
+        let reply = match (obj, kind) {
+            (Obj::Model(m), Kind::Observe) => {
+                let observations: Vec<Observation> = match forwarded {
+                    Some(o) => o,
+                    None => items.iter().flat_map(|r| self.observations(*r)).collect(),
+                };
+                let (config, design) = (self.config, self.p.design);
+                let health = self.model_objects.entry(m).or_default();
+                let before = demoted_routes(health);
+                for o in &observations {
+                    match design {
+                        Design::Today => health.observe_scoped(o, &config, Scope::Model),
+                        Design::Sharded => health.observe(o, &config),
+                    }
+                }
+                let changed = demoted_routes(health) != before;
+                let demoted = health.routes.get("r0").is_some_and(|s| s.breaker.is_demoted());
+                let snapshot = health.snapshot();
+                if m == 0 && demoted && self.totals.object_demoted_ms.is_none() && self.p.route_down_at_ms.is_some() {
+                    self.totals.object_demoted_ms = Some(now_ms);
+                }
+                if changed && design == Design::Sharded {
+                    self.push_to_shards(m, &snapshot);
+                }
+                Some(snapshot)
+            }
+            (Obj::Shard(m, k), Kind::Observe) => {
+                let observations = items.iter().flat_map(|r| self.observations(*r)).collect();
+                Some(self.shard_observe(m, k, observations))
+            }
+            (Obj::Shard(m, k), Kind::Snapshot) => Some(self.shard_snapshot(m, k)),
+            (Obj::Shard(m, k), Kind::Push) => {
+                if let Some(health) = pushed {
+                    self.shard_refreshed(m, k, health);
+                }
+                None
+            }
+            (Obj::Model(m), Kind::Snapshot) => Some(self.model_objects.entry(m).or_default().snapshot()),
+            (Obj::Accounts, Kind::Observe) => {
+                let observations: Vec<Observation> = items.iter().flat_map(|r| self.observations(*r)).collect();
+                let config = self.config;
+                let kept = for_accounts(&observations, Some(&self.accounts_object));
+                for o in &kept {
+                    self.accounts_object.observe_scoped(o, &config, Scope::Accounts);
+                }
+                Some(self.accounts_object.snapshot())
+            }
+            (Obj::Accounts, Kind::Snapshot) => Some(self.accounts_object.snapshot()),
+            (Obj::D1, Kind::D1Settle) => {
+                for r in &items {
+                    let req = &mut self.reqs[*r as usize];
+                    if req.settled == Settled::Open {
+                        req.settled = Settled::Written;
+                    }
+                }
+                None
+            }
+            (Obj::Outbox(_), Kind::Keep) => {
+                for r in &items {
+                    let req = &mut self.reqs[*r as usize];
+                    if req.settled == Settled::Open {
+                        let in_time = now_ms.saturating_sub(req.end_ms) <= WAIT_UNTIL_MS;
+                        req.settled = if in_time { Settled::Kept } else { Settled::Lost };
+                    }
+                }
+                None
+            }
+            (Obj::Status, Kind::StatusGet) => {
+                self.status_build();
+                None
+            }
+            _ => None,
+        };
+        if let Some(Some(call)) = self.calls.get_mut(id as usize) {
+            call.reply = reply;
+        }
+    }
+
+    pub(super) fn reply(&mut self, id: u32, ok: bool) {
+        let Some(call) = self.calls.get_mut(id as usize).and_then(Option::take) else {
+            return;
+        };
+        self.free_calls.push(id);
+        let now_ms = self.ms();
+        match call.then {
+            Then::Req(req) => self.resume(req, ok),
+            Then::Snapshot { iso, obj, req } => {
+                if let (true, Some(health)) = (ok, call.reply) {
+                    self.remember(iso, obj, health);
+                }
+                let isolate = &mut self.isolates[iso as usize];
+                isolate.flights.entry(obj).or_default().done(ok, now_ms, &SNAPSHOT);
+                if let Some(req) = req {
+                    self.part_done(req);
+                }
+            }
+            Then::ShardFlush {
+                model,
+                shard,
+                observations,
+            } => self.shard_flushed(model, shard, observations, ok.then_some(call.reply).flatten()),
+            Then::Push(_) => {}
+            Then::Batch { iso, which, taken, own } => self.batch_done(iso, which, taken, own, ok, call.reply),
+            Then::Alone { which, req } => {
+                if !ok {
+                    let iso = self.reqs[req as usize].iso;
+                    self.give_up(iso, which, req);
+                }
+            }
+            Then::Keep(req) => {
+                if !ok && self.reqs[req as usize].settled == Settled::Open {
+                    self.reqs[req as usize].settled = Settled::Lost;
+                }
+            }
+            Then::StatusFetch(iso) => self.status_fetched(iso, ok),
+            Then::Nothing => {}
+        }
+    }
+
+    /// An object's answer replaces the isolate's snapshot (`health::remember`).
+    pub(super) fn remember(&mut self, iso: u32, obj: Obj, health: ModelHealth) {
+        let now_ms = self.ms();
+        self.isolates[iso as usize].snapshots.insert(
+            obj,
+            Snap {
+                health,
+                fetched_ms: Some(now_ms),
+            },
+        );
+        if obj == self.view_obj(iso, 0) {
+            self.note_demotion(iso);
+        }
+    }
+}
+
+/// The routes a model's object holds demoted.
+fn demoted_routes(health: &ModelHealth) -> Vec<String> {
+    health
+        .routes
+        .iter()
+        .filter(|(_, s)| s.breaker.is_demoted())
+        .map(|(r, _)| r.clone())
+        .collect()
+}

@@ -1,0 +1,446 @@
+//! A request's path through the Worker (`src/proxy.rs`, `src/health.rs`, `src/billing.rs`,
+//! `src/finish.rs`): its stages, each waiting on what the Worker waits on, and what it leaves
+//! behind when its answer ends.
+
+use super::*;
+
+impl World {
+    pub(super) fn arrival(&mut self) {
+        if self.now >= self.arrivals_end {
+            return;
+        }
+        let gap = self.rng.exp(1e6 / self.p.rate.max(1e-9)) as u64;
+        self.at(self.now + gap.max(1), Ev::Arrival);
+        let iso = self.rng.below(self.isolates.len()) as u32;
+        let model = if self.p.models <= 1 || self.rng.unit() < self.p.hot_share {
+            0
+        } else {
+            1 + self.rng.below(self.p.models - 1) as u32
+        };
+        let account = self.accounts_zipf.draw(&mut self.rng);
+        let key = (account * self.p.keys_per_account.max(1) + self.keys_zipf.draw(&mut self.rng)) as u32;
+        let id = self.reqs.len() as u32;
+        self.reqs.push(Req {
+            iso,
+            model,
+            key,
+            arrived_us: self.now,
+            stage: Stage::Key,
+            pending: 0,
+            blocking: 0,
+            key_slot: false,
+            cap_slot: false,
+            fails: Vec::new(),
+            route: 0,
+            end_ms: 0,
+            refused: false,
+            settled: Settled::Open,
+        });
+        self.totals.requests += 1;
+        if self.window.contains(self.now) {
+            self.totals.window_requests += 1;
+        }
+        self.advance(id);
+    }
+
+    /// Runs the request's stages until one waits on something.
+    pub(super) fn advance(&mut self, id: u32) {
+        loop {
+            let r = &self.reqs[id as usize];
+            let (iso, key, model) = (r.iso, r.key, r.model);
+            let account = r.account(self.p.keys_per_account);
+            let now_ms = self.ms();
+            let isolate = &self.isolates[iso as usize];
+            match r.stage {
+                Stage::Key => {
+                    if isolate
+                        .keys
+                        .get(&key)
+                        .is_some_and(|at| now_ms.saturating_sub(*at) < CACHE_TTL_MS)
+                    {
+                        self.reqs[id as usize].stage = Stage::Catalog;
+                        continue;
+                    }
+                    return self.blocking(id, Obj::D1, Kind::D1Key, READ_STATEMENTS, D1_DEADLINE_MS);
+                }
+                Stage::Catalog => {
+                    if isolate
+                        .catalog_at
+                        .is_some_and(|at| now_ms.saturating_sub(at) < CACHE_TTL_MS)
+                    {
+                        self.reqs[id as usize].stage = Stage::Limit;
+                        continue;
+                    }
+                    return self.blocking(id, Obj::D1, Kind::D1Catalog, READ_STATEMENTS, D1_DEADLINE_MS);
+                }
+                Stage::Limit => {
+                    if !self.limited(key) {
+                        self.reqs[id as usize].stage = Stage::View;
+                        continue;
+                    }
+                    return self.blocking(id, Obj::Key(key), Kind::Acquire, 0, KEY_TIMEOUT_MS);
+                }
+                Stage::View => {
+                    let objects = match self.p.design {
+                        Design::Today => vec![Obj::Model(model), Obj::Accounts],
+                        Design::Sharded => vec![self.view_obj(iso, model)],
+                    };
+                    self.reqs[id as usize].pending = objects.len() as u8;
+                    let mut done = 0;
+                    for obj in objects {
+                        if self.view_part(id, obj) {
+                            done += 1;
+                        }
+                    }
+                    let r = &mut self.reqs[id as usize];
+                    r.pending -= done;
+                    if r.pending > 0 {
+                        return;
+                    }
+                    r.stage = Stage::Capacity;
+                }
+                Stage::Capacity => {
+                    if !(model == 0 && self.p.hot_model_capped) {
+                        self.reqs[id as usize].stage = Stage::Balance;
+                        continue;
+                    }
+                    return self.blocking(id, Obj::Model(model), Kind::Acquire, 0, CAPACITY_TIMEOUT_MS);
+                }
+                Stage::Balance => {
+                    let fresh = isolate
+                        .balances
+                        .get(&account)
+                        .is_some_and(|at| now_ms.saturating_sub(*at) < BALANCE_SNAPSHOT_MS);
+                    if fresh {
+                        self.after_ms(FAST_HOLD_DEFER_MS, Ev::FastHold(id));
+                        self.reqs[id as usize].stage = Stage::Upstream;
+                        continue;
+                    }
+                    return self.blocking(id, Obj::D1, Kind::D1Balance, READ_STATEMENTS, D1_DEADLINE_MS);
+                }
+                Stage::Hold => {
+                    return self.blocking(id, Obj::D1, Kind::D1HoldAtomic, HOLD_STATEMENTS, D1_DEADLINE_MS);
+                }
+                Stage::Upstream => return self.attempt(id),
+                Stage::Streaming | Stage::Closed => return,
+            }
+        }
+    }
+
+    pub(super) fn limited(&self, key: u32) -> bool {
+        self.p.limited_key_every > 0 && (key as usize).is_multiple_of(self.p.limited_key_every)
+    }
+
+    /// A call request `id` waits on.
+    pub(super) fn blocking(&mut self, id: u32, obj: Obj, kind: Kind, statements: u64, timeout_ms: u64) {
+        let r = &mut self.reqs[id as usize];
+        r.blocking = r.blocking.saturating_add(1);
+        let iso = r.iso;
+        self.count_blocking(obj, kind);
+        self.call(iso, obj, kind, statements, timeout_ms, Then::Req(id));
+    }
+
+    pub(super) fn count_blocking(&mut self, obj: Obj, kind: Kind) {
+        if self.window.contains(self.now) {
+            *self.totals.window_blocking.entry((obj.class(), kind)).or_default() += 1;
+        }
+    }
+
+    /// The answer to a call request `id` waited on: the stage it was in goes on, or the request
+    /// ends as the Worker ends it.
+    pub(super) fn resume(&mut self, id: u32, ok: bool) {
+        let now_ms = self.ms();
+        let r = &mut self.reqs[id as usize];
+        let (iso, key) = (r.iso, r.key);
+        let account = r.account(self.p.keys_per_account);
+        let isolate = &mut self.isolates[iso as usize];
+        match r.stage {
+            Stage::Key => {
+                // D1 out of reach: the key as last read, for 10 minutes (any copy here is younger).
+                if ok {
+                    isolate.keys.insert(key, now_ms);
+                } else if !isolate.keys.contains_key(&key) {
+                    self.reqs[id as usize].settled = Settled::Unrecorded;
+                    return self.refuse(id);
+                }
+                r.stage = Stage::Catalog;
+            }
+            Stage::Catalog => {
+                if ok {
+                    isolate.catalog_at = Some(now_ms);
+                } else if isolate.catalog_at.is_none() {
+                    return self.refuse(id);
+                }
+                r.stage = Stage::Limit;
+            }
+            Stage::Limit => {
+                // An object that errs or is late admits (and is sent the release at once).
+                r.key_slot = true;
+                r.stage = Stage::View;
+            }
+            Stage::Capacity => {
+                r.cap_slot = ok;
+                r.stage = Stage::Balance;
+            }
+            Stage::Balance if ok => r.stage = Stage::Hold,
+            Stage::Hold if ok => {
+                isolate.balances.insert(account, now_ms);
+                r.stage = Stage::Upstream;
+            }
+            // D1 out of reach on the awaited path: 503 `storage_unavailable`.
+            Stage::Balance | Stage::Hold => return self.refuse(id),
+            _ => return,
+        }
+        self.advance(id);
+    }
+
+    /// A request refused before any attempt (503): its slots go back, its record (if its key was
+    /// read) is settled.
+    pub(super) fn refuse(&mut self, id: u32) {
+        let r = &mut self.reqs[id as usize];
+        r.refused = true;
+        r.end_ms = self.now / 1_000;
+        self.totals.refused += 1;
+        self.close(id);
+    }
+
+    /// One of the two snapshots of `health::view` (`src/health.rs` `refresh`); true when the
+    /// request may go on with it.
+    pub(super) fn view_part(&mut self, id: u32, obj: Obj) -> bool {
+        let now_ms = self.ms();
+        let iso = self.reqs[id as usize].iso;
+        let isolate = &mut self.isolates[iso as usize];
+        let copy_at = isolate.snapshots.get(&obj).and_then(|s| s.fetched_ms);
+        let step = isolate.flights.entry(obj).or_default().step(copy_at, now_ms, &SNAPSHOT);
+        match step {
+            Step::Fresh | Step::Stale | Step::Without => true,
+            Step::Wait(ms) => {
+                self.after_ms(ms, Ev::ViewPoll { req: id, obj });
+                false
+            }
+            // The proposal refreshes a stale copy in the background.
+            Step::Fetch if self.p.design == Design::Sharded && copy_at.is_some() => {
+                let then = Then::Snapshot { iso, obj, req: None };
+                self.call(iso, obj, Kind::Snapshot, 0, HEALTH_TIMEOUT_MS, then);
+                true
+            }
+            Step::Fetch => {
+                let r = &mut self.reqs[id as usize];
+                r.blocking = r.blocking.saturating_add(1);
+                self.count_blocking(obj, Kind::Snapshot);
+                self.call(
+                    iso,
+                    obj,
+                    Kind::Snapshot,
+                    0,
+                    HEALTH_TIMEOUT_MS,
+                    Then::Snapshot {
+                        iso,
+                        obj,
+                        req: Some(id),
+                    },
+                );
+                false
+            }
+        }
+    }
+
+    pub(super) fn part_done(&mut self, id: u32) {
+        let r = &mut self.reqs[id as usize];
+        r.pending = r.pending.saturating_sub(1);
+        if r.pending == 0 && r.stage == Stage::View {
+            r.stage = Stage::Capacity;
+            self.advance(id);
+        }
+    }
+
+    /// The next attempt, on the first route of the isolate's plan not yet failed.
+    pub(super) fn attempt(&mut self, id: u32) {
+        let now_ms = self.ms();
+        let r = &self.reqs[id as usize];
+        let (iso, model) = (r.iso, r.model);
+        let routes = &self.routes[model as usize];
+        let view = self.view_obj(iso, model);
+        let order = match self.isolates[iso as usize].snapshots.get(&view) {
+            Some(snap) => snap.health.plan_order(routes, now_ms),
+            None => ModelHealth::default().plan_order(routes, now_ms),
+        };
+        let next = order
+            .iter()
+            .map(|(i, _, _)| *i as u8)
+            .find(|i| !r.fails.iter().any(|(f, _)| f == i));
+        let Some(route) = next else {
+            // Every route failed: unanswered.
+            self.reqs[id as usize].end_ms = now_ms;
+            return self.close(id);
+        };
+        let down = self.is_down(model, route, now_ms);
+        let r = &mut self.reqs[id as usize];
+        r.route = route;
+        if down {
+            self.after_ms(FAILED_ATTEMPT_MS, Ev::AttemptFailed(id));
+        } else {
+            r.stage = Stage::Streaming;
+            let ms = self.rng.range(self.p.stream_ms.0, self.p.stream_ms.1) as u64;
+            self.after_ms(ms, Ev::StreamEnd(id));
+        }
+    }
+
+    pub(super) fn observation(&self, model: u32, route: u8, outcome: AttemptOutcome, at_ms: u64) -> Observation {
+        let (route_id, account) = self.routes[model as usize]
+            .get(route as usize)
+            .cloned()
+            .unwrap_or_default();
+        Observation {
+            route: route_id,
+            account,
+            outcome,
+            at_ms,
+            stream: true,
+            ttfb_ms: None,
+            output_tokens: 0,
+            duration_ms: 0,
+            extra_try: false,
+            probe: false,
+            retry_after_ms: None,
+            verify: false,
+            key: String::new(),
+            provoked: false,
+        }
+    }
+
+    /// `health::apply_local`: the outcome on the isolate's own snapshots at once.
+    pub(super) fn apply_local(&mut self, iso: u32, model: u32, obs: &Observation) {
+        let config = self.config;
+        let scopes = match self.p.design {
+            Design::Today => vec![
+                (Obj::Model(model), Some(Scope::Model)),
+                (Obj::Accounts, Some(Scope::Accounts)),
+            ],
+            // One view, the accounts' breakers folded in.
+            Design::Sharded => vec![(self.view_obj(iso, model), None)],
+        };
+        let isolate = &mut self.isolates[iso as usize];
+        for (obj, scope) in scopes {
+            let snap = isolate.snapshots.entry(obj).or_insert_with(|| Snap {
+                health: ModelHealth::default(),
+                fetched_ms: None,
+            });
+            match scope {
+                Some(scope) => snap.health.observe_scoped(obs, &config, scope),
+                None => snap.health.observe(obs, &config),
+            }
+        }
+        self.note_demotion(iso);
+    }
+
+    pub(super) fn attempt_failed(&mut self, id: u32) {
+        let now_ms = self.ms();
+        let r = &mut self.reqs[id as usize];
+        r.fails.push((r.route, now_ms));
+        let (iso, model, route) = (r.iso, r.model, r.route);
+        let obs = self.observation(model, route, AttemptOutcome::Failure(FailureClass::Connect), now_ms);
+        self.apply_local(iso, model, &obs);
+        self.attempt(id);
+    }
+
+    /// The answer ends; a stream on the route that went down meanwhile ends broken (a failure,
+    /// after commit: not retried).
+    pub(super) fn stream_end(&mut self, id: u32) {
+        let now_ms = self.ms();
+        let (model, route) = (self.reqs[id as usize].model, self.reqs[id as usize].route);
+        let broken = self.is_down(model, route, now_ms);
+        let r = &mut self.reqs[id as usize];
+        r.end_ms = now_ms;
+        let iso = r.iso;
+        if broken {
+            r.fails.push((route, now_ms));
+        }
+        let outcome = match broken {
+            true => AttemptOutcome::Failure(FailureClass::Connect),
+            false => AttemptOutcome::Success,
+        };
+        let obs = self.observation(model, route, outcome, now_ms);
+        self.apply_local(iso, model, &obs);
+        self.close(id);
+    }
+
+    /// Whether `route` of `model` is down at `now_ms` (the route-down drill).
+    pub(super) fn is_down(&self, model: u32, route: u8, now_ms: u64) -> bool {
+        model == 0 && route == 0 && self.p.route_down_at_ms.is_some_and(|at| now_ms >= at)
+    }
+
+    /// The answer is over: slots back, settlement and health report queued (`finish.rs` `close`).
+    pub(super) fn close(&mut self, id: u32) {
+        let r = &mut self.reqs[id as usize];
+        r.stage = Stage::Closed;
+        let (iso, key, model, key_slot, cap_slot, refused) = (r.iso, r.key, r.model, r.key_slot, r.cap_slot, r.refused);
+        let urgent = !r.fails.is_empty();
+        self.totals.finished += 1;
+        if key_slot {
+            self.call(iso, Obj::Key(key), Kind::Release, 0, RELEASE_TIMEOUT_MS, Then::Nothing);
+        }
+        if cap_slot {
+            self.call(
+                iso,
+                Obj::Model(model),
+                Kind::Release,
+                0,
+                RELEASE_TIMEOUT_MS,
+                Then::Nothing,
+            );
+        }
+        if self.reqs[id as usize].settled == Settled::Open {
+            self.push(iso, Which::Settle, id, false);
+        }
+        if refused {
+            return;
+        }
+        let view = self.view_obj(iso, model);
+        self.push(iso, Which::Report(view), id, urgent);
+        if self.p.design == Design::Sharded {
+            return; // the accounts' breakers are the shard's business
+        }
+        let observations = self.observations(id);
+        let accounts = self.isolates[iso as usize]
+            .snapshots
+            .get(&Obj::Accounts)
+            .map(|s| &s.health);
+        if !for_accounts(&observations, accounts).is_empty() {
+            self.push(iso, Which::Report(Obj::Accounts), id, urgent);
+        }
+    }
+
+    /// A request's attempts as the core's observations.
+    pub(super) fn observations(&self, id: u32) -> Vec<Observation> {
+        let r = &self.reqs[id as usize];
+        let mut all: Vec<Observation> = r
+            .fails
+            .iter()
+            .map(|(route, at)| self.observation(r.model, *route, AttemptOutcome::Failure(FailureClass::Connect), *at))
+            .collect();
+        let answered = !r.refused && !r.fails.iter().any(|(route, _)| *route == r.route);
+        if answered {
+            all.push(self.observation(r.model, r.route, AttemptOutcome::Success, r.end_ms));
+        }
+        all
+    }
+
+    /// Whether isolate `iso` now sees the downed route demoted (first time only).
+    pub(super) fn note_demotion(&mut self, iso: u32) {
+        let Some(down_at) = self.p.route_down_at_ms else { return };
+        let view = self.view_obj(iso, 0);
+        let isolate = &mut self.isolates[iso as usize];
+        if isolate.knows_down_ms.is_some() {
+            return;
+        }
+        let demoted = isolate
+            .snapshots
+            .get(&view)
+            .and_then(|s| s.health.routes.get("r0"))
+            .is_some_and(|s| s.breaker.is_demoted());
+        if demoted {
+            isolate.knows_down_ms = Some((self.now / 1_000).max(down_at));
+        }
+    }
+}

@@ -1,0 +1,82 @@
+//! `Design::Sharded` — issue 34's proposed health tier, **not built**: the same short runs show what
+//! it would change (the model's object and the health shards stay under half busy whatever `I`, a
+//! demotion still reaches 99 % of isolates within ≈ 1 s, no `accounts` call, no request waits on
+//! a snapshot once its isolate has one) — and what it leaves as today (D1, key limits).
+
+use switchyard_sim::params::{Design, Params};
+use switchyard_sim::scenarios::{one_model, route_down, without_d1};
+use switchyard_sim::stores::{Class, Kind};
+use switchyard_sim::{run, Report};
+
+fn sharded(p: Params) -> Params {
+    Params {
+        design: Design::Sharded,
+        warmup_ms: 2_000,
+        measure_ms: 2_000,
+        ..p
+    }
+}
+
+fn row(r: &Report, class: Class) -> (f64, f64) {
+    r.store(class).map_or((0.0, 0.0), |s| (s.load, s.wait_p99_ms))
+}
+
+#[test]
+fn the_proposed_tier_keeps_the_model_object_under_half_busy_whatever_the_isolates() {
+    let at = |i: usize| run(sharded(without_d1(one_model(3_000.0, i))));
+    let (few, many) = (at(300), at(3_000));
+    for r in [&few, &many] {
+        for class in [Class::Model, Class::Shard] {
+            let (load, p99) = row(r, class);
+            assert!(
+                load <= 0.5 && p99 <= 20.0,
+                "I = {}: {class:?} load {load}, p99 {p99} ms",
+                r.isolates
+            );
+        }
+    }
+    let (a, b) = (
+        few.window_rate(Class::Model, None),
+        many.window_rate(Class::Model, None),
+    );
+    assert!(b <= 1.3 * a, "model object calls/s: {a} at I = 300, {b} at I = 3,000");
+    // Today's design at the same rate: saturated, and more so with more isolates.
+    let today = run(Params {
+        design: Design::Today,
+        ..sharded(without_d1(one_model(3_000.0, 3_000)))
+    });
+    assert!(
+        row(&today, Class::Model).0 > 2.0,
+        "today: {}",
+        row(&today, Class::Model).0
+    );
+}
+
+#[test]
+fn the_proposed_tier_reaches_99_percent_of_isolates_within_two_seconds() {
+    let r = run(Params {
+        design: Design::Sharded,
+        measure_ms: 5_000,
+        ..route_down(1_000.0, 300)
+    });
+    let p99 = r.demotion_reach_ms(0.99);
+    assert!(p99.is_some_and(|ms| ms <= 2_000), "99 % after {p99:?} ms");
+}
+
+#[test]
+fn the_proposed_tier_makes_no_accounts_call_and_no_request_wait_on_a_warm_snapshot() {
+    let r = run(sharded(without_d1(one_model(1_000.0, 100))));
+    assert_eq!(r.window_rate(Class::Accounts, None), 0.0);
+    let waited = r
+        .totals
+        .window_blocking
+        .iter()
+        .filter(|((_, k), _)| *k == Kind::Snapshot)
+        .map(|(_, n)| *n)
+        .sum::<u64>();
+    assert_eq!(waited, 0, "snapshot fetches a request waited on, warm isolates");
+    assert!(
+        r.window_rate(Class::Shard, Some(Kind::Snapshot)) > 0.0,
+        "refreshed in the background"
+    );
+}
