@@ -78,7 +78,7 @@ async fn turn<T: Clone + 'static>(
         if !taken.items.is_empty() {
             return Turn::Lead(taken);
         }
-        // A rider found the queue overdue and took it, this item with it: ride on that batch.
+        // Another caller sent this item already (a full or overdue queue): ride on that batch.
         (wait, flush) = (rules.wait_ms, false);
     }
 }

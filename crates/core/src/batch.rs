@@ -167,9 +167,18 @@ impl<T> Batches<T> {
 
     /// Everything queued under `key` (empty when another caller sent it already), for the caller
     /// holding ticket `own` to send; the other tickets are under way from `now_ms` until
-    /// [`Batches::sent`] or [`Batches::failed`].
+    /// [`Batches::sent`] or [`Batches::failed`]. A queue that does not hold `own` and is not
+    /// overdue is left alone: its own first item's caller sends it when its wait ends (a flusher
+    /// whose batch a full queue sent early must not send the next batch early, half full).
     pub fn take(&mut self, key: &str, own: Ticket, now_ms: u64) -> Taken<T> {
-        let queued = self.queues.remove(key).map(|q| q.items).unwrap_or_default();
+        let someone_elses = self
+            .queues
+            .get(key)
+            .is_some_and(|q| now_ms <= q.due_ms && !q.items.iter().any(|(t, _)| *t == own));
+        let queued = match someone_elses {
+            true => Vec::new(),
+            false => self.queues.remove(key).map(|q| q.items).unwrap_or_default(),
+        };
         if self.fates.len() + queued.len() > MAX_FATES {
             self.fates.clear();
         }
@@ -329,8 +338,9 @@ mod tests {
         b.take("k", t, 0);
         b.push("k", 1, false, 0, &RULES);
         b.push("k", 2, false, 1, &RULES);
-        assert_eq!(b.push("k", 3, false, 2, &RULES).1, Role::FlushNow, "full");
-        b.take("k", 0, 2);
+        let (full, role) = b.push("k", 3, false, 2, &RULES);
+        assert_eq!(role, Role::FlushNow, "full");
+        assert_eq!(b.take("k", full, 2).items, vec![1, 2, 3]);
         b.push("k", 1, false, 0, &RULES);
         assert_eq!(
             b.push("k", 2, false, 101, &RULES).1,
@@ -544,5 +554,47 @@ mod tests {
             Check::Flush,
             "a rider checking sends it too"
         );
+    }
+
+    /// A full queue sent at once leaves the next batch to its own first item: the flusher of the
+    /// sent batch, waking, does not send the next one early and half full.
+    #[test]
+    fn a_flusher_whose_batch_went_out_full_leaves_the_next_batch_alone() {
+        let rules = Rules {
+            wait_ms: 10,
+            max_items: 3,
+            overdue_ms: 100,
+            lost_ms: 5_000,
+            retry_ms: 200,
+            max_sends: 3,
+        };
+        let mut b = Batches::default();
+        let (first, role) = b.push("k", 0, false, 0, &rules);
+        assert_eq!(role, Role::FlushAfter(10));
+        b.push("k", 1, false, 1, &rules);
+        let (third, role) = b.push("k", 2, false, 2, &rules);
+        assert_eq!(role, Role::FlushNow);
+        let full = b.take("k", third, 2);
+        assert_eq!(full.items, vec![0, 1, 2]);
+        b.sent(&full.tickets);
+        let (next, role) = b.push("k", 3, false, 5, &rules);
+        assert_eq!(role, Role::FlushAfter(10), "the next batch has its own flusher");
+        b.push("k", 4, false, 6, &rules);
+        let early = b.take("k", first, 10);
+        assert!(
+            early.items.is_empty(),
+            "the first flusher, waking at 10, sends nothing: {:?}",
+            early.items
+        );
+        assert_eq!(
+            b.check("k", first, 10, &rules),
+            Check::Sent,
+            "its own item went out with the full batch"
+        );
+        let on_time = b.take("k", next, 15);
+        assert_eq!(on_time.items, vec![3, 4], "the next batch goes at its own time, whole");
+        // A queue whose flusher is overdue is anyone's.
+        b.push("k", 5, false, 20, &rules);
+        assert_eq!(b.take("k", first, 121).items, vec![5]);
     }
 }
