@@ -277,10 +277,24 @@ thread_local! {
 /// next one 200 ms later (`batch::run`), at most three times, then goes to the outbox; a rider
 /// whose writer's task died writes its own alone. The batch is one transaction.
 pub async fn settle(env: Env, faults: Faults, hold: Option<Hold>, record: GenerationRecord) {
-    // The record is kept apart from the books (SPEC §22), beside the settlement.
-    let kept = crate::records::keep(&env, faults, record.clone());
-    futures_util::future::join(settle_money(&env, faults, hold, record), kept).await;
+    // The record is kept apart from the books (SPEC §22): once the settlement is written (so a
+    // record that shows its cost shows a cost already charged), or after at most
+    // [`RECORD_AFTER_MS`] while D1 is slow — never held up by the money for long.
+    let (settled, written) = futures_channel::oneshot::channel::<()>();
+    let copy = record.clone();
+    let money = async {
+        settle_money(&env, faults, hold, record).await;
+        let _ = settled.send(());
+    };
+    let kept = async {
+        let _ = futures_util::future::select(written, std::pin::pin!(sleep(RECORD_AFTER_MS))).await;
+        crate::records::keep(&env, faults, copy).await;
+    };
+    futures_util::future::join(money, kept).await;
 }
+
+/// The longest a record waits for its settlement before it is kept anyway.
+const RECORD_AFTER_MS: u64 = 2_000;
 
 /// The money half of [`settle`].
 async fn settle_money(env: &Env, faults: Faults, hold: Option<Hold>, record: GenerationRecord) {
