@@ -301,3 +301,62 @@ fn calls_slots_held_together_are_renewed_by_one_call() {
         "{renewals} renewal calls for six slots over {took:?} (one per holder per 5 s would be ≈ 12)"
     );
 }
+
+/// SPEC §22: an upstream account's breaker that is back at rest is forgotten, by the accounts
+/// object and by the isolates' copies: the account's successes are no longer reported to the
+/// one `accounts` object. An account fails once (a 401 on one provider), heals (a success on
+/// another provider of the same account, once its cooldown ended), then carries eight more
+/// requests: before, each was an `observe` call to `accounts`; now none is.
+#[test]
+fn calls_an_account_back_at_rest_is_forgotten_and_its_successes_cost_no_accounts_call() {
+    let s = Stack::from_env();
+    let account = switchyard_e2e::unique("acct");
+    let provider = |scenario: &str| {
+        let id = switchyard_e2e::unique("p");
+        let label = switchyard_e2e::unique("l");
+        let body = json!({"base_url": format!("{}/{label}/{scenario}", s.mock), "auth": "bearer", "account": account});
+        assert_eq!(
+            s.admin("PUT", &format!("/admin/providers/{id}"), Some(body)).status,
+            200
+        );
+        id
+    };
+    let policy = json!({"cooldown_ms": 500, "cooldown_max_ms": 500, "health_snapshot_ms": 200});
+    let (broken, healthy) = (provider("status/401/invalid_key"), provider("ok"));
+    let other = s.mock_provider(&switchyard_e2e::unique("l"), "ok", false);
+    let route = |id: &str, p: &str| switchyard_e2e::route(id, p, "u", json!({"verify": false}));
+    let failing = s.model(vec![route("r0", &broken), route("r1", &other)], Some(policy.clone()));
+    let healing = s.model(vec![route("r0", &healthy)], Some(policy));
+    let key = s.new_key(10.0);
+    assert_eq!(
+        s.chat(&key, &chat_body(&failing, false)).status,
+        200,
+        "past the account failure"
+    );
+    // The account's cooldown ends; the next request on it is its probe, and succeeds.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        std::thread::sleep(Duration::from_millis(700));
+        let r = s.chat(&key, &chat_body(&healing, false));
+        let route = s.generation(&key, r.header("x-generation-id").unwrap())["route"].clone();
+        if r.status == 200 && route == "r0" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the account never healed: {}", r.text());
+    }
+    std::thread::sleep(Duration::from_millis(1_500)); // its report, and the snapshots after it
+    let (_, before) = object_calls(&s, "accounts");
+    for _ in 0..8 {
+        let r = s.chat(&key, &chat_body(&healing, false));
+        assert_eq!(r.status, 200, "{}", r.text());
+        std::thread::sleep(Duration::from_millis(300)); // one report batch each
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let (_, after) = object_calls(&s, "accounts");
+    let observes = count(&after, "HEALTH.observe.background") - count(&before, "HEALTH.observe.background");
+    eprintln!("accounts before {before}, after {after}");
+    assert_eq!(
+        observes, 0,
+        "eight successes on a healed account made {observes} accounts calls"
+    );
+}

@@ -237,6 +237,19 @@ pub struct Breaker {
     pub confirm_route: Option<String>,
 }
 
+impl Breaker {
+    /// Nothing counts against it and nothing is pending: what no breaker at all would decide
+    /// (the last failure's class and time are history only).
+    pub fn at_rest(&self) -> bool {
+        let history = Breaker {
+            last_failure_class: None,
+            last_failure_ms: None,
+            ..self.clone()
+        };
+        history == Breaker::default()
+    }
+}
+
 /// Where a breaker stands at a given time (for admin health and `/status`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "state")]

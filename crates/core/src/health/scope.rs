@@ -50,6 +50,9 @@ impl ModelHealth {
                 self.routes.clear();
                 self.model_buckets.clear();
                 self.model_hours.clear();
+                // A healthy account's breaker is forgotten (SPEC §22): it decides nothing a missing
+                // one does not, and its accounts' successes need not be reported any more.
+                self.accounts.retain(|_, b| !b.at_rest());
             }
         }
     }
@@ -274,5 +277,35 @@ mod tests {
             1,
             "without a copy of the accounts object only failures go"
         );
+    }
+
+    /// An account breaker back at rest (a success after its failures) is forgotten: the accounts
+    /// object and the isolates' copies drop it, so its later successes are not reported; a new
+    /// failure starts it again. A breaker still counting or cooling is kept.
+    #[test]
+    fn a_healthy_account_is_forgotten_and_its_successes_are_not_reported() {
+        let cfg = HealthConfig::default();
+        let mut accounts = ModelHealth::default();
+        let fail = obs("r0", "acct-a", AttemptOutcome::Failure(FailureClass::Account));
+        let ok = obs("r0", "acct-a", AttemptOutcome::Success);
+        accounts.observe_scoped(&fail, &cfg, Scope::Accounts);
+        assert!(accounts.accounts.contains_key("acct-a"), "a failure is remembered");
+        assert_eq!(
+            for_accounts(std::slice::from_ref(&ok), Some(&accounts)).len(),
+            1,
+            "its success is reported"
+        );
+        accounts.observe_scoped(&ok, &cfg, Scope::Accounts);
+        assert!(!accounts.accounts.contains_key("acct-a"), "at rest again: forgotten");
+        assert!(
+            for_accounts(std::slice::from_ref(&ok), Some(&accounts)).is_empty(),
+            "successes no longer reported"
+        );
+        // Demoted: kept until a success brings it back.
+        for _ in 0..cfg.demote_after + 1 {
+            accounts.observe_scoped(&fail, &cfg, Scope::Accounts);
+        }
+        let b = accounts.accounts.get("acct-a").cloned().unwrap_or_default();
+        assert!(b.consecutive_failures > 0 && !b.at_rest(), "{b:?}");
     }
 }
