@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Reads what a soak (scripts/soak) left on disk and checks it against docs/SCALE.md.
 
-    python3 bench/soak.py --persist DIR --load LOAD.json
+    python3 bench/soak.py --persist DIR --load LOAD.json          the run's section
+    python3 bench/soak.py --persist DIR --age AGED.json           the retention phase: ages the ledger's first half
+    python3 bench/soak.py --persist DIR --load LOAD.json --retained AGED.json   ... and checks what the cron did
 
 DIR is bench/miniflare.mjs's --persist directory of a stopped run: D1's SQLite file under DIR/d1,
 each Durable Object's under DIR/do/<-Class>/. LOAD.json is what `switchyard-bench soak` wrote. Every
@@ -105,15 +107,112 @@ def object_report(path):
     return {"name": name, "records": records, "pins": pins, "bytes": bytes_, "on_disk": on_disk(path)}
 
 
+# The retention phase: the ledger charges and `settled` marks of the run's first half are aged by
+# this much in D1's file (the roll-up takes charges older than eight days), as if a week had passed.
+AGED_MS = 9 * 86_400_000
+HOUR_MS = 3_600_000
+
+
+def age(persist, out):
+    """Ages the first half of the run's charges and marks; writes what the roll-up must produce."""
+    (path,) = sqlite_files(os.path.join(persist, "d1", "*", "*.sqlite"))
+    db = open_db(path)
+    n = db.execute("SELECT COUNT(*) FROM ledger WHERE kind = 'charge'").fetchone()[0]
+    (edge,) = db.execute("SELECT created_at FROM ledger WHERE kind = 'charge' ORDER BY created_at LIMIT 1 OFFSET ?",
+                         (n // 2,)).fetchone()
+    totals = db.execute(
+        "SELECT account_id, COALESCE(key_id, ''), COALESCE(model, ''), ((created_at - ?1) / ?2) * ?2, "
+        "SUM(amount_micros), COUNT(*) FROM ledger WHERE kind = 'charge' AND created_at < ?3 GROUP BY 1, 2, 3, 4",
+        (AGED_MS, HOUR_MS, edge)).fetchall()
+    charges = db.execute("UPDATE ledger SET created_at = created_at - ? WHERE kind = 'charge' AND created_at < ?",
+                         (AGED_MS, edge)).rowcount
+    marks = db.execute("UPDATE settled SET created_at = created_at - ? WHERE created_at < ?", (AGED_MS, edge)).rowcount
+    db.commit()
+    db.close()
+    json.dump({"edge": edge - AGED_MS, "charges": charges, "marks": marks, "totals": totals}, open(out, "w"))
+    print(charges)
+
+
+def retained(persist, aged_path):
+    """After the retention run: the aged charges are their hours' totals, exactly; the aged marks
+    are gone; the database's live pages are within the bound of the rows left."""
+    aged = json.load(open(aged_path))
+    (path,) = sqlite_files(os.path.join(persist, "d1", "*", "*.sqlite"))
+    db = open_db(path)
+    left = db.execute("SELECT COUNT(*) FROM ledger WHERE kind = 'charge' AND created_at < ?", (aged["edge"],)).fetchone()[0]
+    marks_left = db.execute("SELECT COUNT(*) FROM settled WHERE created_at < ?", (aged["edge"],)).fetchone()[0]
+    totals = db.execute("SELECT account_id, key_id, model, period_start, amount_micros, charges FROM ledger_rollup "
+                        "WHERE period = 'hour'").fetchall()
+    charges = db.execute("SELECT COUNT(*) FROM ledger WHERE kind = 'charge'").fetchone()[0]
+    marks = db.execute("SELECT COUNT(*) FROM settled").fetchone()[0]
+    page_size, page_count, free = pragma(db, "page_size"), pragma(db, "page_count"), pragma(db, "freelist_count")
+    db.close()
+    problems = []
+    if left:
+        problems.append(f"{left:,} aged charges still in the ledger after the retention run")
+    if marks_left:
+        problems.append(f"{marks_left:,} aged settled marks still in D1 after the retention run")
+    if sorted(map(tuple, totals)) != sorted(map(tuple, aged["totals"])):
+        problems.append(f"the roll-up's hourly totals {totals} are not the aged charges' {aged['totals']}")
+    live = (page_count - free) * page_size
+    bound = D1_FIXED + (charges * D1_PER_CHARGE + marks * D1_PER_MARK) * (1 + TOLERANCE)
+    if live > bound:
+        problems.append(f"D1's live pages are {live:,} bytes after the retention run, over their bound of {bound:,.0f}")
+    return {"aged_charges": aged["charges"], "aged_marks": aged["marks"], "left": left, "marks_left": marks_left,
+            "totals": len(totals), "charges": charges, "marks": marks, "file": page_count * page_size,
+            "free": free * page_size, "live": live, "bound": bound}, problems
+
+
 def fmt(n):
     return f"{n:,}" if isinstance(n, int) else n
+
+
+def retention_section(args, load):
+    """The retention phase's part of the section (after `--age`, the restart and the cron runs)."""
+    out, problems = [], []
+    p = out.append
+    retention = load.get("retention")
+    r, found = retained(args.persist, args.retained)
+    problems += found
+    p("")
+    p(f"Then the retention job over a week-old half: the Worker stopped, the first half of the run's charges "
+      f"({r['aged_charges']:,}) and settled marks ({r['aged_marks']:,}) aged by nine days in D1's file, the "
+      f"Worker started again on the same files, the cron ran {retention['cron_runs'] if retention else '?'} times "
+      f"({retention['cron_seconds'] if retention else '?'} s; each run rolls up at most 20,000 charges):")
+    p("")
+    p("| after the retention run | |")
+    p("|---|---|")
+    p(f"| aged charges left in the ledger | {r['left']:,} (their {r['totals']} hourly totals in `ledger_rollup`, "
+      f"{'equal to' if not any('totals' in m for m in found) else 'NOT equal to'} the aged charges' sums) |")
+    p(f"| aged settled marks left | {r['marks_left']:,} |")
+    p(f"| ledger charges, settled marks | {r['charges']:,}, {r['marks']:,} |")
+    p(f"| D1's file (pages kept for reuse: SQLite does not shrink a file) | {r['file']:,} bytes, {r['free']:,} of them free |")
+    p(f"| D1's live pages / bound of the rows left | **{r['live']:,}** / {r['bound']:,.0f} bytes: "
+      f"**{'within' if r['live'] <= r['bound'] else 'OVER'}** |")
+    if retention:
+        p(f"| balances, spend and running totals | {'unchanged' if retention['balances_unchanged'] else 'MOVED'} |")
+        p(f"| records found again (after the restart) | {retention['found']} of {retention['lookups']} |")
+    return out, problems
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--persist", required=True)
-    ap.add_argument("--load", required=True)
+    ap.add_argument("--load")
+    ap.add_argument("--age", metavar="OUT.json", help="age the first half of the ledger; write what the roll-up owes")
+    ap.add_argument("--retained", metavar="AGED.json", help="after the retention run: check it and add its table")
     args = ap.parse_args()
+    if args.age:
+        age(args.persist, args.age)
+        return 0
+    if args.retained:
+        out, problems = retention_section(args, json.load(open(args.load)))
+        if problems:
+            out += ["", "**FAILED**: " + "; ".join(problems)]
+        print("\n".join(out))
+        for m in problems:
+            print(f"soak.py: {m}", file=sys.stderr)
+        return 1 if problems else 0
     load = json.load(open(args.load))
     problems = []
 

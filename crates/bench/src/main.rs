@@ -52,12 +52,15 @@ usage:
   switchyard-bench report [--primary N] RESULT.json...
       Renders one or more result files side by side as Markdown.
   switchyard-bench soak --gateway URL --admin-token TOKEN --mock URL [--requests N] [--concurrency C]
-      [--cron-every-s S] [--json FILE]
+      [--cron-every-s S] [--json FILE] [--resume-file FILE]
       scripts/soak's load: a model per kind, an account and a key, then N requests (default
       200000) on C connections (default 16) — 70 % chat, 15 % streaming chat, 10 % Responses, 5 %
       to a model whose only route fails — firing the cron every S s (default 60; Miniflare's
       /cdn-cgi/handler/scheduled); then the cron once more, waits until nothing is held, looks up
       records from the run's start, middle and end and continues Responses answers from each.
+      With --resume-file, then waits for FILE to say `URL RUNS` (the gateway restarted on the same
+      storage, part of its ledger aged), fires the cron RUNS times, checks the balances did not
+      move and looks every sampled record up again (results added to the --json file).
 common:
   --label TEXT            column title in reports (default: the mode)
   --pairs N               measured pairs per measurement (default 1000)
@@ -95,6 +98,7 @@ struct Opts {
     requests: usize,
     concurrency: usize,
     cron_every_s: u64,
+    resume_file: Option<String>,
 }
 
 fn parse_args(args: &[String]) -> Result<Opts, String> {
@@ -121,6 +125,7 @@ fn parse_args(args: &[String]) -> Result<Opts, String> {
         requests: 200_000,
         concurrency: 16,
         cron_every_s: 60,
+        resume_file: None,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -147,6 +152,7 @@ fn parse_args(args: &[String]) -> Result<Opts, String> {
             "--requests" => o.requests = num(value(a)?, a)?,
             "--concurrency" => o.concurrency = num(value(a)?, a)?,
             "--cron-every-s" => o.cron_every_s = num(value(a)?, a)? as u64,
+            "--resume-file" => o.resume_file = Some(value(a)?),
             "gateway" | "echo" | "js-echo" | "target" | "report" | "soak" if o.mode.is_empty() => o.mode = a.clone(),
             s if o.mode == "report" && !s.starts_with("--") => o.files.push(s.to_string()),
             s => return Err(format!("unknown argument {s:?}")),

@@ -10,7 +10,9 @@
 //!
 //! It writes what it saw as JSON (`--json`) for scripts/soak, which reads the databases' sizes
 //! from their files; it fails when a sampled record is missing, a continuation fails, or more than
-//! 0.1 % of the requests got an answer their kind does not expect.
+//! 0.1 % of the requests got an answer their kind does not expect. With `--resume-file` it then
+//! waits for the gateway to come back on the same storage with part of its ledger aged, and runs
+//! the retention job over it ([`after_restart`]).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -256,10 +258,12 @@ pub fn run(o: &Opts) -> Result<(), String> {
     let mut missing = Vec::new();
     let mut continuations = Vec::new();
     let mut continuation_failures = Vec::new();
+    let mut sampled: Vec<String> = Vec::new();
     for (name, from) in windows {
         let ids: Vec<(Kind, &str)> = sample(&done[from..], |d| d.generation_id.as_deref(), SAMPLES_PER_WINDOW);
         let mut found = 0;
         for (kind, id) in &ids {
+            sampled.push(id.to_string());
             match lookup(&mut client, &gw, &key, id) {
                 Ok(()) => found += 1,
                 Err(e) => missing.push(format!("{} {id} ({name}): {e}", kind.name())),
@@ -292,6 +296,7 @@ pub fn run(o: &Opts) -> Result<(), String> {
     // The extra requests' records and settlements too, so the databases are measured at rest.
     for d in &extras {
         if let Some(id) = &d.generation_id {
+            sampled.push(id.clone());
             if let Err(e) = lookup(&mut client, &gw, &key, id) {
                 missing.push(format!("{} {id} (an extra request): {e}", d.kind.name()));
             }
@@ -325,7 +330,7 @@ pub fn run(o: &Opts) -> Result<(), String> {
     }
     let answered = done.iter().filter(|d| d.status == 200).count();
     let failed = done.iter().filter(|d| (500..600).contains(&d.status)).count();
-    let result = json!({
+    let mut result = json!({
         "mode": "soak",
         "gateway": gw.to_string(),
         "machine": machine,
@@ -351,10 +356,7 @@ pub fn run(o: &Opts) -> Result<(), String> {
         "extra_answered_5xx": extras.iter().filter(|d| (500..600).contains(&d.status)).count(),
         "extra_responses_200": extras.iter().filter(|d| d.kind == Kind::Responses && d.status == 200).count(),
     });
-    if let Some(path) = &o.json {
-        let text = serde_json::to_string_pretty(&result).map_err(|e| e.to_string())?;
-        std::fs::write(path, text + "\n").map_err(|e| format!("{path}: {e}"))?;
-    }
+    write_json(o, &result)?;
     println!("{}", summary(&result));
     let mut problems = Vec::new();
     if !missing.is_empty() {
@@ -377,10 +379,100 @@ pub fn run(o: &Opts) -> Result<(), String> {
     if cron.iter().any(|ok| !ok) {
         problems.push("a cron run failed".into());
     }
+    if let Some(file) = &o.resume_file {
+        let (retention, found_problems) = after_restart(file, &key, &sampled, &credits_after)?;
+        println!(
+            "retention: {} cron runs ({} failed) in {} s after the restart; balances unchanged: {}; {} of {} records \
+             found again",
+            retention["cron_runs"],
+            retention["cron_failed"],
+            retention["cron_seconds"],
+            retention["balances_unchanged"],
+            retention["found"],
+            retention["lookups"]
+        );
+        result["retention"] = retention;
+        write_json(o, &result)?;
+        problems.extend(found_problems);
+    }
     match problems.is_empty() {
         true => Ok(()),
         false => Err(problems.join("\n")),
     }
+}
+
+fn write_json(o: &Opts, result: &Value) -> Result<(), String> {
+    if let Some(path) = &o.json {
+        // Whole or not at all: scripts/soak reads it while this process waits (`--resume-file`).
+        let text = serde_json::to_string_pretty(result).map_err(|e| e.to_string())?;
+        let partial = format!("{path}.partial");
+        std::fs::write(&partial, text + "\n").map_err(|e| format!("{partial}: {e}"))?;
+        std::fs::rename(&partial, path).map_err(|e| format!("{path}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// The retention phase (`--resume-file`): scripts/soak stops the gateway, ages part of the ledger
+/// in its D1 file as if a week had passed, starts it again on the same files and writes
+/// `URL RUNS` into `file`. Then the cron runs RUNS times (the roll-up's bounded steps); the
+/// account's balances must not move, and every record looked up before must still be found.
+fn after_restart(file: &str, key: &str, ids: &[String], before: &Value) -> Result<(Value, Vec<String>), String> {
+    eprintln!("switchyard-bench soak: waiting for {file} (the restarted gateway's URL and the cron runs)");
+    let deadline = Instant::now() + Duration::from_secs(3_600);
+    let line = loop {
+        match std::fs::read_to_string(file) {
+            Ok(text) if text.ends_with('\n') => break text,
+            _ if Instant::now() >= deadline => return Err(format!("{file} never came")),
+            _ => std::thread::sleep(Duration::from_millis(500)),
+        }
+    };
+    let mut parts = line.split_whitespace();
+    let gw = Url::parse(parts.next().ok_or_else(|| format!("{file}: no URL"))?)?;
+    let runs: usize = parts
+        .next()
+        .and_then(|r| r.parse().ok())
+        .ok_or_else(|| format!("{file}: no number of cron runs"))?;
+    let mut client = Client::new(Duration::from_secs(600));
+    let cron_url = gw.join("/cdn-cgi/handler/scheduled?cron=*+*+*+*+*");
+    let started = Instant::now();
+    let failed = (0..runs).filter(|_| !fire_cron(&mut client, &cron_url)).count();
+    let cron_seconds = started.elapsed().as_secs_f64();
+    let after = settled_credits(&mut client, &gw, key)?;
+    let mut problems = Vec::new();
+    if failed > 0 {
+        problems.push(format!("{failed} of {runs} cron runs failed after the restart"));
+    }
+    let money = |v: &Value| {
+        json!([
+            v["balance_micros"],
+            v["charges_total_micros"],
+            v["credits_total_micros"],
+            v["key"]["spent_micros"]
+        ])
+    };
+    let unchanged = money(&after) == money(before);
+    if !unchanged {
+        problems.push(format!(
+            "the retention run moved the balances: before {before}, after {after}"
+        ));
+    }
+    let mut found = 0;
+    for id in ids {
+        match lookup(&mut client, &gw, key, id) {
+            Ok(()) => found += 1,
+            Err(e) => problems.push(format!("after the restart and the retention run, {id}: {e}")),
+        }
+    }
+    let retention = json!({
+        "cron_runs": runs,
+        "cron_failed": failed,
+        "cron_seconds": (cron_seconds * 10.0).round() / 10.0,
+        "balances_unchanged": unchanged,
+        "credits": after,
+        "lookups": ids.len(),
+        "found": found,
+    });
+    Ok((retention, problems))
 }
 
 fn one(client: &mut Client, call: &Call, kind: Kind) -> Done {
