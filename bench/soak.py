@@ -323,7 +323,7 @@ def main():
         if c == "-RecordShard":
             continue
         files = sqlite_files(os.path.join(do_root, c, "*.sqlite"))
-        others.append(f"{c.lstrip('-')} {len(files)} ({sum(on_disk(f) for f in files):,} bytes on disk)")
+        others.append(f"{c.lstrip('-')} {len(files)} ({sum(object_report(f)['bytes'] for f in files):,} bytes)")
     if others:
         p("Other objects: " + "; ".join(others) + ".")
         p("")
