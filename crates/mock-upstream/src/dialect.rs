@@ -1349,9 +1349,20 @@ mod tests {
         let sc = Scenario::default();
         let id = |body: &str| parsed(&nonstream_body(Api::Responses, &info(body), &sc))["id"].clone();
         let a = id(r#"{"model":"m","input":"Say hello (1)"}"#);
-        assert!(a.as_str().is_some_and(|s| s.starts_with("resp_") && s.len() == 29), "{a}");
-        assert_eq!(a, id(r#"{"model":"m","input":"Say hello (1)"}"#), "the same request, the same id");
-        assert_ne!(a, id(r#"{"model":"m","input":"Say hello (2)"}"#), "another request, another id");
+        assert!(
+            a.as_str().is_some_and(|s| s.starts_with("resp_") && s.len() == 29),
+            "{a}"
+        );
+        assert_eq!(
+            a,
+            id(r#"{"model":"m","input":"Say hello (1)"}"#),
+            "the same request, the same id"
+        );
+        assert_ne!(
+            a,
+            id(r#"{"model":"m","input":"Say hello (2)"}"#),
+            "another request, another id"
+        );
         // A stream names its response once when it starts and again when it completes: the same id.
         let i = info(r#"{"model":"m","stream":true,"input":"Say hello (1)"}"#);
         let ids: Vec<Value> = datas(&stream_plan(Api::Responses, &i, &sc))
