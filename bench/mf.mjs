@@ -10,8 +10,8 @@ export function fail(msg) {
 }
 
 // --script FILE --port N [--config wrangler.toml] [--migrate] [--var NAME=VALUE]...
-// [--d1 BINDING=MIGRATIONS_DIR]... [--persist DIR]; anything else goes to `extra(name, next)`,
-// which returns false for an unknown argument.
+// [--d1 BINDING=MIGRATIONS_DIR]... [--persist DIR] [--trigger-handlers]; anything else goes to
+// `extra(name, next)`, which returns false for an unknown argument.
 export function parseArgs(argv, extra = () => false) {
   const args = { vars: {}, port: 0, migrate: false };
   for (let i = 0; i < argv.length; i++) {
@@ -25,6 +25,7 @@ export function parseArgs(argv, extra = () => false) {
     else if (a === "--port") args.port = Number(next());
     else if (a === "--persist") args.persist = resolve(next());
     else if (a === "--migrate") args.migrate = true;
+    else if (a === "--trigger-handlers") args.triggerHandlers = true;
     else if (a === "--var") {
       const v = next();
       const eq = v.indexOf("=");
@@ -215,7 +216,8 @@ export function miniflareOptions(args) {
       "send_metrics", "keep_vars", "minify", "upload_source_maps", "account_id", "route", "routes",
       "placement", "limits", "rules", "no_bundle", "find_additional_modules", "base_dir",
       // Cron triggers add no binding; nothing fires them here (nor in `wrangler dev` without
-      // --test-scheduled), which is what a request benchmark wants.
+      // --test-scheduled), which is what a request benchmark wants. With --trigger-handlers a
+      // caller fires them: `GET /cdn-cgi/handler/scheduled?cron=…` (scripts/soak).
       "triggers",
     ]);
     const unsupported = Object.keys(cfg).filter((k) => !harmless.has(k));
@@ -224,7 +226,7 @@ export function miniflareOptions(args) {
         `wrangler.toml declares ${unsupported.map((k) => `[${k}]`).join(", ")}, which this runner does not ` +
           `wire up; teach bench/mf.mjs about it (Miniflare supports most bindings) before benchmarking.`,
       );
-    if (cfg.triggers?.crons?.length)
+    if (cfg.triggers?.crons?.length && !args.triggerHandlers)
       console.error(`bench/miniflare.mjs: note: cron triggers (${cfg.triggers.crons.join(", ")}) are not fired`);
     if (cfg.compatibility_date) options.compatibilityDate = cfg.compatibility_date;
     if (cfg.compatibility_flags) options.compatibilityFlags = cfg.compatibility_flags;
@@ -253,6 +255,9 @@ export function miniflareOptions(args) {
     (options.d1Databases ??= {})[extra.binding] = `bench-${extra.binding}`;
     d1.push(extra);
   }
+  // Miniflare's own route to the Worker's handlers: `GET /cdn-cgi/handler/scheduled?cron=…` runs
+  // its scheduled event (answers 200 when the handler ran to completion).
+  if (args.triggerHandlers) options.unsafeTriggerHandlers = true;
   if (args.persist) {
     options.d1Persist = join(args.persist, "d1");
     options.durableObjectsPersist = join(args.persist, "do");

@@ -77,6 +77,57 @@ start_wrangler() {
   fi
 }
 
+# start_miniflare LOGFILE ARGS...: runs bench/miniflare.mjs ARGS on a free port; sets MF_PID, MF_URL and
+# MF_WORKERD (workerd's pids, comma-separated).
+start_miniflare() {
+  local logfile=$1; shift
+  node "$ROOT/bench/miniflare.mjs" --port 0 "$@" >"$logfile" 2>&1 &
+  MF_PID=$!
+  local deadline=$((SECONDS + 120))
+  until grep -q '^ready ' "$logfile" 2>/dev/null; do
+    if ! kill -0 "$MF_PID" 2>/dev/null || [ $SECONDS -ge $deadline ]; then
+      log "Miniflare did not start; its log ($logfile):"; tail -40 "$logfile" >&2; return 1
+    fi
+    sleep 0.2
+  done
+  MF_URL=$(sed -n 's/^ready \([^ ]*\) .*/\1/p' "$logfile" | head -1)
+  MF_WORKERD=$(sed -n 's/^ready .* workerd=\(.*\)$/\1/p' "$logfile" | head -1)
+}
+
+# run_note SCRIPT: one line saying when, by which script, on what machine and at which commit a
+# measurement ran (the header of a generated section).
+run_note() {
+  local commit
+  commit="$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  if [ -n "$(git -C "$ROOT" status --porcelain 2>/dev/null)" ]; then commit="$commit + uncommitted changes"; fi
+  echo "Run $(date -u '+%Y-%m-%d %H:%M UTC') by \`$1\` on $(nproc) cores," \
+    "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(uname -sr);" \
+    "workerd $(node -p "require('$ROOT/node_modules/workerd/package.json').version" 2>/dev/null)," \
+    "miniflare $(node -p "require('$ROOT/node_modules/miniflare/package.json').version" 2>/dev/null)," \
+    "wrangler $(node -p "require('$ROOT/node_modules/wrangler/package.json').version" 2>/dev/null); Switchyard at $commit."
+}
+
+# write_generated FILE SECTION_FILE NAME: puts SECTION_FILE's text into FILE between the markers
+# `<!-- NAME: generated from here -->` and `<!-- NAME: generated up to here -->` (the text around
+# them is kept); appends the block when FILE has no markers yet.
+write_generated() {
+  python3 - "$1" "$2" "$3" <<'PY'
+import os, sys
+path, section, name = sys.argv[1], open(sys.argv[2]).read(), sys.argv[3]
+begin, end = f"<!-- {name}: generated from here -->", f"<!-- {name}: generated up to here -->"
+block = f"{begin}\n{section.rstrip()}\n{end}"
+if os.path.exists(path):
+    text = open(path).read()
+    if begin in text and end in text:
+        text = text[: text.index(begin)] + block + text[text.index(end) + len(end):]
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+else:
+    text = block + "\n"
+open(path, "w").write(text)
+PY
+}
+
 # stop PID...: stops processes and their children.
 stop() {
   for pid in "$@"; do

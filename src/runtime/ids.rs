@@ -31,11 +31,14 @@ thread_local! {
 /// This isolate's record shard (core `records`), picked at random once: every generation id it
 /// mints names it, so its records of a day go to one object.
 fn record_shard() -> u16 {
-    SHARD.with(|s| {
-        *s.get().get_or_insert_with(|| {
+    SHARD.with(|s| match s.get() {
+        Some(shard) => shard,
+        None => {
             let r = random_32();
-            u16::from_le_bytes([r[0], r[1]]) % switchyard_core::records::SHARDS
-        })
+            let shard = u16::from_le_bytes([r[0], r[1]]) % switchyard_core::records::SHARDS;
+            s.set(Some(shard));
+            shard
+        }
     })
 }
 

@@ -9,7 +9,7 @@
 //! Switchyard through its admin API and measures everything; `echo` measures the same pairs through
 //! the trivial worker-rs proxy in `bench/echo-worker` (the floor), `js-echo` through the plain JS
 //! Worker in `bench/js-echo` (the JS floor); `target` measures non-stream
-//! latency through any OpenAI-compatible gateway.
+//! latency through any OpenAI-compatible gateway; `soak` is the load of scripts/soak (`soak.rs`).
 
 // A native benchmark: real clocks are the point.
 #![allow(clippy::disallowed_methods)]
@@ -19,6 +19,7 @@ mod http;
 #[cfg(test)]
 mod parse;
 mod report;
+mod soak;
 mod stats;
 // What one stream costs the core, framing to client bytes (a benchmark row, no binary code).
 #[cfg(test)]
@@ -50,6 +51,16 @@ usage:
       with the same body sent there, and the added latency is reported; without it, absolute only.
   switchyard-bench report [--primary N] RESULT.json...
       Renders one or more result files side by side as Markdown.
+  switchyard-bench soak --gateway URL --admin-token TOKEN --mock URL [--requests N] [--concurrency C]
+      [--cron-every-s S] [--json FILE] [--resume-file FILE]
+      scripts/soak's load: a model per kind, an account and a key, then N requests (default
+      200000) on C connections (default 16) — 70 % chat, 15 % streaming chat, 10 % Responses, 5 %
+      to a model whose only route fails — firing the cron every S s (default 60; Miniflare's
+      /cdn-cgi/handler/scheduled); then the cron once more, waits until nothing is held, looks up
+      records from the run's start, middle and end and continues Responses answers from each.
+      With --resume-file, then waits for FILE to say `URL RUNS` (the gateway restarted on the same
+      storage, part of its ledger aged), fires the cron RUNS times, checks the balances did not
+      move and looks every sampled record up again (results added to the --json file).
 common:
   --label TEXT            column title in reports (default: the mode)
   --pairs N               measured pairs per measurement (default 1000)
@@ -83,6 +94,11 @@ struct Opts {
     json: Option<String>,
     primary: usize,
     files: Vec<String>,
+    /// soak: requests, connections, seconds between cron runs.
+    requests: usize,
+    concurrency: usize,
+    cron_every_s: u64,
+    resume_file: Option<String>,
 }
 
 fn parse_args(args: &[String]) -> Result<Opts, String> {
@@ -106,6 +122,10 @@ fn parse_args(args: &[String]) -> Result<Opts, String> {
         json: None,
         primary: 0,
         files: Vec::new(),
+        requests: 200_000,
+        concurrency: 16,
+        cron_every_s: 60,
+        resume_file: None,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -129,7 +149,11 @@ fn parse_args(args: &[String]) -> Result<Opts, String> {
             "--outage-deadline-ms" => o.outage_deadline_ms = num(value(a)?, a)? as u64,
             "--primary" => o.primary = num(value(a)?, a)?,
             "--cpu-pid" => o.cpu_pids.push(num(value(a)?, a)? as u32),
-            "gateway" | "echo" | "js-echo" | "target" | "report" if o.mode.is_empty() => o.mode = a.clone(),
+            "--requests" => o.requests = num(value(a)?, a)?,
+            "--concurrency" => o.concurrency = num(value(a)?, a)?,
+            "--cron-every-s" => o.cron_every_s = num(value(a)?, a)? as u64,
+            "--resume-file" => o.resume_file = Some(value(a)?),
+            "gateway" | "echo" | "js-echo" | "target" | "report" | "soak" if o.mode.is_empty() => o.mode = a.clone(),
             s if o.mode == "report" && !s.starts_with("--") => o.files.push(s.to_string()),
             s => return Err(format!("unknown argument {s:?}")),
         }
@@ -180,6 +204,9 @@ fn run(o: &Opts) -> Result<(), String> {
         }
         print!("{}", report::render(&runs, o.primary));
         return Ok(());
+    }
+    if o.mode == "soak" {
+        return soak::run(o);
     }
     if o.pairs == 0 {
         return Err("--pairs must be at least 1".into());

@@ -5,13 +5,15 @@
 //!
 //! Everything here is a pure function of the request and the scenario, so the
 //! same request always yields byte-identical output (fixed ids, fixed
-//! `created` times, no counters).
+//! `created` times, no counters). A Responses answer's id, which a later request names in
+//! `previous_response_id`, is derived from its request: different requests get different ids, as
+//! from OpenAI.
 
 use serde_json::Value;
 
 use crate::answer::{Answer, ToolCall};
 use crate::azure;
-use crate::crypto::base64;
+use crate::crypto::{base64, hex, sha256};
 use crate::json::{array, string, Obj};
 use crate::scenario::{Api, Behavior, ErrorKind, Scenario};
 
@@ -51,6 +53,8 @@ pub struct ReqInfo {
     /// Chat on Azure: `prompt_filter_results` (a first stream chunk of its own, without choices)
     /// and each choice's `content_filter_results`.
     pub content_filters: bool,
+    /// A Responses answer's `id`: `resp_` and 24 hex digits of SHA-256 over the request.
+    pub response_id: String,
 }
 
 impl ReqInfo {
@@ -87,6 +91,7 @@ impl ReqInfo {
             answer: Answer::Words,
             searches: 0,
             content_filters: false,
+            response_id: format!("resp_{}", hex(&sha256(v.to_string().as_bytes())[..12])),
         }
     }
 
@@ -733,7 +738,7 @@ fn text_index(api: Api, info: &ReqInfo) -> usize {
 /// A Responses `response` object with `output` (JSON); `usage_n` None = no usage field.
 fn responses_object(info: &ReqInfo, status: &str, output: &str, usage_n: Option<u64>) -> String {
     let mut o = Obj::new()
-        .str("id", "resp_mock")
+        .str("id", &info.response_id)
         .str("object", "response")
         .num("created_at", CREATED)
         .str("status", status)
@@ -1333,10 +1338,40 @@ pub fn nonstream_delay_ms(sc: &Scenario) -> u64 {
 mod tests {
     use super::*;
     use crate::scenario::parse_scenario;
-    use serde_json::Value;
+    use serde_json::{json, Value};
 
     fn info(body: &str) -> ReqInfo {
         ReqInfo::from_body(body.as_bytes())
+    }
+
+    #[test]
+    fn a_responses_answer_is_named_by_its_request() {
+        let sc = Scenario::default();
+        let id = |body: &str| parsed(&nonstream_body(Api::Responses, &info(body), &sc))["id"].clone();
+        let a = id(r#"{"model":"m","input":"Say hello (1)"}"#);
+        assert!(
+            a.as_str().is_some_and(|s| s.starts_with("resp_") && s.len() == 29),
+            "{a}"
+        );
+        assert_eq!(
+            a,
+            id(r#"{"model":"m","input":"Say hello (1)"}"#),
+            "the same request, the same id"
+        );
+        assert_ne!(
+            a,
+            id(r#"{"model":"m","input":"Say hello (2)"}"#),
+            "another request, another id"
+        );
+        // A stream names its response once when it starts and again when it completes: the same id.
+        let i = info(r#"{"model":"m","stream":true,"input":"Say hello (1)"}"#);
+        let ids: Vec<Value> = datas(&stream_plan(Api::Responses, &i, &sc))
+            .iter()
+            .map(|d| parsed(d)["response"]["id"].clone())
+            .filter(|v| !v.is_null())
+            .collect();
+        assert!(ids.len() >= 2, "{ids:?}");
+        assert!(ids.iter().all(|v| *v == json!(i.response_id)), "{ids:?}");
     }
 
     /// The data payloads of the Event steps (comments skipped).
