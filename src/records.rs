@@ -142,13 +142,14 @@ async fn to_d1(env: &Env, items: Vec<Kept>) {
     }
 }
 
-/// A generation with its attempts, if it is `account_id`'s: from its object, else from D1 (a
-/// record from before records left D1, or one its object would not take).
+/// A generation with its attempts, if it is `account_id`'s: from its object, else (`d1`) from
+/// D1 (a record from before records left D1, or one its object would not take).
 pub async fn find(
     env: &Env,
     store: &Store,
     id: &str,
     account_id: &str,
+    d1: bool,
 ) -> Result<Option<(GenerationRow, Vec<AttemptRecord>)>, ApiError> {
     if let Some(object) = records::object(id, now_ms()) {
         let find = Find {
@@ -161,16 +162,20 @@ pub async fn find(
             return Ok(Some((GenerationRow::of(&record)?, record.attempts)));
         }
     }
-    store.generation(id, account_id).await
+    match d1 {
+        true => store.generation(id, account_id).await,
+        false => Ok(None),
+    }
 }
 
 /// The route that produced the Responses answer `response_id` for `account_id` (SPEC §17): its
-/// pin, else D1 (answers from before records left D1).
+/// pin, else (`d1`) D1 (answers from before records left D1, or refused by their object).
 pub async fn pinned_route(
     env: &Env,
     store: &Store,
     account_id: &str,
     response_id: &str,
+    d1: bool,
 ) -> Result<Option<String>, ApiError> {
     let object = records::pin_object(account_id, response_id);
     let find = FindPin {
@@ -181,7 +186,10 @@ pub async fn pinned_route(
     if let Ok(Some(route)) = found.await {
         return Ok(Some(route));
     }
-    store.response_route(account_id, response_id).await
+    match d1 {
+        true => store.response_route(account_id, response_id).await,
+        false => Ok(None),
+    }
 }
 
 // ---- the object --------------------------------------------------------------------------------

@@ -87,11 +87,18 @@ pub async fn generation(req: &Request, env: &Env) -> HandlerResult {
         .filter(|v| !v.is_empty())
         .ok_or_else(|| ApiError::invalid("`id` is required: /v1/generation?id=<generation id>.", Some("id")))?;
     // A record is written just after its answer (batched): an id issued moments ago is waited for.
-    let mut found = records::find(env, &store, &id, &key.account_id).await?;
+    // Its object is asked each time, D1 (records from before, or refused by their object) only
+    // on the first and the last try: a record on its way costs no D1 read per poll.
+    let mut found = records::find(env, &store, &id, &key.account_id, true).await?;
     let give_up = now_ms().saturating_add(RECORD_WAIT_MS);
+    let mut polled = false;
     while found.is_none() && record_may_be_pending(&id, now_ms()) && now_ms() < give_up {
         sleep(100).await;
-        found = records::find(env, &store, &id, &key.account_id).await?;
+        polled = true;
+        found = records::find(env, &store, &id, &key.account_id, false).await?;
+    }
+    if found.is_none() && polled {
+        found = records::find(env, &store, &id, &key.account_id, true).await?;
     }
     let (g, attempts) = found.ok_or_else(|| ApiError::NotFound {
         what: format!("Generation `{id}`"),

@@ -25,21 +25,23 @@ pub fn new_id(prefix: &str) -> String {
 }
 
 thread_local! {
-    static SHARD: std::cell::Cell<Option<u16>> = const { std::cell::Cell::new(None) };
+    /// This isolate's random seed for its record shard (core `records::shard_at`).
+    static SEED: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
 }
 
-/// This isolate's record shard (core `records`), picked at random once: every generation id it
-/// mints names it, so its records of a day go to one object.
-fn record_shard() -> u16 {
-    SHARD.with(|s| match s.get() {
-        Some(shard) => shard,
+/// This isolate's record shard now: every generation id it mints this hour names it, so its
+/// records go to one object at a time.
+fn record_shard(now_ms: u64) -> u16 {
+    let seed = SEED.with(|s| match s.get() {
+        Some(seed) => seed,
         None => {
             let r = random_32();
-            let shard = u16::from_le_bytes([r[0], r[1]]) % switchyard_core::records::SHARDS;
-            s.set(Some(shard));
-            shard
+            let seed = u64::from_le_bytes([r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]]);
+            s.set(Some(seed));
+            seed
         }
-    })
+    });
+    switchyard_core::records::shard_at(seed, now_ms)
 }
 
 /// A new generation id, `gen-` and a UUIDv7 of now naming this isolate's record shard: the id
@@ -47,9 +49,9 @@ fn record_shard() -> u16 {
 pub fn new_generation_id() -> String {
     let mut random = [0u8; 10];
     get_random_values(&mut random);
-    let shard = record_shard();
+    let now = super::clock::now_ms();
     format!(
         "gen-{}",
-        switchyard_core::ids::uuid_v7_in(super::clock::now_ms(), shard, random)
+        switchyard_core::ids::uuid_v7_in(now, record_shard(now), random)
     )
 }

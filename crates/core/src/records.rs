@@ -1,8 +1,8 @@
 //! Where per-request detail lives (SPEC §22): a generation's record (its attempts inline) is not a
 //! D1 row but a row of a SQLite Durable Object named from the record's id — the day the id was
 //! issued and the shard its `rand_a` bits name (`crate::ids::uuid_v7_in`) — so a lookup asks one
-//! object and scans nothing. Each isolate picks one shard of [`SHARDS`] and mints its ids there,
-//! so its records go to one object a day, in batches. A day's object deletes itself whole
+//! object and scans nothing. Each isolate mints its ids in one shard of [`SHARDS`] an hour
+//! ([`shard_at`]), so its records go to one object at a time, in batches. A day's object deletes itself whole
 //! [`KEPT_DAYS`] after its day began: every record is found for at least 30 days, and nothing is
 //! kept for longer than 31.
 //!
@@ -16,9 +16,14 @@ use serde::{Deserialize, Serialize};
 use crate::generation::GenerationRecord;
 use crate::ids::{issued_ms, shard_of};
 
-/// Record shards per day an isolate picks from. An id keeps its shard in 12 bits, so this may
-/// grow to 4,096 without moving a record: ids issued before keep naming the shard they went to.
-pub const SHARDS: u16 = 1_024;
+/// Record shards per day. An id keeps its shard in 12 bits, so this may grow to 4,096 without
+/// moving a record: ids issued before keep naming the shard they went to. At ≈ 1.4 KB a record
+/// (docs/SCALE.md) 2,048 shards keep a day's object under a SQLite Durable Object's 10 GB up to
+/// ≈ 170,000 req/s.
+pub const SHARDS: u16 = 2_048;
+/// How long an isolate mints its ids in one shard: then it moves to another, so however busy one
+/// isolate is, no day's object takes more than an hour of it.
+pub const SHARD_FOR_MS: u64 = 3_600_000;
 /// Objects that keep response pins.
 pub const PIN_SHARDS: u64 = 256;
 /// How long a day's records, and a pin, are kept.
@@ -28,6 +33,13 @@ pub const DAY_MS: u64 = 86_400_000;
 pub const PIN_SWEEP_STEP: u32 = 2_000;
 /// How often a pin object that holds pins sweeps.
 pub const PIN_SWEEP_EVERY_MS: u64 = 3_600_000;
+
+/// The shard an isolate mints its ids in at `now_ms`: drawn from its own random `seed` and the
+/// hour, so it stays for [`SHARD_FOR_MS`] and then moves, and isolates spread over the shards.
+pub fn shard_at(seed: u64, now_ms: u64) -> u16 {
+    let hour = (now_ms / SHARD_FOR_MS).to_string();
+    (crate::spread::hash64(&[&seed.to_string(), &hour]) % u64::from(SHARDS)) as u16
+}
 
 /// The object that keeps the record of generation `id`, while it is kept at `now_ms`: `None`
 /// for an id that names no shard of ours (issued before records left D1: look there) or whose
@@ -193,5 +205,27 @@ mod tests {
     fn pins_are_swept_after_the_same_time_records_are() {
         assert_eq!(pins_forgotten_before(NOW), NOW - KEPT_DAYS * DAY_MS);
         assert_eq!(pins_forgotten_before(5), 0);
+    }
+
+    #[test]
+    fn an_isolate_keeps_its_shard_for_the_hour_then_moves_and_isolates_spread() {
+        let hour = SHARD_FOR_MS;
+        let t = 1_764_555_000_000 - 1_764_555_000_000 % hour;
+        for seed in [1u64, 7, 12_345] {
+            assert_eq!(shard_at(seed, t), shard_at(seed, t + hour - 1), "one hour, one shard");
+        }
+        let moved = (0..50u64).filter(|s| shard_at(*s, t) != shard_at(*s, t + hour)).count();
+        assert!(moved >= 45, "the next hour, another shard: {moved} of 50 moved");
+        let mut used = std::collections::BTreeSet::new();
+        for seed in 0..4_096u64 {
+            let s = shard_at(seed, t);
+            assert!(s < SHARDS);
+            used.insert(s);
+        }
+        assert!(
+            used.len() > 1_500,
+            "4,096 isolates use {} of {SHARDS} shards",
+            used.len()
+        );
     }
 }
