@@ -254,16 +254,8 @@ const SETTLE_BACKOFF_MS: [u64; 3] = [0, 100, 400];
 /// and the outbox's own call has a deadline of 5 s — 20 s in all, inside the 30 s `waitUntil`
 /// gives a settlement after its response, however slowly D1 answers.
 const SETTLE_WITHIN_MS: u64 = 15_000;
-/// An isolate's settlements within 10 ms share one D1 batch of at most 16 (each is about six
-/// statements); a batch under way for 5 s is taken for lost by its riders.
-const SETTLE_BATCH: Rules = Rules {
-    wait_ms: 10,
-    max_items: 16,
-    overdue_ms: 100,
-    lost_ms: 5_000,
-    retry_ms: 200,
-    max_sends: 3,
-};
+/// How an isolate's settlements are batched: core `batch::SETTLEMENTS` (10 ms, at most 16).
+const SETTLE_BATCH: Rules = switchyard_core::batch::SETTLEMENTS;
 
 thread_local! {
     static SETTLEMENTS: RefCell<Batches<Settlement>> = RefCell::new(Batches::default());

@@ -454,18 +454,8 @@ pub fn apply_local(model_id: &str, obs: &Observation, config: &HealthConfig) {
     });
 }
 
-/// Routine outcomes (successes) are gathered for up to 200 ms and sent in one call; failures and
-/// probes go at once: other isolates should learn of them promptly. A call that fails rejoins the
-/// next one a second later, twice at most; then the outcomes are dropped (health is advisory, and
-/// the isolate's own snapshot has them already).
-const REPORT_BATCH: Rules = Rules {
-    wait_ms: 200,
-    max_items: 64,
-    overdue_ms: 2_000,
-    lost_ms: 5_000,
-    retry_ms: 1_000,
-    max_sends: 3,
-};
+/// How reports are batched: core `batch::HEALTH_REPORTS`.
+const REPORT_BATCH: Rules = switchyard_core::batch::HEALTH_REPORTS;
 
 /// One request's outcomes for one object, waiting to be sent.
 #[derive(Clone)]

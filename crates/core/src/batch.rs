@@ -38,6 +38,32 @@ pub struct Rules {
     pub max_sends: u32,
 }
 
+/// Health reports, per isolate and object (`src/health.rs`): routine outcomes (successes) are
+/// gathered for up to 200 ms and sent in one call; failures and probes go at once (other isolates
+/// should learn of them promptly). A call that fails rejoins the next one a second later, twice at
+/// most; then the outcomes are dropped (health is advisory, and the isolate's own snapshot has
+/// them already).
+pub const HEALTH_REPORTS: Rules = Rules {
+    wait_ms: 200,
+    max_items: 64,
+    overdue_ms: 2_000,
+    lost_ms: 5_000,
+    retry_ms: 1_000,
+    max_sends: 3,
+};
+
+/// Settlements, per isolate (`src/billing.rs`): those within 10 ms share one D1 batch of at most
+/// 16 (each is about six statements); a batch under way for 5 s is taken for lost by its riders;
+/// a batch D1 refused rejoins the next one 200 ms later, three sends at most, then the outbox.
+pub const SETTLEMENTS: Rules = Rules {
+    wait_ms: 10,
+    max_items: 16,
+    overdue_ms: 100,
+    lost_ms: 5_000,
+    retry_ms: 200,
+    max_sends: 3,
+};
+
 /// An item's place in its key's batches: what a rider checks.
 pub type Ticket = u64;
 

@@ -140,6 +140,17 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// A settlement of `id` with a hold, charged `charge`; `unwritten`: its fast hold's amount.
+    fn one(id: &str, charge: i64, unwritten: Option<i64>) -> Settle {
+        Settle {
+            id: id.into(),
+            charge,
+            has_hold: true,
+            unwritten,
+            born: 0,
+        }
+    }
+
     /// One request: its hold, its charge (a share of it), its path, how many times its settlement
     /// is delivered, and whether a deferred hold write lands before or after it.
     #[derive(Debug, Clone)]
@@ -260,13 +271,7 @@ mod tests {
     #[test]
     fn a_hold_is_never_written_again_for_a_settled_generation() {
         let mut books = Books::new(1_000);
-        let s = Settle {
-            id: "g".into(),
-            charge: 30,
-            has_hold: true,
-            unwritten: Some(100),
-            born: 0,
-        };
+        let s = one("g", 30, Some(100));
         assert_eq!(books.settle(std::slice::from_ref(&s)), Ok(()));
         assert_eq!((books.balance, books.held, books.holds.len()), (970, 0, 0));
         // The deferred write whose reply was lost lands after the settlement; then a replay.
@@ -279,13 +284,7 @@ mod tests {
     fn without_the_settled_guard_a_replay_would_charge_twice() {
         // What the guard prevents: the hold row written again for a settled generation.
         let mut books = Books::new(1_000);
-        let s = Settle {
-            id: "g".into(),
-            charge: 30,
-            has_hold: true,
-            unwritten: None,
-            born: 0,
-        };
+        let s = one("g", 30, None);
         books.hold_atomic("g", 100);
         assert_eq!(books.settle(std::slice::from_ref(&s)), Ok(()));
         books.holds.insert(
@@ -302,13 +301,7 @@ mod tests {
     #[test]
     fn a_free_settlement_is_marked_and_its_hold_never_comes_back() {
         let mut books = Books::new(1_000);
-        let s = Settle {
-            id: "g".into(),
-            charge: 0,
-            has_hold: true,
-            unwritten: Some(100),
-            born: 0,
-        };
+        let s = one("g", 0, Some(100));
         assert_eq!(books.settle(std::slice::from_ref(&s)), Ok(()));
         assert!(
             books.marks.contains("g") && books.ledger.is_empty(),
@@ -321,13 +314,7 @@ mod tests {
     #[test]
     fn once_its_proofs_are_rolled_up_a_hold_is_too_old_to_be_written() {
         let mut books = Books::new(1_000);
-        let s = Settle {
-            id: "g".into(),
-            charge: 30,
-            has_hold: true,
-            unwritten: Some(100),
-            born: 0,
-        };
+        let s = one("g", 30, Some(100));
         assert_eq!(books.settle(std::slice::from_ref(&s)), Ok(()));
         books.retain();
         assert!(!books.settled("g"), "the charge was rolled up: no proof left");

@@ -9,7 +9,6 @@
 //! snapshot and its stats (sorting TTFB samples), ≈ 250–500 calls/s; capacity ≈ 530 requests/s at 2
 //! calls each; one D1 database ≈ 500–1,400 requests/s at ≈ 8 statements each.
 
-use switchyard_core::batch::Rules as BatchRules;
 use switchyard_core::flight::Rules as FlightRules;
 
 /// Which design the isolates and objects follow.
@@ -191,25 +190,8 @@ impl Default for Params {
 
 // ---- the Worker's rules, as src/ has them --------------------------------------------------------
 
-/// `src/health.rs` `REPORT_BATCH`: health reports per isolate and object.
-pub const REPORT_BATCH: BatchRules = BatchRules {
-    wait_ms: 200,
-    max_items: 64,
-    overdue_ms: 2_000,
-    lost_ms: 5_000,
-    retry_ms: 1_000,
-    max_sends: 3,
-};
-
-/// `src/billing.rs` `SETTLE_BATCH`: settlements per isolate, one D1 batch.
-pub const SETTLE_BATCH: BatchRules = BatchRules {
-    wait_ms: 10,
-    max_items: 16,
-    overdue_ms: 100,
-    lost_ms: 5_000,
-    retry_ms: 200,
-    max_sends: 3,
-};
+/// The Worker's batches: the core's own rules.
+pub use switchyard_core::batch::{HEALTH_REPORTS as REPORT_BATCH, SETTLEMENTS as SETTLE_BATCH};
 
 /// `src/health.rs` `CALL_TIMEOUT_MS`: a request waits this long for a health object.
 pub const HEALTH_TIMEOUT_MS: u64 = 300;

@@ -158,10 +158,10 @@ pub struct Observation {
     pub provoked: bool,
 }
 
-#[cfg(test)]
 impl Observation {
-    /// A stream attempt at (route, account) that ended at `at_ms`, for the tests of every module.
-    pub(crate) fn at(route: &str, account: &str, outcome: AttemptOutcome, at_ms: u64) -> Observation {
+    /// A stream attempt at (route, account) that ended at `at_ms`, nothing else known (tests,
+    /// the simulation).
+    pub fn at(route: &str, account: &str, outcome: AttemptOutcome, at_ms: u64) -> Observation {
         Observation {
             route: route.into(),
             account: account.into(),

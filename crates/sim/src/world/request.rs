@@ -291,22 +291,7 @@ impl World {
             .get(route as usize)
             .cloned()
             .unwrap_or_default();
-        Observation {
-            route: route_id,
-            account,
-            outcome,
-            at_ms,
-            stream: true,
-            ttfb_ms: None,
-            output_tokens: 0,
-            duration_ms: 0,
-            extra_try: false,
-            probe: false,
-            retry_after_ms: None,
-            verify: false,
-            key: String::new(),
-            provoked: false,
-        }
+        Observation::at(&route_id, &account, outcome, at_ms)
     }
 
     /// `health::apply_local`: the outcome on the isolate's own snapshots at once.
