@@ -20,6 +20,10 @@ fn object_calls(s: &Stack, name: &str) -> (String, Value) {
     (v["isolate"].as_str().unwrap().to_string(), v["object"].clone())
 }
 
+/// Taken by the tests whose counts a neighbour's load could change (a burst that must end within
+/// one report interval; streams and probes that keep the isolate busy for seconds).
+static QUIET: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn count(calls: &Value, kind: &str) -> u64 {
     calls[kind].as_u64().unwrap_or(0)
 }
@@ -71,6 +75,7 @@ fn calls_a_request_reports_the_storage_calls_it_waited_on() {
 /// when the isolate has no report of its catalog yet — made by the status object, not the isolate.
 #[test]
 fn calls_a_burst_of_status_hits_builds_the_report_once() {
+    let _quiet = QUIET.lock().unwrap_or_else(|e| e.into_inner());
     let s = Arc::new(Stack::from_env());
     let (id, _) = model(&s);
     let object = format!("model:{id}");
@@ -254,6 +259,7 @@ fn calls_settlements_refused_by_d1_rejoin_the_next_batch() {
 /// calls (two each); together they send one per ≥ 4.5 s — at most three in 12 s.
 #[test]
 fn calls_slots_held_together_are_renewed_by_one_call() {
+    let _quiet = QUIET.lock().unwrap_or_else(|e| e.into_inner());
     let s = Arc::new(Stack::from_env());
     let (routes, _) = s.mock_routes(&[("chunks/24/500", json!({"verify": false, "max_concurrency": 8}))]);
     let id = s.model(routes, Some(json!({"idle_timeout_ms": 5000})));
@@ -309,6 +315,7 @@ fn calls_slots_held_together_are_renewed_by_one_call() {
 /// requests: before, each was an `observe` call to `accounts`; now none is.
 #[test]
 fn calls_an_account_back_at_rest_is_forgotten_and_its_successes_cost_no_accounts_call() {
+    let _quiet = QUIET.lock().unwrap_or_else(|e| e.into_inner());
     let s = Stack::from_env();
     let account = switchyard_e2e::unique("acct");
     let provider = |scenario: &str| {
