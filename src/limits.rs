@@ -370,7 +370,7 @@ impl CapacityDesk {
 }
 
 /// A time in ms as SQLite's integer.
-fn integer(ms: u64) -> SqlStorageValue {
+pub(crate) fn integer(ms: u64) -> SqlStorageValue {
     SqlStorageValue::Integer(i64::try_from(ms).unwrap_or(i64::MAX))
 }
 

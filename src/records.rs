@@ -16,10 +16,11 @@ use switchyard_core::batch::{Batches, Rules};
 use switchyard_core::generation::{AttemptRecord, GenerationRecord};
 use switchyard_core::records::{self, Find, FindPin, Keep, Pin, Shelf};
 use switchyard_core::ApiError;
-use worker::{durable_object, DurableObject, Env, Request, Response, SqlStorageValue, State};
+use worker::{durable_object, DurableObject, Env, Request, Response, State};
 
 use crate::batch;
 use crate::faults::{Faults, ObjectDrill};
+use crate::limits::integer;
 use crate::object::{self, OBJECT_NAME};
 use crate::runtime::clock::now_ms;
 use crate::store::{GenerationRow, Store};
@@ -369,9 +370,4 @@ impl RecordShard {
         };
         storage.set_alarm(after as i64).await
     }
-}
-
-/// A time in ms as SQLite's integer.
-fn integer(ms: u64) -> SqlStorageValue {
-    SqlStorageValue::Integer(i64::try_from(ms).unwrap_or(i64::MAX))
 }
