@@ -752,6 +752,20 @@ impl Stack {
         r.json()
     }
 
+    /// `credits(key)` once the account holds nothing any more (settlement runs after the
+    /// response); fails the test after `secs` seconds of open holds.
+    pub fn settled_credits(&self, key: &str, secs: u64) -> Value {
+        let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+        loop {
+            let c = self.credits(key);
+            if c["held_micros"] == 0 && c["open_holds_micros"] == 0 {
+                return c;
+            }
+            assert!(std::time::Instant::now() < deadline, "still held after {secs} s: {c}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
     /// What the mock saw under `label/scenario`: `{"requests": n, "last_request": …}`.
     pub fn mock_stats(&self, label: &str, scenario: &str) -> Value {
         self.request("GET", &format!("{}/_stats/{label}/{scenario}", self.mock), &[], None)

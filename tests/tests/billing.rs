@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::disallowed_methods)]
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 use switchyard_e2e::{chat_body, route, unique, Reply, Stack};
@@ -13,15 +13,7 @@ use switchyard_e2e::{chat_body, route, unique, Reply, Stack};
 /// Credits of a key's account, waiting until no hold is open (settlement runs after the
 /// response).
 fn settled_credits(s: &Stack, key: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let c = s.credits(key);
-        if c["held_micros"] == 0 && c["open_holds_micros"] == 0 {
-            return c;
-        }
-        assert!(Instant::now() < deadline, "holds never settled: {c}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    s.settled_credits(key, 20)
 }
 
 /// A model over mock scenarios with (input, output) prices per route.

@@ -39,15 +39,7 @@ fn model(s: &Stack, scenarios: &[&str], policy: Value) -> String {
 /// rows by state, the sum and count of its ledger charges, and its credits.
 fn settled_books(s: &Stack, key: &str, secs: u64) -> (Vec<Value>, i64, i64, Value) {
     let account = s.credits(key)["account_id"].as_str().unwrap().to_string();
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    let c = loop {
-        let c = s.credits(key);
-        if c["held_micros"] == 0 && c["open_holds_micros"] == 0 {
-            break c;
-        }
-        assert!(Instant::now() < deadline, "still held after {secs} s: {c}");
-        std::thread::sleep(Duration::from_millis(300));
-    };
+    let c = s.settled_credits(key, secs);
     let holds = s.d1_query(&format!(
         "SELECT state, COUNT(*) AS n FROM holds WHERE account_id = '{account}' GROUP BY state"
     ));

@@ -4,8 +4,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::disallowed_methods)]
 
-use std::time::{Duration, Instant};
-
 use serde_json::{json, Value};
 use switchyard_e2e::{sse_events, Api, Fixture, Stack, APIS};
 
@@ -25,15 +23,8 @@ fn cache_prices() -> Value {
 
 /// The ledger's charges for the key's account, once no hold is open.
 fn settled_charges(s: &Stack, key: &str) -> i64 {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let c = s.credits(key);
-        if c["held_micros"] == 0 && c["open_holds_micros"] == 0 {
-            return -(c["balance_micros"].as_i64().unwrap() - 10_000_000);
-        }
-        assert!(Instant::now() < deadline, "holds never settled: {c}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let c = s.settled_credits(key, 20);
+    -(c["balance_micros"].as_i64().unwrap() - 10_000_000)
 }
 
 fn tokens(u: &Value, field: &str) -> i64 {

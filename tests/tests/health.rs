@@ -126,14 +126,18 @@ fn the_probe_after_the_cooldown_is_exactly_one_request_and_a_failed_probe_double
 
 #[test]
 fn a_route_that_recovers_takes_its_traffic_back() {
-    let m = Model::new(&["down-for/1200", "ok"]);
+    // Down for 4 s from its first request: long enough that a loaded machine's first three
+    // requests all fail (a third one answered would leave the route undemoted).
+    let m = Model::new(&["down-for/4000", "ok"]);
+    let started = std::time::Instant::now();
     for _ in 0..3 {
         assert_eq!(m.ask(), 200);
     }
     assert_eq!(m.seen(0), 3);
     assert_eq!(m.ask(), 200);
     assert_eq!(m.seen(0), 3, "demoted while down");
-    std::thread::sleep(Duration::from_millis(1800));
+    // Past both the route's 4 s down and its 1.5 s cooldown: the next request probes it.
+    std::thread::sleep(Duration::from_millis(4_300).saturating_sub(started.elapsed()).max(Duration::from_millis(1_800)));
     let r = m.s.chat(&m.key, &chat_body(&m.id, false));
     assert_eq!(r.status, 200);
     let g = m.s.generation(&m.key, r.header("x-generation-id").unwrap());

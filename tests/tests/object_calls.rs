@@ -83,6 +83,7 @@ fn calls_a_burst_of_status_hits_builds_the_report_once() {
     std::thread::sleep(Duration::from_millis(5_500));
     let version = catalog_version(&s);
     let (isolate, before) = object_calls(&s, &object);
+    let burst = Instant::now();
     let hits: Vec<_> = (0..24)
         .map(|i| {
             let s = s.clone();
@@ -100,6 +101,8 @@ fn calls_a_burst_of_status_hits_builds_the_report_once() {
         })
         .collect();
     let isolates: Vec<String> = hits.into_iter().map(|h| h.join().unwrap()).collect();
+    // One report per 3 s interval: a loaded machine whose burst outlasts one may build again.
+    let intervals = burst.elapsed().as_millis() as u64 / 3_000;
     let (after_isolate, after) = object_calls(&s, &object);
     eprintln!("status burst: before {before}, after {after}");
     assert!(
@@ -115,8 +118,9 @@ fn calls_a_burst_of_status_hits_builds_the_report_once() {
     // A catalog changed by another test mid-burst is a new report to build.
     let changes = (catalog_version(&s) - version) as u64;
     assert!(
-        builds <= 1 + changes,
-        "24 status hits made {builds} Full calls to the model's object (catalog changes: {changes})"
+        builds <= 1 + changes + intervals,
+        "24 status hits made {builds} Full calls to the model's object (catalog changes: {changes}, \
+         intervals the burst outlasted: {intervals})"
     );
 }
 
@@ -241,16 +245,11 @@ fn calls_settlements_refused_by_d1_rejoin_the_next_batch() {
          (each batch at most 3 sends, one batch more allowed)"
     );
     // After the outage the outbox replays them: nothing stays held.
-    let deadline = Instant::now() + Duration::from_secs(45);
-    loop {
-        let c = s.credits(&refused_key);
-        if c["held_micros"] == 0 && c["open_holds_micros"] == 0 {
-            assert!(c["charges_total_micros"].as_i64().unwrap() > 0, "{c}");
-            break;
-        }
-        assert!(Instant::now() < deadline, "not replayed: {c}");
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    let c = s.settled_credits(&refused_key, 45);
+    assert!(
+        c["charges_total_micros"].as_i64().unwrap() > 0,
+        "replayed and charged: {c}"
+    );
 }
 
 /// SPEC §22: an isolate's slots on one object are renewed together — one `renew` call for all of
