@@ -77,6 +77,7 @@ def d1_report(path):
     kind = {r[0]: r[1] for r in db.execute("SELECT name, type FROM sqlite_master")}
     stat = db.execute("SELECT name, COUNT(*), SUM(payload), SUM(pgsize) FROM dbstat GROUP BY name").fetchall()
     rows = {t: count(db, t) for t in tables(db)}
+    charges = db.execute("SELECT COUNT(*) FROM ledger WHERE kind = 'charge'").fetchone()[0] if "ledger" in rows else 0
     objects = []
     for name, pages, payload, size in stat:
         table = owner.get(name, name)
@@ -88,6 +89,7 @@ def d1_report(path):
     return {
         "file": path, "page_size": page_size, "page_count": page_count, "freelist": free,
         "bytes": page_size * page_count, "on_disk": on_disk(path), "objects": objects, "rows": rows,
+        "charges": charges,
     }
 
 
@@ -113,54 +115,79 @@ AGED_MS = 9 * 86_400_000
 HOUR_MS = 3_600_000
 
 
+def ledger_files(persist):
+    """Every D1 database's file (the home one and each ledger: SPEC §22)."""
+    return sqlite_files(os.path.join(persist, "d1", "*", "*.sqlite"))
+
+
 def age(persist, out):
-    """Ages the first half of the run's charges and marks; writes what the roll-up must produce."""
-    (path,) = sqlite_files(os.path.join(persist, "d1", "*", "*.sqlite"))
-    db = open_db(path)
-    n = db.execute("SELECT COUNT(*) FROM ledger WHERE kind = 'charge'").fetchone()[0]
-    (edge,) = db.execute("SELECT created_at FROM ledger WHERE kind = 'charge' ORDER BY created_at LIMIT 1 OFFSET ?",
-                         (n // 2,)).fetchone()
-    totals = db.execute(
-        "SELECT account_id, COALESCE(key_id, ''), COALESCE(model, ''), ((created_at - ?1) / ?2) * ?2, "
-        "SUM(amount_micros), COUNT(*) FROM ledger WHERE kind = 'charge' AND created_at < ?3 GROUP BY 1, 2, 3, 4",
-        (AGED_MS, HOUR_MS, edge)).fetchall()
-    charges = db.execute("UPDATE ledger SET created_at = created_at - ? WHERE kind = 'charge' AND created_at < ?",
-                         (AGED_MS, edge)).rowcount
-    marks = db.execute("UPDATE settled SET created_at = created_at - ? WHERE created_at < ?", (AGED_MS, edge)).rowcount
-    db.commit()
-    db.close()
-    json.dump({"edge": edge - AGED_MS, "charges": charges, "marks": marks, "totals": totals}, open(out, "w"))
-    print(charges)
+    """Ages the first half of each ledger's charges and marks; writes what the roll-up must produce."""
+    aged = {"files": {}, "charges": 0, "marks": 0, "totals": []}
+    for path in ledger_files(persist):
+        db = open_db(path)
+        if "ledger" not in tables(db):
+            db.close()
+            continue
+        n = db.execute("SELECT COUNT(*) FROM ledger WHERE kind = 'charge'").fetchone()[0]
+        if n == 0:
+            db.close()
+            continue
+        (edge,) = db.execute("SELECT created_at FROM ledger WHERE kind = 'charge' ORDER BY created_at LIMIT 1 OFFSET ?",
+                             (n // 2,)).fetchone()
+        totals = db.execute(
+            "SELECT account_id, COALESCE(key_id, ''), COALESCE(model, ''), ((created_at - ?1) / ?2) * ?2, "
+            "SUM(amount_micros), COUNT(*) FROM ledger WHERE kind = 'charge' AND created_at < ?3 GROUP BY 1, 2, 3, 4",
+            (AGED_MS, HOUR_MS, edge)).fetchall()
+        charges = db.execute("UPDATE ledger SET created_at = created_at - ? WHERE kind = 'charge' AND created_at < ?",
+                             (AGED_MS, edge)).rowcount
+        marks = db.execute("UPDATE settled SET created_at = created_at - ? WHERE created_at < ?", (AGED_MS, edge)).rowcount
+        db.commit()
+        db.close()
+        aged["files"][os.path.basename(path)] = edge - AGED_MS
+        aged["charges"] += charges
+        aged["marks"] += marks
+        aged["totals"] += totals
+    json.dump(aged, open(out, "w"))
+    print(aged["charges"])
 
 
 def retained(persist, aged_path):
     """After the retention run: the aged charges are their hours' totals, exactly; the aged marks
-    are gone; the database's live pages are within the bound of the rows left."""
+    are gone; each database's live pages are within the bound of the rows left in it."""
     aged = json.load(open(aged_path))
-    (path,) = sqlite_files(os.path.join(persist, "d1", "*", "*.sqlite"))
-    db = open_db(path)
-    left = db.execute("SELECT COUNT(*) FROM ledger WHERE kind = 'charge' AND created_at < ?", (aged["edge"],)).fetchone()[0]
-    marks_left = db.execute("SELECT COUNT(*) FROM settled WHERE created_at < ?", (aged["edge"],)).fetchone()[0]
-    totals = db.execute("SELECT account_id, key_id, model, period_start, amount_micros, charges FROM ledger_rollup "
-                        "WHERE period = 'hour'").fetchall()
-    charges = db.execute("SELECT COUNT(*) FROM ledger WHERE kind = 'charge'").fetchone()[0]
-    marks = db.execute("SELECT COUNT(*) FROM settled").fetchone()[0]
-    page_size, page_count, free = pragma(db, "page_size"), pragma(db, "page_count"), pragma(db, "freelist_count")
-    db.close()
-    problems = []
-    if left:
-        problems.append(f"{left:,} aged charges still in the ledger after the retention run")
-    if marks_left:
-        problems.append(f"{marks_left:,} aged settled marks still in D1 after the retention run")
+    r = {"aged_charges": aged["charges"], "aged_marks": aged["marks"], "left": 0, "marks_left": 0, "totals": 0,
+         "charges": 0, "marks": 0, "file": 0, "free": 0, "live": 0, "bound": 0}
+    totals, problems = [], []
+    for path in ledger_files(persist):
+        db = open_db(path)
+        if "ledger" not in tables(db):
+            db.close()
+            continue
+        edge = aged["files"].get(os.path.basename(path), 0)
+        left = db.execute("SELECT COUNT(*) FROM ledger WHERE kind = 'charge' AND created_at < ?", (edge,)).fetchone()[0]
+        marks_left = db.execute("SELECT COUNT(*) FROM settled WHERE created_at < ?", (edge,)).fetchone()[0]
+        totals += db.execute("SELECT account_id, key_id, model, period_start, amount_micros, charges FROM ledger_rollup "
+                             "WHERE period = 'hour'").fetchall()
+        charges = db.execute("SELECT COUNT(*) FROM ledger WHERE kind = 'charge'").fetchone()[0]
+        marks = db.execute("SELECT COUNT(*) FROM settled").fetchone()[0]
+        page_size, page_count, free = pragma(db, "page_size"), pragma(db, "page_count"), pragma(db, "freelist_count")
+        db.close()
+        live = (page_count - free) * page_size
+        bound = D1_FIXED + (charges * D1_PER_CHARGE + marks * D1_PER_MARK) * (1 + TOLERANCE)
+        if live > bound:
+            problems.append(f"{os.path.basename(path)[:12]}…'s live pages are {live:,} bytes after the retention run, "
+                            f"over their bound of {bound:,.0f}")
+        for k, v in (("left", left), ("marks_left", marks_left), ("charges", charges), ("marks", marks),
+                     ("file", page_count * page_size), ("free", free * page_size), ("live", live), ("bound", bound)):
+            r[k] += v
+    r["totals"] = len(totals)
+    if r["left"]:
+        problems.append(f"{r['left']:,} aged charges still in the ledgers after the retention run")
+    if r["marks_left"]:
+        problems.append(f"{r['marks_left']:,} aged settled marks still in D1 after the retention run")
     if sorted(map(tuple, totals)) != sorted(map(tuple, aged["totals"])):
         problems.append(f"the roll-up's hourly totals {totals} are not the aged charges' {aged['totals']}")
-    live = (page_count - free) * page_size
-    bound = D1_FIXED + (charges * D1_PER_CHARGE + marks * D1_PER_MARK) * (1 + TOLERANCE)
-    if live > bound:
-        problems.append(f"D1's live pages are {live:,} bytes after the retention run, over their bound of {bound:,.0f}")
-    return {"aged_charges": aged["charges"], "aged_marks": aged["marks"], "left": left, "marks_left": marks_left,
-            "totals": len(totals), "charges": charges, "marks": marks, "file": page_count * page_size,
-            "free": free * page_size, "live": live, "bound": bound}, problems
+    return r, problems
 
 
 def fmt(n):
@@ -216,7 +243,7 @@ def main():
     load = json.load(open(args.load))
     problems = []
 
-    d1_files = sqlite_files(os.path.join(args.persist, "d1", "*", "*.sqlite"))
+    d1_files = ledger_files(args.persist)
     if not d1_files:
         print(f"soak.py: no D1 database under {args.persist}/d1", file=sys.stderr)
         return 1
@@ -267,10 +294,13 @@ def main():
         holds, generations = total_rows.get("holds", 0), total_rows.get("generations", 0)
         if holds:
             problems.append(f"D1 keeps {holds} hold rows after every settlement")
-        per_request = charged * D1_PER_CHARGE + free * D1_PER_MARK
+        # This database's share of the run (a ledger keeps its accounts' charges and marks only).
+        db_charged = db.get("charges", 0)
+        db_free = total_rows.get("settled", 0)
+        per_request = db_charged * D1_PER_CHARGE + db_free * D1_PER_MARK
         bound = D1_FIXED + per_request * (1 + TOLERANCE)
         ok = db["bytes"] <= bound
-        p(f"Bound (SCALE.md): {D1_FIXED:,} fixed + ({charged:,} charges × {D1_PER_CHARGE} + {free:,} free settlements × "
+        p(f"Bound (SCALE.md): {D1_FIXED:,} fixed + ({db_charged:,} charges × {D1_PER_CHARGE} + {db_free:,} free settlements × "
           f"{D1_PER_MARK}) × {1 + TOLERANCE:.2f} = **{bound:,.0f} bytes**; measured {db['bytes']:,} "
           f"({db['bytes'] / bound if bound else float('inf'):.0%} of it): **{'within' if ok else 'OVER'}**. Rows: {holds} holds, {generations} "
           f"generations, {total_rows.get('ledger', 0):,} ledger, {total_rows.get('settled', 0):,} settled marks, "
@@ -278,6 +308,11 @@ def main():
         p("")
         if not ok:
             problems.append(f"D1 is {db['bytes']:,} bytes, over its bound of {bound:,.0f}")
+    # Every settlement is in exactly one ledger: the charges and marks of all of them are the run's.
+    in_ledgers = (sum(db.get("charges", 0) for db in d1), sum(db["rows"].get("settled", 0) for db in d1))
+    if in_ledgers != (charged, free):
+        problems.append(f"the ledgers hold {in_ledgers[0]:,} charges and {in_ledgers[1]:,} settled marks; "
+                        f"the run settled {charged:,} charged and {free:,} free requests")
 
     # The Durable Objects: the records class in detail, the others in one line each.
     do_root = os.path.join(args.persist, "do")

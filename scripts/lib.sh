@@ -62,13 +62,21 @@ PY
   echo "$dir/wrangler.toml"
 }
 
+# d1_databases CONFIG: the database_name of every [[d1_databases]] in a wrangler config, one a line.
+d1_databases() {
+  python3 -c 'import sys, tomllib; [print(d["database_name"]) for d in tomllib.load(open(sys.argv[1], "rb")).get("d1_databases", [])]' "$1"
+}
+
 # start_wrangler CONFIG PORT PERSIST_DIR LOGFILE [wrangler dev args...]: applies the D1 migrations to
 # the local database in PERSIST_DIR, then runs `wrangler dev -c CONFIG` on 127.0.0.1:PORT; sets
 # WRANGLER_PID.
 start_wrangler() {
   local config=$1 port=$2 persist=$3 logfile=$4; shift 4
-  (cd "$ROOT" && CI=1 "$WRANGLER" d1 migrations apply switchyard -c "$config" --local --persist-to "$persist") >"$logfile.migrate" 2>&1 \
-    || { cat "$logfile.migrate" >&2; return 1; }
+  local db
+  for db in $(d1_databases "$config"); do
+    (cd "$ROOT" && CI=1 "$WRANGLER" d1 migrations apply "$db" -c "$config" --local --persist-to "$persist") >>"$logfile.migrate" 2>&1 \
+      || { cat "$logfile.migrate" >&2; return 1; }
+  done
   (cd "$ROOT" && exec "$WRANGLER" dev -c "$config" --ip 127.0.0.1 --port "$port" --inspector-port "$(free_port)" \
      --persist-to "$persist" --show-interactive-dev-session=false "$@") >"$logfile" 2>&1 &
   WRANGLER_PID=$!

@@ -128,7 +128,7 @@ pub async fn place_hold(env: &Env, ctx: &Context, request: &HoldRequest<'_>) -> 
         }
     });
     if let Some((amount, keep)) = fast {
-        let store = Store::new(env)?;
+        let store = Store::new(env)?.ledger(key.ledger)?;
         let row = Rc::new(HoldRow {
             account: account.to_string(),
             key_id: key.id.clone(),
@@ -176,7 +176,7 @@ pub async fn place_hold(env: &Env, ctx: &Context, request: &HoldRequest<'_>) -> 
     }
 
     // Awaited path: read the balance, plan, hold atomically; once more if the balance moved.
-    let store = Store::new(env)?;
+    let store = Store::new(env)?.ledger(key.ledger)?;
     for _ in 0..3 {
         // D1 out of reach: a clear 503 before anything is held or charged (SPEC §11).
         let available = store
@@ -201,14 +201,14 @@ pub async fn place_hold(env: &Env, ctx: &Context, request: &HoldRequest<'_>) -> 
         let placed = store.hold_atomic(&hold).await.inspect_err(|_| {
             // The statement may have been applied with its reply lost: the request ends without a
             // hold, so whatever D1 holds for it is released by its id, once D1 answers again.
-            let (env, id) = (env.clone(), generation_id.to_string());
+            let (env, id, ledger) = (env.clone(), generation_id.to_string(), key.ledger);
             ctx.wait_until(async move {
                 for backoff_ms in [1_000, 4_000, 10_000] {
                     sleep(backoff_ms).await;
                     if !in_request() {
                         return;
                     }
-                    if let Ok(store) = Store::new(&env) {
+                    if let Ok(store) = Store::new(&env).and_then(|s| s.ledger(ledger)) {
                         if store.release_lost_hold(&id).await.is_ok() {
                             return;
                         }
@@ -416,20 +416,37 @@ async fn defer(env: &Env, faults: Faults, item: &Settlement) {
     }
 }
 
-/// Releases expired holds (the cron trigger, and `POST /admin/holds/sweep`).
+/// Releases expired holds in every ledger (the cron trigger, and `POST /admin/holds/sweep`); a
+/// ledger that fails does not stop the others (the error is returned after them).
 pub async fn sweep(env: &Env) -> Result<usize, ApiError> {
-    let swept = Store::new(env)?.sweep_expired_holds(now_ms()).await?;
+    let (mut swept, mut failed) = (0, None);
+    for ledger in Store::new(env)?.ledgers()? {
+        match ledger.sweep_expired_holds(now_ms()).await {
+            Ok(n) => swept += n,
+            Err(e) => failed = Some(e),
+        }
+    }
     if swept > 0 {
         worker::console_log!("{{\"event\":\"holds_swept\",\"count\":{swept}}}");
     }
-    Ok(swept)
+    failed.map_or(Ok(swept), Err)
 }
 
 /// The retention run (SPEC §22, core `rollup`): week-old charges into hourly totals, five-week-old
 /// hours into days, then old `settled` marks and `generations` rows deleted. From the cron
-/// trigger, after the sweep.
+/// trigger, after the sweep. Each ledger in turn; one that fails does not stop the others.
 pub async fn roll_up(env: &Env) -> Result<(), ApiError> {
-    let store = Store::new(env)?;
+    let mut failed = None;
+    for store in Store::new(env)?.ledgers()? {
+        if let Err(e) = retain(&store).await {
+            failed = Some(e);
+        }
+    }
+    failed.map_or(Ok(()), Err)
+}
+
+/// One ledger's retention run (see [`roll_up`]).
+async fn retain(store: &Store) -> Result<(), ApiError> {
     let (charges, days) = store.roll_up_ledger(now_ms()).await?;
     if charges + days > 0 {
         worker::console_log!("{{\"event\":\"ledger_rolled_up\",\"charges\":{charges},\"hourly_totals\":{days}}}");

@@ -276,7 +276,7 @@ const PIN_WAIT_MS: u64 = 1_000;
 /// produced it — the one upstream that holds the conversation (SPEC §17); an id this account did
 /// not receive through Switchyard is a 400 naming the field.
 async fn pin(call: &Call, model: &Model, plan: &mut Plan, response_id: &str) -> Result<(), ApiError> {
-    let store = Store::new(&call.env)?;
+    let store = Store::new(&call.env)?.ledger(call.key.ledger)?;
     let give_up = now_ms().saturating_add(PIN_WAIT_MS);
     // Its pin object is asked each time, D1 (answers from before pins) on the first and last try.
     let mut tries = 0;
@@ -306,6 +306,7 @@ fn opening(call: &Call, api: Api, model: &str, stream: bool, started_ms: u64) ->
     Opening {
         id: call.generation_id.clone(),
         account_id: call.key.account_id.clone(),
+        ledger: call.key.ledger,
         key_id: call.key.id.clone(),
         model: model.to_string(),
         api,

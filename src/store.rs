@@ -1,21 +1,28 @@
 //! D1: the catalog, accounts, API keys and credits — and the per-isolate caches of what the
 //! request path reads (the catalog and key lookups, each at most 5 s stale, SPEC §1–§2).
 //!
+//! A [`Store`] is one database: the home one (`Store::new`: the catalog, the platform's checks,
+//! the directory of accounts) or an account's ledger (`Store::ledger`, core `ledgers`: its
+//! balance, holds, ledger, keys and records left in D1). Ledger 0 is the home database. What
+//! concerns one account is asked of its ledger; settlements and records name theirs, and are
+//! written to it whichever store is asked.
+//!
 //! Every statement binds its values; no SQL is built from input. Money is integer micro-dollars
 //! bound as JS numbers (exact within ±2^53). Writes made through this isolate refresh its caches at
 //! once; other isolates see them within the TTL.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 
+use futures_util::future::join_all;
 use serde::{Deserialize, Serialize};
 use switchyard_core::admin::{NewAccount, NewKey};
 use switchyard_core::catalog::Catalog;
 use switchyard_core::generation::{AttemptRecord, GenerationRecord};
 use switchyard_core::keys::UnknownKeys;
 use switchyard_core::ApiError;
-use switchyard_core::{records, rollup};
+use switchyard_core::{ledgers, records, rollup};
 use wasm_bindgen::JsValue;
 use worker::{D1Database, D1PreparedStatement, Env};
 
@@ -62,6 +69,9 @@ pub struct KeyRecord {
     pub rpm: Option<u32>,
     #[serde(default, deserialize_with = "positive_u32")]
     pub max_concurrent: Option<u32>,
+    /// The account's ledger (core `ledgers`), as the key names it.
+    #[serde(default)]
+    pub ledger: u8,
 }
 
 /// A D1 number as a positive `u32`; null, zero, negative or huge values are no limit.
@@ -98,6 +108,9 @@ pub struct AccountRow {
     pub balance_micros: f64,
     pub held_micros: f64,
     pub allow_fallbacks: Option<f64>,
+    /// Where its money is kept (core `ledgers`).
+    #[serde(default)]
+    pub ledger: u8,
 }
 
 /// Maps a D1 / runtime failure to the one internal error; the detail goes to the log only
@@ -122,6 +135,15 @@ fn add_to_totals(select: &str) -> String {
          amount_micros = amount_micros + excluded.amount_micros, charges = charges + excluded.charges, \
          estimated_charges = estimated_charges + excluded.estimated_charges"
     )
+}
+
+/// `items` by the ledger `ledger` says each belongs to, in ledger order.
+fn by_ledger<T: Copy>(items: &[T], ledger: impl Fn(&T) -> u8) -> BTreeMap<u8, Vec<T>> {
+    let mut groups: BTreeMap<u8, Vec<T>> = BTreeMap::new();
+    for item in items {
+        groups.entry(ledger(item)).or_default().push(*item);
+    }
+    groups
 }
 
 /// The rows the `i`th statement of a batch changed.
@@ -181,6 +203,11 @@ pub fn catalog_version(catalog: &Rc<Catalog>) -> i64 {
 
 pub struct Store {
     db: D1Database,
+    /// Which database `db` is: 0 is the home one (core `ledgers`).
+    ledger: u8,
+    /// How many ledgers the deployment has (`LEDGER_SHARDS`).
+    ledgers: u8,
+    env: Env,
     /// The drills that make D1 fail (`crate::faults`; inert in production).
     faults: Faults,
 }
@@ -242,13 +269,49 @@ struct CatalogRow {
 }
 
 impl Store {
+    /// The home database (ledger 0).
     pub fn new(env: &Env) -> Result<Store, ApiError> {
-        env.d1("DB")
+        let ledgers = ledgers::count(env.var("LEDGER_SHARDS").ok().map(|v| v.to_string()).as_deref());
+        env.d1(&ledgers::binding(0))
             .map(|db| Store {
                 db,
+                ledger: 0,
+                ledgers,
+                env: env.clone(),
                 faults: Faults::of(env),
             })
             .map_err(internal("d1_binding"))
+    }
+
+    /// The database of ledger `ledger`, with this store's drills. A ledger the deployment does
+    /// not have (or whose binding is missing) is an internal error: nothing should name one.
+    pub fn ledger(&self, ledger: u8) -> Result<Store, ApiError> {
+        if ledger >= self.ledgers {
+            return Err(ApiError::Internal {
+                label: "ledger_unknown",
+            });
+        }
+        let db = self
+            .env
+            .d1(&ledgers::binding(ledger))
+            .map_err(internal("ledger_binding"))?;
+        Ok(Store {
+            db,
+            ledger,
+            ledgers: self.ledgers,
+            env: self.env.clone(),
+            faults: self.faults,
+        })
+    }
+
+    /// Every ledger's database, for the jobs that go through them all (sweep, retention).
+    pub fn ledgers(&self) -> Result<Vec<Store>, ApiError> {
+        (0..self.ledgers).map(|n| self.ledger(n)).collect()
+    }
+
+    /// Whether the deployment has ledger `ledger` (a key may name one it does not: refused).
+    pub fn has_ledger(&self, ledger: u8) -> bool {
+        ledger < self.ledgers
     }
 
     /// The same store, failing as `faults` asks (the request's `d1-down` drill: its catalog and
@@ -371,9 +434,45 @@ impl Store {
 
     // ---- accounts -----------------------------------------------------------------------------
 
-    /// Creates an account; `false` if the id is taken.
+    /// The ledger the home directory places account `id` on; `None` for no such account.
+    pub async fn account_ledger(&self, id: &str) -> Result<Option<u8>, ApiError> {
+        let ledger: Option<f64> = self
+            .stmt(
+                "SELECT ledger FROM account_ledgers WHERE account_id = ?1",
+                &[JsValue::from_str(id)],
+            )?
+            .first(Some("ledger"))
+            .await
+            .map_err(internal("account_ledger_read"))?;
+        Ok(ledger.map(|l| l as u8))
+    }
+
+    /// The store of account `id`'s ledger; `None` for no such account.
+    async fn account_store(&self, id: &str) -> Result<Option<Store>, ApiError> {
+        match self.account_ledger(id).await? {
+            Some(ledger) => self.ledger(ledger).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Creates an account; `false` if the id is taken. Placed first (core `ledgers::place`, written
+    /// to the home directory once: a retry or a race finds the place already written), then created
+    /// in its ledger.
     pub async fn create_account(&self, id: &str, new: &NewAccount) -> Result<bool, ApiError> {
-        let result = self
+        let place = ledgers::place(id, self.ledgers);
+        self.stmt(
+            "INSERT INTO account_ledgers (account_id, ledger) VALUES (?1, ?2) ON CONFLICT(account_id) DO NOTHING",
+            &[JsValue::from_str(id), num(i64::from(place))],
+        )?
+        .run()
+        .await
+        .map_err(internal("account_place"))?;
+        let Some(ledger) = self.account_store(id).await? else {
+            return Err(ApiError::Internal {
+                label: "account_unplaced",
+            });
+        };
+        let result = ledger
             .stmt(
                 "INSERT INTO accounts (id, name, allow_fallbacks, created_at) VALUES (?1, ?2, ?3, ?4) ON CONFLICT(id) DO NOTHING",
                 &[JsValue::from_str(id), opt_str(new.name.as_deref()), opt_bool(new.allow_fallbacks), num(now_ms() as i64)],
@@ -384,40 +483,52 @@ impl Store {
         Ok(result.meta().ok().flatten().and_then(|m| m.changes).unwrap_or(0) > 0)
     }
 
+    /// Account `id` as its ledger has it (asked of the home store: the directory says where).
     pub async fn account(&self, id: &str) -> Result<Option<AccountRow>, ApiError> {
-        self.stmt(
-            "SELECT id, name, balance_micros, held_micros, allow_fallbacks FROM accounts WHERE id = ?1",
-            &[JsValue::from_str(id)],
-        )?
-        .first(None)
-        .await
-        .map_err(internal("account_read"))
+        let Some(ledger) = self.account_store(id).await? else {
+            return Ok(None);
+        };
+        let row: Option<AccountRow> = ledger
+            .stmt(
+                "SELECT id, name, balance_micros, held_micros, allow_fallbacks FROM accounts WHERE id = ?1",
+                &[JsValue::from_str(id)],
+            )?
+            .first(None)
+            .await
+            .map_err(internal("account_read"))?;
+        Ok(row.map(|a| AccountRow {
+            ledger: ledger.ledger,
+            ..a
+        }))
     }
 
-    /// Adds credit and its ledger row in one batch; `false` if the account does not exist.
+    /// Adds credit and its ledger row in one batch, in the account's ledger; `false` if the
+    /// account does not exist.
     pub async fn credit(&self, account_id: &str, micros: i64) -> Result<bool, ApiError> {
-        if self.account(account_id).await?.is_none() {
+        let Some(account) = self.account(account_id).await? else {
             return Ok(false);
-        }
+        };
+        let ledger = self.ledger(account.ledger)?;
         let id = JsValue::from_str(account_id);
         let now = num(now_ms() as i64);
         let statements = vec![
-            self.stmt(
+            ledger.stmt(
                 "UPDATE accounts SET balance_micros = balance_micros + ?2, credits_total_micros = credits_total_micros + ?2 \
                  WHERE id = ?1",
                 &[id.clone(), num(micros)],
             )?,
-            self.stmt(
+            ledger.stmt(
                 "INSERT INTO ledger (account_id, kind, amount_micros, created_at) VALUES (?1, 'credit', ?2, ?3)",
                 &[id, num(micros), now],
             )?,
         ];
-        timely(self.db.batch(statements), "credit").await?;
+        timely(ledger.db.batch(statements), "credit").await?;
         Ok(true)
     }
 
     // ---- keys ---------------------------------------------------------------------------------
 
+    /// Creates a key in this store — the account's ledger (`Store::ledger`).
     pub async fn create_key(&self, id: &str, hash: &str, new: &NewKey) -> Result<(), ApiError> {
         self.stmt(
             "INSERT INTO api_keys (id, account_id, key_hash, name, rpm, max_concurrent, spend_limit_micros, allow_fallbacks, created_at) \
@@ -441,19 +552,23 @@ impl Store {
         Ok(())
     }
 
-    /// Revokes a key; `false` if there was no active key with that id. This isolate forgets it at
-    /// once; other isolates within the 5 s cache TTL.
+    /// Revokes a key, in whichever ledger has it; `false` if there was no active key with that id.
+    /// This isolate forgets it at once; other isolates within the 5 s cache TTL.
     pub async fn revoke_key(&self, id: &str) -> Result<bool, ApiError> {
-        let result = self
-            .stmt(
-                "UPDATE api_keys SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL",
-                &[JsValue::from_str(id), num(now_ms() as i64)],
-            )?
-            .run()
-            .await
-            .map_err(internal("key_revoke"))?;
+        let mut revoked = false;
+        for ledger in self.ledgers()? {
+            let result = ledger
+                .stmt(
+                    "UPDATE api_keys SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL",
+                    &[JsValue::from_str(id), num(now_ms() as i64)],
+                )?
+                .run()
+                .await
+                .map_err(internal("key_revoke"))?;
+            revoked |= result.meta().ok().flatten().and_then(|m| m.changes).unwrap_or(0) > 0;
+        }
         KEYS.with(|k| k.borrow_mut().retain(|_, (rec, _)| rec.id != id));
-        Ok(result.meta().ok().flatten().and_then(|m| m.changes).unwrap_or(0) > 0)
+        Ok(revoked)
     }
 
     /// Adds a settled charge to this isolate's cached copy of the key, so its spend limit bites
@@ -468,11 +583,12 @@ impl Store {
         });
     }
 
-    /// The active key with this hash. Found keys are cached for 5 s; unknown ones for a minute
-    /// (a new key's hash was never looked up before, so it still works at once).
-    pub async fn key_by_hash(&self, hash: &str) -> Result<Option<Rc<KeyRecord>>, ApiError> {
+    /// The active key with this hash, looked up in `ledger` (the one the key names). Found keys are
+    /// cached for 5 s; unknown ones for a minute (a new key's hash was never looked up before, so
+    /// it still works at once). A ledger the deployment does not have holds no key: no lookup.
+    pub async fn key_by_hash(&self, hash: &str, ledger: u8) -> Result<Option<Rc<KeyRecord>>, ApiError> {
         let now = now_ms();
-        if MISSES.with(|m| m.borrow_mut().known_unknown(hash, now)) {
+        if !self.has_ledger(ledger) || MISSES.with(|m| m.borrow_mut().known_unknown(hash, now)) {
             return Ok(None);
         }
         if let Some(rec) = KEYS.with(|k| {
@@ -483,7 +599,7 @@ impl Store {
         }) {
             return Ok(Some(rec));
         }
-        let query = self.stmt(
+        let query = self.ledger(ledger)?.stmt(
             "SELECT k.id AS id, k.account_id AS account_id, k.allow_fallbacks AS key_fallbacks, \
              a.allow_fallbacks AS account_fallbacks, k.spend_limit_micros AS spend_limit_micros, \
              k.spent_micros AS spent_micros, k.rpm AS rpm, k.max_concurrent AS max_concurrent \
@@ -495,7 +611,9 @@ impl Store {
             Err(ApiError::StorageUnavailable)
         } else {
             crate::calls::count_only("D1.key");
-            timely(query.first::<KeyRecord>(None), "key_read").await
+            timely(query.first::<KeyRecord>(None), "key_read")
+                .await
+                .map(|rec| rec.map(|r| KeyRecord { ledger, ..r }))
         };
         let rec = match fresh {
             Ok(rec) => rec,
@@ -594,8 +712,22 @@ impl Store {
         self.settle_as("D1.settle", items).await
     }
 
-    /// [`Store::settle`], counted as `kind` (`crate::calls::d1_settle`).
+    /// [`Store::settle`], counted as `kind` (`crate::calls::d1_settle`): one batch per ledger the
+    /// items name, concurrently; an error when any of them failed (each is idempotent: retrying
+    /// them all is safe).
     async fn settle_as(
+        &self,
+        kind: &str,
+        items: &[(&GenerationRecord, bool, Option<&HoldRow>)],
+    ) -> Result<(), ApiError> {
+        let writes = by_ledger(items, |(g, _, _)| g.ledger)
+            .into_iter()
+            .map(|(ledger, items)| async move { self.ledger(ledger)?.settle_here(kind, &items).await });
+        join_all(writes).await.into_iter().collect()
+    }
+
+    /// Settles `items`, all of this store's ledger, in one batch.
+    async fn settle_here(
         &self,
         kind: &str,
         items: &[(&GenerationRecord, bool, Option<&HoldRow>)],
@@ -668,15 +800,21 @@ impl Store {
         Ok(statements)
     }
 
-    /// Writes records to the `generations` table: where a record goes that its records object
-    /// would not take (`crate::records`), found there by the same lookup. `INSERT OR IGNORE`: a
-    /// record written twice is written once.
+    /// Writes records to the `generations` table of their ledgers: where a record goes that its
+    /// records object would not take (`crate::records`), found there by the same lookup.
+    /// `INSERT OR IGNORE`: a record written twice is written once.
     pub async fn keep_generations(&self, records: &[&GenerationRecord]) -> Result<(), ApiError> {
-        let mut statements = Vec::with_capacity(records.len());
-        for g in records {
-            statements.push(self.generation_statement(g)?);
-        }
-        timely(self.db.batch(statements), "generations_keep").await.map(drop)
+        let writes = by_ledger(records, |g| g.ledger)
+            .into_iter()
+            .map(|(ledger, records)| async move {
+                let store = self.ledger(ledger)?;
+                let mut statements = Vec::with_capacity(records.len());
+                for g in records {
+                    statements.push(store.generation_statement(g)?);
+                }
+                timely(store.db.batch(statements), "generations_keep").await.map(drop)
+            });
+        join_all(writes).await.into_iter().collect()
     }
 
     /// The `generations` row of one record.

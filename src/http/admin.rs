@@ -149,15 +149,19 @@ pub async fn route(req: &mut Request, env: &Env, method: &Method, rest: &str) ->
         }
         (Method::Post, "keys", "") => {
             let new = body::parse_new_key(&read_body(req).await?).map_err(bad)?;
-            if store.account(&new.account_id).await?.is_none() {
+            let Some(account) = store.account(&new.account_id).await? else {
                 return Err(ApiError::invalid(
                     format!("Account `{}` does not exist.", new.account_id),
                     Some("account_id"),
                 ));
-            }
+            };
             let id = new_id("key");
-            let plaintext = mint_key(&random_32());
-            store.create_key(&id, &hash_key(&plaintext), &new).await?;
+            // The key names its account's ledger: looked up there, with no directory read.
+            let plaintext = mint_key(&random_32(), account.ledger);
+            store
+                .ledger(account.ledger)?
+                .create_key(&id, &hash_key(&plaintext), &new)
+                .await?;
             Ok(json_response(
                 201,
                 &json!({
@@ -249,5 +253,6 @@ fn account_json(a: &AccountRow) -> serde_json::Value {
         "held_usd": micros_to_usd(held),
         "available_usd": micros_to_usd(balance - held),
         "allow_fallbacks": a.allow_fallbacks.map(|v| v != 0.0),
+        "ledger": a.ledger,
     })
 }

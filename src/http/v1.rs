@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use switchyard_core::api::Api;
 use switchyard_core::dialects::{self, ClientRequest, MAX_BODY_BYTES};
 use switchyard_core::ids::{record_may_be_pending, RECORD_WAIT_MS};
-use switchyard_core::keys::{hash_key, presented_key, well_formed};
+use switchyard_core::keys::{hash_key, key_shape, presented_key};
 use switchyard_core::money::micros_to_usd;
 use switchyard_core::status;
 use switchyard_core::tools::ToolCharge;
@@ -42,10 +42,13 @@ async fn authenticate(req: &Request, store: &Store) -> Result<Rc<KeyRecord>, Api
         .flatten()
         .or_else(|| headers.get("x-goog-api-key").ok().flatten())
         .or_else(query_key);
-    let key = presented_key(authorization.as_deref(), x_api_key.as_deref())
-        .filter(|k| well_formed(k))
-        .ok_or(ApiError::InvalidApiKey)?;
-    store.key_by_hash(&hash_key(key)).await?.ok_or(ApiError::InvalidApiKey)
+    let key = presented_key(authorization.as_deref(), x_api_key.as_deref()).ok_or(ApiError::InvalidApiKey)?;
+    // A key's text says whether it is worth a lookup, and in which ledger (core `keys`).
+    let ledger = key_shape(key).ledger().ok_or(ApiError::InvalidApiKey)?;
+    store
+        .key_by_hash(&hash_key(key), ledger)
+        .await?
+        .ok_or(ApiError::InvalidApiKey)
 }
 
 /// The authenticated key and its account, for the request's log line.
@@ -79,6 +82,7 @@ pub async fn models(req: &Request, env: &Env) -> HandlerResult {
 pub async fn generation(req: &Request, env: &Env) -> HandlerResult {
     let store = Store::new(env)?;
     let key = authenticate(req, &store).await?;
+    let store = store.ledger(key.ledger)?;
     let url = req.url().map_err(|_| ApiError::invalid("Malformed URL.", None))?;
     let id = url
         .query_pairs()
@@ -181,6 +185,7 @@ pub async fn credits(req: &Request, env: &Env) -> HandlerResult {
     let store = Store::new(env)?;
     let key = authenticate(req, &store).await?;
     let c = store
+        .ledger(key.ledger)?
         .credits(&key.account_id, &key.id)
         .await?
         .ok_or(ApiError::Internal {

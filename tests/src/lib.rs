@@ -493,21 +493,37 @@ impl Stack {
         Some((generation, status, String::from_utf8_lossy(&seen).into_owned()))
     }
 
-    /// Runs SQL on the Worker's local D1 directly (as a crash would leave it), through
-    /// `wrangler d1 execute` on the suite's database (`E2E_ROOT`, `E2E_D1_PERSIST`).
-    pub fn d1_execute(&self, sql: &str) {
-        self.d1_run(sql, false);
+    /// The D1 database (its name) that keeps the money of `key`'s account: its ledger (SPEC §22),
+    /// as the admin API reports it.
+    pub fn ledger_db(&self, key: &str) -> String {
+        let account = self.credits(key)["account_id"]
+            .as_str()
+            .expect("account id")
+            .to_string();
+        let a = self.admin("GET", &format!("/admin/accounts/{account}"), None);
+        assert_eq!(a.status, 200, "{}", a.text());
+        match a.json()["ledger"].as_u64().expect("the account's ledger") {
+            0 => HOME_DB.to_string(),
+            n => format!("switchyard-ledger-{n}"),
+        }
     }
 
-    /// The rows one SQL query reads from the Worker's local D1 (what a test looks at behind the
-    /// API: rows kept, sums), through `wrangler d1 execute --json`.
-    pub fn d1_query(&self, sql: &str) -> Vec<Value> {
-        let out = self.d1_run(sql, true);
+    /// Runs SQL on one of the Worker's local D1 databases (`db`: [`HOME_DB`] or a
+    /// [`Stack::ledger_db`]) directly, as a crash would leave it, through `wrangler d1 execute`
+    /// (`E2E_ROOT`, `E2E_D1_PERSIST`).
+    pub fn d1_execute(&self, db: &str, sql: &str) {
+        self.d1_run(db, sql, false);
+    }
+
+    /// The rows one SQL query reads from one of the Worker's local D1 databases (what a test looks
+    /// at behind the API: rows kept, sums), through `wrangler d1 execute --json`.
+    pub fn d1_query(&self, db: &str, sql: &str) -> Vec<Value> {
+        let out = self.d1_run(db, sql, true);
         let parsed: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("d1 query output {e}: {out}"));
         parsed[0]["results"].as_array().cloned().unwrap_or_default()
     }
 
-    fn d1_run(&self, sql: &str, json: bool) -> String {
+    fn d1_run(&self, db: &str, sql: &str, json: bool) -> String {
         let root = env("E2E_ROOT");
         let persist = env("E2E_D1_PERSIST");
         let config = env("E2E_WRANGLER_CONFIG");
@@ -521,7 +537,7 @@ impl Stack {
                 .args([
                     "d1",
                     "execute",
-                    "switchyard",
+                    db,
                     "-c",
                     &config,
                     "--local",
@@ -772,6 +788,9 @@ impl Stack {
             .json()
     }
 }
+
+/// The Worker's home D1 database: the catalog, the directory of accounts, and ledger 0.
+pub const HOME_DB: &str = "switchyard";
 
 fn is_wrangler_restart(status: u16, has_request_id: bool, body: &[u8]) -> bool {
     status == 503 && !has_request_id && String::from_utf8_lossy(body).contains("Your worker restarted mid-request")

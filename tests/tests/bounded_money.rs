@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use switchyard_e2e::{chat_body, fast_policy, unique, Api, Stack, APIS};
+use switchyard_e2e::{chat_body, fast_policy, unique, Api, Stack, APIS, HOME_DB};
 
 /// This binary's tests run one at a time: some count the isolate's D1 statements
 /// (`GET /admin/d1`), which the others' requests would add to.
@@ -40,13 +40,18 @@ fn model(s: &Stack, scenarios: &[&str], policy: Value) -> String {
 fn settled_books(s: &Stack, key: &str, secs: u64) -> (Vec<Value>, i64, i64, Value) {
     let account = s.credits(key)["account_id"].as_str().unwrap().to_string();
     let c = s.settled_credits(key, secs);
-    let holds = s.d1_query(&format!(
-        "SELECT state, COUNT(*) AS n FROM holds WHERE account_id = '{account}' GROUP BY state"
-    ));
-    let ledger = s.d1_query(&format!(
-        "SELECT COALESCE(SUM(amount_micros), 0) AS charged, COUNT(*) AS n FROM ledger \
+    let db = s.ledger_db(key);
+    let holds = s.d1_query(
+        &db,
+        &format!("SELECT state, COUNT(*) AS n FROM holds WHERE account_id = '{account}' GROUP BY state"),
+    );
+    let ledger = s.d1_query(
+        &db,
+        &format!(
+            "SELECT COALESCE(SUM(amount_micros), 0) AS charged, COUNT(*) AS n FROM ledger \
          WHERE account_id = '{account}' AND kind = 'charge'"
-    ));
+        ),
+    );
     let charged = ledger[0]["charged"].as_i64().unwrap();
     let n = ledger[0]["n"].as_i64().unwrap();
     (holds, charged, n, c)
@@ -190,11 +195,13 @@ fn money_a_slow_d1_loses_no_charge_and_answers_no_500() {
 
     // After: the outbox replays; each served answer is charged once, what its record says.
     let account = s.credits(&key)["account_id"].as_str().unwrap().to_string();
+    let db = s.ledger_db(&key);
     let deadline = Instant::now() + Duration::from_millis(until.saturating_sub(unix_ms()) + 60_000);
     loop {
-        let n = s.d1_query(&format!(
-            "SELECT COUNT(*) AS n FROM ledger WHERE account_id = '{account}' AND kind = 'charge'"
-        ))[0]["n"]
+        let n = s.d1_query(
+            &db,
+            &format!("SELECT COUNT(*) AS n FROM ledger WHERE account_id = '{account}' AND kind = 'charge'"),
+        )[0]["n"]
             .as_u64()
             .unwrap();
         if n as usize >= served.len() {
@@ -308,26 +315,49 @@ fn money_a_flood_of_unknown_keys_reads_nothing_from_d1() {
     );
 }
 
-/// A key minted before keys carried a checksum (`sk-sy-` and 64 hex digits, written straight to
-/// D1 as the old admin API stored it) still works; an unknown one of that shape is looked up once,
-/// then remembered as unknown.
+/// Keys minted before keys carried a checksum (`sk-sy-` and 64 hex digits) and before they carried
+/// their ledger (64 + 8 of checksum), of an account from before ledgers (on the home database,
+/// where the migration's directory puts it) — written straight to D1 as the old admin API stored
+/// them — still work; an unknown one of the oldest shape is looked up once, then remembered as
+/// unknown.
 #[test]
 fn money_a_key_minted_before_the_checksum_still_works() {
     let _alone = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
     let s = Stack::from_env();
     let ok = model(&s, &["ok"], fast_policy());
-    let minted = s.new_key(1.0);
-    let account = s.credits(&minted)["account_id"].as_str().unwrap().to_string();
+    let account = unique("acct-before-ledgers");
     let mut state = (unix_ms() << 1) | 1;
     let legacy = format!("sk-sy-{}", random_hex(64, &mut state));
-    s.d1_execute(&format!(
-        "INSERT INTO api_keys (id, account_id, key_hash, created_at) VALUES ('{}', '{account}', '{}', 0)",
-        unique("key-legacy"),
-        sha256_hex(&legacy)
-    ));
+    let random = random_hex(64, &mut state);
+    let unplaced = format!(
+        "sk-sy-{random}{}",
+        &sha256_hex(&format!("switchyard-key:{random}"))[..8]
+    );
+    s.d1_execute(
+        HOME_DB,
+        &format!(
+            "INSERT INTO accounts (id, created_at) VALUES ('{account}', 0); \
+             INSERT INTO account_ledgers (account_id, ledger) VALUES ('{account}', 0); \
+             INSERT INTO api_keys (id, account_id, key_hash, created_at) VALUES ('{}', '{account}', '{}', 0), \
+             ('{}', '{account}', '{}', 0);",
+            unique("key-legacy"),
+            sha256_hex(&legacy),
+            unique("key-unplaced"),
+            sha256_hex(&unplaced)
+        ),
+    );
     let s = after_d1();
-    let r = s.send(Api::Chat, &legacy, &Api::Chat.body(&ok, false), &[]);
-    assert_eq!(r.status, 200, "an old key keeps working: {}", r.text());
+    let credit = s.admin(
+        "POST",
+        &format!("/admin/accounts/{account}/credit"),
+        Some(json!({"amount_usd": 1.0})),
+    );
+    assert_eq!(credit.status, 200, "{}", credit.text());
+    assert_eq!(credit.json()["ledger"], 0, "{}", credit.text());
+    for old in [&legacy, &unplaced] {
+        let r = s.send(Api::Chat, old, &Api::Chat.body(&ok, false), &[]);
+        assert_eq!(r.status, 200, "an old key keeps working: {}", r.text());
+    }
 
     let stranger = format!("sk-sy-{}", random_hex(64, &mut state));
     let (_, _, unknown) = d1_sent(&s);
@@ -352,14 +382,16 @@ fn money_plain_requests_cost_counted_statements_and_leave_counted_rows() {
     let ok = model(&s, &["ok"], fast_policy());
     let key = s.new_key(10.0);
     let account = s.credits(&key)["account_id"].as_str().unwrap().to_string();
+    let db = s.ledger_db(&key);
     // Settled: `n` charges in the ledger, read from D1 directly (not through the Worker, whose
     // statements are being counted).
     let settled = |n: u64| {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            let charges = s.d1_query(&format!(
-                "SELECT COUNT(*) AS n FROM ledger WHERE account_id = '{account}' AND kind = 'charge'"
-            ))[0]["n"]
+            let charges = s.d1_query(
+                &db,
+                &format!("SELECT COUNT(*) AS n FROM ledger WHERE account_id = '{account}' AND kind = 'charge'"),
+            )[0]["n"]
                 .as_u64()
                 .unwrap();
             if charges >= n {
@@ -386,9 +418,10 @@ fn money_plain_requests_cost_counted_statements_and_leave_counted_rows() {
     let awaited = awaited - before;
     let fast = (after - before - awaited) as f64 / N as f64;
     let rows = |table: &str| {
-        s.d1_query(&format!(
-            "SELECT COUNT(*) AS n FROM {table} WHERE account_id = '{account}'"
-        ))[0]["n"]
+        s.d1_query(
+            &db,
+            &format!("SELECT COUNT(*) AS n FROM {table} WHERE account_id = '{account}'"),
+        )[0]["n"]
             .as_u64()
             .unwrap()
     };
@@ -436,17 +469,22 @@ fn money_old_charges_are_rolled_up_into_hours_then_days_exactly_once() {
     assert!(charged > 0);
     let account = before["account_id"].as_str().unwrap().to_string();
     let key_id = before["key"]["id"].as_str().unwrap().to_string();
+    let db = s.ledger_db(&key);
 
     // Nine days old: past the week the rows are kept.
     let aged_at = unix_ms() - 9 * 86_400_000;
-    s.d1_execute(&format!(
-        "UPDATE ledger SET created_at = {aged_at} WHERE account_id = '{account}' AND kind = 'charge'"
-    ));
+    s.d1_execute(
+        &db,
+        &format!("UPDATE ledger SET created_at = {aged_at} WHERE account_id = '{account}' AND kind = 'charge'"),
+    );
     let rollup = |s: &Stack| {
-        s.d1_query(&format!(
-            "SELECT key_id, model, period, period_start, amount_micros, charges FROM ledger_rollup \
+        s.d1_query(
+            &db,
+            &format!(
+                "SELECT key_id, model, period, period_start, amount_micros, charges FROM ledger_rollup \
              WHERE account_id = '{account}' ORDER BY period"
-        ))
+            ),
+        )
     };
     let s = after_d1();
     for _ in 0..2 {
@@ -470,9 +508,10 @@ fn money_old_charges_are_rolled_up_into_hours_then_days_exactly_once() {
         (Some(charged), Some(3)),
         "the hour holds exactly what was charged, once: {rows:?}"
     );
-    let left = s.d1_query(&format!(
-        "SELECT COUNT(*) AS n FROM ledger WHERE account_id = '{account}' AND kind = 'charge'"
-    ));
+    let left = s.d1_query(
+        &db,
+        &format!("SELECT COUNT(*) AS n FROM ledger WHERE account_id = '{account}' AND kind = 'charge'"),
+    );
     assert_eq!(left[0]["n"], 0, "the rolled-up rows are gone");
     let after = after_d1().credits(&key);
     assert_eq!(
@@ -491,9 +530,10 @@ fn money_old_charges_are_rolled_up_into_hours_then_days_exactly_once() {
 
     // Forty days old: the hour becomes its day.
     let old_hour = hour - 31 * 86_400_000;
-    s.d1_execute(&format!(
-        "UPDATE ledger_rollup SET period_start = {old_hour} WHERE account_id = '{account}'"
-    ));
+    s.d1_execute(
+        &db,
+        &format!("UPDATE ledger_rollup SET period_start = {old_hour} WHERE account_id = '{account}'"),
+    );
     let s = after_d1();
     // One day of a backlog per run: enough runs to reach this one, then one more.
     for _ in 0..3 {

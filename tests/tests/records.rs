@@ -34,17 +34,22 @@ fn model(s: &Stack, prefix: &str, scenarios: &[&str]) -> String {
 /// (generation id, model), and `settled` marks among `ids`.
 fn d1_rows(s: &Stack, key: &str, ids: &[String]) -> (u64, Vec<(String, String)>, Vec<String>) {
     let account = s.settled_credits(key, 20)["account_id"].as_str().unwrap().to_string();
+    let db = s.ledger_db(key);
     let s = Stack::from_env(); // fresh connections after `wrangler d1 execute`
-    let generations = s.d1_query(&format!(
-        "SELECT COUNT(*) AS n FROM generations WHERE account_id = '{account}'"
-    ))[0]["n"]
+    let generations = s.d1_query(
+        &db,
+        &format!("SELECT COUNT(*) AS n FROM generations WHERE account_id = '{account}'"),
+    )[0]["n"]
         .as_u64()
         .unwrap();
     let charges = s
-        .d1_query(&format!(
-            "SELECT generation_id, model FROM ledger WHERE account_id = '{account}' AND kind = 'charge' \
+        .d1_query(
+            &db,
+            &format!(
+                "SELECT generation_id, model FROM ledger WHERE account_id = '{account}' AND kind = 'charge' \
              ORDER BY generation_id"
-        ))
+            ),
+        )
         .iter()
         .map(|r| {
             (
@@ -55,9 +60,10 @@ fn d1_rows(s: &Stack, key: &str, ids: &[String]) -> (u64, Vec<(String, String)>,
         .collect();
     let list = ids.iter().map(|i| format!("'{i}'")).collect::<Vec<_>>().join(", ");
     let marks = s
-        .d1_query(&format!(
-            "SELECT generation_id FROM settled WHERE generation_id IN ({list}) ORDER BY generation_id"
-        ))
+        .d1_query(
+            &db,
+            &format!("SELECT generation_id FROM settled WHERE generation_id IN ({list}) ORDER BY generation_id"),
+        )
         .iter()
         .map(|r| r["generation_id"].as_str().unwrap().to_string())
         .collect();
@@ -146,19 +152,26 @@ fn records_an_object_that_throws_sends_them_to_d1_where_they_are_found_and_then_
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_millis() as u64;
+    let db = s.ledger_db(&key);
     let s = Stack::from_env();
-    s.d1_execute(&format!(
-        "UPDATE generations SET created_at = {} WHERE id = '{answered}'",
-        now - 32 * 86_400_000
-    ));
-    s.d1_execute(&format!(
-        "UPDATE settled SET created_at = {} WHERE generation_id = '{failed}'",
-        now - 9 * 86_400_000
-    ));
+    s.d1_execute(
+        &db,
+        &format!(
+            "UPDATE generations SET created_at = {} WHERE id = '{answered}'",
+            now - 32 * 86_400_000
+        ),
+    );
+    s.d1_execute(
+        &db,
+        &format!(
+            "UPDATE settled SET created_at = {} WHERE generation_id = '{failed}'",
+            now - 9 * 86_400_000
+        ),
+    );
     let s = Stack::from_env();
     s.trigger_cron();
     let s = Stack::from_env();
-    let left = |sql: &str| s.d1_query(sql)[0]["n"].as_u64().unwrap();
+    let left = |sql: &str| s.d1_query(&db, sql)[0]["n"].as_u64().unwrap();
     assert_eq!(
         left(&format!(
             "SELECT COUNT(*) AS n FROM generations WHERE id = '{answered}'"

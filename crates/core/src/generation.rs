@@ -101,6 +101,10 @@ impl AttemptRecord {
 pub struct GenerationRecord {
     pub id: String,
     pub account_id: String,
+    /// The D1 database that keeps the account's money (`crate::ledgers`): where the record is
+    /// settled. 0 in records from before ledgers were sharded, which is where those accounts are.
+    #[serde(default)]
+    pub ledger: u8,
     pub key_id: String,
     pub model: String,
     pub api: Api,
@@ -257,6 +261,8 @@ pub fn short_message(message: &str) -> String {
 pub struct Opening {
     pub id: String,
     pub account_id: String,
+    /// The account's ledger (`crate::ledgers`).
+    pub ledger: u8,
     pub key_id: String,
     pub model: String,
     pub api: Api,
@@ -361,6 +367,7 @@ impl Journal {
             record: GenerationRecord {
                 id: o.id,
                 account_id: o.account_id,
+                ledger: o.ledger,
                 key_id: o.key_id,
                 model: o.model,
                 api: o.api,
@@ -802,6 +809,7 @@ mod tests {
         Opening {
             id: "gen-1".into(),
             account_id: "acct".into(),
+            ledger: 0,
             key_id: "key".into(),
             model: "m".into(),
             api: Api::Chat,

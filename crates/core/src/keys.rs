@@ -23,18 +23,21 @@ pub fn presented_key<'a>(authorization: Option<&'a str>, x_api_key: Option<&'a s
         .or_else(|| x_api_key.map(str::trim).filter(|k| !k.is_empty()))
 }
 
-/// Hex digits of a key's random part, and of its checksum.
+/// Hex digits of a key's ledger (`crate::ledgers`), of its random part, and of its checksum.
+const LEDGER_HEX: usize = 2;
 const RANDOM_HEX: usize = 64;
 const CHECKSUM_HEX: usize = 8;
 
 /// What a presented key's text alone says about it (SPEC §22: unknown keys cost no storage).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeyShape {
-    /// A key as [`mint_key`] makes them: `sk-sy-`, 64 hex digits of randomness and the 8 of their
-    /// checksum, which holds. Looked up.
-    Checked,
-    /// A key minted before keys carried a checksum (`sk-sy-` and 64 hex digits): its customer
-    /// keeps it, so it is still looked up (and, unknown, remembered as such like any other).
+    /// A key as [`mint_key`] makes them: `sk-sy-`, 2 hex digits naming its account's ledger, 64
+    /// of randomness and the 8 of their checksum, which holds — or one minted before keys carried
+    /// their ledger (64 + 8 digits; ledger 0). Looked up in that ledger.
+    Checked { ledger: u8 },
+    /// A key minted before keys carried a checksum (`sk-sy-` and 64 hex digits; ledger 0): its
+    /// customer keeps it, so it is still looked up (and, unknown, remembered as such like any
+    /// other).
     Legacy,
     /// Anything else — another shape, or a checksum that does not hold: refused 401 without a
     /// lookup.
@@ -49,10 +52,28 @@ pub fn key_shape(key: &str) -> KeyShape {
     if !rest.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
         return KeyShape::Malformed;
     }
+    let checked = |body: usize| rest[body..] == checksum(&rest[..body]);
     match rest.len() {
         RANDOM_HEX => KeyShape::Legacy,
-        n if n == RANDOM_HEX + CHECKSUM_HEX && rest[RANDOM_HEX..] == checksum(&rest[..RANDOM_HEX]) => KeyShape::Checked,
+        n if n == RANDOM_HEX + CHECKSUM_HEX && checked(RANDOM_HEX) => KeyShape::Checked { ledger: 0 },
+        n if n == LEDGER_HEX + RANDOM_HEX + CHECKSUM_HEX && checked(LEDGER_HEX + RANDOM_HEX) => {
+            match u8::from_str_radix(&rest[..LEDGER_HEX], 16) {
+                Ok(ledger) if ledger < crate::ledgers::MAX_LEDGERS => KeyShape::Checked { ledger },
+                _ => KeyShape::Malformed,
+            }
+        }
         _ => KeyShape::Malformed,
+    }
+}
+
+impl KeyShape {
+    /// The ledger to look the key up in; `None` for a malformed key (never looked up).
+    pub fn ledger(self) -> Option<u8> {
+        match self {
+            KeyShape::Checked { ledger } => Some(ledger),
+            KeyShape::Legacy => Some(0),
+            KeyShape::Malformed => None,
+        }
     }
 }
 
@@ -62,11 +83,11 @@ pub fn well_formed(key: &str) -> bool {
     key_shape(key) != KeyShape::Malformed
 }
 
-/// A key's checksum: the first 4 bytes of SHA-256 over `switchyard-key:` and its random hex, in
-/// hex. Not a secret — it tells a key Switchyard minted from a mistyped or invented one without
+/// A key's checksum: the first 4 bytes of SHA-256 over `switchyard-key:` and the hex before it
+/// (its ledger and random part), in hex. Not a secret — it tells a key Switchyard minted from a mistyped or invented one without
 /// asking storage; an unknown key with a valid checksum is looked up once and then remembered.
-fn checksum(random_hex: &str) -> String {
-    let digest = Sha256::digest(format!("switchyard-key:{random_hex}").as_bytes());
+fn checksum(body_hex: &str) -> String {
+    let digest = Sha256::digest(format!("switchyard-key:{body_hex}").as_bytes());
     hex(&digest[..CHECKSUM_HEX / 2])
 }
 
@@ -75,12 +96,12 @@ pub fn hash_key(key: &str) -> String {
     hex(&Sha256::digest(key.as_bytes()))
 }
 
-/// A new plaintext key from 32 random bytes (the caller supplies the randomness), with its
-/// checksum.
-pub fn mint_key(random: &[u8; 32]) -> String {
-    let random = hex(random);
-    let sum = checksum(&random);
-    format!("{KEY_PREFIX}{random}{sum}")
+/// A new plaintext key for an account on `ledger`, from 32 random bytes (the caller supplies the
+/// randomness), with its checksum.
+pub fn mint_key(random: &[u8; 32], ledger: u8) -> String {
+    let body = format!("{}{}", hex(&[ledger]), hex(random));
+    let sum = checksum(&body);
+    format!("{KEY_PREFIX}{body}{sum}")
 }
 
 /// Key hashes no key has, remembered for `ttl_ms` each, the least recently used forgotten first
@@ -195,21 +216,33 @@ mod tests {
             hash_key("abc"),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
-        let key = mint_key(&[0xab; 32]);
+        let key = mint_key(&[0xab; 32], 3);
         assert!(key.starts_with(KEY_PREFIX));
-        assert_eq!(key.len(), KEY_PREFIX.len() + 64 + 8);
+        assert_eq!(key.len(), KEY_PREFIX.len() + 2 + 64 + 8);
         assert!(secrets_equal("x", "x"));
         assert!(!secrets_equal("x", "y"));
     }
 
     #[test]
     fn only_minted_shapes_are_looked_up() {
-        assert!(well_formed(&mint_key(&[7; 32])));
-        assert_eq!(key_shape(&mint_key(&[7; 32])), KeyShape::Checked);
+        assert!(well_formed(&mint_key(&[7; 32], 0)));
+        assert_eq!(key_shape(&mint_key(&[7; 32], 5)), KeyShape::Checked { ledger: 5 });
+        assert_eq!(key_shape(&mint_key(&[7; 32], 5)).ledger(), Some(5));
+        // A key minted before keys carried their ledger: checked, on ledger 0.
+        let random = "7".repeat(64);
+        let unplaced = format!("sk-sy-{random}{}", checksum(&random));
+        assert_eq!(key_shape(&unplaced), KeyShape::Checked { ledger: 0 });
         // A key minted before the checksum: still looked up.
         let legacy = format!("sk-sy-{}", "ab".repeat(32));
         assert_eq!(key_shape(&legacy), KeyShape::Legacy);
+        assert_eq!(key_shape(&legacy).ledger(), Some(0));
         assert!(well_formed(&legacy));
+        // A ledger past the most there can be, with a checksum that holds: refused.
+        let body = format!("ff{random}");
+        assert_eq!(
+            key_shape(&format!("sk-sy-{body}{}", checksum(&body))),
+            KeyShape::Malformed
+        );
         for bad in [
             "",
             "sk-sy-",
@@ -217,6 +250,7 @@ mod tests {
             "sk-live-abc",
             &format!("sk-sy-{}", "A".repeat(64)),
             &format!("sk-sy-{}", "a".repeat(72)),
+            &format!("sk-sy-{}", "a".repeat(74)),
             &format!("sk-sy-{}", "a".repeat(65)),
         ] {
             assert!(!well_formed(bad), "{bad}");
@@ -225,11 +259,11 @@ mod tests {
 
     /// Known checksum: the format is a contract with every key already handed out.
     #[test]
-    fn the_checksum_is_sha256_of_the_random_part_truncated() {
-        let key = mint_key(&[0; 32]);
-        let random = "0".repeat(64);
-        let digest = Sha256::digest(format!("switchyard-key:{random}").as_bytes());
-        assert_eq!(key, format!("sk-sy-{random}{}", hex(&digest[..4])));
+    fn the_checksum_is_sha256_of_the_ledger_and_random_part_truncated() {
+        let key = mint_key(&[0; 32], 0x2a);
+        let body = format!("2a{}", "0".repeat(64));
+        let digest = Sha256::digest(format!("switchyard-key:{body}").as_bytes());
+        assert_eq!(key, format!("sk-sy-{body}{}", hex(&digest[..4])));
     }
 
     proptest::proptest! {
@@ -237,9 +271,9 @@ mod tests {
         /// its checksum (or, in the checksum, no longer matches), so it is never looked up; a
         /// random key of the right length passes only by a 1-in-2^32 chance.
         #[test]
-        fn a_changed_digit_fails_the_checksum(random in proptest::array::uniform32(0u8..), at in 0usize..72, digit in 0u8..16) {
-            let key = mint_key(&random);
-            proptest::prop_assert_eq!(key_shape(&key), KeyShape::Checked);
+        fn a_changed_digit_fails_the_checksum(random in proptest::array::uniform32(0u8..), ledger in 0u8..crate::ledgers::MAX_LEDGERS, at in 0usize..74, digit in 0u8..16) {
+            let key = mint_key(&random, ledger);
+            proptest::prop_assert_eq!(key_shape(&key), KeyShape::Checked { ledger });
             let mut bytes = key.into_bytes();
             let i = KEY_PREFIX.len() + at;
             let new = b"0123456789abcdef"[digit as usize];

@@ -20,6 +20,7 @@ pub mod generation;
 pub mod health;
 pub mod ids;
 pub mod keys;
+pub mod ledgers;
 pub mod limits;
 pub mod money;
 pub mod plan;
