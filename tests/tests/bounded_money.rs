@@ -137,7 +137,7 @@ fn dialect_code(api: Api, v: &Value) -> (String, bool) {
 }
 
 /// The drill of issue 33: every D1 statement of the account takes 5 s (the store's `d1-slow-…`
-/// drill) for 20 s, under load from a client of each dialect. Every request is served or refused
+/// drill) for 60 s, under load from a client of each dialect. Every request is served or refused
 /// 503 `storage_unavailable` in its dialect — never a 500; every answer served is charged exactly
 /// what its record says, once the outbox has replayed what missed its deadline; nothing stays
 /// held and no hold row is left.
@@ -147,7 +147,7 @@ fn money_a_slow_d1_loses_no_charge_and_answers_no_500() {
     let s = Stack::from_env();
     let ok = model(&s, &["ok"], fast_policy());
     let now = unix_ms();
-    let (from, until) = (now + 3_000, now + 23_000);
+    let (from, until) = (now + 3_000, now + 63_000);
     let key = s.named_account_key(&format!("d1-slow-{from}-{until}-{}", unique("a")), 100.0);
 
     // Before: an answer on the awaited path (the isolate learns the balance for the fast path).
@@ -438,10 +438,11 @@ fn money_plain_requests_cost_counted_statements_and_leave_counted_rows() {
         "one charge per answer; the records are kept by their objects, not D1"
     );
     // The statement counts are the isolate's, background work included (outbox replays, route
-    // checks of other tests' models, the earlier suites' drills still replaying): printed for
-    // docs/SCALE.md, bounded only loosely here — alone ≈ 7.7 on the fast path; after the whole
-    // suite before it, 10.5–10.8 were seen.
-    assert!(awaited <= 12 && fast <= 12.0, "awaited {awaited}, fast {fast}");
+    // checks of other tests' models, the earlier suites' drills still replaying, the cron's sweep
+    // and retention run over every ledger): printed for docs/SCALE.md, bounded only loosely here —
+    // alone 9 awaited and ≈ 7.7 on the fast path; after the whole suite before it, 13 awaited and
+    // 10.5–10.8 fast were seen.
+    assert!(awaited <= 16 && fast <= 12.0, "awaited {awaited}, fast {fast}");
 }
 
 // ---- the ledger's retention: charges into hourly, then daily totals ------------------------------

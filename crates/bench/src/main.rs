@@ -9,12 +9,14 @@
 //! Switchyard through its admin API and measures everything; `echo` measures the same pairs through
 //! the trivial worker-rs proxy in `bench/echo-worker` (the floor), `js-echo` through the plain JS
 //! Worker in `bench/js-echo` (the JS floor); `target` measures non-stream
-//! latency through any OpenAI-compatible gateway; `soak` is the load of scripts/soak (`soak.rs`).
+//! latency through any OpenAI-compatible gateway; `soak` is the load of scripts/soak (`soak.rs`);
+//! `keys` times key lookups and the admin API for scripts/bench-keys (`keys.rs`).
 
 // A native benchmark: real clocks are the point.
 #![allow(clippy::disallowed_methods)]
 
 mod http;
+mod keys;
 // Parse and translate time of the worst request bodies (tests and a benchmark row, no binary code).
 #[cfg(test)]
 mod parse;
@@ -61,6 +63,12 @@ usage:
       With --resume-file, then waits for FILE to say `URL RUNS` (the gateway restarted on the same
       storage, part of its ledger aged), fires the cron RUNS times, checks the balances did not
       move and looks every sampled record up again (results added to the --json file).
+  switchyard-bench keys --gateway URL --admin-token TOKEN --mock URL [--requests N] [--json FILE]
+      scripts/bench-keys's measurement: N accounts (default here: --requests, 200,000 — pass a
+      few hundred), each timed through its life: created, credited, a key made, read back, the
+      key's first request (a lookup no isolate has cached), a chat request (the awaited hold), an
+      unknown key of the minted shape, the key revoked. p50/p99 per call, and the accounts made
+      with their ledgers.
 common:
   --label TEXT            column title in reports (default: the mode)
   --pairs N               measured pairs per measurement (default 1000)
@@ -153,7 +161,7 @@ fn parse_args(args: &[String]) -> Result<Opts, String> {
             "--concurrency" => o.concurrency = num(value(a)?, a)?,
             "--cron-every-s" => o.cron_every_s = num(value(a)?, a)? as u64,
             "--resume-file" => o.resume_file = Some(value(a)?),
-            "gateway" | "echo" | "js-echo" | "target" | "report" | "soak" if o.mode.is_empty() => o.mode = a.clone(),
+            "gateway" | "echo" | "js-echo" | "target" | "report" | "soak" | "keys" if o.mode.is_empty() => o.mode = a.clone(),
             s if o.mode == "report" && !s.starts_with("--") => o.files.push(s.to_string()),
             s => return Err(format!("unknown argument {s:?}")),
         }
@@ -207,6 +215,9 @@ fn run(o: &Opts) -> Result<(), String> {
     }
     if o.mode == "soak" {
         return soak::run(o);
+    }
+    if o.mode == "keys" {
+        return keys::run(o);
     }
     if o.pairs == 0 {
         return Err("--pairs must be at least 1".into());

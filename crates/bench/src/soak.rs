@@ -1,5 +1,6 @@
 //! `switchyard-bench soak`: the load of scripts/soak (issue 33). Sets up a model per kind of
-//! request, an account and a key on a running Switchyard through its admin API, then drives
+//! request and [`ACCOUNTS`] accounts with a key each (spread over the ledgers, SPEC §22) on a
+//! running Switchyard through its admin API, then drives
 //! `--requests` requests on `--concurrency` connections — a fixed mix by request number: mostly
 //! non-stream chat, some streaming chat, some Responses requests (each leaves a pin), some
 //! requests to a model whose only route fails (settlements that charge nothing) — while firing the
@@ -64,9 +65,15 @@ impl Kind {
     }
 }
 
+/// Accounts the load is spread over (request `i` is account `i % ACCOUNTS`'s): placed by their
+/// ids, they spread over the deployment's ledgers.
+const ACCOUNTS: usize = 8;
+
 /// What one request got.
 struct Done {
     kind: Kind,
+    /// Whose key sent it (an index into the run's keys).
+    key: usize,
     /// 0: no HTTP answer.
     status: u16,
     ms: f64,
@@ -118,45 +125,56 @@ pub fn run(o: &Opts) -> Result<(), String> {
     let m_chat = model(&mut admin, "chat", "ok", "chat")?;
     let m_responses = model(&mut admin, "responses", "ok", "responses")?;
     let m_failing = model(&mut admin, "failing", "status/500", "chat")?;
-    let account = admin.call("POST", "/admin/accounts", json!({}), 201)?;
-    let account_id = account["id"].as_str().ok_or("POST /admin/accounts: no id")?.to_string();
-    admin.call(
-        "POST",
-        &format!("/admin/accounts/{account_id}/credit"),
-        json!({"amount_usd": 100_000}),
-        200,
-    )?;
-    let key = admin.call("POST", "/admin/keys", json!({"account_id": account_id}), 201)?;
-    let key = key["key"].as_str().ok_or("POST /admin/keys: no key")?.to_string();
+    let mut keys = Vec::with_capacity(ACCOUNTS);
+    let mut ledgers = Vec::with_capacity(ACCOUNTS);
+    for _ in 0..ACCOUNTS {
+        let account = admin.call("POST", "/admin/accounts", json!({}), 201)?;
+        let account_id = account["id"].as_str().ok_or("POST /admin/accounts: no id")?.to_string();
+        ledgers.push(account["ledger"].clone());
+        admin.call(
+            "POST",
+            &format!("/admin/accounts/{account_id}/credit"),
+            json!({"amount_usd": 100_000}),
+            200,
+        )?;
+        let key = admin.call("POST", "/admin/keys", json!({"account_id": account_id}), 201)?;
+        keys.push(key["key"].as_str().ok_or("POST /admin/keys: no key")?.to_string());
+    }
 
     let chat_url = gw.join("/v1/chat/completions");
     let responses_url = gw.join("/v1/responses");
-    let chat = |model: &str, stream: bool| {
+    let chat = |key: &str, model: &str, stream: bool| {
         let body = json!({"model": model, "stream": stream, "messages": [{"role": "user", "content": "Say hello"}]});
-        Call::post_json(chat_url.clone(), json_headers(Some(&key)), &body, stream)
+        Call::post_json(chat_url.clone(), json_headers(Some(key)), &body, stream)
     };
-    let responses = |input: &str| {
+    let responses = |key: &str, input: &str| {
         Call::post_json(
             responses_url.clone(),
-            json_headers(Some(&key)),
+            json_headers(Some(key)),
             &json!({"model": m_responses, "input": input}),
             false,
         )
     };
-    let calls = [
-        chat(&m_chat, false),
-        chat(&m_chat, true),
-        responses("Say hello"),
-        chat(&m_failing, false),
-    ];
-    let call_of = |kind: Kind| &calls[KINDS.iter().position(|k| *k == kind).unwrap_or(0)];
+    // Each key's call of each kind, in the order of [`KINDS`].
+    let calls: Vec<[Call; 4]> = keys
+        .iter()
+        .map(|key| {
+            [
+                chat(key, &m_chat, false),
+                chat(key, &m_chat, true),
+                responses(key, "Say hello"),
+                chat(key, &m_failing, false),
+            ]
+        })
+        .collect();
+    let call_of = |key: usize, kind: Kind| &calls[key][KINDS.iter().position(|k| *k == kind).unwrap_or(0)];
 
     // One of each first: a broken setup fails here, not as 200,000 errors. These and the
     // continuations at the end are the run's extra requests (each leaves its record too).
     let mut extras: Vec<Done> = Vec::new();
     let mut probe = Client::new(Duration::from_secs(60));
     for kind in KINDS {
-        let d = one(&mut probe, call_of(kind), kind);
+        let d = one(&mut probe, call_of(0, kind), kind, 0);
         if !kind.expected(d.status) {
             return Err(format!(
                 "probe {}: status {}: {}",
@@ -185,11 +203,16 @@ pub fn run(o: &Opts) -> Result<(), String> {
                     if i >= o.requests {
                         break;
                     }
-                    let kind = Kind::of(i);
+                    let (kind, key) = (Kind::of(i), i % ACCOUNTS);
                     let d = match kind {
                         // Each its own input: the upstream names each answer apart, each a pin.
-                        Kind::Responses => one(&mut client, &responses(&format!("Say hello ({i})")), kind),
-                        _ => one(&mut client, call_of(kind), kind),
+                        Kind::Responses => one(
+                            &mut client,
+                            &responses(&keys[key], &format!("Say hello ({i})")),
+                            kind,
+                            key,
+                        ),
+                        _ => one(&mut client, call_of(key, kind), kind, key),
                     };
                     if let Ok(mut all) = done.lock() {
                         all[i] = Some(d);
@@ -247,7 +270,7 @@ pub fn run(o: &Opts) -> Result<(), String> {
     let mut cron = cron;
     cron.push(fire_cron(&mut client, &cron_url));
     let settle_started = Instant::now();
-    let credits = settled_credits(&mut client, &gw, &key)?;
+    let credits = all_settled(&mut client, &gw, &keys)?;
     let settle_wait = settle_started.elapsed().as_secs_f64();
 
     // Lookups and continuations from each age window of the run: its first, middle and last
@@ -258,24 +281,24 @@ pub fn run(o: &Opts) -> Result<(), String> {
     let mut missing = Vec::new();
     let mut continuations = Vec::new();
     let mut continuation_failures = Vec::new();
-    let mut sampled: Vec<String> = Vec::new();
+    let mut sampled: Vec<(usize, String)> = Vec::new();
     for (name, from) in windows {
-        let ids: Vec<(Kind, &str)> = sample(&done[from..], |d| d.generation_id.as_deref(), SAMPLES_PER_WINDOW);
+        let ids = sample(&done[from..], |d| d.generation_id.as_deref(), SAMPLES_PER_WINDOW);
         let mut found = 0;
-        for (kind, id) in &ids {
-            sampled.push(id.to_string());
-            match lookup(&mut client, &gw, &key, id) {
+        for (kind, key, id) in &ids {
+            sampled.push((*key, id.to_string()));
+            match lookup(&mut client, &gw, &keys[*key], id) {
                 Ok(()) => found += 1,
                 Err(e) => missing.push(format!("{} {id} ({name}): {e}", kind.name())),
             }
         }
-        let responses: Vec<(Kind, &str)> =
-            sample(&done[from..], |d| d.response_id.as_deref(), CONTINUATIONS_PER_WINDOW);
+        let responses = sample(&done[from..], |d| d.response_id.as_deref(), CONTINUATIONS_PER_WINDOW);
         let mut continued = 0;
-        for (_, response_id) in &responses {
+        for (_, key, response_id) in &responses {
+            // A continuation from the key that got the answer: a pin is its account's.
             let body = json!({"model": m_responses, "input": "And then?", "previous_response_id": response_id});
-            let call = Call::post_json(responses_url.clone(), json_headers(Some(&key)), &body, false);
-            let d = one(&mut client, &call, Kind::Responses);
+            let call = Call::post_json(responses_url.clone(), json_headers(Some(&keys[*key])), &body, false);
+            let d = one(&mut client, &call, Kind::Responses, *key);
             match d.status {
                 200 => continued += 1,
                 _ => continuation_failures.push(format!(
@@ -290,19 +313,19 @@ pub fn run(o: &Opts) -> Result<(), String> {
         samples.insert(
             name.to_string(),
             json!({"from_request": from + 1, "asked": ids.len(), "found": found,
-                   "kinds": ids.iter().map(|(k, _)| k.name()).collect::<Vec<_>>()}),
+                   "kinds": ids.iter().map(|(k, _, _)| k.name()).collect::<Vec<_>>()}),
         );
     }
     // The extra requests' records and settlements too, so the databases are measured at rest.
     for d in &extras {
         if let Some(id) = &d.generation_id {
-            sampled.push(id.clone());
-            if let Err(e) = lookup(&mut client, &gw, &key, id) {
+            sampled.push((d.key, id.clone()));
+            if let Err(e) = lookup(&mut client, &gw, &keys[d.key], id) {
                 missing.push(format!("{} {id} (an extra request): {e}", d.kind.name()));
             }
         }
     }
-    let credits_after = settled_credits(&mut client, &gw, &key)?;
+    let credits_after = all_settled(&mut client, &gw, &keys)?;
 
     let mut kinds = serde_json::Map::new();
     let mut unexpected = Vec::new();
@@ -336,6 +359,8 @@ pub fn run(o: &Opts) -> Result<(), String> {
         "machine": machine,
         "requests": o.requests,
         "concurrency": o.concurrency,
+        "accounts": ACCOUNTS,
+        "ledgers": ledgers,
         "seconds": (seconds * 10.0).round() / 10.0,
         "requests_per_s": (o.requests as f64 / seconds).round(),
         "kinds": kinds,
@@ -380,7 +405,7 @@ pub fn run(o: &Opts) -> Result<(), String> {
         problems.push("a cron run failed".into());
     }
     if let Some(file) = &o.resume_file {
-        let (retention, found_problems) = after_restart(file, &key, &sampled, &credits_after)?;
+        let (retention, found_problems) = after_restart(file, &keys, &sampled, &credits_after)?;
         println!(
             "retention: {} cron runs ({} failed) in {} s after the restart; balances unchanged: {}; {} of {} records \
              found again",
@@ -415,8 +440,13 @@ fn write_json(o: &Opts, result: &Value) -> Result<(), String> {
 /// The retention phase (`--resume-file`): scripts/soak stops the gateway, ages part of the ledger
 /// in its D1 file as if a week had passed, starts it again on the same files and writes
 /// `URL RUNS` into `file`. Then the cron runs RUNS times (the roll-up's bounded steps); the
-/// account's balances must not move, and every record looked up before must still be found.
-fn after_restart(file: &str, key: &str, ids: &[String], before: &Value) -> Result<(Value, Vec<String>), String> {
+/// accounts' balances must not move, and every record looked up before must still be found.
+fn after_restart(
+    file: &str,
+    keys: &[String],
+    ids: &[(usize, String)],
+    before: &Value,
+) -> Result<(Value, Vec<String>), String> {
     eprintln!("switchyard-bench soak: waiting for {file} (the restarted gateway's URL and the cron runs)");
     let deadline = Instant::now() + Duration::from_secs(3_600);
     let line = loop {
@@ -437,18 +467,21 @@ fn after_restart(file: &str, key: &str, ids: &[String], before: &Value) -> Resul
     let started = Instant::now();
     let failed = (0..runs).filter(|_| !fire_cron(&mut client, &cron_url)).count();
     let cron_seconds = started.elapsed().as_secs_f64();
-    let after = settled_credits(&mut client, &gw, key)?;
+    let after = all_settled(&mut client, &gw, keys)?;
     let mut problems = Vec::new();
     if failed > 0 {
         problems.push(format!("{failed} of {runs} cron runs failed after the restart"));
     }
-    let money = |v: &Value| {
-        json!([
-            v["balance_micros"],
-            v["charges_total_micros"],
-            v["credits_total_micros"],
-            v["key"]["spent_micros"]
-        ])
+    let money = |all: &Value| {
+        let of = |v: &Value| {
+            json!([
+                v["balance_micros"],
+                v["charges_total_micros"],
+                v["credits_total_micros"],
+                v["key"]["spent_micros"]
+            ])
+        };
+        all.as_array().map(|a| a.iter().map(of).collect::<Vec<_>>())
     };
     let unchanged = money(&after) == money(before);
     if !unchanged {
@@ -457,8 +490,8 @@ fn after_restart(file: &str, key: &str, ids: &[String], before: &Value) -> Resul
         ));
     }
     let mut found = 0;
-    for id in ids {
-        match lookup(&mut client, &gw, key, id) {
+    for (key, id) in ids {
+        match lookup(&mut client, &gw, &keys[*key], id) {
             Ok(()) => found += 1,
             Err(e) => problems.push(format!("after the restart and the retention run, {id}: {e}")),
         }
@@ -475,7 +508,7 @@ fn after_restart(file: &str, key: &str, ids: &[String], before: &Value) -> Resul
     Ok((retention, problems))
 }
 
-fn one(client: &mut Client, call: &Call, kind: Kind) -> Done {
+fn one(client: &mut Client, call: &Call, kind: Kind, key: usize) -> Done {
     match client.send(call) {
         Ok(t) => {
             let response_id = match (kind, t.status) {
@@ -488,6 +521,7 @@ fn one(client: &mut Client, call: &Call, kind: Kind) -> Done {
                 .then(|| String::from_utf8_lossy(&t.body).chars().take(300).collect::<String>());
             Done {
                 kind,
+                key,
                 status: t.status,
                 ms: t.total_ms,
                 generation_id: t.generation_id,
@@ -497,6 +531,7 @@ fn one(client: &mut Client, call: &Call, kind: Kind) -> Done {
         }
         Err(e) => Done {
             kind,
+            key,
             status: 0,
             ms: f64::NAN,
             generation_id: None,
@@ -518,13 +553,17 @@ fn fire_cron(client: &mut Client, url: &Url) -> bool {
     client.send(&call).is_ok_and(|t| t.status == 200)
 }
 
-/// `n` values `pick` finds in `done`, first ones first, with their kinds: at least one of each
-/// kind that has one, when there are enough.
-fn sample<'a>(done: &'a [Done], pick: impl Fn(&'a Done) -> Option<&'a str>, n: usize) -> Vec<(Kind, &'a str)> {
-    let mut out: Vec<(Kind, &str)> = Vec::new();
+/// `n` values `pick` finds in `done`, first ones first, with their kinds and keys: at least one
+/// of each kind that has one, when there are enough.
+fn sample<'a>(done: &'a [Done], pick: impl Fn(&'a Done) -> Option<&'a str>, n: usize) -> Vec<(Kind, usize, &'a str)> {
+    let mut out: Vec<(Kind, usize, &str)> = Vec::new();
     for kind in KINDS {
-        if let Some(v) = done.iter().filter(|d| d.kind == kind).find_map(&pick) {
-            out.push((kind, v));
+        if let Some((key, v)) = done
+            .iter()
+            .filter(|d| d.kind == kind)
+            .find_map(|d| pick(d).map(|v| (d.key, v)))
+        {
+            out.push((kind, key, v));
         }
     }
     for d in done {
@@ -532,8 +571,8 @@ fn sample<'a>(done: &'a [Done], pick: impl Fn(&'a Done) -> Option<&'a str>, n: u
             break;
         }
         if let Some(v) = pick(d) {
-            if !out.iter().any(|(_, o)| *o == v) {
-                out.push((d.kind, v));
+            if !out.iter().any(|(_, _, o)| *o == v) {
+                out.push((d.kind, d.key, v));
             }
         }
     }
@@ -566,6 +605,14 @@ fn lookup(client: &mut Client, gw: &Url, key: &str, id: &str) -> Result<(), Stri
             s => return Err(format!("status {s}: {}", String::from_utf8_lossy(&t.body))),
         }
     }
+}
+
+/// [`settled_credits`] of every key, as a JSON array in their order.
+fn all_settled(client: &mut Client, gw: &Url, keys: &[String]) -> Result<Value, String> {
+    keys.iter()
+        .map(|key| settled_credits(client, gw, key))
+        .collect::<Result<Vec<_>, _>>()
+        .map(Value::Array)
 }
 
 /// `GET /v1/credits` once nothing is held (every settlement done), within [`SETTLE_WAIT`].
