@@ -52,7 +52,7 @@ pub fn run(o: &Opts) -> Result<(), String> {
         200,
     )?;
     let model = format!("{label}-m");
-    let route = json!({"id": "r0", "provider": provider, "upstream_model": "u",
+    let route = json!({"id": "r0", "provider": provider, "upstream_model": "u", "apis": ["chat"],
                        "price": {"input_per_mtok": 1, "output_per_mtok": 2}});
     admin.call(
         "PUT",
