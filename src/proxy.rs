@@ -269,27 +269,12 @@ async fn admit<'c>(call: &Call, catalog: &'c Catalog, request: &mut ClientReques
     })
 }
 
-/// Record writes come just after an answer: an id relayed a moment ago is waited for this long.
-const PIN_WAIT_MS: u64 = 1_000;
-
 /// A request continuing a stored response (`previous_response_id`) goes only to the route that
 /// produced it — the one upstream that holds the conversation (SPEC §17); an id this account did
 /// not receive through Switchyard is a 400 naming the field.
 async fn pin(call: &Call, model: &Model, plan: &mut Plan, response_id: &str) -> Result<(), ApiError> {
     let store = Store::new(&call.env)?.ledger(call.key.ledger)?;
-    let give_up = now_ms().saturating_add(PIN_WAIT_MS);
-    // Its pin object is asked each time, D1 (answers from before pins) on the first and last try.
-    let mut tries = 0;
-    let route = loop {
-        let last = now_ms() >= give_up;
-        let d1 = tries == 0 || last;
-        tries += 1;
-        match records::pinned_route(&call.env, &store, &call.key.account_id, response_id, d1).await? {
-            Some(route) => break Some(route),
-            None if !last => sleep(200).await,
-            None => break None,
-        }
-    };
+    let route = records::pinned_route(&call.env, &store, &call.key.account_id, response_id).await?;
     let index = route.and_then(|route| model.routes.iter().position(|r| r.id == route));
     let index = index.ok_or_else(|| {
         ApiError::invalid(

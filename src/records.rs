@@ -14,6 +14,7 @@ use std::cell::{Cell, RefCell};
 use serde::Deserialize;
 use switchyard_core::batch::{Batches, Rules};
 use switchyard_core::generation::{AttemptRecord, GenerationRecord};
+use switchyard_core::ids::{record_may_be_pending, RECORD_WAIT_MS};
 use switchyard_core::records::{self, Find, FindPin, Keep, Pin, Shelf};
 use switchyard_core::ApiError;
 use worker::{durable_object, DurableObject, Env, Request, Response, State};
@@ -22,7 +23,7 @@ use crate::batch;
 use crate::faults::{Faults, ObjectDrill};
 use crate::limits::integer;
 use crate::object::{self, OBJECT_NAME};
-use crate::runtime::clock::now_ms;
+use crate::runtime::clock::{now_ms, sleep};
 use crate::store::{GenerationRow, Store};
 
 /// An isolate's records within 50 ms share one call per object, at most 64 in it; a batch under
@@ -143,9 +144,60 @@ async fn to_d1(env: &Env, items: Vec<Kept>) {
     }
 }
 
-/// A generation with its attempts, if it is `account_id`'s: from its object, else (`d1`) from
-/// D1 (a record from before records left D1, or one its object would not take).
+/// Asks `ask` until it finds: at once, then every `every_ms` while `pending(now)` says an answer
+/// may still be on its way, for at most `wait_ms` — a record or a pin is written just after its
+/// answer (batched), so one issued moments ago is waited for. D1 (`ask(true)`) is asked on the
+/// first and the last try only: an answer on its way costs its object a call per poll, D1 none.
+async fn awaited<T, Fut>(
+    wait_ms: u64,
+    every_ms: u64,
+    pending: impl Fn(u64) -> bool,
+    ask: impl Fn(bool) -> Fut,
+) -> Result<Option<T>, ApiError>
+where
+    Fut: std::future::Future<Output = Result<Option<T>, ApiError>>,
+{
+    let mut found = ask(true).await?;
+    let give_up = now_ms().saturating_add(wait_ms);
+    let mut polled = false;
+    while found.is_none() && pending(now_ms()) && now_ms() < give_up {
+        sleep(every_ms).await;
+        polled = true;
+        found = ask(false).await?;
+    }
+    if found.is_none() && polled {
+        found = ask(true).await?;
+    }
+    Ok(found)
+}
+
+/// How long a pin relayed a moment ago is waited for, and how often its object is asked.
+const PIN_WAIT_MS: u64 = 1_000;
+const PIN_POLL_MS: u64 = 200;
+/// How often a record's object is asked while the record may be on its way (core
+/// `ids::RECORD_WAIT_MS` at most).
+const RECORD_POLL_MS: u64 = 100;
+
+/// Generation `id` with its attempts, if it is `account_id`'s — waited for while it may still be
+/// on its way (see [`awaited`]; `store`: the account's ledger).
 pub async fn find(
+    env: &Env,
+    store: &Store,
+    id: &str,
+    account_id: &str,
+) -> Result<Option<(GenerationRow, Vec<AttemptRecord>)>, ApiError> {
+    awaited(
+        RECORD_WAIT_MS,
+        RECORD_POLL_MS,
+        |now| record_may_be_pending(id, now),
+        |d1| find_once(env, store, id, account_id, d1),
+    )
+    .await
+}
+
+/// One try of [`find`]: its object, else (`d1`) D1 (a record from before records left D1, or
+/// one its object would not take).
+async fn find_once(
     env: &Env,
     store: &Store,
     id: &str,
@@ -169,9 +221,27 @@ pub async fn find(
     }
 }
 
-/// The route that produced the Responses answer `response_id` for `account_id` (SPEC §17): its
-/// pin, else (`d1`) D1 (answers from before records left D1, or refused by their object).
+/// The route that produced the Responses answer `response_id` for `account_id` (SPEC §17) —
+/// waited for a moment, a pin being written just after its answer (see [`awaited`]; `store`: the
+/// account's ledger).
 pub async fn pinned_route(
+    env: &Env,
+    store: &Store,
+    account_id: &str,
+    response_id: &str,
+) -> Result<Option<String>, ApiError> {
+    awaited(
+        PIN_WAIT_MS,
+        PIN_POLL_MS,
+        |_| true,
+        |d1| pin_once(env, store, account_id, response_id, d1),
+    )
+    .await
+}
+
+/// One try of [`pinned_route`]: its pin, else (`d1`) D1 (answers from before records left D1, or
+/// refused by their object).
+async fn pin_once(
     env: &Env,
     store: &Store,
     account_id: &str,

@@ -9,7 +9,6 @@ use std::rc::Rc;
 use serde_json::{json, Value};
 use switchyard_core::api::Api;
 use switchyard_core::dialects::{self, ClientRequest, MAX_BODY_BYTES};
-use switchyard_core::ids::{record_may_be_pending, RECORD_WAIT_MS};
 use switchyard_core::keys::{hash_key, key_shape, presented_key};
 use switchyard_core::money::micros_to_usd;
 use switchyard_core::status;
@@ -24,7 +23,6 @@ use crate::faults::Faults;
 use crate::limits;
 use crate::proxy;
 use crate::records;
-use crate::runtime::clock::{now_ms, sleep};
 use crate::store::{KeyRecord, Store};
 
 /// The caller's active key, or 401: `Authorization: Bearer`, else `x-api-key`, else Gemini's
@@ -90,20 +88,8 @@ pub async fn generation(req: &Request, env: &Env) -> HandlerResult {
         .map(|(_, v)| v.into_owned())
         .filter(|v| !v.is_empty())
         .ok_or_else(|| ApiError::invalid("`id` is required: /v1/generation?id=<generation id>.", Some("id")))?;
-    // A record is written just after its answer (batched): an id issued moments ago is waited for.
-    // Its object is asked each time, D1 (records from before, or refused by their object) only
-    // on the first and the last try: a record on its way costs no D1 read per poll.
-    let mut found = records::find(env, &store, &id, &key.account_id, true).await?;
-    let give_up = now_ms().saturating_add(RECORD_WAIT_MS);
-    let mut polled = false;
-    while found.is_none() && record_may_be_pending(&id, now_ms()) && now_ms() < give_up {
-        sleep(100).await;
-        polled = true;
-        found = records::find(env, &store, &id, &key.account_id, false).await?;
-    }
-    if found.is_none() && polled {
-        found = records::find(env, &store, &id, &key.account_id, true).await?;
-    }
+    // An id issued moments ago is waited for (its record is written just after its answer).
+    let found = records::find(env, &store, &id, &key.account_id).await?;
     let (g, attempts) = found.ok_or_else(|| ApiError::NotFound {
         what: format!("Generation `{id}`"),
     })?;

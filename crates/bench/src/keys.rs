@@ -43,51 +43,37 @@ pub fn run(o: &Opts) -> Result<(), String> {
         token: need(&o.admin_token, "--admin-token")?.to_string(),
         client: Client::new(Duration::from_secs(60)),
     };
-    let label = unique("sykeys");
-    let provider = format!("{label}-p");
-    admin.call(
-        "PUT",
-        &format!("/admin/providers/{provider}"),
-        json!({"base_url": format!("{mock}/{provider}/ok"), "auth": "bearer"}),
-        200,
-    )?;
-    let model = format!("{label}-m");
-    let route = json!({"id": "r0", "provider": provider, "upstream_model": "u", "apis": ["chat"],
-                       "price": {"input_per_mtok": 1, "output_per_mtok": 2}});
-    admin.call(
-        "PUT",
-        &format!("/admin/models/{model}"),
-        json!({"context_window": 8192, "max_output_tokens": 256, "routes": [route]}),
-        200,
-    )?;
+    let model = admin.mock_model(&mock, &unique("sykeys"), "m", "ok", "chat")?;
 
     let mut client = Client::new(Duration::from_secs(60));
     let mut times: Vec<Vec<f64>> = vec![Vec::new(); OPS.len()];
     let mut accounts = Map::new();
     let mut timed = |i: usize, ms: f64| times[i].push(ms);
     for n in 0..samples {
-        let t = admin_timed(&mut admin, "POST", "/admin/accounts", json!({}), 201)?;
+        let t = admin.timed("POST", "/admin/accounts", json!({}), 201)?;
         timed(0, t.0);
         let id = t.1["id"].as_str().ok_or("no account id")?.to_string();
         accounts.insert(id.clone(), t.1["ledger"].clone());
         timed(
             1,
-            admin_timed(
-                &mut admin,
-                "POST",
-                &format!("/admin/accounts/{id}/credit"),
-                json!({"amount_usd": 1}),
-                200,
-            )?
-            .0,
+            admin
+                .timed(
+                    "POST",
+                    &format!("/admin/accounts/{id}/credit"),
+                    json!({"amount_usd": 1}),
+                    200,
+                )?
+                .0,
         );
-        let (ms, k) = admin_timed(&mut admin, "POST", "/admin/keys", json!({"account_id": id}), 201)?;
+        let (ms, k) = admin.timed("POST", "/admin/keys", json!({"account_id": id}), 201)?;
         timed(2, ms);
         let key = k["key"].as_str().ok_or("no key")?.to_string();
         let key_id = k["id"].as_str().ok_or("no key id")?.to_string();
         timed(
             3,
-            admin_timed(&mut admin, "GET", &format!("/admin/accounts/{id}"), Value::Null, 200)?.0,
+            admin
+                .timed("GET", &format!("/admin/accounts/{id}"), Value::Null, 200)?
+                .0,
         );
         timed(4, sent(&mut client, get(&gw, "/v1/credits", &key), 200)?);
         let body = json!({"model": model, "messages": [{"role": "user", "content": "Say hello"}]});
@@ -95,11 +81,13 @@ pub fn run(o: &Opts) -> Result<(), String> {
         timed(5, sent(&mut client, chat, 200)?);
         timed(
             6,
-            sent(&mut client, get(&gw, "/v1/credits", &stranger(n, &label)), 401)?,
+            sent(&mut client, get(&gw, "/v1/credits", &stranger(n, &model)), 401)?,
         );
         timed(
             7,
-            admin_timed(&mut admin, "DELETE", &format!("/admin/keys/{key_id}"), Value::Null, 200)?.0,
+            admin
+                .timed("DELETE", &format!("/admin/keys/{key_id}"), Value::Null, 200)?
+                .0,
         );
     }
     let ops: Map<String, Value> = OPS
@@ -125,36 +113,6 @@ pub fn run(o: &Opts) -> Result<(), String> {
         println!("{op:>22}: p50 {:7.2} ms  p99 {:7.2} ms  (n {})", p.p50, p.p99, p.n);
     }
     Ok(())
-}
-
-/// An admin call's time and answer.
-fn admin_timed(
-    admin: &mut Admin,
-    method: &'static str,
-    path: &str,
-    body: Value,
-    want: u16,
-) -> Result<(f64, Value), String> {
-    let call = Call {
-        method,
-        url: admin.base.join(path),
-        headers: json_headers(Some(&admin.token)),
-        body: if body.is_null() {
-            Vec::new()
-        } else {
-            body.to_string().into_bytes()
-        },
-        sse: false,
-    };
-    let t = admin.client.send(&call).map_err(|e| format!("{method} {path}: {e}"))?;
-    if t.status != want {
-        return Err(format!(
-            "{method} {path}: status {} (wanted {want}): {}",
-            t.status,
-            String::from_utf8_lossy(&t.body)
-        ));
-    }
-    Ok((t.total_ms, serde_json::from_slice(&t.body).unwrap_or(Value::Null)))
 }
 
 fn get(gw: &Url, path: &str, key: &str) -> Call {

@@ -161,7 +161,9 @@ fn parse_args(args: &[String]) -> Result<Opts, String> {
             "--concurrency" => o.concurrency = num(value(a)?, a)?,
             "--cron-every-s" => o.cron_every_s = num(value(a)?, a)? as u64,
             "--resume-file" => o.resume_file = Some(value(a)?),
-            "gateway" | "echo" | "js-echo" | "target" | "report" | "soak" | "keys" if o.mode.is_empty() => o.mode = a.clone(),
+            "gateway" | "echo" | "js-echo" | "target" | "report" | "soak" | "keys" if o.mode.is_empty() => {
+                o.mode = a.clone()
+            }
             s if o.mode == "report" && !s.starts_with("--") => o.files.push(s.to_string()),
             s => return Err(format!("unknown argument {s:?}")),
         }
@@ -481,12 +483,21 @@ struct Admin {
 }
 
 impl Admin {
+    /// An admin call (`body` null: none) that must answer `want`: its JSON.
     fn call(&mut self, method: &'static str, path: &str, body: Value, want: u16) -> Result<Value, String> {
+        self.timed(method, path, body, want).map(|(_, v)| v)
+    }
+
+    /// [`Admin::call`], with how long it took (ms, the whole answer read).
+    fn timed(&mut self, method: &'static str, path: &str, body: Value, want: u16) -> Result<(f64, Value), String> {
         let call = Call {
             method,
             url: self.base.join(path),
             headers: json_headers(Some(&self.token)),
-            body: body.to_string().into_bytes(),
+            body: match body.is_null() {
+                true => Vec::new(),
+                false => body.to_string().into_bytes(),
+            },
             sse: false,
         };
         let t = self.client.send(&call).map_err(|e| format!("{method} {path}: {e}"))?;
@@ -497,7 +508,44 @@ impl Admin {
                 String::from_utf8_lossy(&t.body)
             ));
         }
-        Ok(serde_json::from_slice(&t.body).unwrap_or(Value::Null))
+        Ok((t.total_ms, serde_json::from_slice(&t.body).unwrap_or(Value::Null)))
+    }
+
+    /// A new account credited `usd`, and a key of it: (the account as created, the key).
+    fn funded_key(&mut self, usd: f64) -> Result<(Value, String), String> {
+        let account = self.call("POST", "/admin/accounts", json!({}), 201)?;
+        let id = account["id"].as_str().ok_or("POST /admin/accounts: no id")?.to_string();
+        self.call(
+            "POST",
+            &format!("/admin/accounts/{id}/credit"),
+            json!({ "amount_usd": usd }),
+            200,
+        )?;
+        let key = self.call("POST", "/admin/keys", json!({"account_id": id}), 201)?;
+        let key = key["key"].as_str().ok_or("POST /admin/keys: no key")?.to_string();
+        Ok((account, key))
+    }
+
+    /// A model `<label>-<name>` of one route on its own mock provider (`<mock>/<label>-p<name>/
+    /// <scenario>`), serving `api`, priced 1/2 µ$ a token: its id.
+    fn mock_model(&mut self, mock: &str, label: &str, name: &str, scenario: &str, api: &str) -> Result<String, String> {
+        let provider = format!("{label}-p{name}");
+        self.call(
+            "PUT",
+            &format!("/admin/providers/{provider}"),
+            json!({"base_url": format!("{mock}/{provider}/{scenario}"), "auth": "bearer"}),
+            200,
+        )?;
+        let id = format!("{label}-{name}");
+        let route = json!({"id": "r0", "provider": provider, "upstream_model": "u", "apis": [api],
+                           "price": {"input_per_mtok": 1, "output_per_mtok": 2}});
+        self.call(
+            "PUT",
+            &format!("/admin/models/{id}"),
+            json!({"context_window": 8192, "max_output_tokens": 1024, "routes": [route]}),
+            200,
+        )?;
+        Ok(id)
     }
 }
 
@@ -641,16 +689,8 @@ fn gateway_mode(o: &Opts) -> Result<Value, String> {
     let mut spread = model(vec![route("r0", &p_ok), route("r1", &p_ok), route("r2", &p_ok)], None);
     spread["balance"] = json!("spread");
     admin.call("PUT", &format!("/admin/models/{m_spread}"), spread, 200)?;
-    let account = admin.call("POST", "/admin/accounts", json!({}), 201)?;
+    let (account, key) = admin.funded_key(1000.0)?;
     let account_id = account["id"].as_str().ok_or("POST /admin/accounts: no id")?.to_string();
-    admin.call(
-        "POST",
-        &format!("/admin/accounts/{account_id}/credit"),
-        json!({"amount_usd": 1000}),
-        200,
-    )?;
-    let key = admin.call("POST", "/admin/keys", json!({"account_id": account_id}), 201)?;
-    let key = key["key"].as_str().ok_or("POST /admin/keys: no key")?.to_string();
     // SPEC §10: a key whose limits never bind, for the per-key limit cost.
     let limited = admin.call(
         "POST",

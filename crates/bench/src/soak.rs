@@ -103,42 +103,15 @@ pub fn run(o: &Opts) -> Result<(), String> {
     let machine = machine_info();
     let label = unique("sysoak");
     eprintln!("switchyard-bench soak: setting up the catalog on {gw} (mock label {label})");
-    let model = |admin: &mut Admin, name: &str, scenario: &str, api: &str| -> Result<String, String> {
-        let provider = format!("{label}-p{name}");
-        admin.call(
-            "PUT",
-            &format!("/admin/providers/{provider}"),
-            json!({"base_url": format!("{mock}/{provider}/{scenario}"), "auth": "bearer"}),
-            200,
-        )?;
-        let id = format!("{label}-{name}");
-        let route = json!({"id": "r0", "provider": provider, "upstream_model": "u", "apis": [api],
-                           "price": {"input_per_mtok": 1, "output_per_mtok": 2}});
-        admin.call(
-            "PUT",
-            &format!("/admin/models/{id}"),
-            json!({"context_window": 8192, "max_output_tokens": 1024, "routes": [route]}),
-            200,
-        )?;
-        Ok(id)
-    };
-    let m_chat = model(&mut admin, "chat", "ok", "chat")?;
-    let m_responses = model(&mut admin, "responses", "ok", "responses")?;
-    let m_failing = model(&mut admin, "failing", "status/500", "chat")?;
+    let m_chat = admin.mock_model(&mock, &label, "chat", "ok", "chat")?;
+    let m_responses = admin.mock_model(&mock, &label, "responses", "ok", "responses")?;
+    let m_failing = admin.mock_model(&mock, &label, "failing", "status/500", "chat")?;
     let mut keys = Vec::with_capacity(ACCOUNTS);
     let mut ledgers = Vec::with_capacity(ACCOUNTS);
     for _ in 0..ACCOUNTS {
-        let account = admin.call("POST", "/admin/accounts", json!({}), 201)?;
-        let account_id = account["id"].as_str().ok_or("POST /admin/accounts: no id")?.to_string();
+        let (account, key) = admin.funded_key(100_000.0)?;
         ledgers.push(account["ledger"].clone());
-        admin.call(
-            "POST",
-            &format!("/admin/accounts/{account_id}/credit"),
-            json!({"amount_usd": 100_000}),
-            200,
-        )?;
-        let key = admin.call("POST", "/admin/keys", json!({"account_id": account_id}), 201)?;
-        keys.push(key["key"].as_str().ok_or("POST /admin/keys: no key")?.to_string());
+        keys.push(key);
     }
 
     let chat_url = gw.join("/v1/chat/completions");
