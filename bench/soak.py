@@ -203,7 +203,7 @@ def retention_section(args, load):
     problems += found
     p("")
     p(f"Then the retention job over a week-old half: the Worker stopped, the first half of the run's charges "
-      f"({r['aged_charges']:,}) and settled marks ({r['aged_marks']:,}) aged by nine days in D1's file, the "
+      f"({r['aged_charges']:,}) and settled marks ({r['aged_marks']:,}) aged by nine days in the ledgers' files, the "
       f"Worker started again on the same files, the cron ran {retention['cron_runs'] if retention else '?'} times "
       f"({retention['cron_seconds'] if retention else '?'} s; each run rolls up at most 20,000 charges):")
     p("")

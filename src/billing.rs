@@ -451,9 +451,11 @@ async fn retain(store: &Store) -> Result<(), ApiError> {
     if charges + days > 0 {
         worker::console_log!("{{\"event\":\"ledger_rolled_up\",\"charges\":{charges},\"hourly_totals\":{days}}}");
     }
-    let (marks, generations) = store.forget_old(now_ms()).await?;
-    if marks + generations > 0 {
-        worker::console_log!("{{\"event\":\"retention\",\"settled_marks\":{marks},\"generation_rows\":{generations}}}");
+    let (marks, generations, checks) = store.forget_old(now_ms()).await?;
+    if marks + generations + checks > 0 {
+        worker::console_log!(
+            "{{\"event\":\"retention\",\"settled_marks\":{marks},\"generation_rows\":{generations},\"route_checks\":{checks}}}"
+        );
     }
     Ok(())
 }

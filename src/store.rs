@@ -1082,10 +1082,11 @@ impl Store {
     /// The rest of the retention run (SPEC §22): `settled` marks as old as the charges the roll-up
     /// takes (their holds expired over a week ago, too old to be written again), and the oldest
     /// `generations` rows — from before records left D1, or records their object would not take —
-    /// once [`records::KEPT_DAYS`] old. Each at most [`RETAIN_STEP`] rows a run; the rows looked at
-    /// are the oldest by insertion, so a run's work is bounded however large the table. Returns
-    /// (marks, generation rows) deleted.
-    pub async fn forget_old(&self, now_ms: u64) -> Result<(usize, usize), ApiError> {
+    /// once [`records::KEPT_DAYS`] old, and the platform's route checks (`platform_ledger`, the home
+    /// database's) as old. Each at most [`RETAIN_STEP`] rows a run; the rows looked at are the
+    /// oldest by insertion, so a run's work is bounded however large the table. Returns (marks,
+    /// generation rows, route checks) deleted.
+    pub async fn forget_old(&self, now_ms: u64) -> Result<(usize, usize, usize), ApiError> {
         let marks_before = now_ms.saturating_sub(rollup::RAW_KEPT_MS);
         let records_before = now_ms.saturating_sub(records::KEPT_DAYS * records::DAY_MS);
         let statements = vec![
@@ -1103,9 +1104,16 @@ impl Store {
                 ),
                 &[num(records_before as i64)],
             )?,
+            self.stmt(
+                &format!(
+                    "DELETE FROM platform_ledger WHERE id IN (SELECT id FROM platform_ledger ORDER BY id \
+                     LIMIT {RETAIN_STEP}) AND created_at < ?1"
+                ),
+                &[num(records_before as i64)],
+            )?,
         ];
         let results = timely(self.db.batch(statements), "retain").await?;
-        Ok((changes(&results, 0), changes(&results, 1)))
+        Ok((changes(&results, 0), changes(&results, 1), changes(&results, 2)))
     }
 
     /// Releases, uncharged, the hold of `generation_id` if D1 has it open: a hold statement whose

@@ -447,6 +447,43 @@ fn money_plain_requests_cost_counted_statements_and_leave_counted_rows() {
 
 // ---- the ledger's retention: charges into hourly, then daily totals ------------------------------
 
+/// SPEC §8a, §22: the platform's route checks are kept 31 days — a check row 32 days old is deleted
+/// by the cron, one a day old is kept (`GET /admin/checks/{model}` reads what is left).
+#[test]
+fn money_route_checks_are_kept_thirty_one_days() {
+    let _one = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
+    let s = Stack::from_env();
+    let model = unique("checks-kept");
+    let (old, fresh) = (unix_ms() - 32 * 86_400_000, unix_ms() - 86_400_000);
+    let row = |route: &str, at: u64| {
+        format!(
+            "INSERT INTO platform_ledger (kind, model, route, provider, check_kind, passed, reason, duration_ms, \
+             created_at) VALUES ('route_check', '{model}', '{route}', 'p', 'idle', 1, 'answered', 5, {at});"
+        )
+    };
+    s.d1_execute(HOME_DB, &format!("{}{}", row("old", old), row("fresh", fresh)));
+    let s = after_d1();
+    let routes = |s: &Stack| {
+        let r = s.admin("GET", &format!("/admin/checks/{model}"), None);
+        assert_eq!(r.status, 200, "{}", r.text());
+        let mut routes: Vec<String> = r.json()["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["route"].as_str().unwrap().to_string())
+            .collect();
+        routes.sort();
+        routes
+    };
+    assert_eq!(routes(&s), vec!["fresh", "old"], "both rows are there before the cron");
+    s.trigger_cron();
+    assert_eq!(
+        routes(&s),
+        vec!["fresh"],
+        "the 32-day-old check is deleted, the day-old one kept"
+    );
+}
+
 /// SPEC §22: a charge a week old is added to its hour's total per (account, key, model) and its
 /// row deleted; an hour five weeks old becomes its day's. The totals equal what was charged, a
 /// second run adds nothing, and the balance never moves. (The rows are aged by rewriting their
