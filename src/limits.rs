@@ -437,8 +437,8 @@ impl Slot {
     /// The slot given back by the call `release`, and kept alive until then by the isolate's
     /// renewals of its slots on the same object (core `Renewals`): its holder checks every half
     /// renewal interval and, when the renewal is due, sends one call renewing every slot the
-    /// isolate holds there.
-    fn held(release: Release, held: Held, lease_ms: u64) -> Slot {
+    /// isolate holds there — the call `renew` makes of them.
+    fn held(release: Release, held: Held, lease_ms: u64, renew: Renew) -> Slot {
         let (renewing, mut stopped) = oneshot::channel::<()>();
         let group = format!("{}|{}|{lease_ms}", release.binding, release.object);
         let ticket = RENEWALS.with(|r| r.borrow_mut().entry(group.clone()).or_default().join(held, now_ms()));
@@ -464,17 +464,7 @@ impl Slot {
                 }
                 let due = RENEWALS.with(|all| all.borrow_mut().get_mut(&group).and_then(|g| g.turn(now_ms(), every)));
                 let Some(slots) = due else { continue };
-                let body = match r.binding {
-                    "LIMITS" => serde_json::to_value(KeyCall::Renew {
-                        ids: slots.into_iter().map(|h| h.id).collect(),
-                        lease_ms,
-                    }),
-                    _ => serde_json::to_value(CapacityCall::Renew {
-                        leases: slots,
-                        lease_ms,
-                    }),
-                };
-                let Ok(body) = body else { continue };
+                let Ok(body) = renew(slots, lease_ms) else { continue };
                 let _: Result<serde_json::Value, _> =
                     object::call(&r.env, r.binding, &r.object, r.path, &body, RELEASE_TIMEOUT_MS, None).await;
             }
@@ -502,6 +492,25 @@ impl Drop for Slot {
         }
         send_release(r);
     }
+}
+
+/// The call that renews an object's slots for `lease_ms` more.
+type Renew = fn(Vec<Held>, u64) -> serde_json::Result<serde_json::Value>;
+
+/// A key object's renewal of the isolate's slots there.
+fn key_renewal(slots: Vec<Held>, lease_ms: u64) -> serde_json::Result<serde_json::Value> {
+    serde_json::to_value(KeyCall::Renew {
+        ids: slots.into_iter().map(|h| h.id).collect(),
+        lease_ms,
+    })
+}
+
+/// A model object's renewal of the isolate's capacity leases there.
+fn capacity_renewal(slots: Vec<Held>, lease_ms: u64) -> serde_json::Result<serde_json::Value> {
+    serde_json::to_value(CapacityCall::Renew {
+        leases: slots,
+        lease_ms,
+    })
 }
 
 /// Gives a slot back from `ctx.wait_until`; a failure leaves it to its lease.
@@ -573,6 +582,7 @@ pub async fn admit_key(
                         id: id.to_string(),
                     },
                     lease,
+                    key_renewal,
                 ),
                 None => Slot::default(),
             },
@@ -685,6 +695,7 @@ pub async fn admit_route(
                         Release::new(env, ctx, "HEALTH", name, "/capacity", &release),
                         held,
                         lease,
+                        capacity_renewal,
                     ),
                     false => Slot::default(),
                 },

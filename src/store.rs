@@ -1097,23 +1097,24 @@ impl Store {
                 ),
                 &[num(marks_before as i64)],
             )?,
-            self.stmt(
-                &format!(
-                    "DELETE FROM generations WHERE rowid IN (SELECT rowid FROM generations ORDER BY rowid \
-                     LIMIT {RETAIN_STEP}) AND created_at < ?1"
-                ),
-                &[num(records_before as i64)],
-            )?,
-            self.stmt(
-                &format!(
-                    "DELETE FROM platform_ledger WHERE id IN (SELECT id FROM platform_ledger ORDER BY id \
-                     LIMIT {RETAIN_STEP}) AND created_at < ?1"
-                ),
-                &[num(records_before as i64)],
-            )?,
+            self.delete_oldest("generations", "rowid", records_before)?,
+            self.delete_oldest("platform_ledger", "id", records_before)?,
         ];
         let results = timely(self.db.batch(statements), "retain").await?;
         Ok((changes(&results, 0), changes(&results, 1), changes(&results, 2)))
+    }
+
+    /// Deletes the rows of `table` from before `before_ms` (`created_at`) among its oldest
+    /// [`RETAIN_STEP`] by insertion (`order`: its rowid or integer key): a bounded step however
+    /// large the table, with no index on the age.
+    fn delete_oldest(&self, table: &str, order: &str, before_ms: u64) -> Result<D1PreparedStatement, ApiError> {
+        self.stmt(
+            &format!(
+                "DELETE FROM {table} WHERE {order} IN (SELECT {order} FROM {table} ORDER BY {order} \
+                 LIMIT {RETAIN_STEP}) AND created_at < ?1"
+            ),
+            &[num(before_ms as i64)],
+        )
     }
 
     /// Releases, uncharged, the hold of `generation_id` if D1 has it open: a hold statement whose

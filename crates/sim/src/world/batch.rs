@@ -4,6 +4,21 @@
 use super::*;
 
 impl World {
+    /// The item `req` (its `ticket`) checks its batch again in `ms`: sending it then (`flush`), or
+    /// seeing whether it went.
+    fn batch_again(&mut self, ms: u64, iso: u32, which: Which, ticket: Ticket, req: u32, flush: bool) {
+        self.after_ms(
+            ms,
+            Ev::Batch {
+                iso,
+                which,
+                ticket,
+                req,
+                flush,
+            },
+        );
+    }
+
     pub(super) fn batches(&mut self, iso: u32, which: Which) -> &mut Batches<u32> {
         let isolate = &mut self.isolates[iso as usize];
         match which {
@@ -19,26 +34,8 @@ impl World {
             .push(&which.key(), req, urgent, now_ms, which.rules());
         match role {
             Role::FlushNow => self.batch_turn(iso, which, ticket, req, true),
-            Role::FlushAfter(ms) => self.after_ms(
-                ms,
-                Ev::Batch {
-                    iso,
-                    which,
-                    ticket,
-                    req,
-                    flush: true,
-                },
-            ),
-            Role::Ride(ms) => self.after_ms(
-                ms,
-                Ev::Batch {
-                    iso,
-                    which,
-                    ticket,
-                    req,
-                    flush: false,
-                },
-            ),
+            Role::FlushAfter(ms) => self.batch_again(ms, iso, which, ticket, req, true),
+            Role::Ride(ms) => self.batch_again(ms, iso, which, ticket, req, false),
         }
     }
 
@@ -48,18 +45,7 @@ impl World {
         if !flush {
             match self.batches(iso, which).check(&key, ticket, now_ms, rules) {
                 Check::Sent => return,
-                Check::Wait(ms) => {
-                    return self.after_ms(
-                        ms,
-                        Ev::Batch {
-                            iso,
-                            which,
-                            ticket,
-                            req,
-                            flush: false,
-                        },
-                    )
-                }
+                Check::Wait(ms) => return self.batch_again(ms, iso, which, ticket, req, false),
                 Check::Flush => {}
                 Check::Alone => return self.send_alone(iso, which, req),
             }
@@ -67,16 +53,7 @@ impl World {
         let taken = self.batches(iso, which).take(&key, ticket, now_ms);
         if taken.items.is_empty() {
             // A rider took the queue, this item with it: ride on that batch.
-            return self.after_ms(
-                rules.wait_ms,
-                Ev::Batch {
-                    iso,
-                    which,
-                    ticket,
-                    req,
-                    flush: false,
-                },
-            );
+            return self.batch_again(rules.wait_ms, iso, which, ticket, req, false);
         }
         let n = taken.items.len() as u64;
         let (obj, kind, statements) = match which {
@@ -135,17 +112,7 @@ impl World {
             self.give_up(iso, which, item);
         }
         if let (Some(ticket), true) = (failed.rejoined, own_rejoins) {
-            let wait = which.rules().wait_ms;
-            self.after_ms(
-                wait,
-                Ev::Batch {
-                    iso,
-                    which,
-                    ticket,
-                    req: own,
-                    flush: false,
-                },
-            );
+            self.batch_again(which.rules().wait_ms, iso, which, ticket, own, false);
         }
     }
 
