@@ -11,7 +11,7 @@
 //! bound as JS numbers (exact within ±2^53). Writes made through this isolate refresh its caches at
 //! once; other isolates see them within the TTL.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 
@@ -44,6 +44,9 @@ thread_local! {
     /// The catalog, its stored version and when this isolate fetched it.
     static CATALOG: RefCell<Option<(Rc<Catalog>, i64, u64)>> = const { RefCell::new(None) };
     static KEYS: RefCell<HashMap<String, (Rc<KeyRecord>, u64)>> = RefCell::new(HashMap::new());
+    /// How many ledgers the deployment has (`LEDGER_SHARDS`), read once per isolate: a var does
+    /// not change under a running isolate.
+    static LEDGERS: Cell<Option<u8>> = const { Cell::new(None) };
     /// Hashes no active key has, with when that was read: an unknown key (of a shape worth a
     /// lookup) costs one query a minute per isolate, not one per request; a bounded LRU, so a flood
     /// of them keeps it at its size (SPEC §22).
@@ -271,7 +274,14 @@ struct CatalogRow {
 impl Store {
     /// The home database (ledger 0).
     pub fn new(env: &Env) -> Result<Store, ApiError> {
-        let ledgers = ledgers::count(env.var("LEDGER_SHARDS").ok().map(|v| v.to_string()).as_deref());
+        let ledgers = LEDGERS.with(|n| match n.get() {
+            Some(n) => n,
+            None => {
+                let count = ledgers::count(env.var("LEDGER_SHARDS").ok().map(|v| v.to_string()).as_deref());
+                n.set(Some(count));
+                count
+            }
+        });
         env.d1(&ledgers::binding(0))
             .map(|db| Store {
                 db,
@@ -286,7 +296,7 @@ impl Store {
     /// The database of ledger `ledger`, with this store's drills. A ledger the deployment does
     /// not have (or whose binding is missing) is an internal error: nothing should name one.
     pub fn ledger(&self, ledger: u8) -> Result<Store, ApiError> {
-        if ledger >= self.ledgers {
+        if !self.has_ledger(ledger) {
             return Err(ApiError::Internal {
                 label: "ledger_unknown",
             });

@@ -67,7 +67,8 @@ pub fn key_shape(key: &str) -> KeyShape {
 }
 
 impl KeyShape {
-    /// The ledger to look the key up in; `None` for a malformed key (never looked up).
+    /// The ledger to look the key up in; `None` for a malformed key — refused without a lookup (a
+    /// mistyped or invented key costs no D1 query).
     pub fn ledger(self) -> Option<u8> {
         match self {
             KeyShape::Checked { ledger } => Some(ledger),
@@ -75,12 +76,6 @@ impl KeyShape {
             KeyShape::Malformed => None,
         }
     }
-}
-
-/// Whether `key` is worth a lookup at all: a checked key or a legacy one. Anything else is refused
-/// without one (a malformed or mistyped key costs no D1 query).
-pub fn well_formed(key: &str) -> bool {
-    key_shape(key) != KeyShape::Malformed
 }
 
 /// A key's checksum: the first 4 bytes of SHA-256 over `switchyard-key:` and the hex before it
@@ -225,7 +220,7 @@ mod tests {
 
     #[test]
     fn only_minted_shapes_are_looked_up() {
-        assert!(well_formed(&mint_key(&[7; 32], 0)));
+        assert!(key_shape(&mint_key(&[7; 32], 0)).ledger().is_some());
         assert_eq!(key_shape(&mint_key(&[7; 32], 5)), KeyShape::Checked { ledger: 5 });
         assert_eq!(key_shape(&mint_key(&[7; 32], 5)).ledger(), Some(5));
         // A key minted before keys carried their ledger: checked, on ledger 0.
@@ -236,7 +231,7 @@ mod tests {
         let legacy = format!("sk-sy-{}", "ab".repeat(32));
         assert_eq!(key_shape(&legacy), KeyShape::Legacy);
         assert_eq!(key_shape(&legacy).ledger(), Some(0));
-        assert!(well_formed(&legacy));
+        assert!(key_shape(&legacy).ledger().is_some());
         // A ledger past the most there can be, with a checksum that holds: refused.
         let body = format!("ff{random}");
         assert_eq!(
@@ -253,7 +248,7 @@ mod tests {
             &format!("sk-sy-{}", "a".repeat(74)),
             &format!("sk-sy-{}", "a".repeat(65)),
         ] {
-            assert!(!well_formed(bad), "{bad}");
+            assert_eq!(key_shape(bad).ledger(), None, "{bad}");
         }
     }
 
