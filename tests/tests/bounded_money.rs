@@ -380,16 +380,20 @@ fn money_plain_requests_cost_counted_statements_and_leave_counted_rows() {
     let _alone = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
     let s = Stack::from_env();
     let ok = model(&s, &["ok"], fast_policy());
-    let key = s.new_key(10.0);
-    let account = s.credits(&key)["account_id"].as_str().unwrap().to_string();
-    let db = s.ledger_db(&key);
-    // Settled: `n` charges in the ledger, read from D1 directly (not through the Worker, whose
-    // statements are being counted).
-    let settled = |n: u64| {
+    // A key, its account and the account's ledger.
+    let fresh = || {
+        let key = s.new_key(10.0);
+        let account = s.credits(&key)["account_id"].as_str().unwrap().to_string();
+        let db = s.ledger_db(&key);
+        (key, account, db)
+    };
+    // Settled: `n` charges of `account` in the ledger, read from D1 directly (not through the
+    // Worker, whose statements are being counted).
+    let settled = |account: &str, db: &str, n: u64| {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let charges = s.d1_query(
-                &db,
+                db,
                 &format!("SELECT COUNT(*) AS n FROM ledger WHERE account_id = '{account}' AND kind = 'charge'"),
             )[0]["n"]
                 .as_u64()
@@ -401,22 +405,37 @@ fn money_plain_requests_cost_counted_statements_and_leave_counted_rows() {
             std::thread::sleep(Duration::from_millis(200));
         }
     };
-    let send = || {
-        let r = after_d1().send(Api::Chat, &key, &Api::Chat.body(&ok, false), &[]);
+    let send = |key: &str| {
+        let r = after_d1().send(Api::Chat, key, &Api::Chat.body(&ok, false), &[]);
         assert_eq!(r.status, 200, "{}", r.text());
     };
-    let (before, _, _) = d1_sent(&s);
-    send();
-    settled(1);
+    // The awaited path (a new account: no balance this isolate knows) counted three times, with a
+    // new account each: the counter is the isolate's, and background work (outbox replays, other
+    // tests' route checks, the cron over every ledger) only ever adds to a sample, so the least
+    // of them is the request's own count.
+    let mut awaited_samples = Vec::new();
+    for _ in 0..2 {
+        let (key, account, db) = fresh();
+        let (before, _, _) = d1_sent(&after_d1());
+        send(&key);
+        settled(&account, &db, 1);
+        awaited_samples.push(d1_sent(&after_d1()).0 - before);
+    }
+    let (key, account, db) = fresh();
+    let (before, _, _) = d1_sent(&after_d1());
+    send(&key);
+    settled(&account, &db, 1);
     let (awaited, _, _) = d1_sent(&after_d1());
     const N: u64 = 10;
     for i in 0..N {
-        send();
-        settled(2 + i);
+        send(&key);
+        settled(&account, &db, 2 + i);
     }
     let (after, _, _) = d1_sent(&after_d1());
     let awaited = awaited - before;
     let fast = (after - before - awaited) as f64 / N as f64;
+    awaited_samples.push(awaited);
+    let awaited = awaited_samples.iter().copied().min().unwrap();
     let rows = |table: &str| {
         s.d1_query(
             &db,
@@ -427,8 +446,8 @@ fn money_plain_requests_cost_counted_statements_and_leave_counted_rows() {
     };
     let (holds, ledger, generations) = (rows("holds"), rows("ledger"), rows("generations"));
     eprintln!(
-        "D1 statements: awaited request {awaited}, fast-path request {fast:.1}; rows left after {} requests: \
-         holds {holds}, ledger {ledger} (1 credit), generations {generations}",
+        "D1 statements: awaited request {awaited} (least of {awaited_samples:?}), fast-path request {fast:.1}; \
+         rows left after {} requests: holds {holds}, ledger {ledger} (1 credit), generations {generations}",
         N + 1
     );
     assert_eq!(holds, 0, "no hold row outlives its settlement");
@@ -440,8 +459,8 @@ fn money_plain_requests_cost_counted_statements_and_leave_counted_rows() {
     // The statement counts are the isolate's, background work included (outbox replays, route
     // checks of other tests' models, the earlier suites' drills still replaying, the cron's sweep
     // and retention run over every ledger): printed for docs/SCALE.md, bounded only loosely here —
-    // alone 9 awaited and ≈ 7.7 on the fast path; after the whole suite before it, 13 awaited and
-    // 10.5–10.8 fast were seen.
+    // alone 9 awaited and ≈ 7.7 on the fast path; after the whole suite before it, single awaited
+    // samples of 13 and 19 and 10.5–10.8 fast were seen.
     assert!(awaited <= 16 && fast <= 12.0, "awaited {awaited}, fast {fast}");
 }
 
