@@ -111,6 +111,10 @@ pub async fn place_hold(env: &Env, ctx: &Context, request: &HoldRequest<'_>) -> 
     let account = key.account_id.as_str();
     let now = now_ms();
     let expires_at = now.saturating_add(hold_ttl_ms(policy));
+    // The key's read brought the account's balance: as good a snapshot as a balance read then.
+    if let Some(available) = key.available_micros {
+        learn(account, available as i64, key.read_at_ms);
+    }
 
     // Fast path: a fresh snapshot with room within the optimistic fraction.
     let fast = BALANCES.with(|s| {
@@ -230,6 +234,14 @@ pub async fn place_hold(env: &Env, ctx: &Context, request: &HoldRequest<'_>) -> 
         }
     }
     Err(ApiError::InsufficientBalance)
+}
+
+/// Remembers a balance read at `read_at` unless the isolate's snapshot of the account is as new.
+fn learn(account: &str, available: i64, read_at: u64) {
+    let newer = BALANCES.with(|s| s.borrow().get(account).is_some_and(|b| b.read_at_ms >= read_at));
+    if !newer {
+        remember(account, available, read_at);
+    }
 }
 
 fn remember(account: &str, available: i64, now: u64) {

@@ -75,6 +75,14 @@ pub struct KeyRecord {
     /// The account's ledger (core `ledgers`), as the key names it.
     #[serde(default)]
     pub ledger: u8,
+    /// The account's available balance (balance − held) as the key's read found it: the isolate's
+    /// balance snapshot for the account, so a key's first request needs no balance read of its own
+    /// (`billing::place_hold`).
+    #[serde(default)]
+    pub available_micros: Option<f64>,
+    /// When the key — and that balance — was read (set by [`Store::key_by_hash`]).
+    #[serde(skip)]
+    pub read_at_ms: u64,
 }
 
 /// A D1 number as a positive `u32`; null, zero, negative or huge values are no limit.
@@ -612,7 +620,8 @@ impl Store {
         let query = self.ledger(ledger)?.stmt(
             "SELECT k.id AS id, k.account_id AS account_id, k.allow_fallbacks AS key_fallbacks, \
              a.allow_fallbacks AS account_fallbacks, k.spend_limit_micros AS spend_limit_micros, \
-             k.spent_micros AS spent_micros, k.rpm AS rpm, k.max_concurrent AS max_concurrent \
+             k.spent_micros AS spent_micros, k.rpm AS rpm, k.max_concurrent AS max_concurrent, \
+             a.balance_micros - a.held_micros AS available_micros \
              FROM api_keys k JOIN accounts a ON a.id = k.account_id \
              WHERE k.key_hash = ?1 AND k.revoked_at IS NULL",
             &[JsValue::from_str(hash)],
@@ -621,9 +630,26 @@ impl Store {
             Err(ApiError::StorageUnavailable)
         } else {
             crate::calls::count_only("D1.key");
-            timely(query.first::<KeyRecord>(None), "key_read")
-                .await
-                .map(|rec| rec.map(|r| KeyRecord { ledger, ..r }))
+            let faults = self.faults;
+            let read = async move {
+                let rec = query.first::<KeyRecord>(None).await?;
+                // The read takes the account's balance too: the account's D1 drills slow or fail
+                // it as they do the balance read (`Faults::d1_statement`; tests only).
+                if let Some(r) = &rec {
+                    match faults.d1_statement(&r.account_id) {
+                        Ok(slow) => after(slow, async {}).await,
+                        Err(_) => return Err(worker::Error::RustError("d1_outage_drill".into())),
+                    }
+                }
+                Ok(rec)
+            };
+            timely(read, "key_read").await.map(|rec| {
+                rec.map(|r| KeyRecord {
+                    ledger,
+                    read_at_ms: now,
+                    ..r
+                })
+            })
         };
         let rec = match fresh {
             Ok(rec) => rec,

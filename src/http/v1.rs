@@ -6,6 +6,7 @@
 use std::cell::Cell;
 use std::rc::Rc;
 
+use futures_util::future::join;
 use serde_json::{json, Value};
 use switchyard_core::api::Api;
 use switchyard_core::dialects::{self, ClientRequest, MAX_BODY_BYTES};
@@ -28,6 +29,13 @@ use crate::store::{KeyRecord, Store};
 /// The caller's active key, or 401: `Authorization: Bearer`, else `x-api-key`, else Gemini's
 /// `x-goog-api-key` or `?key=` (never logged: the log carries the path only).
 async fn authenticate(req: &Request, store: &Store) -> Result<Rc<KeyRecord>, ApiError> {
+    let (key, ledger) = presented(req)?;
+    look_up(store, &key, ledger).await
+}
+
+/// The key the caller presents and the ledger its text names, or 401 without storage: none
+/// presented, or a text that cannot be a key (core `keys`).
+fn presented(req: &Request) -> Result<(String, u8), ApiError> {
     let headers = req.headers();
     let authorization = headers.get("authorization").ok().flatten();
     let query_key = || {
@@ -41,8 +49,12 @@ async fn authenticate(req: &Request, store: &Store) -> Result<Rc<KeyRecord>, Api
         .or_else(|| headers.get("x-goog-api-key").ok().flatten())
         .or_else(query_key);
     let key = presented_key(authorization.as_deref(), x_api_key.as_deref()).ok_or(ApiError::InvalidApiKey)?;
-    // A key's text says whether it is worth a lookup, and in which ledger (core `keys`).
     let ledger = key_shape(key).ledger().ok_or(ApiError::InvalidApiKey)?;
+    Ok((key.to_string(), ledger))
+}
+
+/// A presented key's record, if it is active.
+async fn look_up(store: &Store, key: &str, ledger: u8) -> Result<Rc<KeyRecord>, ApiError> {
     store
         .key_by_hash(&hash_key(key), ledger)
         .await?
@@ -248,7 +260,12 @@ pub async fn generate(
     gemini: Option<(String, bool)>,
 ) -> HandlerResult {
     let store = Store::new(env)?.with_faults(rc.faults);
-    let key = authenticate(req, &store).await?;
+    let (key, ledger) = presented(req)?;
+    // The key's record and the catalog, each cached for seconds, are read together: an isolate
+    // that has neither waits for one round trip to D1, not two. The catalog's answer is used
+    // once the body is read (a malformed body is a 400 whatever D1 says).
+    let (key, catalog) = join(look_up(&store, &key, ledger), store.catalog()).await;
+    let key = key?;
     for_log(rc, &key);
     rc.attempts = Some(0);
     // The body and its share of the isolate's budget (the key's part of it), held as long as the
@@ -275,10 +292,7 @@ pub async fn generate(
     anthropic_headers(req, &mut request);
     request.session = header(req, "x-switchyard-session").filter(|s| !s.is_empty() && s.len() <= 512);
     rc.model = Some(request.model.clone());
-    let catalog = store
-        .catalog()
-        .await
-        .inspect_err(|error| proxy::reject(&call, api, &request.model, request.stream, error))?;
+    let catalog = catalog.inspect_err(|error| proxy::reject(&call, api, &request.model, request.stream, error))?;
     let pass = proxy::spawn(call, catalog, request);
     let served = rc.faults.handler_waits(pass).await?; // a drill may stop waiting (tests only)
     rc.attempts = Some(served.attempts);

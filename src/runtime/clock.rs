@@ -1,4 +1,4 @@
-//! Time: the only place that reads the clock (`worker::Date`) or sets timers.
+//! Time: the only place that reads the clock (`Date.now()`) or sets timers.
 //!
 //! (`std::time` panics on wasm32; inside a request the runtime's clock advances only across I/O,
 //! which is what deadlines and logs need.) [`sleep`] is used instead of `worker::Delay` because a
@@ -34,9 +34,9 @@ extern "C" {
     pub fn in_request() -> bool;
 }
 
-/// Milliseconds since the Unix epoch.
+/// Milliseconds since the Unix epoch (`Date.now()`: no `Date` object made, as `worker::Date` does).
 pub fn now_ms() -> u64 {
-    worker::Date::now().as_millis()
+    js_sys::Date::now() as u64
 }
 
 fn set_timeout(handler: &js_sys::Function, ms: i32) -> Result<JsValue, ()> {

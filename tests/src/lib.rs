@@ -69,17 +69,21 @@ pub fn wrangler_restart(status: u16, has_request_id: bool, body: &[u8]) -> bool 
     let lost = is_wrangler_restart(status, has_request_id, body);
     if lost {
         WRANGLER_RESTARTS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let note = "wrangler dev's proxy lost a request (503 \"Your worker restarted mid-request\"); sent again";
-        eprintln!("note: {note}");
-        // scripts/test prints these at the end (cargo hides a passing test's output).
-        if let Ok(path) = std::env::var("E2E_NOTES") {
-            use std::io::Write;
-            if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
-                let _ = writeln!(f, "{note}");
-            }
-        }
+        note("wrangler dev's proxy lost a request (503 \"Your worker restarted mid-request\"); sent again");
     }
     lost
+}
+
+/// A line for the end of the run: scripts/test prints these after every suite (cargo hides a
+/// passing test's output) — what happened that passed anyway, and figures the docs keep.
+pub fn note(line: &str) {
+    eprintln!("note: {line}");
+    if let Ok(path) = std::env::var("E2E_NOTES") {
+        use std::io::Write;
+        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+            let _ = writeln!(f, "{line}");
+        }
+    }
 }
 
 /// A name no other test (or earlier run) uses.

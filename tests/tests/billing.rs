@@ -205,8 +205,8 @@ fn the_fast_path_is_taken_when_the_balance_is_ample_and_not_when_it_is_tight() {
             gen(&s, &rich, &r)["hold_path"].as_str().unwrap().to_string()
         })
         .collect();
-    assert_eq!(paths[0], "awaited", "no balance snapshot yet");
-    assert!(paths[1..].iter().all(|p| p == "fast"), "{paths:?}");
+    // Even the first: the key's read brought the account's balance (no balance read of its own).
+    assert!(paths.iter().all(|p| p == "fast"), "{paths:?}");
     let tight = s.new_key(0.05);
     for _ in 0..3 {
         let r = s.chat(&tight, &chat_body(&model, false));

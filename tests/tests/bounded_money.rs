@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use switchyard_e2e::{chat_body, fast_policy, unique, Api, Stack, APIS, HOME_DB};
+use switchyard_e2e::{chat_body, fast_policy, note, unique, Api, Stack, APIS, HOME_DB};
 
 /// This binary's tests run one at a time: some count the isolate's D1 statements
 /// (`GET /admin/d1`), which the others' requests would add to.
@@ -150,7 +150,7 @@ fn money_a_slow_d1_loses_no_charge_and_answers_no_500() {
     let (from, until) = (now + 3_000, now + 63_000);
     let key = s.named_account_key(&format!("d1-slow-{from}-{until}-{}", unique("a")), 100.0);
 
-    // Before: an answer on the awaited path (the isolate learns the balance for the fast path).
+    // Before: an answer (the isolate learns the key, and with it the balance for the fast path).
     let r = s.send(Api::Chat, &key, &Api::Chat.body(&ok, false), &[]);
     assert_eq!(r.status, 200, "{}", r.text());
     let mut served = vec![r.header("x-generation-id").unwrap().to_string()];
@@ -371,18 +371,18 @@ fn money_a_key_minted_before_the_checksum_still_works() {
 
 // ---- the figures of docs/SCALE.md ---------------------------------------------------------------
 
-/// Counts what plain requests cost D1 (`GET /admin/d1`) and leave in it: the first on the awaited
-/// path, then `N` on the fast path, each settled before the next. Prints the figures docs/SCALE.md
-/// keeps; asserts what issue 33 bounds: no hold row left, one ledger row and one generation row
-/// per answer, and no generation row (records live in their objects).
+/// Counts what plain requests cost D1 (`GET /admin/d1`) and leave in it: on the awaited path (an
+/// account too tight for the fast path), then `N` on the fast path, each settled before the next.
+/// Prints the figures docs/SCALE.md keeps; asserts what issue 33 bounds: no hold row left, one
+/// ledger row per answer, and no generation row (records live in their objects).
 #[test]
 fn money_plain_requests_cost_counted_statements_and_leave_counted_rows() {
     let _alone = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
     let s = Stack::from_env();
     let ok = model(&s, &["ok"], fast_policy());
-    // A key, its account and the account's ledger.
-    let fresh = || {
-        let key = s.new_key(10.0);
+    // A key with `usd` of credit, its account and the account's ledger.
+    let fresh = |usd: f64| {
+        let key = s.new_key(usd);
         let account = s.credits(&key)["account_id"].as_str().unwrap().to_string();
         let db = s.ledger_db(&key);
         (key, account, db)
@@ -405,37 +405,50 @@ fn money_plain_requests_cost_counted_statements_and_leave_counted_rows() {
             std::thread::sleep(Duration::from_millis(200));
         }
     };
+    // Sends one chat request; its generation id.
     let send = |key: &str| {
         let r = after_d1().send(Api::Chat, key, &Api::Chat.body(&ok, false), &[]);
         assert_eq!(r.status, 200, "{}", r.text());
+        r.header("x-generation-id").unwrap().to_string()
     };
-    // The awaited path (a new account: no balance this isolate knows) counted three times, with a
-    // new account each: the counter is the isolate's, and background work (outbox replays, other
-    // tests' route checks, the cron over every ledger) only ever adds to a sample, so the least
-    // of them is the request's own count.
+    // How each request's hold was placed (read once the counting is over: a record not yet in its
+    // object is looked for in D1).
+    let paths = |key: &str, ids: &[String]| -> Vec<String> {
+        ids.iter()
+            .map(|id| s.generation(key, id)["hold_path"].as_str().unwrap().to_string())
+            .collect()
+    };
+    // The awaited path (a balance of 5 cents: the hold is beyond the fast path's fraction of it)
+    // counted three times, with a new account each: the counter is the isolate's, and background
+    // work (outbox replays, other tests' route checks, the cron over every ledger) only ever adds
+    // to a sample, so the least of them is the request's own count.
     let mut awaited_samples = Vec::new();
-    for _ in 0..2 {
-        let (key, account, db) = fresh();
+    let mut tight = Vec::new();
+    for _ in 0..3 {
+        let (key, account, db) = fresh(0.05);
         let (before, _, _) = d1_sent(&after_d1());
-        send(&key);
+        let id = send(&key);
         settled(&account, &db, 1);
         awaited_samples.push(d1_sent(&after_d1()).0 - before);
+        tight.push((key, id));
     }
-    let (key, account, db) = fresh();
+    let awaited = awaited_samples.iter().copied().min().unwrap();
+    // The fast path: an ample balance, which the key's read brought (no balance read of its own).
+    let (key, account, db) = fresh(10.0);
     let (before, _, _) = d1_sent(&after_d1());
-    send(&key);
-    settled(&account, &db, 1);
-    let (awaited, _, _) = d1_sent(&after_d1());
     const N: u64 = 10;
+    let mut ids = Vec::new();
     for i in 0..N {
-        send(&key);
-        settled(&account, &db, 2 + i);
+        ids.push(send(&key));
+        settled(&account, &db, 1 + i);
     }
     let (after, _, _) = d1_sent(&after_d1());
-    let awaited = awaited - before;
-    let fast = (after - before - awaited) as f64 / N as f64;
-    awaited_samples.push(awaited);
-    let awaited = awaited_samples.iter().copied().min().unwrap();
+    let fast = (after - before) as f64 / N as f64;
+    for (key, id) in &tight {
+        assert_eq!(paths(key, std::slice::from_ref(id)), ["awaited"]);
+    }
+    let fast_paths = paths(&key, &ids);
+    assert!(fast_paths.iter().all(|p| p == "fast"), "{fast_paths:?}");
     let rows = |table: &str| {
         s.d1_query(
             &db,
@@ -445,15 +458,14 @@ fn money_plain_requests_cost_counted_statements_and_leave_counted_rows() {
             .unwrap()
     };
     let (holds, ledger, generations) = (rows("holds"), rows("ledger"), rows("generations"));
-    eprintln!(
+    note(&format!(
         "D1 statements: awaited request {awaited} (least of {awaited_samples:?}), fast-path request {fast:.1}; \
-         rows left after {} requests: holds {holds}, ledger {ledger} (1 credit), generations {generations}",
-        N + 1
-    );
+         rows left after {N} requests: holds {holds}, ledger {ledger} (1 credit), generations {generations}"
+    ));
     assert_eq!(holds, 0, "no hold row outlives its settlement");
     assert_eq!(
         (ledger, generations),
-        (N + 2, 0),
+        (N + 1, 0),
         "one charge per answer; the records are kept by their objects, not D1"
     );
     // The statement counts are the isolate's, background work included (outbox replays, route

@@ -66,7 +66,7 @@ fn a_d1_outage_loses_no_charge_and_leaks_no_hold() {
     let key = outage_account(&s, from, until, 100.0);
     let late = outage_account(&s, from, until + 1, 100.0);
 
-    // Before the outage: an answer on the awaited path (the isolate learns the balance).
+    // Before the outage: an answer (the isolate learns the key, and with it the balance).
     let mut ids = vec![];
     let r = s.chat(&key, &chat_body(&model, false));
     assert_eq!(r.status, 200, "{}", r.text());
@@ -149,7 +149,9 @@ fn a_settlement_writer_that_dies_takes_no_riders_charge_with_it() {
                      "routes": [route("r0", &provider, "u", json!({}))]});
     let r = s.admin("PUT", &format!("/admin/models/{dying}"), Some(doc));
     assert_eq!(r.status, 200, "{}", r.text());
-    let key = s.named_account_key(&unique("fault-settle-writer-dies"), 100.0);
+    // A balance the fast path will not spend from (each hold is over 1 % of it): the writer's
+    // hold is placed, awaited, before it answers — so its death leaves the hold to the sweep.
+    let key = s.named_account_key(&unique("fault-settle-writer-dies"), 0.02);
 
     let r = s.chat(&key, &chat_body(&dying, false));
     assert_eq!(r.status, 200, "{}", r.text());
@@ -227,7 +229,8 @@ fn a_hold_whose_reply_was_lost_is_released_by_its_generation_id() {
     let label = unique("l");
     let provider = s.mock_provider(&label, "ok", false);
     let model = s.model(vec![route("r0", &provider, "u", json!({}))], None);
-    let key = s.named_account_key(&unique("hold-reply-lost"), 100.0);
+    // A balance the fast path will not spend from: the hold statement is awaited.
+    let key = s.named_account_key(&unique("hold-reply-lost"), 0.1);
     let r = s.chat(&key, &chat_body(&model, false));
     assert_eq!(r.status, 503, "{}", r.text());
     assert_eq!(r.json()["error"]["code"], "storage_unavailable");

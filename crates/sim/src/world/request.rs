@@ -157,8 +157,11 @@ impl World {
         match r.stage {
             Stage::Key => {
                 // D1 out of reach: the key as last read, for 10 minutes (any copy here is younger).
+                // The read brings the account's balance too (`src/store.rs` `key_by_hash`): the
+                // isolate's balance snapshot.
                 if ok {
                     isolate.keys.insert(key, now_ms);
+                    isolate.balances.insert(account, now_ms);
                 } else if !isolate.keys.contains_key(&key) {
                     self.reqs[id as usize].settled = Settled::Unrecorded;
                     return self.refuse(id);
