@@ -202,6 +202,18 @@ fn remember_catalog(catalog: Rc<Catalog>, version: i64, now: u64) -> Rc<Catalog>
     })
 }
 
+/// This isolate's copy of the catalog if it is `version`, now as fresh as a read at `now`.
+fn held_catalog(version: i64, now: u64) -> Option<Rc<Catalog>> {
+    CATALOG.with(|c| {
+        let mut c = c.borrow_mut();
+        let (held, held_version, at) = c.as_mut()?;
+        (*held_version == version).then(|| {
+            *at = now;
+            held.clone()
+        })
+    })
+}
+
 /// The version of `catalog`, when it is this isolate's copy (0 otherwise: any report will do).
 pub fn catalog_version(catalog: &Rc<Catalog>) -> i64 {
     CATALOG.with(|c| {
@@ -275,8 +287,16 @@ pub struct CheckEntry<'a> {
 
 #[derive(Deserialize)]
 struct CatalogRow {
-    doc: String,
+    /// NULL when the reader already holds this version.
+    doc: Option<String>,
     version: f64,
+}
+
+/// What reading the stored catalog found.
+enum Stored {
+    Read(Box<Catalog>, i64),
+    /// The version the reader holds: the document was not read.
+    Unchanged(i64),
 }
 
 impl Store {
@@ -378,8 +398,18 @@ impl Store {
         if let Some(c) = cached(CACHE_TTL_MS) {
             return Ok(c);
         }
-        match self.load_catalog().await {
-            Ok((catalog, version)) => Ok(remember_catalog(Rc::new(catalog), version, now)),
+        // The copy's version goes with the read: an unchanged catalog is neither sent nor parsed
+        // again (every 5 s per isolate, a whole catalog's validation was on some request's path).
+        let held = CATALOG.with(|c| c.borrow().as_ref().map(|(_, version, _)| *version));
+        match self.read_catalog(held).await {
+            Ok(Stored::Read(catalog, version)) => Ok(remember_catalog(Rc::new(*catalog), version, now)),
+            Ok(Stored::Unchanged(version)) => match held_catalog(version, now) {
+                Some(c) => Ok(c),
+                None => self
+                    .load_catalog()
+                    .await
+                    .map(|(catalog, version)| remember_catalog(Rc::new(catalog), version, now)),
+            },
             Err(ApiError::StorageUnavailable) => cached(STALE_MAX_MS)
                 .inspect(|_| worker::console_log!("{{\"event\":\"stale_catalog_served\"}}"))
                 .ok_or(ApiError::StorageUnavailable),
@@ -389,32 +419,47 @@ impl Store {
 
     /// The stored catalog and its version (0 before the first `PUT /admin/catalog`), uncached.
     pub async fn load_catalog(&self) -> Result<(Catalog, i64), ApiError> {
+        match self.read_catalog(None).await? {
+            Stored::Read(catalog, version) => Ok((*catalog, version)),
+            Stored::Unchanged(_) => Err(ApiError::Internal {
+                label: "catalog_unchanged",
+            }),
+        }
+    }
+
+    /// The stored catalog, or [`Stored::Unchanged`] when its version is `held` (its document is
+    /// then not read).
+    async fn read_catalog(&self, held: Option<i64>) -> Result<Stored, ApiError> {
         if self.faults.d1_down() {
             return Err(ApiError::StorageUnavailable);
         }
+        let held = held.map_or(JsValue::NULL, num);
         let row: Option<CatalogRow> = timely(
-            self.stmt("SELECT doc, version FROM catalog WHERE id = 1", &[])?
-                .first(None),
+            self.stmt(
+                "SELECT version, CASE WHEN version = ?1 THEN NULL ELSE doc END AS doc FROM catalog WHERE id = 1",
+                &[held],
+            )?
+            .first(None),
             "catalog_read",
         )
         .await?;
-        match row {
-            None => Ok((Catalog::empty(), 0)),
-            Some(row) => {
-                // The stored document passed validation when written; a failure here means the
-                // code's rules changed under it, which is an operator problem, not a client's.
-                let catalog = Catalog::parse(row.doc.as_bytes()).map_err(|e| {
-                    worker::console_error!(
-                        "{{\"event\":\"stored_catalog_invalid\",\"detail\":{:?}}}",
-                        e.to_string()
-                    );
-                    ApiError::Internal {
-                        label: "catalog_invalid",
-                    }
-                })?;
-                Ok((catalog, row.version as i64))
+        let (doc, version) = match row {
+            None => return Ok(Stored::Read(Box::new(Catalog::empty()), 0)),
+            Some(CatalogRow { doc: None, version }) => return Ok(Stored::Unchanged(version as i64)),
+            Some(CatalogRow { doc: Some(doc), version }) => (doc, version as i64),
+        };
+        // The stored document passed validation when written; a failure here means the code's
+        // rules changed under it, which is an operator problem, not a client's.
+        let catalog = Catalog::parse(doc.as_bytes()).map_err(|e| {
+            worker::console_error!(
+                "{{\"event\":\"stored_catalog_invalid\",\"detail\":{:?}}}",
+                e.to_string()
+            );
+            ApiError::Internal {
+                label: "catalog_invalid",
             }
-        }
+        })?;
+        Ok(Stored::Read(Box::new(catalog), version))
     }
 
     /// Writes a validated catalog if the stored version is still `expected` (compare-and-swap);
