@@ -53,7 +53,7 @@ pub async fn serve(
     let policy = catalog.policy_for(model);
     // Held until the count is answered (dropped at the end: the key's slot given back).
     let _admitted = limits::admit_key(env, ctx, key, id, &policy).await?;
-    let view = health::view(env, model, &policy).await;
+    let view = health::view(env, ctx, model, &policy).await;
     let route_accounts = catalog.route_accounts(model);
     let estimate = || Counted {
         tokens: count::estimate(request),

@@ -10,8 +10,9 @@
 //! demotion), and reports them from `ctx.wait_until`; the object's answer refreshes the snapshot.
 //! A request waits on an object only to claim the one probe of a route or account whose cooldown
 //! ended, or when its isolate has no snapshot of the object yet: a snapshot older than
-//! `health_snapshot_ms` is refreshed by one request at a time while the others plan with the
-//! stale one, and an object that failed to answer is left alone for a back-off (`refresh`).
+//! `health_snapshot_ms` is refreshed beside the request that finds it stale (one fetch at a time,
+//! from `ctx.wait_until`) while every request plans with the stale one, and an object that failed
+//! to answer is left alone for a back-off (`refresh`).
 //!
 //! A model's object also runs its routes' verification checks (SPEC §8a) from its alarm: it learns
 //! its model from its name (`object::OBJECT_NAME` on every call), sets the alarm for the next due
@@ -35,7 +36,7 @@ use switchyard_core::health::{
 };
 use switchyard_core::verify::{self as checks, CheckRoute};
 
-use worker::{durable_object, DurableObject, Env, Request, Response, ScheduledTime, State};
+use worker::{durable_object, Context, DurableObject, Env, Request, Response, ScheduledTime, State};
 
 use crate::batch;
 use crate::faults::Faults;
@@ -334,9 +335,10 @@ fn fetched_at(name: &str) -> Option<u64> {
 }
 
 /// Refreshes the snapshots of `names` that are stale, in parallel, one fetch per object at a time
-/// (see [`snapshot_rules`]). An unreachable object leaves the old snapshot (or none: everything
-/// healthy) — health never blocks an answer.
-async fn refresh(env: &Env, names: &[String], max_age_ms: u64) {
+/// (see [`snapshot_rules`]): a request that has a copy to plan with goes on with it while the
+/// fetch runs beside it (`ctx.wait_until`); only one without a copy waits. An unreachable object
+/// leaves the old snapshot (or none: everything healthy) — health never blocks an answer.
+async fn refresh(env: &Env, ctx: &Context, names: &[String], max_age_ms: u64) {
     let rules = snapshot_rules(max_age_ms);
     let calls = names.iter().map(|name| async move {
         loop {
@@ -356,23 +358,28 @@ async fn refresh(env: &Env, names: &[String], max_age_ms: u64) {
                     }
                 }
                 Step::Fetch => {
-                    let reply = call_object::<SnapshotReply>(env, name, &HealthCall::Snapshot).await;
-                    let ok = reply.is_some();
-                    if let Some(reply) = reply {
-                        remember(name, reply);
+                    let fetch = fetch_snapshot(env.clone(), name.clone(), rules);
+                    match fetched_at(name) {
+                        Some(_) => ctx.wait_until(fetch),
+                        None => fetch.await,
                     }
-                    FETCHES.with(|f| {
-                        f.borrow_mut()
-                            .entry(name.clone())
-                            .or_default()
-                            .done(ok, now_ms(), &rules)
-                    });
                     return;
                 }
             }
         }
     });
     futures_util::future::join_all(calls).await;
+}
+
+/// One snapshot fetch (marked under way by its [`Step::Fetch`]): the object's answer becomes the
+/// isolate's copy; either way the flight is told how it went.
+async fn fetch_snapshot(env: Env, name: String, rules: FetchRules) {
+    let reply = call_object::<SnapshotReply>(&env, &name, &HealthCall::Snapshot).await;
+    let ok = reply.is_some();
+    if let Some(reply) = reply {
+        remember(&name, reply);
+    }
+    FETCHES.with(|f| f.borrow_mut().entry(name).or_default().done(ok, now_ms(), &rules));
 }
 
 /// The planning view of one model: its route breakers with the accounts' breakers, and the
@@ -384,9 +391,9 @@ pub struct View {
 
 /// The view a request plans with, refreshed from the objects only if older than
 /// `health_snapshot_ms`.
-pub async fn view(env: &Env, model: &Model, policy: &Policy) -> View {
+pub async fn view(env: &Env, ctx: &Context, model: &Model, policy: &Policy) -> View {
     let name = object_name(&model.id);
-    refresh(env, &[name.clone(), ACCOUNTS.to_string()], policy.health_snapshot_ms).await;
+    refresh(env, ctx, &[name.clone(), ACCOUNTS.to_string()], policy.health_snapshot_ms).await;
     HEALTH_SNAPSHOTS.with(|s| {
         let s = s.borrow();
         let empty = ModelHealth::default();

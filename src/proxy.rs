@@ -323,7 +323,7 @@ async fn plan(
     request: &ClientRequest,
     policy: &Policy,
 ) -> Result<(Plan, u64), ApiError> {
-    let view = health::view(&call.env, model, policy).await;
+    let view = health::view(&call.env, &call.ctx, model, policy).await;
     let now = now_ms();
     let route_accounts = catalog.route_accounts(model);
     let claims = view.health.probe_claims(&route_accounts, now);
