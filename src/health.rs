@@ -393,7 +393,13 @@ pub struct View {
 /// `health_snapshot_ms`.
 pub async fn view(env: &Env, ctx: &Context, model: &Model, policy: &Policy) -> View {
     let name = object_name(&model.id);
-    refresh(env, ctx, &[name.clone(), ACCOUNTS.to_string()], policy.health_snapshot_ms).await;
+    refresh(
+        env,
+        ctx,
+        &[name.clone(), ACCOUNTS.to_string()],
+        policy.health_snapshot_ms,
+    )
+    .await;
     HEALTH_SNAPSHOTS.with(|s| {
         let s = s.borrow();
         let empty = ModelHealth::default();

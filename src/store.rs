@@ -446,7 +446,10 @@ impl Store {
         let (doc, version) = match row {
             None => return Ok(Stored::Read(Box::new(Catalog::empty()), 0)),
             Some(CatalogRow { doc: None, version }) => return Ok(Stored::Unchanged(version as i64)),
-            Some(CatalogRow { doc: Some(doc), version }) => (doc, version as i64),
+            Some(CatalogRow {
+                doc: Some(doc),
+                version,
+            }) => (doc, version as i64),
         };
         // The stored document passed validation when written; a failure here means the code's
         // rules changed under it, which is an operator problem, not a client's.
