@@ -1,0 +1,140 @@
+// Where a cold isolate's first request goes (issue 36): a V8 CPU profile of the Worker's isolate
+// (with its Durable Objects) from before its first request until just after it, and a timeline of
+// it — per slice of `--slice` ms, how busy the isolate was and the Rust functions it was in.
+// workerd's clock stands still during CPU work, so the Worker cannot time this itself.
+//
+//   node bench/cold-profile.mjs --script DIR/index.js --config wrangler.toml --mock URL
+//        --persist DIR [--first404] [--slice MS] [--out FILE.cpuprofile]
+//
+// A first Miniflare instance sets up a model on the mock, an account and a key in `--persist`;
+// a second, fresh one (a new isolate on the same state) is profiled while it answers one chat
+// completion (after a 404 with `--first404`: the isolate and its Wasm started apart from the
+// request). The profiler slows everything down: read the shares and the order, not the times.
+
+import { writeFileSync } from "node:fs";
+import { Miniflare } from "miniflare";
+import WebSocket from "ws";
+import { parseArgs, miniflareOptions, applyMigrations, fail } from "./mf.mjs";
+
+let mock;
+let out;
+let first404 = false;
+let slice = 4;
+const args = parseArgs(process.argv.slice(2), (a, next) => {
+  if (a === "--mock") mock = next().replace(/\/$/, "");
+  else if (a === "--out") out = next();
+  else if (a === "--first404") first404 = true;
+  else if (a === "--slice") slice = Number(next());
+  else return false;
+  return true;
+});
+if (!mock || !args.persist) fail("--mock and --persist are required");
+const token = "cold-profile-admin-token";
+args.vars.ADMIN_TOKEN = token;
+args.migrate = true;
+const { options, d1 } = miniflareOptions(args);
+
+async function call(url, method, path, body, headers = {}) {
+  const r = await fetch(url + path, {
+    method,
+    headers: { "content-type": "application/json", ...headers },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await r.text();
+  if (r.status >= 300 && !(method === "GET" && r.status === 404)) fail(`${method} ${path}: ${r.status} ${text}`);
+  return text && r.status < 300 ? JSON.parse(text) : null;
+}
+
+// The setup instance.
+let mf = new Miniflare(options);
+let url = (await mf.ready).origin;
+await applyMigrations(mf, d1);
+const admin = { authorization: `Bearer ${token}` };
+await call(url, "PUT", "/admin/providers/cold", { base_url: `${mock}/cold/ok`, auth: "bearer" }, admin);
+await call(url, "PUT", "/admin/models/cold", {
+  context_window: 8192,
+  max_output_tokens: 256,
+  routes: [{ id: "r0", provider: "cold", upstream_model: "u", apis: ["chat"], verify: false,
+             price: { input_per_mtok: 1, output_per_mtok: 2 } }],
+}, admin);
+const account = (await call(url, "POST", "/admin/accounts", {}, admin)).id;
+await call(url, "POST", `/admin/accounts/${account}/credit`, { amount_usd: 100 }, admin);
+const key = (await call(url, "POST", "/admin/keys", { account_id: account }, admin)).key;
+await mf.dispose();
+
+// The profiled instance.
+mf = new Miniflare({ ...options, inspectorPort: 0 });
+url = (await mf.ready).origin;
+const inspector = await mf.getInspectorURL();
+const targets = await (await fetch(`http://${inspector.host}/json/list`)).json();
+const target = targets.find((t) => t.id === "core:user:");
+if (!target) fail(`no Worker isolate among ${targets.map((t) => t.id).join(", ")}`);
+const ws = new WebSocket(target.webSocketDebuggerUrl);
+await new Promise((ok, err) => (ws.once("open", ok), ws.once("error", err)));
+let id = 0;
+const pending = new Map();
+ws.on("message", (m) => {
+  const msg = JSON.parse(m);
+  if (msg.id && pending.has(msg.id)) {
+    pending.get(msg.id)(msg);
+    pending.delete(msg.id);
+  }
+});
+const send = (method, params = {}) =>
+  new Promise((ok) => {
+    const n = ++id;
+    pending.set(n, ok);
+    ws.send(JSON.stringify({ id: n, method, params }));
+  });
+await send("Profiler.enable");
+await send("Profiler.setSamplingInterval", { interval: 100 });
+await send("Profiler.start");
+const times = [];
+let t = performance.now();
+if (first404) {
+  await call(url, "GET", "/cold-start-unknown-path");
+  times.push(["404", performance.now() - t]);
+  t = performance.now();
+}
+await call(url, "POST", "/v1/chat/completions", { model: "cold", messages: [{ role: "user", content: "hi" }] },
+           { authorization: `Bearer ${key}` });
+times.push(["first chat completion", performance.now() - t]);
+await new Promise((r) => setTimeout(r, 300)); // what the request left to do after its answer
+const { result } = await send("Profiler.stop");
+ws.close();
+await mf.dispose();
+if (out) writeFileSync(out, JSON.stringify(result.profile));
+
+// The timeline: per slice, the busy time and the innermost Rust functions of its samples.
+const p = result.profile;
+const byId = new Map(p.nodes.map((n) => [n.id, n]));
+const parent = new Map();
+for (const n of p.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
+const slices = new Map();
+let at = 0;
+for (let i = 0; i < p.samples.length; i++) {
+  at += p.timeDeltas[i];
+  const ms = (p.timeDeltas[i + 1] ?? 0) / 1000;
+  let label = byId.get(p.samples[i]).callFrame.functionName || "(anonymous)";
+  if (label === "(idle)") continue;
+  for (let cur = p.samples[i]; cur !== undefined; cur = parent.get(cur)) {
+    const name = byId.get(cur).callFrame.functionName;
+    if (/^<?switchyard/.test(name)) {
+      label = name;
+      break;
+    }
+  }
+  label = label.replace(/::h[0-9a-f]{16}$/, "").replace(/::\{\{closure\}\}/g, "");
+  const k = Math.floor(at / 1000 / slice);
+  const m = slices.get(k) ?? new Map();
+  m.set(label, (m.get(label) ?? 0) + ms);
+  slices.set(k, m);
+}
+console.log(times.map(([what, ms]) => `${what}: ${ms.toFixed(1)} ms (profiled)`).join("; "));
+console.log(`\n| from ms | busy ms | where (ms) |\n|---|---|---|`);
+for (const [k, m] of [...slices.entries()].sort((a, b) => a[0] - b[0])) {
+  const busy = [...m.values()].reduce((a, b) => a + b, 0);
+  const top = [...m.entries()].sort((a, b) => b[1] - a[1]).slice(0, 3);
+  console.log(`| ${k * slice} | ${busy.toFixed(1)} | ${top.map(([l, ms]) => `\`${l.slice(0, 60)}\` ${ms.toFixed(1)}`).join(", ")} |`);
+}
+process.exit(0);
