@@ -13,8 +13,7 @@
 
 import { writeFileSync } from "node:fs";
 import { Miniflare } from "miniflare";
-import WebSocket from "ws";
-import { parseArgs, miniflareOptions, applyMigrations, fail } from "./mf.mjs";
+import { parseArgs, miniflareOptions, applyMigrations, fail, call, coldSetup, inspect } from "./mf.mjs";
 
 let mock;
 let out;
@@ -34,32 +33,11 @@ args.vars.ADMIN_TOKEN = token;
 args.migrate = true;
 const { options, d1 } = miniflareOptions(args);
 
-async function call(url, method, path, body, headers = {}) {
-  const r = await fetch(url + path, {
-    method,
-    headers: { "content-type": "application/json", ...headers },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const text = await r.text();
-  if (r.status >= 300 && !(method === "GET" && r.status === 404)) fail(`${method} ${path}: ${r.status} ${text}`);
-  return text && r.status < 300 ? JSON.parse(text) : null;
-}
-
 // The setup instance.
 let mf = new Miniflare(options);
 let url = (await mf.ready).origin;
 await applyMigrations(mf, d1);
-const admin = { authorization: `Bearer ${token}` };
-await call(url, "PUT", "/admin/providers/cold", { base_url: `${mock}/cold/ok`, auth: "bearer" }, admin);
-await call(url, "PUT", "/admin/models/cold", {
-  context_window: 8192,
-  max_output_tokens: 256,
-  routes: [{ id: "r0", provider: "cold", upstream_model: "u", apis: ["chat"], verify: false,
-             price: { input_per_mtok: 1, output_per_mtok: 2 } }],
-}, admin);
-const account = (await call(url, "POST", "/admin/accounts", {}, admin)).id;
-await call(url, "POST", `/admin/accounts/${account}/credit`, { amount_usd: 100 }, admin);
-const key = (await call(url, "POST", "/admin/keys", { account_id: account }, admin)).key;
+const key = await coldSetup(url, mock, token);
 await mf.dispose();
 
 // The profiled instance.
@@ -69,30 +47,14 @@ const inspector = await mf.getInspectorURL();
 const targets = await (await fetch(`http://${inspector.host}/json/list`)).json();
 const target = targets.find((t) => t.id === "core:user:");
 if (!target) fail(`no Worker isolate among ${targets.map((t) => t.id).join(", ")}`);
-const ws = new WebSocket(target.webSocketDebuggerUrl);
-await new Promise((ok, err) => (ws.once("open", ok), ws.once("error", err)));
-let id = 0;
-const pending = new Map();
-ws.on("message", (m) => {
-  const msg = JSON.parse(m);
-  if (msg.id && pending.has(msg.id)) {
-    pending.get(msg.id)(msg);
-    pending.delete(msg.id);
-  }
-});
-const send = (method, params = {}) =>
-  new Promise((ok) => {
-    const n = ++id;
-    pending.set(n, ok);
-    ws.send(JSON.stringify({ id: n, method, params }));
-  });
+const { send, close } = await inspect(target);
 await send("Profiler.enable");
 await send("Profiler.setSamplingInterval", { interval: 100 });
 await send("Profiler.start");
 const times = [];
 let t = performance.now();
 if (first404) {
-  await call(url, "GET", "/cold-start-unknown-path");
+  await call(url, "GET", "/cold-start-unknown-path", undefined, {}, (status) => status === 404);
   times.push(["404", performance.now() - t]);
   t = performance.now();
 }
@@ -101,7 +63,7 @@ await call(url, "POST", "/v1/chat/completions", { model: "cold", messages: [{ ro
 times.push(["first chat completion", performance.now() - t]);
 await new Promise((r) => setTimeout(r, 300)); // what the request left to do after its answer
 const { result } = await send("Profiler.stop");
-ws.close();
+close();
 await mf.dispose();
 if (out) writeFileSync(out, JSON.stringify(result.profile));
 

@@ -18,7 +18,7 @@
 // with `--split`: | label | 404 first | chat request after it | chat request again |.
 
 import { Miniflare } from "miniflare";
-import { parseArgs, miniflareOptions, applyMigrations, fail } from "./mf.mjs";
+import { parseArgs, miniflareOptions, applyMigrations, fail, call, coldSetup } from "./mf.mjs";
 
 let mock;
 let kind;
@@ -41,34 +41,13 @@ const token = "cold-admin-token";
 if (kind === "switchyard") args.vars.ADMIN_TOKEN = token;
 const { options, d1 } = miniflareOptions(args);
 
-async function call(url, method, path, body, headers = {}) {
-  const r = await fetch(url + path, {
-    method,
-    headers: { "content-type": "application/json", ...headers },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const text = await r.text();
-  if (r.status >= 300) fail(`${method} ${path}: ${r.status} ${text}`);
-  return text ? JSON.parse(text) : null;
-}
-
 // The setup instance: migrations, a provider on the mock, a model, a funded key.
 let request;
 if (kind === "switchyard") {
   const mf = new Miniflare(options);
   const url = (await mf.ready).origin;
   if (args.migrate) await applyMigrations(mf, d1);
-  const admin = { authorization: `Bearer ${token}` };
-  await call(url, "PUT", "/admin/providers/cold", { base_url: `${mock}/cold/ok`, auth: "bearer" }, admin);
-  await call(url, "PUT", "/admin/models/cold", {
-    context_window: 8192,
-    max_output_tokens: 256,
-    routes: [{ id: "r0", provider: "cold", upstream_model: "u", apis: ["chat"], verify: false,
-               price: { input_per_mtok: 1, output_per_mtok: 2 } }],
-  }, admin);
-  const account = (await call(url, "POST", "/admin/accounts", {}, admin)).id;
-  await call(url, "POST", `/admin/accounts/${account}/credit`, { amount_usd: 100 }, admin);
-  const key = (await call(url, "POST", "/admin/keys", { account_id: account }, admin)).key;
+  const key = await coldSetup(url, mock, token);
   await mf.dispose();
   request = (url) =>
     call(url, "POST", "/v1/chat/completions", { model: "cold", messages: [{ role: "user", content: "hi" }] },

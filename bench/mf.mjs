@@ -1,8 +1,10 @@
-// Shared by bench/miniflare.mjs and bench/profile.mjs: command-line options, wrangler.toml →
-// Miniflare options (refusing bindings it does not wire up), D1 migrations, workerd's pids.
+// Shared by bench/miniflare.mjs, bench/profile.mjs, bench/cold.mjs and bench/cold-profile.mjs:
+// command-line options, wrangler.toml → Miniflare options (refusing bindings it does not wire up),
+// D1 migrations, workerd's pids, a JSON call, the cold-start catalog, an inspector session.
 
 import { readFileSync, readdirSync, existsSync } from "node:fs";
 import { dirname, resolve, join } from "node:path";
+import WebSocket from "ws";
 
 export function fail(msg) {
   console.error(`bench: ${msg}`);
@@ -324,4 +326,55 @@ export function workerdPids() {
     }
   }
   return workerd;
+}
+
+// One JSON call to a Worker at `url`; fails the run on a status `ok` refuses (default: ≥ 300).
+export async function call(url, method, path, body, headers = {}, ok = (status) => status < 300) {
+  const r = await fetch(url + path, {
+    method,
+    headers: { "content-type": "application/json", ...headers },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await r.text();
+  if (!ok(r.status)) fail(`${method} ${path}: ${r.status} ${text}`);
+  return text && r.status < 300 ? JSON.parse(text) : null;
+}
+
+// The cold-start measurements' setup through the admin API at `url` (admin token `token`): a
+// provider on the mock, the model `cold` on it, an account with credit; returns its key.
+export async function coldSetup(url, mock, token) {
+  const admin = { authorization: `Bearer ${token}` };
+  await call(url, "PUT", "/admin/providers/cold", { base_url: `${mock}/cold/ok`, auth: "bearer" }, admin);
+  await call(url, "PUT", "/admin/models/cold", {
+    context_window: 8192,
+    max_output_tokens: 256,
+    routes: [{ id: "r0", provider: "cold", upstream_model: "u", apis: ["chat"], verify: false,
+               price: { input_per_mtok: 1, output_per_mtok: 2 } }],
+  }, admin);
+  const account = (await call(url, "POST", "/admin/accounts", {}, admin)).id;
+  await call(url, "POST", `/admin/accounts/${account}/credit`, { amount_usd: 100 }, admin);
+  return (await call(url, "POST", "/admin/keys", { account_id: account }, admin)).key;
+}
+
+// A DevTools protocol session on one of workerd's inspector targets (`/json/list`):
+// `send(method, params)` resolves with the reply; `close()`.
+export async function inspect(target) {
+  const ws = new WebSocket(target.webSocketDebuggerUrl);
+  await new Promise((ok, err) => (ws.once("open", ok), ws.once("error", err)));
+  let id = 0;
+  const pending = new Map();
+  ws.on("message", (m) => {
+    const msg = JSON.parse(m);
+    if (msg.id && pending.has(msg.id)) {
+      pending.get(msg.id)(msg);
+      pending.delete(msg.id);
+    }
+  });
+  const send = (method, params = {}) =>
+    new Promise((ok) => {
+      const n = ++id;
+      pending.set(n, ok);
+      ws.send(JSON.stringify({ id: n, method, params }));
+    });
+  return { send, close: () => ws.close() };
 }

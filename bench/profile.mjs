@@ -15,8 +15,7 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { Miniflare } from "miniflare";
-import WebSocket from "ws";
-import { parseArgs, miniflareOptions, applyMigrations, fail } from "./mf.mjs";
+import { parseArgs, miniflareOptions, applyMigrations, fail, inspect } from "./mf.mjs";
 
 let mock;
 let requests = 2000;
@@ -87,26 +86,10 @@ try {
   const wanted = targets.filter((t) => /^(core:user:|core:entry|d1:db:)/.test(t.id));
   const sessions = [];
   for (const t of wanted) {
-    const ws = new WebSocket(t.webSocketDebuggerUrl);
-    await new Promise((ok, err) => (ws.once("open", ok), ws.once("error", err)));
-    let id = 0;
-    const pending = new Map();
-    ws.on("message", (m) => {
-      const msg = JSON.parse(m);
-      if (msg.id && pending.has(msg.id)) {
-        pending.get(msg.id)(msg);
-        pending.delete(msg.id);
-      }
-    });
-    const send = (method, params = {}) =>
-      new Promise((ok) => {
-        const n = ++id;
-        pending.set(n, ok);
-        ws.send(JSON.stringify({ id: n, method, params }));
-      });
+    const { send, close } = await inspect(t);
     await send("Profiler.enable");
     await send("Profiler.setSamplingInterval", { interval: 100 });
-    sessions.push({ name: t.id, ws, send });
+    sessions.push({ name: t.id, send, close });
   }
   for (const s of sessions) await s.send("Profiler.start");
   const t0 = performance.now();
@@ -116,7 +99,7 @@ try {
   for (const s of sessions) {
     const { result } = await s.send("Profiler.stop");
     profiles.push({ name: s.name, profile: result.profile });
-    s.ws.close();
+    s.close();
   }
 
   // Self time per node, then per category and per function, for the Worker's isolate (it holds
