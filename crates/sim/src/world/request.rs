@@ -221,8 +221,8 @@ impl World {
                 self.after_ms(ms, Ev::ViewPoll { req: id, obj });
                 false
             }
-            // The proposal refreshes a stale copy in the background.
-            Step::Fetch if self.p.design == Design::Sharded && copy_at.is_some() => {
+            // A stale copy is refreshed in the background (`src/health.rs` `refresh`, both designs).
+            Step::Fetch if copy_at.is_some() => {
                 let then = Then::Snapshot { iso, obj, req: None };
                 self.call(iso, obj, Kind::Snapshot, 0, HEALTH_TIMEOUT_MS, then);
                 true
