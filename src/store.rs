@@ -202,15 +202,19 @@ fn remember_catalog(catalog: Rc<Catalog>, version: i64, now: u64) -> Rc<Catalog>
     })
 }
 
-/// This isolate's copy of the catalog if it is `version`, now as fresh as a read at `now`.
-fn held_catalog(version: i64, now: u64) -> Option<Rc<Catalog>> {
+/// "Unchanged" from a read that named no version this isolate holds: cannot happen.
+const UNCHANGED_WITHOUT_COPY: ApiError = ApiError::Internal {
+    label: "catalog_unchanged",
+};
+
+/// This isolate's copy of the catalog, now as fresh as a read at `now`: the read found the version
+/// the copy had (a copy is only ever replaced by a newer one, so it is that version or newer).
+fn refreshed_catalog(now: u64) -> Option<Rc<Catalog>> {
     CATALOG.with(|c| {
         let mut c = c.borrow_mut();
-        let (held, held_version, at) = c.as_mut()?;
-        (*held_version == version).then(|| {
-            *at = now;
-            held.clone()
-        })
+        let (held, _, at) = c.as_mut()?;
+        *at = now;
+        Some(held.clone())
     })
 }
 
@@ -290,13 +294,6 @@ struct CatalogRow {
     /// NULL when the reader already holds this version.
     doc: Option<String>,
     version: f64,
-}
-
-/// What reading the stored catalog found.
-enum Stored {
-    Read(Box<Catalog>, i64),
-    /// The version the reader holds: the document was not read.
-    Unchanged(i64),
 }
 
 impl Store {
@@ -402,14 +399,8 @@ impl Store {
         // again (every 5 s per isolate, a whole catalog's validation was on some request's path).
         let held = CATALOG.with(|c| c.borrow().as_ref().map(|(_, version, _)| *version));
         match self.read_catalog(held).await {
-            Ok(Stored::Read(catalog, version)) => Ok(remember_catalog(Rc::new(*catalog), version, now)),
-            Ok(Stored::Unchanged(version)) => match held_catalog(version, now) {
-                Some(c) => Ok(c),
-                None => self
-                    .load_catalog()
-                    .await
-                    .map(|(catalog, version)| remember_catalog(Rc::new(catalog), version, now)),
-            },
+            Ok(Some((catalog, version))) => Ok(remember_catalog(Rc::new(catalog), version, now)),
+            Ok(None) => refreshed_catalog(now).ok_or(UNCHANGED_WITHOUT_COPY),
             Err(ApiError::StorageUnavailable) => cached(STALE_MAX_MS)
                 .inspect(|_| worker::console_log!("{{\"event\":\"stale_catalog_served\"}}"))
                 .ok_or(ApiError::StorageUnavailable),
@@ -419,17 +410,12 @@ impl Store {
 
     /// The stored catalog and its version (0 before the first `PUT /admin/catalog`), uncached.
     pub async fn load_catalog(&self) -> Result<(Catalog, i64), ApiError> {
-        match self.read_catalog(None).await? {
-            Stored::Read(catalog, version) => Ok((*catalog, version)),
-            Stored::Unchanged(_) => Err(ApiError::Internal {
-                label: "catalog_unchanged",
-            }),
-        }
+        self.read_catalog(None).await?.ok_or(UNCHANGED_WITHOUT_COPY)
     }
 
-    /// The stored catalog, or [`Stored::Unchanged`] when its version is `held` (its document is
+    /// The stored catalog and its version, or `None` when its version is `held` (its document is
     /// then not read).
-    async fn read_catalog(&self, held: Option<i64>) -> Result<Stored, ApiError> {
+    async fn read_catalog(&self, held: Option<i64>) -> Result<Option<(Catalog, i64)>, ApiError> {
         if self.faults.d1_down() {
             return Err(ApiError::StorageUnavailable);
         }
@@ -444,8 +430,8 @@ impl Store {
         )
         .await?;
         let (doc, version) = match row {
-            None => return Ok(Stored::Read(Box::new(Catalog::empty()), 0)),
-            Some(CatalogRow { doc: None, version }) => return Ok(Stored::Unchanged(version as i64)),
+            None => return Ok(Some((Catalog::empty(), 0))),
+            Some(CatalogRow { doc: None, .. }) => return Ok(None),
             Some(CatalogRow {
                 doc: Some(doc),
                 version,
@@ -462,7 +448,7 @@ impl Store {
                 label: "catalog_invalid",
             }
         })?;
-        Ok(Stored::Read(Box::new(catalog), version))
+        Ok(Some((catalog, version)))
     }
 
     /// Writes a validated catalog if the stored version is still `expected` (compare-and-swap);
