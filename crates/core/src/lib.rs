@@ -23,6 +23,7 @@ pub mod keys;
 pub mod ledgers;
 pub mod limits;
 pub mod money;
+pub mod outbox;
 pub mod plan;
 pub mod providers;
 pub mod records;
