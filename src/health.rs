@@ -26,13 +26,14 @@ use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 
 use serde::de::DeserializeOwned;
+use serde::Serialize;
 use switchyard_core::batch::{Batches, Rules};
 use switchyard_core::catalog::{Catalog, Model, Policy};
 use switchyard_core::flight::{Flight, Rules as FetchRules, Step};
 use switchyard_core::health::rpc::{answer, model_object, ClaimReply, HealthCall, SnapshotReply};
+use switchyard_core::health::shard::{shard_object, ShardCall, ShardReply, ShardReport};
 use switchyard_core::health::{
-    for_accounts, AttemptOutcome, HealthConfig, ModelHealth, Observation, ProbeClaim, RequestObservation, RouteStats,
-    Scope,
+    for_accounts, HealthConfig, ModelHealth, Observation, ProbeClaim, RequestObservation, RouteStats, Scope,
 };
 use switchyard_core::verify::{self as checks, CheckRoute};
 
@@ -43,6 +44,7 @@ use crate::faults::Faults;
 use crate::limits::CapacityDesk;
 use crate::object;
 use crate::runtime::clock::{in_request, now_ms, sleep};
+use crate::runtime::ids::isolate_seed;
 use crate::store::Store;
 use crate::verify;
 
@@ -274,8 +276,17 @@ const CALL_TIMEOUT_MS: u64 = 300;
 /// One call to the object `name`, at most [`CALL_TIMEOUT_MS`]; `None` (logged) when it errs or is
 /// late — the caller then keeps its snapshot.
 async fn call_object<T: DeserializeOwned>(env: &Env, name: &str, body: &HealthCall) -> Option<T> {
+    call_binding(env, "HEALTH", name, body).await
+}
+
+/// [`call_object`] to the model's shard for this isolate (`crate::shard`).
+async fn call_shard(env: &Env, name: &str, body: &ShardCall) -> Option<ShardReply> {
+    call_binding(env, "HEALTH_SHARDS", name, body).await
+}
+
+async fn call_binding<B: Serialize, T: DeserializeOwned>(env: &Env, binding: &str, name: &str, body: &B) -> Option<T> {
     let drill = Faults::of(env).health_object(name);
-    match object::call(env, "HEALTH", name, "/", body, CALL_TIMEOUT_MS, drill).await {
+    match object::call(env, binding, name, "/", body, CALL_TIMEOUT_MS, drill).await {
         Ok(v) => Some(v),
         Err("no_context") => None, // health is advisory; nothing to log
         Err(why) => {
@@ -317,16 +328,41 @@ fn snapshot_rules(fresh_ms: u64) -> FetchRules {
     }
 }
 
+/// A shard's answer becomes the isolate's copies of the model's object and the accounts object
+/// (each only if the shard has one).
+fn remember_shard(model_id: &str, reply: ShardReply) {
+    if let Some(model) = reply.model {
+        remember(&object_name(model_id), model);
+    }
+    if let Some(accounts) = reply.accounts {
+        remember(ACCOUNTS, accounts);
+    }
+}
+
+/// An object's snapshot (through a shard, or its own answer) becomes the isolate's copy — its
+/// breakers only if the object changed them since the copy was read (`ModelHealth::newer_than`):
+/// an older or equal one would undo the isolate's own outcomes applied since.
 fn remember(name: &str, reply: SnapshotReply) {
     HEALTH_SNAPSHOTS.with(|s| {
-        s.borrow_mut().insert(
-            name.to_string(),
-            Snapshot {
-                health: reply.health,
-                stats: reply.stats,
-                fetched_ms: Some(now_ms()),
-            },
-        );
+        let mut s = s.borrow_mut();
+        let now = Some(now_ms());
+        match s.get_mut(name) {
+            Some(held) => {
+                if reply.health.newer_than(&held.health) {
+                    held.health = reply.health;
+                }
+                held.stats = reply.stats;
+                held.fetched_ms = now;
+            }
+            None => {
+                let snapshot = Snapshot {
+                    health: reply.health,
+                    stats: reply.stats,
+                    fetched_ms: now,
+                };
+                s.insert(name.to_string(), snapshot);
+            }
+        }
     });
 }
 
@@ -334,52 +370,61 @@ fn fetched_at(name: &str) -> Option<u64> {
     HEALTH_SNAPSHOTS.with(|s| s.borrow().get(name).and_then(|snap| snap.fetched_ms))
 }
 
-/// Refreshes the snapshots of `names` that are stale, in parallel, one fetch per object at a time
-/// (see [`snapshot_rules`]): a request that has a copy to plan with goes on with it while the
-/// fetch runs beside it (`ctx.wait_until`); only one without a copy waits. An unreachable object
-/// leaves the old snapshot (or none: everything healthy) — health never blocks an answer.
-async fn refresh(env: &Env, ctx: &Context, names: &[String], max_age_ms: u64) {
+/// Refreshes the isolate's copy of `model_id`'s health (and with it the accounts') if it is stale,
+/// one fetch at a time (see [`snapshot_rules`]) from the isolate's shard of the model: a request
+/// that has a copy to plan with goes on with it while the fetch runs beside it (`ctx.wait_until`);
+/// only one without a copy waits. An unreachable shard leaves the old snapshot (or none:
+/// everything healthy) — health never blocks an answer.
+async fn refresh(env: &Env, ctx: &Context, model_id: &str, max_age_ms: u64) {
     let rules = snapshot_rules(max_age_ms);
-    let calls = names.iter().map(|name| async move {
-        loop {
-            let now = now_ms();
-            let step = FETCHES.with(|f| {
-                f.borrow_mut()
-                    .entry(name.clone())
-                    .or_default()
-                    .step(fetched_at(name), now, &rules)
-            });
-            match step {
-                Step::Fresh | Step::Stale | Step::Without => return,
-                Step::Wait(ms) => {
-                    sleep(ms).await;
-                    if !in_request() {
-                        return;
-                    }
-                }
-                Step::Fetch => {
-                    let fetch = fetch_snapshot(env.clone(), name.clone(), rules);
-                    match fetched_at(name) {
-                        Some(_) => ctx.wait_until(fetch),
-                        None => fetch.await,
-                    }
+    let name = object_name(model_id);
+    loop {
+        let now = now_ms();
+        let step = FETCHES.with(|f| {
+            f.borrow_mut()
+                .entry(name.clone())
+                .or_default()
+                .step(fetched_at(&name), now, &rules)
+        });
+        match step {
+            Step::Fresh | Step::Stale | Step::Without => return,
+            Step::Wait(ms) => {
+                sleep(ms).await;
+                if !in_request() {
                     return;
                 }
             }
+            Step::Fetch => {
+                let fetch = fetch_snapshot(env.clone(), model_id.to_string(), rules);
+                match fetched_at(&name) {
+                    Some(_) => ctx.wait_until(fetch),
+                    None => fetch.await,
+                }
+                return;
+            }
         }
-    });
-    futures_util::future::join_all(calls).await;
+    }
 }
 
-/// One snapshot fetch (marked under way by its [`Step::Fetch`]): the object's answer becomes the
-/// isolate's copy; either way the flight is told how it went.
-async fn fetch_snapshot(env: Env, name: String, rules: FetchRules) {
-    let reply = call_object::<SnapshotReply>(&env, &name, &HealthCall::Snapshot).await;
-    let ok = reply.is_some();
+/// One snapshot fetch (marked under way by its [`Step::Fetch`]): the shard's answer becomes the
+/// isolate's copies; either way the flight is told how it went.
+async fn fetch_snapshot(env: Env, model_id: String, rules: FetchRules) {
+    let reply = call_shard(&env, &shard_of(&model_id), &ShardCall::Snapshot).await;
+    let ok = reply.as_ref().is_some_and(|r| r.model.is_some());
     if let Some(reply) = reply {
-        remember(&name, reply);
+        remember_shard(&model_id, reply);
     }
-    FETCHES.with(|f| f.borrow_mut().entry(name).or_default().done(ok, now_ms(), &rules));
+    FETCHES.with(|f| {
+        f.borrow_mut()
+            .entry(object_name(&model_id))
+            .or_default()
+            .done(ok, now_ms(), &rules)
+    });
+}
+
+/// This isolate's shard of `model_id`'s health (core `health::shard::shard_object`).
+pub fn shard_of(model_id: &str) -> String {
+    shard_object(model_id, isolate_seed())
 }
 
 /// The planning view of one model: its route breakers with the accounts' breakers, and the
@@ -393,13 +438,7 @@ pub struct View {
 /// `health_snapshot_ms`.
 pub async fn view(env: &Env, ctx: &Context, model: &Model, policy: &Policy) -> View {
     let name = object_name(&model.id);
-    refresh(
-        env,
-        ctx,
-        &[name.clone(), ACCOUNTS.to_string()],
-        policy.health_snapshot_ms,
-    )
-    .await;
+    refresh(env, ctx, &model.id, policy.health_snapshot_ms).await;
     HEALTH_SNAPSHOTS.with(|s| {
         let s = s.borrow();
         let empty = ModelHealth::default();
@@ -470,23 +509,15 @@ pub fn apply_local(model_id: &str, obs: &Observation, config: &HealthConfig) {
 /// How reports are batched: core `batch::HEALTH_REPORTS`.
 const REPORT_BATCH: Rules = switchyard_core::batch::HEALTH_REPORTS;
 
-/// One request's outcomes for one object, waiting to be sent.
-#[derive(Clone)]
-struct Report {
-    config: HealthConfig,
-    observations: Vec<Observation>,
-    /// The request's own outcome (the model's object only).
-    request: Option<RequestObservation>,
-}
-
 thread_local! {
-    /// Reports waiting to be sent, per object name.
-    static OUTBOX: RefCell<Batches<Report>> = RefCell::new(Batches::default());
+    /// Reports waiting to be sent, per shard name.
+    static OUTBOX: RefCell<Batches<ShardReport>> = RefCell::new(Batches::default());
 }
 
-/// Reports a request's outcomes (from `ctx.wait_until`), gathered with other requests' per object
-/// (see [`REPORT_BATCH`]): everything to the model's object, what concerns an account to the
-/// accounts object. The objects' answers refresh the snapshots.
+/// Reports a request's outcomes (from `ctx.wait_until`) to the isolate's shard of the model,
+/// gathered with other requests' (see [`REPORT_BATCH`]); the shard forwards them to the model's
+/// object, and what concerns an account to the accounts object. The shard's answer refreshes the
+/// snapshots.
 pub async fn report(
     env: &Env,
     model_id: &str,
@@ -494,62 +525,31 @@ pub async fn report(
     observations: Vec<Observation>,
     request: RequestObservation,
 ) {
-    let urgent = observations
-        .iter()
-        .any(|o| o.probe || !matches!(o.outcome, AttemptOutcome::Success));
     let accounts = HEALTH_SNAPSHOTS.with(|s| for_accounts(&observations, s.borrow().get(ACCOUNTS).map(|a| &a.health)));
-    let model = Report {
+    let item = ShardReport {
         config,
         observations,
+        accounts,
         request: Some(request),
     };
-    let accounts = (!accounts.is_empty()).then_some(Report {
-        config,
-        observations: accounts,
-        request: None,
-    });
-    let model = report_to(env, object_name(model_id), Scope::Model, model, urgent);
-    let accounts = async {
-        if let Some(item) = accounts {
-            report_to(env, ACCOUNTS.to_string(), Scope::Accounts, item, urgent).await;
-        }
-    };
-    futures_util::future::join(model, accounts).await;
-}
-
-/// Sends `item` to `object` in a batch of its reports (`batch::run`).
-async fn report_to(env: &Env, object: String, scope: Scope, item: Report, urgent: bool) {
-    let object = &object;
-    let outcome = batch::run(&OUTBOX, object, item, urgent, &REPORT_BATCH, |items| {
-        send_reports(env, object, scope, items)
+    let urgent = item.urgent();
+    let shard = shard_of(model_id);
+    let shard = &shard;
+    let outcome = batch::run(&OUTBOX, shard, item, urgent, &REPORT_BATCH, |items| {
+        send_reports(env, model_id, shard, items)
     })
     .await;
     if let Some(item) = outcome.alone {
-        send_reports(env, object, scope, vec![item]).await;
+        send_reports(env, model_id, shard, vec![item]).await;
     }
 }
 
-/// One `Observe` call with `reports`; true when the object answered (its answer refreshes the
-/// snapshot).
-async fn send_reports(env: &Env, object: &str, scope: Scope, reports: Vec<Report>) -> bool {
-    let Some(config) = reports.last().map(|r| r.config) else {
-        return true;
-    };
-    let mut observations = Vec::new();
-    let mut requests = Vec::with_capacity(reports.len());
-    for r in reports {
-        observations.extend(r.observations);
-        requests.extend(r.request);
-    }
-    let call = HealthCall::Observe {
-        scope,
-        config,
-        observations,
-        requests,
-    };
-    match call_object::<SnapshotReply>(env, object, &call).await {
+/// One `Report` call with `reports`; true when the shard answered (its answer refreshes the
+/// snapshots).
+async fn send_reports(env: &Env, model_id: &str, shard: &str, reports: Vec<ShardReport>) -> bool {
+    match call_shard(env, shard, &ShardCall::Report { reports }).await {
         Some(reply) => {
-            remember(object, reply);
+            remember_shard(model_id, reply);
             true
         }
         None => false,

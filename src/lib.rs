@@ -20,6 +20,7 @@ mod records;
 mod relay;
 mod report;
 mod runtime;
+mod shard;
 mod store;
 mod upstream;
 mod verify;

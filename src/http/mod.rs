@@ -23,6 +23,7 @@ use response::{error_response, HandlerResult};
 
 use crate::calls::{self, Counts};
 use crate::faults::Faults;
+use crate::health;
 use crate::runtime::clock::now_ms;
 use crate::runtime::ids::{new_generation_id, new_id};
 
@@ -159,15 +160,20 @@ async fn dialect_endpoint(
 }
 
 /// `GET /__test/calls?object=<name>` (test drills only): this isolate's storage calls since it
-/// started, by kind (`crate::calls`), all and those of one object.
+/// started, by kind (`crate::calls`), all and those of one object; with `shard_of=<model>`, also
+/// the name of this isolate's health shard of that model.
 fn test_calls(req: &Request) -> Response {
-    let object = req.url().ok().and_then(|u| {
-        u.query_pairs()
-            .find(|(k, _)| k == "object")
-            .map(|(_, v)| v.into_owned())
-    });
-    let (all, one) = calls::totals(object.as_deref());
-    response::json_response(200, &json!({"isolate": isolate_id(), "all": all, "object": one}))
+    let query = |name: &str| {
+        req.url()
+            .ok()
+            .and_then(|u| u.query_pairs().find(|(k, _)| k == name).map(|(_, v)| v.into_owned()))
+    };
+    let (all, one) = calls::totals(query("object").as_deref());
+    let shard = query("shard_of").map(|model| health::shard_of(&model));
+    response::json_response(
+        200,
+        &json!({"isolate": isolate_id(), "all": all, "object": one, "shard": shard}),
+    )
 }
 
 /// The request asks to become a WebSocket (`Upgrade: websocket`).

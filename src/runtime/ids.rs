@@ -25,14 +25,14 @@ pub fn new_id(prefix: &str) -> String {
 }
 
 thread_local! {
-    /// This isolate's random seed for its record shard (core `records::shard_at`).
+    /// This isolate's random seed (its record shard, its health shards).
     static SEED: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
 }
 
-/// This isolate's record shard now: every generation id it mints this hour names it, so its
-/// records go to one object at a time.
-fn record_shard(now_ms: u64) -> u16 {
-    let seed = SEED.with(|s| match s.get() {
+/// This isolate's random seed, drawn once: what spreads isolates over sharded objects (core
+/// `records::shard_at`, `health::shard::shard_object`).
+pub fn isolate_seed() -> u64 {
+    SEED.with(|s| match s.get() {
         Some(seed) => seed,
         None => {
             let r = random_32();
@@ -40,8 +40,13 @@ fn record_shard(now_ms: u64) -> u16 {
             s.set(Some(seed));
             seed
         }
-    });
-    switchyard_core::records::shard_at(seed, now_ms)
+    })
+}
+
+/// This isolate's record shard now: every generation id it mints this hour names it, so its
+/// records go to one object at a time.
+fn record_shard(now_ms: u64) -> u16 {
+    switchyard_core::records::shard_at(isolate_seed(), now_ms)
 }
 
 /// A new generation id, `gen-` and a UUIDv7 of now naming this isolate's record shard: the id

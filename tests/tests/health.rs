@@ -105,7 +105,7 @@ fn the_probe_after_the_cooldown_is_exactly_one_request_and_a_failed_probe_double
     for _ in 0..3 {
         m.ask();
     }
-    let first = m.route_health(0)["breaker"].clone();
+    let first = m.route_health_when(0, "cooling")["breaker"].clone();
     let first_cooldown = first["demoted_until_ms"].as_u64().unwrap() - first["demoted_at_ms"].as_u64().unwrap();
     assert_eq!(first_cooldown, 1500);
     std::thread::sleep(Duration::from_millis(1700));
@@ -119,7 +119,7 @@ fn the_probe_after_the_cooldown_is_exactly_one_request_and_a_failed_probe_double
         assert_eq!(t.join().unwrap(), 200);
     }
     assert_eq!(m.seen(0), 4, "exactly one probe for ten requests arriving together");
-    let again = m.route_health(0)["breaker"].clone();
+    let again = m.route_health_when(0, "cooling")["breaker"].clone();
     let cooldown = again["demoted_until_ms"].as_u64().unwrap() - again["demoted_at_ms"].as_u64().unwrap();
     assert_eq!(cooldown, 3000, "a failed probe doubles the cooldown: {again}");
 }
@@ -137,7 +137,11 @@ fn a_route_that_recovers_takes_its_traffic_back() {
     assert_eq!(m.ask(), 200);
     assert_eq!(m.seen(0), 3, "demoted while down");
     // Past both the route's 4 s down and its 1.5 s cooldown: the next request probes it.
-    std::thread::sleep(Duration::from_millis(4_300).saturating_sub(started.elapsed()).max(Duration::from_millis(1_800)));
+    std::thread::sleep(
+        Duration::from_millis(4_300)
+            .saturating_sub(started.elapsed())
+            .max(Duration::from_millis(1_800)),
+    );
     let r = m.s.chat(&m.key, &chat_body(&m.id, false));
     assert_eq!(r.status, 200);
     let g = m.s.generation(&m.key, r.header("x-generation-id").unwrap());

@@ -20,6 +20,18 @@ fn object_calls(s: &Stack, name: &str) -> (String, Value) {
     (v["isolate"].as_str().unwrap().to_string(), v["object"].clone())
 }
 
+/// The name of the isolate's health shard of `model` (one isolate under `wrangler dev`).
+fn shard_of(s: &Stack, model: &str) -> String {
+    let r = s.request(
+        "GET",
+        &format!("{}/__test/calls?shard_of={model}", s.gateway),
+        &[],
+        None,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()["shard"].as_str().unwrap().to_string()
+}
+
 /// Taken by the tests whose counts a neighbour's load could change (a burst that must end within
 /// one report interval; streams and probes that keep the isolate busy for seconds).
 static QUIET: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -52,20 +64,38 @@ fn calls_a_request_reports_the_storage_calls_it_waited_on() {
     assert_eq!(r.status, 200, "{}", r.text());
     let calls: Value = serde_json::from_str(r.header("x-switchyard-calls").expect("x-switchyard-calls")).unwrap();
     assert!(count(&calls, "D1") >= 1, "the key's read is a D1 statement: {calls}");
-    assert!(
-        (1..=2).contains(&count(&calls, "HEALTH.snapshot")),
-        "a model never asked before: a snapshot of its object (and of the accounts'), waited on: {calls}"
+    assert_eq!(
+        count(&calls, "HEALTH_SHARDS.snapshot"),
+        1,
+        "a model never asked before: one snapshot of it (and of the accounts), from the isolate's \
+         shard, waited on: {calls}"
     );
-    // The outcome's report goes from `ctx.wait_until`: background, on the model's object.
+    assert_eq!(
+        count(&calls, "HEALTH.snapshot"),
+        0,
+        "no call to the model's object itself: {calls}"
+    );
+    // The outcome's report goes from `ctx.wait_until` to the shard, which forwards it to the
+    // model's object within a second: background, both.
+    let shard = shard_of(&s, &id);
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let (_, on) = object_calls(&s, &object);
+        let (_, at_shard) = object_calls(&s, &shard);
         if count(&on, "HEALTH.observe.background") >= 1 {
-            assert_eq!(count(&on, "HEALTH.snapshot.blocking"), 1, "{on}");
-            assert_eq!(count(&on, "HEALTH.observe.blocking"), 0, "{on}");
+            assert_eq!(count(&at_shard, "HEALTH_SHARDS.snapshot.blocking"), 1, "{at_shard}");
+            assert_eq!(count(&at_shard, "HEALTH_SHARDS.report.background"), 1, "{at_shard}");
+            let blocking: u64 = ["snapshot", "observe"]
+                .iter()
+                .map(|kind| count(&on, &format!("HEALTH.{kind}.blocking")))
+                .sum();
+            assert_eq!(blocking, 0, "the request never waited on the model's object: {on}");
             break;
         }
-        assert!(Instant::now() < deadline, "no background report counted: {on}");
+        assert!(
+            Instant::now() < deadline,
+            "no report forwarded: {on} (shard: {at_shard})"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -124,10 +154,11 @@ fn calls_a_burst_of_status_hits_builds_the_report_once() {
     );
 }
 
-/// Item 3: requests on one model in one isolate share one snapshot fetch at a time, and a model
-/// object that stops answering (the drill `fault-health-hang`: every call hangs 5 s, past the
-/// 300 ms timeout) is left alone with back-off — not called by every request, each waiting
-/// 300 ms for it. Over 3 s of 8 concurrent clients: at most one snapshot call per second.
+/// Item 3: requests on one model in one isolate share one snapshot fetch at a time, and a health
+/// shard that stops answering (the drill `fault-health-hang`: every call to the model's health
+/// hangs 5 s, past the 300 ms timeout) is left alone with back-off — not called by every request,
+/// each waiting 300 ms for it. Over 3 s of 8 concurrent clients: at most one snapshot call per
+/// second.
 #[test]
 fn calls_a_slow_health_object_gets_one_snapshot_call_per_interval() {
     let s = Arc::new(Stack::from_env());
@@ -137,7 +168,7 @@ fn calls_a_slow_health_object_gets_one_snapshot_call_per_interval() {
     let r = s.admin("PUT", &format!("/admin/models/{id}"), Some(doc));
     assert_eq!(r.status, 200, "{}", r.text());
     let key = s.new_key(10.0);
-    let object = format!("model:{id}");
+    let object = shard_of(&s, &id);
     let started = Instant::now();
     let workers: Vec<_> = (0..8)
         .map(|_| {
@@ -148,7 +179,7 @@ fn calls_a_slow_health_object_gets_one_snapshot_call_per_interval() {
                     let r = s.chat(&key, &chat_body(&id, false));
                     assert_eq!(r.status, 200, "{}", r.text());
                     let calls: Value = serde_json::from_str(r.header("x-switchyard-calls").unwrap()).unwrap();
-                    waited.push(count(&calls, "HEALTH.snapshot"));
+                    waited.push(count(&calls, "HEALTH_SHARDS.snapshot"));
                 }
                 waited
             })
@@ -157,7 +188,7 @@ fn calls_a_slow_health_object_gets_one_snapshot_call_per_interval() {
     let waited: Vec<u64> = workers.into_iter().flat_map(|w| w.join().unwrap()).collect();
     let elapsed = started.elapsed();
     let (_, on) = object_calls(&s, &object);
-    let snapshots = count(&on, "HEALTH.snapshot.blocking") + count(&on, "HEALTH.snapshot.background");
+    let snapshots = count(&on, "HEALTH_SHARDS.snapshot.blocking") + count(&on, "HEALTH_SHARDS.snapshot.background");
     let intervals = elapsed.as_millis() as u64 / 1_000 + 1;
     eprintln!(
         "slow object: {} requests in {elapsed:?}, {snapshots} snapshot calls ({} requests waited on one): {on}",
@@ -166,7 +197,7 @@ fn calls_a_slow_health_object_gets_one_snapshot_call_per_interval() {
     );
     assert!(
         snapshots <= intervals,
-        "{} requests in {elapsed:?} made {snapshots} snapshot calls to the hanging model object \
+        "{} requests in {elapsed:?} made {snapshots} snapshot calls to the hanging shard \
          (at most one per 1 s interval: {intervals}): {on}",
         waited.len()
     );

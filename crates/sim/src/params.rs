@@ -16,13 +16,14 @@ use switchyard_core::flight::Rules as FlightRules;
 pub enum Design {
     /// What the code on main does (the request path of `src/`, read at the time of writing).
     Today,
-    /// **A proposal, not built**: issue 34's health tier. Each model's health goes through
-    /// `health_shards` shard objects: an isolate reports to and snapshots from its shard only
-    /// (the upstream accounts' breakers folded into that view: no `accounts` calls), refreshing a
-    /// stale snapshot in the background (a request waits only with no copy at all); a shard applies
-    /// reports to its copy at once and forwards them to the model's object once a second (failures
-    /// on a route it does not hold demoted within 100 ms, coalesced), whose answer refreshes it; a demotion at the model's object is
-    /// pushed to every shard. Capacity, key limits, D1 and the caches stay as today.
+    /// The health shards as built (issue 34's health tier, `world/tier.rs`): each model's health
+    /// goes through `health_shards` shard objects; an isolate reports to and snapshots from its
+    /// shard only (its answer carries the accounts' breakers: no `accounts` calls from isolates),
+    /// refreshing a stale snapshot in the background (a request waits only with no copy at all);
+    /// a shard forwards its queues to the model's object and the accounts object (failures and
+    /// probes at once, one forwarding per 100 ms; successes within 1 s) and renews its copies
+    /// after 250 ms (the accounts' after 1 s). Capacity, key limits, D1 and the caches stay as
+    /// today.
     Sharded,
 }
 
@@ -237,10 +238,8 @@ pub const WAIT_UNTIL_MS: u64 = 30_000;
 pub const READ_STATEMENTS: u64 = 1;
 pub const HOLD_STATEMENTS: u64 = 2;
 pub const SETTLE_STATEMENTS: u64 = 6;
-/// `Design::Sharded`: how often a shard forwards its reports to the model's object, and how long
-/// a failure waits for others to join it (ms).
-pub const SHARD_FLUSH_MS: u64 = 1_000;
-pub const SHARD_URGENT_MS: u64 = 100;
+/// `Design::Sharded`: how long a shard waits for a health object (`src/shard.rs`), ms.
+pub const FORWARD_TIMEOUT_MS: u64 = 250;
 /// The round trip between two objects (the status object's `full` calls, a shard's forwarding),
 /// ms: they run near each other (assumption).
 pub const OBJECT_RTT_MS: u64 = 10;

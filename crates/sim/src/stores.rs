@@ -15,7 +15,7 @@ pub enum Obj {
     Status,
     /// `outbox-<n>`.
     Outbox(u32),
-    /// `Design::Sharded` (a proposal): health shard `k` of a model.
+    /// `Design::Sharded`: health shard `k` of a model.
     Shard(u32, u32),
     D1,
 }
@@ -71,6 +71,4 @@ pub enum Kind {
     D1HoldFast,
     D1Settle,
     Keep,
-    /// `Design::Sharded`: the model's object pushing a changed snapshot to a shard.
-    Push,
 }

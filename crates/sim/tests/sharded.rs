@@ -1,7 +1,7 @@
-//! `Design::Sharded` — issue 34's proposed health tier, **not built**: the same short runs show what
-//! it would change (the model's object and the health shards stay under half busy whatever `I`, a
-//! demotion still reaches 99 % of isolates within ≈ 1 s, no `accounts` call, no request waits on
-//! a snapshot once its isolate has one) — and what it leaves as today (D1, key limits).
+//! `Design::Sharded` — the health shards as built (`src/shard.rs`): the same short runs show what
+//! they change (the model's object and the health shards stay under half busy whatever `I`, a
+//! demotion still reaches 99 % of isolates within 2 s, the accounts object gets a call per shard
+//! per second and none from isolates, no request waits on a snapshot once its isolate has one).
 
 use switchyard_sim::params::{Design, Params};
 use switchyard_sim::scenarios::{one_model, route_down, without_d1};
@@ -22,7 +22,7 @@ fn row(r: &Report, class: Class) -> (f64, f64) {
 }
 
 #[test]
-fn the_proposed_tier_keeps_the_model_object_under_half_busy_whatever_the_isolates() {
+fn the_shards_keep_the_model_object_under_half_busy_whatever_the_isolates() {
     let at = |i: usize| run(sharded(without_d1(one_model(3_000.0, i))));
     let (few, many) = (at(300), at(3_000));
     for r in [&few, &many] {
@@ -53,7 +53,7 @@ fn the_proposed_tier_keeps_the_model_object_under_half_busy_whatever_the_isolate
 }
 
 #[test]
-fn the_proposed_tier_reaches_99_percent_of_isolates_within_two_seconds() {
+fn a_demotion_through_the_shards_reaches_99_percent_of_isolates_within_two_seconds() {
     let r = run(Params {
         design: Design::Sharded,
         measure_ms: 5_000,
@@ -64,9 +64,13 @@ fn the_proposed_tier_reaches_99_percent_of_isolates_within_two_seconds() {
 }
 
 #[test]
-fn the_proposed_tier_makes_no_accounts_call_and_no_request_wait_on_a_warm_snapshot() {
-    let r = run(sharded(without_d1(one_model(1_000.0, 100))));
-    assert_eq!(r.window_rate(Class::Accounts, None), 0.0);
+fn the_accounts_object_hears_from_shards_only_and_no_request_waits_on_a_warm_snapshot() {
+    let p = sharded(without_d1(one_model(1_000.0, 100)));
+    let shards = p.health_shards as f64;
+    let r = run(p);
+    // Every shard renews its accounts copy at most once a second; no failure to forward here.
+    let accounts = r.window_rate(Class::Accounts, None);
+    assert!(accounts > 0.0 && accounts <= 1.1 * shards, "accounts calls/s: {accounts}");
     let waited = r
         .totals
         .window_blocking

@@ -34,6 +34,7 @@
 mod hours;
 pub mod rpc;
 mod scope;
+pub mod shard;
 
 use std::collections::BTreeMap;
 
@@ -608,6 +609,11 @@ pub struct ModelHealth {
     /// Requests left unanswered by failures one key's content could provoke, waiting for the run
     /// they belong to: counted once it is confirmed, forgotten once it clears (SPEC §18a).
     pub pending: Vec<Pending>,
+    /// How many times the object holding it changed it ([`ModelHealth::changed`]): a copy is
+    /// replaced only by a newer one ([`ModelHealth::newer_than`]), so a copy that came by a slower
+    /// path (a shard's, a snapshot that crossed a report) never undoes what an isolate applied
+    /// to its own copy since.
+    pub version: u64,
 }
 
 /// A request waiting to be counted: when it ended, and the (route, account) it failed at.
@@ -876,7 +882,19 @@ impl ModelHealth {
             model_buckets: Vec::new(),
             model_hours: Vec::new(),
             pending: Vec::new(),
+            version: self.version,
         }
+    }
+
+    /// The object holding it changed it (a call applied outcomes, granted a probe, reset it).
+    pub fn changed(&mut self) {
+        self.version = self.version.wrapping_add(1);
+    }
+
+    /// Whether this copy (from the object) is to replace `held`, a copy an isolate holds and may
+    /// have applied its own outcomes to: only if the object changed since `held` was read.
+    pub fn newer_than(&self, held: &ModelHealth) -> bool {
+        self.version > held.version
     }
 
     /// Admin reset: every route and account back to healthy (counters, cooldowns, levels, leases,

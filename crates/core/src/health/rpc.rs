@@ -98,6 +98,7 @@ pub fn answer(health: &mut ModelHealth, call: HealthCall, now_ms: u64) -> Result
             }
             health.settle_pending();
             health.keep_scope(scope);
+            health.changed();
             (serde_json::to_value(health.snapshot_reply(now_ms))?, true)
         }
         HealthCall::Claim {
@@ -106,11 +107,15 @@ pub fn answer(health: &mut ModelHealth, call: HealthCall, now_ms: u64) -> Result
             lease_ms,
         } => {
             let granted = health.claim_probe(&route, &account, now_ms, lease_ms);
+            if granted {
+                health.changed();
+            }
             (serde_json::to_value(ClaimReply { granted })?, granted)
         }
         HealthCall::Full => (serde_json::to_value(&*health)?, false),
         HealthCall::Reset { accounts } => {
             health.reset_with_accounts(&accounts);
+            health.changed();
             (serde_json::to_value(health.snapshot_reply(now_ms))?, true)
         }
     };

@@ -112,33 +112,22 @@ impl World {
             Then::ShardFlush { observations, .. } => Some(observations.clone()),
             _ => None,
         };
-        let pushed = match &call.then {
-            Then::Push(health) => Some(health.clone()),
-            _ => None,
-        };
         let reply = match (obj, kind) {
             (Obj::Model(m), Kind::Observe) => {
                 let observations: Vec<Observation> = match forwarded {
                     Some(o) => o,
                     None => items.iter().flat_map(|r| self.observations(*r)).collect(),
                 };
-                let (config, design) = (self.config, self.p.design);
+                let config = self.config;
                 let health = self.model_objects.entry(m).or_default();
-                let before = demoted_routes(health);
                 for o in &observations {
-                    match design {
-                        Design::Today => health.observe_scoped(o, &config, Scope::Model),
-                        Design::Sharded => health.observe(o, &config),
-                    }
+                    health.observe_scoped(o, &config, Scope::Model);
                 }
-                let changed = demoted_routes(health) != before;
+                health.changed();
                 let demoted = health.routes.get("r0").is_some_and(|s| s.breaker.is_demoted());
                 let snapshot = health.snapshot();
                 if m == 0 && demoted && self.totals.object_demoted_ms.is_none() && self.p.route_down_at_ms.is_some() {
                     self.totals.object_demoted_ms = Some(now_ms);
-                }
-                if changed && design == Design::Sharded {
-                    self.push_to_shards(m, &snapshot);
                 }
                 Some(snapshot)
             }
@@ -147,20 +136,21 @@ impl World {
                 Some(self.shard_observe(m, k, observations))
             }
             (Obj::Shard(m, k), Kind::Snapshot) => Some(self.shard_snapshot(m, k)),
-            (Obj::Shard(m, k), Kind::Push) => {
-                if let Some(health) = pushed {
-                    self.shard_refreshed(m, k, health);
-                }
-                None
-            }
             (Obj::Model(m), Kind::Snapshot) => Some(self.model_objects.entry(m).or_default().snapshot()),
             (Obj::Accounts, Kind::Observe) => {
-                let observations: Vec<Observation> = items.iter().flat_map(|r| self.observations(*r)).collect();
                 let config = self.config;
-                let kept = for_accounts(&observations, Some(&self.accounts_object));
+                // A shard's queue was filtered by the shard (`for_accounts`, as an isolate does).
+                let kept = match forwarded {
+                    Some(observations) => observations,
+                    None => {
+                        let observations: Vec<Observation> = items.iter().flat_map(|r| self.observations(*r)).collect();
+                        for_accounts(&observations, Some(&self.accounts_object))
+                    }
+                };
                 for o in &kept {
                     self.accounts_object.observe_scoped(o, &config, Scope::Accounts);
                 }
+                self.accounts_object.changed();
                 Some(self.accounts_object.snapshot())
             }
             (Obj::Accounts, Kind::Snapshot) => Some(self.accounts_object.snapshot()),
@@ -215,9 +205,10 @@ impl World {
             Then::ShardFlush {
                 model,
                 shard,
-                observations,
-            } => self.shard_flushed(model, shard, observations, ok.then_some(call.reply).flatten()),
-            Then::Push(_) => {}
+                target,
+                taken,
+                ..
+            } => self.shard_flushed(model, shard, target, taken, ok.then_some(call.reply).flatten()),
             Then::Batch { iso, which, taken, own } => self.batch_done(iso, which, taken, own, ok, call.reply),
             Then::Alone { which, req } => {
                 if !ok {
@@ -235,28 +226,28 @@ impl World {
         }
     }
 
-    /// An object's answer replaces the isolate's snapshot (`health::remember`).
+    /// An object's answer becomes the isolate's snapshot — its breakers only if newer than the
+    /// copy held (`health::remember`).
     pub(super) fn remember(&mut self, iso: u32, obj: Obj, health: ModelHealth) {
         let now_ms = self.ms();
-        self.isolates[iso as usize].snapshots.insert(
-            obj,
-            Snap {
-                health,
-                fetched_ms: Some(now_ms),
-            },
-        );
+        let snapshots = &mut self.isolates[iso as usize].snapshots;
+        match snapshots.get_mut(&obj) {
+            Some(held) => {
+                if health.newer_than(&held.health) {
+                    held.health = health;
+                }
+                held.fetched_ms = Some(now_ms);
+            }
+            None => {
+                let snap = Snap {
+                    health,
+                    fetched_ms: Some(now_ms),
+                };
+                snapshots.insert(obj, snap);
+            }
+        }
         if obj == self.view_obj(iso, 0) {
             self.note_demotion(iso);
         }
     }
-}
-
-/// The routes a model's object holds demoted.
-fn demoted_routes(health: &ModelHealth) -> Vec<String> {
-    health
-        .routes
-        .iter()
-        .filter(|(_, s)| s.breaker.is_demoted())
-        .map(|(r, _)| r.clone())
-        .collect()
 }

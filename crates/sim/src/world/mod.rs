@@ -27,8 +27,8 @@
 //! out). Left out too: probe claims (a cooldown is 5 minutes, longer than a run), lease renewals (a
 //! lease outlives a 2 s stream), verification checks, the sweep and the outbox's replays.
 //!
-//! `Design::Sharded` (a proposal, `tier`) changes steps 3 and 7 only: one snapshot, of the
-//! isolate's health shard, refreshed in the background; reports to that shard only.
+//! `Design::Sharded` (the health shards as built, `tier`) changes steps 3 and 7 only: one
+//! snapshot, of the isolate's health shard, refreshed in the background; reports to that shard only.
 
 mod batch;
 mod calls;
@@ -160,14 +160,15 @@ enum Then {
         obj: Obj,
         req: Option<u32>,
     },
-    /// `Design::Sharded`: a shard forwarding its reports to the model's object.
+    /// `Design::Sharded`: a shard's call to the model's object or the accounts object — its
+    /// queue forwarded (`taken`, to rejoin if it fails), or a snapshot.
     ShardFlush {
         model: u32,
         shard: u32,
+        target: tier::Target,
         observations: Vec<Observation>,
+        taken: Option<switchyard_core::health::shard::Pending>,
     },
-    /// `Design::Sharded`: the model's object pushing its changed snapshot to a shard.
-    Push(ModelHealth),
     /// A batch of reports or settlements; `own` is the sender's item.
     Batch {
         iso: u32,
@@ -214,7 +215,7 @@ enum Ev {
         req: u32,
         flush: bool,
     },
-    /// `Design::Sharded`: a shard's forwarding falls due (stale unless `at` is still its next).
+    /// `Design::Sharded`: a shard's wake-up (stale unless `at` is still its next).
     ShardFlush {
         model: u32,
         shard: u32,

@@ -1,29 +1,62 @@
-//! `Design::Sharded` — **a proposal, not built** (issue 34's health tier): the model's health
-//! reached through `health_shards` shard objects. A shard applies its isolates' reports to its own
-//! copy at once (its isolates' next snapshot has them), queues them, and forwards the queue to the
-//! model's object once per [`SHARD_FLUSH_MS`] — within [`SHARD_URGENT_MS`] when a failure on a
-//! route it does not hold demoted is among them, the failures of that time together — while
-//! isolates call it; the object's answer refreshes the copy. When a
-//! forwarded batch changes which routes the object holds demoted, the object pushes its snapshot
-//! to every shard. So the model's object takes about one call per shard per second, whatever `I`.
+//! `Design::Sharded` — the health shards as built (`src/shard.rs`, core `health::shard`): the
+//! model's health reached through `health_shards` shard objects. An isolate snapshots from and
+//! reports to its shard only; the shard applies the reports to its copies at once (and again onto
+//! each renewed copy, `Pending::replay_onto`) and keeps them in the core's own [`Pending`] queues
+//! (one for the model's object, one for the accounts object) and forwards each queue as one
+//! `observe` call when it falls due — a failure or probe at once, at most one forwarding per
+//! `URGENT_GAP_MS`; successes within `FLUSH_MS` — and renews its copies of the two objects'
+//! snapshots when a caller finds them older than `FRESH_MS` (the accounts' `ACCOUNTS_FRESH_MS`).
+//! One call per object in flight per shard; a failed one rejoins its queue and backs off
+//! 1 s doubling to 8 s. Where the built shard makes the caller that triggers a forwarding wait for
+//! it, this one answers from its copy at once and forwards beside (a caller without a copy
+//! finds an empty one: healthy).
+
+use switchyard_core::health::rpc::HealthCall;
+use switchyard_core::health::shard::{Pending, ACCOUNTS_FRESH_MS, FRESH_MS};
 
 use super::*;
+
+/// One object's side of a shard: its copy, its queue, its call in flight.
+#[derive(Default)]
+pub(super) struct Side {
+    copy: ModelHealth,
+    pending: Pending,
+    renewed_ms: Option<u64>,
+    sent_ms: u64,
+    in_flight: bool,
+    failures: u32,
+    next_try_ms: u64,
+}
+
+impl Side {
+    fn wanted(&self, fresh_ms: u64, now: u64) -> bool {
+        !self.in_flight
+            && now >= self.next_try_ms
+            && (self.pending.due(now, self.sent_ms)
+                || self.renewed_ms.is_none_or(|at| now >= at.saturating_add(fresh_ms)))
+    }
+
+    /// When it next wants a call without a caller's asking (its queue falling due).
+    fn wake_at(&self) -> Option<u64> {
+        self.pending.due_at(self.sent_ms).map(|at| at.max(self.next_try_ms))
+    }
+}
+
+/// Which object a shard's call is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Target {
+    Model,
+    Accounts,
+}
 
 /// A shard's state.
 #[derive(Default)]
 pub(super) struct Shard {
-    /// Its copy of the model's health (the accounts' breakers folded in).
-    copy: ModelHealth,
-    /// Reports not yet forwarded (applied to `copy` already).
-    queued: Vec<Observation>,
-    /// When its next forwarding is due (`None`: none planned).
+    model: Side,
+    accounts: Side,
+    /// When its wake-up event is set for (`None`: none).
     next_at: Option<u64>,
-    /// An isolate called it since its last forwarding.
-    active: bool,
 }
-
-/// The most reports a shard keeps queued while the model's object does not answer (the oldest go).
-const MAX_QUEUED: usize = 4_096;
 
 impl World {
     /// The object an isolate keeps its view of `model` from.
@@ -34,112 +67,146 @@ impl World {
         }
     }
 
-    /// Reports from an isolate: applied to the shard's copy, queued; the copy is the answer.
+    /// Reports from an isolate: queued for the two objects; the copies are the answer.
     pub(super) fn shard_observe(&mut self, model: u32, k: u32, observations: Vec<Observation>) -> ModelHealth {
-        let config = self.config;
+        let (config, now) = (self.config, self.ms());
         let shard = self.shards.entry((model, k)).or_default();
-        // Urgent: a failure on a route the shard does not hold demoted yet (the rest can wait).
-        let urgent = observations.iter().any(|o| {
-            !matches!(o.outcome, AttemptOutcome::Success)
-                && !shard.copy.routes.get(&o.route).is_some_and(|s| s.breaker.is_demoted())
-        });
+        let accounts = for_accounts(&observations, Some(&shard.accounts.copy));
         for o in &observations {
-            shard.copy.observe(o, &config);
+            shard.model.copy.observe_scoped(o, &config, Scope::Model);
         }
-        shard.queued.extend(observations);
-        let reply = shard.copy.snapshot();
-        self.shard_due(model, k, urgent);
-        reply
+        for o in &accounts {
+            shard.accounts.copy.observe_scoped(o, &config, Scope::Accounts);
+        }
+        shard.model.pending.add(config, &observations, None, now);
+        shard.accounts.pending.add(config, &accounts, None, now);
+        self.shard_wake(model, k);
+        self.shard_view(model, k)
     }
 
     pub(super) fn shard_snapshot(&mut self, model: u32, k: u32) -> ModelHealth {
-        let reply = self.shards.entry((model, k)).or_default().copy.snapshot();
-        self.shard_due(model, k, false);
-        reply
+        self.shard_wake(model, k);
+        self.shard_view(model, k)
     }
 
-    /// Marks the shard busy and plans its next forwarding (sooner for a failure).
-    fn shard_due(&mut self, model: u32, k: u32, urgent: bool) {
-        let wait = if urgent { SHARD_URGENT_MS } else { SHARD_FLUSH_MS };
-        let at = self.now + wait * 1_000;
-        let shard = self.shards.entry((model, k)).or_default();
-        shard.active = true;
+    /// The shard's copies as one view (the isolate keeps the two apart; planning folds them),
+    /// newer whenever either copy is.
+    fn shard_view(&self, model: u32, k: u32) -> ModelHealth {
+        self.shards
+            .get(&(model, k))
+            .map(|s| {
+                let mut view = s.model.copy.with_accounts(&s.accounts.copy);
+                view.version = s.model.copy.version + s.accounts.copy.version;
+                view
+            })
+            .unwrap_or_default()
+    }
+
+    /// Sends what either side wants now, and sets the wake-up for what will fall due.
+    fn shard_wake(&mut self, model: u32, k: u32) {
+        let now = self.ms();
+        for (target, fresh) in [(Target::Model, FRESH_MS), (Target::Accounts, ACCOUNTS_FRESH_MS)] {
+            let Some(shard) = self.shards.get_mut(&(model, k)) else {
+                return;
+            };
+            let side = match target {
+                Target::Model => &mut shard.model,
+                Target::Accounts => &mut shard.accounts,
+            };
+            if !side.wanted(fresh, now) {
+                continue;
+            }
+            side.sent_ms = now;
+            side.in_flight = true;
+            let scope = match target {
+                Target::Model => Scope::Model,
+                Target::Accounts => Scope::Accounts,
+            };
+            let (kind, observations, taken) = match side.pending.take(scope) {
+                Some((HealthCall::Observe { observations, .. }, taken)) => (Kind::Observe, observations, Some(taken)),
+                _ => (Kind::Snapshot, Vec::new(), None),
+            };
+            let obj = match target {
+                Target::Model => Obj::Model(model),
+                Target::Accounts => Obj::Accounts,
+            };
+            let then = Then::ShardFlush {
+                model,
+                shard: k,
+                target,
+                observations,
+                taken,
+            };
+            self.call(u32::MAX, obj, kind, 0, FORWARD_TIMEOUT_MS, then);
+        }
+        self.shard_schedule(model, k);
+    }
+
+    fn shard_schedule(&mut self, model: u32, k: u32) {
+        let Some(shard) = self.shards.get_mut(&(model, k)) else {
+            return;
+        };
+        let Some(at) = [&shard.model, &shard.accounts]
+            .iter()
+            .filter(|s| !s.in_flight)
+            .filter_map(|s| s.wake_at())
+            .min()
+        else {
+            return;
+        };
+        let at = at.max(self.now / 1_000 + 1) * 1_000;
         if shard.next_at.is_none_or(|next| next > at) {
             shard.next_at = Some(at);
             self.at(at, Ev::ShardFlush { model, shard: k, at });
         }
     }
 
-    /// The shard forwards its queue to the model's object (or, with nothing queued, refreshes its
-    /// copy), and plans the next while its isolates keep calling.
+    /// The shard's wake-up (stale unless `at` is still its next).
     pub(super) fn shard_flush(&mut self, model: u32, k: u32, at: u64) {
-        let Some(shard) = self.shards.get_mut(&(model, k)) else {
-            return;
-        };
-        if shard.next_at != Some(at) {
-            return; // superseded by an earlier one
+        match self.shards.get_mut(&(model, k)) {
+            Some(shard) if shard.next_at == Some(at) => shard.next_at = None,
+            _ => return,
         }
-        shard.next_at = None;
-        let active = std::mem::take(&mut shard.active);
-        let observations = std::mem::take(&mut shard.queued);
-        if !active && observations.is_empty() {
-            return; // idle: the next isolate call plans again
-        }
-        let kind = if observations.is_empty() {
-            Kind::Snapshot
-        } else {
-            Kind::Observe
-        };
-        let then = Then::ShardFlush {
-            model,
-            shard: k,
-            observations,
-        };
-        self.call(u32::MAX, Obj::Model(model), kind, 0, HEALTH_TIMEOUT_MS, then);
-        // ± 10 %: the shards' forwardings drift apart instead of arriving together.
-        let next = self.now + (SHARD_FLUSH_MS as f64 * 1_000.0 * self.rng.range(0.9, 1.1)) as u64;
-        if let Some(shard) = self.shards.get_mut(&(model, k)) {
-            shard.next_at = Some(next);
-        }
-        self.at(
-            next,
-            Ev::ShardFlush {
-                model,
-                shard: k,
-                at: next,
-            },
-        );
+        self.shard_wake(model, k);
     }
 
-    /// The model's object answered (its snapshot), or not: a failed forwarding rejoins the queue.
-    pub(super) fn shard_flushed(&mut self, model: u32, k: u32, sent: Vec<Observation>, reply: Option<ModelHealth>) {
+    /// An object answered a shard (its snapshot), or not: a failed forwarding rejoins its queue
+    /// and the object is left alone for a back-off.
+    pub(super) fn shard_flushed(
+        &mut self,
+        model: u32,
+        k: u32,
+        target: Target,
+        taken: Option<Pending>,
+        reply: Option<ModelHealth>,
+    ) {
+        let now = self.ms();
+        let shard = self.shards.entry((model, k)).or_default();
+        let side = match target {
+            Target::Model => &mut shard.model,
+            Target::Accounts => &mut shard.accounts,
+        };
+        side.in_flight = false;
+        let scope = match target {
+            Target::Model => Scope::Model,
+            Target::Accounts => Scope::Accounts,
+        };
         match reply {
-            Some(health) => self.shard_refreshed(model, k, health),
+            Some(mut health) => {
+                side.pending.replay_onto(&mut health, scope);
+                side.copy = health;
+                side.renewed_ms = Some(now);
+                side.failures = 0;
+                side.next_try_ms = 0;
+            }
             None => {
-                let shard = self.shards.entry((model, k)).or_default();
-                let mut queued = sent;
-                queued.append(&mut shard.queued);
-                let over = queued.len().saturating_sub(MAX_QUEUED);
-                shard.queued = queued.split_off(over);
+                if let Some(taken) = taken {
+                    side.pending.rejoin(taken);
+                }
+                side.next_try_ms = now + (1_000u64 << side.failures.min(3));
+                side.failures += 1;
             }
         }
-    }
-
-    /// A fresh copy from the model's object, with the reports queued since applied again.
-    pub(super) fn shard_refreshed(&mut self, model: u32, k: u32, health: ModelHealth) {
-        let config = self.config;
-        let shard = self.shards.entry((model, k)).or_default();
-        shard.copy = health;
-        for o in &shard.queued {
-            shard.copy.observe(o, &config);
-        }
-    }
-
-    /// The model's object pushes its snapshot to every shard (a demotion, or its end).
-    pub(super) fn push_to_shards(&mut self, model: u32, snapshot: &ModelHealth) {
-        for k in 0..self.p.health_shards.max(1) as u32 {
-            let then = Then::Push(snapshot.clone());
-            self.call(u32::MAX, Obj::Shard(model, k), Kind::Push, 0, HEALTH_TIMEOUT_MS, then);
-        }
+        self.shard_schedule(model, k);
     }
 }

@@ -1,0 +1,328 @@
+//! The health shards (SPEC §22): a tier of [`SHARDS`] Durable Objects per model between the
+//! isolates and the model's health object, so the model's object sees a call rate bounded by the
+//! number of shards whatever the number of isolates.
+//!
+//! An isolate talks to one shard of each model ([`shard_object`], picked by the isolate's seed):
+//! it fetches its snapshot there — the model's breakers and stats with the upstream accounts'
+//! breakers folded in, so it makes no `accounts` call on the request path — and reports its
+//! outcomes there. A shard applies the reports it gets to its copies at once (so its answers
+//! never lack what its isolates reported: [`Pending::replay_onto`] after each renewal), keeps
+//! them in [`Pending`] and forwards them to the
+//! model's object (and what concerns an account to the accounts object) as one `Observe` call:
+//! at once when a failure or a probe is among them (at most one forwarding per
+//! [`URGENT_GAP_MS`]), else within [`FLUSH_MS`]. Its copy of the
+//! objects' snapshots is renewed by every forwarding and, when a caller finds it older than
+//! [`FRESH_MS`] (the accounts' [`ACCOUNTS_FRESH_MS`]), by a snapshot call. So the model's object
+//! receives at most `SHARDS` × 1000 / min(`FRESH_MS`, `URGENT_GAP_MS`) calls a second,
+//! ≈ `SHARDS` × 1000 / `FRESH_MS` without failures — whatever the number of isolates.
+//!
+//! Probe claims, route capacity, the status report and admin resets still go to the model's
+//! object itself: they are rare or must be exact.
+
+use serde::{Deserialize, Serialize};
+
+use super::rpc::{HealthCall, SnapshotReply};
+use super::{AttemptOutcome, HealthConfig, ModelHealth, Observation, RequestObservation, Scope};
+
+/// Shards per model.
+pub const SHARDS: u64 = 32;
+/// A shard renews its copy of the model object's snapshot when a caller finds it older than this.
+pub const FRESH_MS: u64 = 250;
+/// The same for the accounts object's snapshot (one object for every model's shards).
+pub const ACCOUNTS_FRESH_MS: u64 = 1_000;
+/// Reports without a failure or probe wait at most this long in a shard.
+pub const FLUSH_MS: u64 = 1_000;
+/// A failure or probe is forwarded at once, but a shard forwards at most once per this: what
+/// comes meanwhile waits for it and goes together.
+pub const URGENT_GAP_MS: u64 = 100;
+/// The most observations a shard keeps waiting; past it, successes are dropped (counted), never a
+/// failure or a probe.
+pub const MAX_PENDING: usize = 4_096;
+
+/// The name of shard `n` of model `model_id`'s health.
+pub fn shard_object(model_id: &str, seed: u64) -> String {
+    format!("shard:{}:{model_id}", seed % SHARDS)
+}
+
+/// The model a shard serves, from its name.
+pub fn shard_model(name: &str) -> Option<&str> {
+    let (n, model) = name.strip_prefix("shard:")?.split_once(':')?;
+    (n.parse::<u64>().is_ok_and(|n| n < SHARDS) && !model.is_empty()).then_some(model)
+}
+
+/// One request's outcomes, as an isolate reports them to its shard.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShardReport {
+    pub config: HealthConfig,
+    /// Every attempt (the model's object keeps the route half).
+    pub observations: Vec<Observation>,
+    /// The attempts the accounts object keeps (`for_accounts`).
+    #[serde(default)]
+    pub accounts: Vec<Observation>,
+    pub request: Option<RequestObservation>,
+}
+
+impl ShardReport {
+    /// A failure or a probe: forwarded at once.
+    pub fn urgent(&self) -> bool {
+        urgent(&self.observations) || urgent(&self.accounts)
+    }
+}
+
+fn urgent(observations: &[Observation]) -> bool {
+    observations
+        .iter()
+        .any(|o| o.probe || !matches!(o.outcome, AttemptOutcome::Success))
+}
+
+/// A call to a shard.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "call", rename_all = "snake_case")]
+pub enum ShardCall {
+    /// The shard's copy of both snapshots.
+    Snapshot,
+    /// Reports an isolate gathered; replies with the snapshots (after them, when they were urgent).
+    Report { reports: Vec<ShardReport> },
+}
+
+/// A shard's answer: its copies of the model object's snapshot and the accounts object's
+/// (`None`: it has none yet — the object did not answer).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct ShardReply {
+    pub model: Option<SnapshotReply>,
+    pub accounts: Option<SnapshotReply>,
+}
+
+/// Reports a shard holds for one object until it forwards them.
+#[derive(Debug, Clone, Default)]
+pub struct Pending {
+    config: Option<HealthConfig>,
+    observations: Vec<Observation>,
+    requests: Vec<RequestObservation>,
+    /// When the oldest waiting report came.
+    since_ms: Option<u64>,
+    urgent: bool,
+    /// Successes dropped because [`MAX_PENDING`] were waiting.
+    pub dropped: u64,
+}
+
+impl Pending {
+    /// Adds a report's `observations` (and its request's outcome, for the model's object).
+    pub fn add(
+        &mut self,
+        config: HealthConfig,
+        observations: &[Observation],
+        request: Option<&RequestObservation>,
+        now_ms: u64,
+    ) {
+        if observations.is_empty() && request.is_none() {
+            return;
+        }
+        observations.iter().cloned().for_each(|o| self.push(o));
+        if let Some(r) = request.filter(|_| self.requests.len() < MAX_PENDING) {
+            self.requests.push(r.clone());
+        }
+        self.config = Some(config);
+        self.since_ms.get_or_insert(now_ms);
+    }
+
+    fn push(&mut self, o: Observation) {
+        let success = !o.probe && matches!(o.outcome, AttemptOutcome::Success);
+        if success && self.observations.len() >= MAX_PENDING {
+            self.dropped += 1;
+            return;
+        }
+        self.urgent |= !success;
+        self.observations.push(o);
+    }
+
+    /// Applies what waits to `health`, a copy of the object's that has not seen it (a shard's
+    /// copy just renewed), with the same state machine the object will.
+    pub fn replay_onto(&self, health: &mut ModelHealth, scope: Scope) {
+        if let Some(config) = self.config {
+            for o in &self.observations {
+                health.observe_scoped(o, &config, scope);
+            }
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.since_ms.is_none()
+    }
+
+    /// When it is to be forwarded, the last forwarding having been sent at `last_sent_ms`: with a
+    /// failure or probe among it, [`URGENT_GAP_MS`] after that; else when the oldest report has
+    /// waited [`FLUSH_MS`] (`None`: nothing waits).
+    pub fn due_at(&self, last_sent_ms: u64) -> Option<u64> {
+        let flush = self.since_ms?.saturating_add(FLUSH_MS);
+        Some(match self.urgent {
+            true => flush.min(last_sent_ms.saturating_add(URGENT_GAP_MS)),
+            false => flush,
+        })
+    }
+
+    /// Whether it is due at `now_ms` ([`Pending::due_at`]).
+    pub fn due(&self, now_ms: u64, last_sent_ms: u64) -> bool {
+        self.due_at(last_sent_ms).is_some_and(|at| now_ms >= at)
+    }
+
+    /// Takes everything waiting as one `Observe` call in `scope` (`None` when nothing waits).
+    pub fn take(&mut self, scope: Scope) -> Option<(HealthCall, Pending)> {
+        let config = self.config?;
+        let taken = std::mem::take(self);
+        self.dropped = taken.dropped;
+        let call = HealthCall::Observe {
+            scope,
+            config,
+            observations: taken.observations.clone(),
+            requests: taken.requests.clone(),
+        };
+        Some((call, taken))
+    }
+
+    /// A forwarding that failed: what it carried waits again, before what came since (its order
+    /// kept), within [`MAX_PENDING`].
+    pub fn rejoin(&mut self, taken: Pending) {
+        let since = std::mem::replace(self, taken);
+        self.dropped = since.dropped;
+        self.config = since.config.or(self.config);
+        self.since_ms = self.since_ms.or(since.since_ms);
+        since.observations.into_iter().for_each(|o| self.push(o));
+        let room = MAX_PENDING.saturating_sub(self.requests.len());
+        self.requests.extend(since.requests.into_iter().take(room));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::classify::FailureClass;
+
+    fn obs(outcome: AttemptOutcome) -> Observation {
+        Observation {
+            route: "r0".into(),
+            account: "acct".into(),
+            outcome,
+            at_ms: 0,
+            stream: false,
+            ttfb_ms: Some(10),
+            output_tokens: 1,
+            duration_ms: 20,
+            extra_try: false,
+            probe: false,
+            retry_after_ms: None,
+            verify: false,
+            key: "k".into(),
+            provoked: false,
+        }
+    }
+
+    fn config() -> HealthConfig {
+        HealthConfig::default()
+    }
+
+    #[test]
+    fn names_pick_one_of_the_models_shards_and_read_back() {
+        let name = shard_object("gpt:4o", 37);
+        assert_eq!(name, "shard:5:gpt:4o");
+        assert_eq!(shard_model(&name), Some("gpt:4o"));
+        for bad in ["model:x", "shard:x:m", "shard:32:m", "shard:1:"] {
+            assert_eq!(shard_model(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn successes_wait_for_the_flush_and_a_failure_goes_at_once() {
+        let mut p = Pending::default();
+        assert!(p.is_empty() && !p.due(0, 0) && p.due_at(0).is_none());
+        p.add(config(), &[obs(AttemptOutcome::Success)], None, 1_000);
+        assert!(!p.due(1_999, 0));
+        assert!(
+            p.due(2_000, 1_990),
+            "successes wait their second, whenever the last forwarding was"
+        );
+        let failure = obs(AttemptOutcome::Failure(FailureClass::Overloaded));
+        p.add(config(), &[failure], None, 1_100);
+        assert!(p.due(1_100, 0), "a failure is forwarded at once");
+        assert_eq!(p.due_at(1_050), Some(1_150), "… but one forwarding per 100 ms");
+        let (call, _) = p.take(Scope::Model).unwrap();
+        let HealthCall::Observe { observations, .. } = call else {
+            panic!("{call:?}")
+        };
+        assert_eq!(observations.len(), 2, "in the order they came");
+        assert!(p.is_empty() && !p.due(10_000, 0) && p.take(Scope::Model).is_none());
+    }
+
+    #[test]
+    fn a_failed_forwarding_rejoins_before_what_came_since() {
+        let mut p = Pending::default();
+        p.add(
+            config(),
+            &[obs(AttemptOutcome::Failure(FailureClass::Overloaded))],
+            None,
+            5,
+        );
+        let (_, taken) = p.take(Scope::Model).unwrap();
+        p.add(config(), &[obs(AttemptOutcome::Success)], None, 9);
+        p.rejoin(taken);
+        let (call, _) = p.take(Scope::Model).unwrap();
+        let HealthCall::Observe { observations, .. } = call else {
+            panic!("{call:?}")
+        };
+        assert!(matches!(observations[0].outcome, AttemptOutcome::Failure(_)));
+        assert!(matches!(observations[1].outcome, AttemptOutcome::Success));
+    }
+
+    #[test]
+    fn what_waits_is_applied_again_onto_a_renewed_copy() {
+        let mut p = Pending::default();
+        let failure = obs(AttemptOutcome::Failure(FailureClass::Overloaded));
+        p.add(config(), &[failure], None, 0);
+        let mut copy = ModelHealth::default();
+        p.replay_onto(&mut copy, Scope::Model);
+        assert!(
+            copy.routes["r0"].breaker.is_demoted(),
+            "overloaded demotes at once: {copy:?}"
+        );
+        let mut accounts = ModelHealth::default();
+        p.replay_onto(&mut accounts, Scope::Accounts);
+        assert!(accounts.accounts.is_empty(), "a route failure is not the account's");
+    }
+
+    #[test]
+    fn a_full_shard_drops_successes_never_failures() {
+        let mut p = Pending::default();
+        let many = vec![obs(AttemptOutcome::Success); MAX_PENDING + 10];
+        p.add(config(), &many, None, 0);
+        assert_eq!(p.dropped, 10);
+        p.add(
+            config(),
+            &[obs(AttemptOutcome::Failure(FailureClass::Overloaded))],
+            None,
+            0,
+        );
+        let (call, _) = p.take(Scope::Model).unwrap();
+        let HealthCall::Observe { observations, .. } = call else {
+            panic!("{call:?}")
+        };
+        assert_eq!(observations.len(), MAX_PENDING + 1);
+        assert_eq!(p.dropped, 10, "the count survives the take");
+    }
+
+    #[test]
+    fn reports_read_their_urgency() {
+        let report = |o: Observation| ShardReport {
+            config: config(),
+            observations: vec![o],
+            accounts: vec![],
+            request: None,
+        };
+        assert!(!report(obs(AttemptOutcome::Success)).urgent());
+        assert!(report(obs(AttemptOutcome::Failure(FailureClass::Overloaded))).urgent());
+        let mut probe = obs(AttemptOutcome::Success);
+        probe.probe = true;
+        assert!(report(probe).urgent());
+        let text = serde_json::to_string(&ShardCall::Snapshot).unwrap();
+        assert_eq!(text, r#"{"call":"snapshot"}"#);
+    }
+}
