@@ -10,17 +10,17 @@
 //! Durable Object instance and the D1 database is a single FIFO server with a service time per
 //! call (`params::ServiceTimes`: assumptions until measured), reached over a round trip of 5–250 ms.
 //!
-//! - [`world`]: the deployment and the request path (`Design::Today`: what `src/` does;
-//!   `Design::Sharded`: issue 34's proposed health tier, **not built**), in five parts: a request's
-//!   stages, the isolates' batches, calls and stores, the public report, the proposal's tier;
+//! - [`world`]: the deployment and the request path (`Design::Sharded`: what `src/` does, the
+//!   health shards; `Design::Direct`: the path before them), in five parts: a request's stages,
+//!   the isolates' batches, calls and stores, the public report, the shards;
 //! - [`params`]: what a run simulates, and the Worker's rules as `src/` has them;
 //! - [`stores`]: the stores and the kinds of call; [`server`]: a store as a FIFO server;
 //! - [`report`]: the figures; [`scenarios`]: issue 34's runs;
 //! - [`rng`]: the seeded generator.
 //!
 //! `cargo run -p switchyard-sim --release -- [scenario]` prints the tables (docs/SCALE.md,
-//! "Simulation"); `cargo test -p switchyard-sim` runs short simulations that check today's
-//! ceilings, conservation and determinism.
+//! "Simulation"); `cargo test -p switchyard-sim` runs short simulations that check the direct
+//! design's ceilings, the shards' bounds, conservation and determinism.
 
 pub mod params;
 pub mod report;

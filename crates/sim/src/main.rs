@@ -1,6 +1,6 @@
-//! `switchyard-sim [--design today|sharded] [--seed N] [scenario…]`: runs issue 34's scenarios
-//! (`switchyard_sim::scenarios::NAMES`, or `all`) and prints their tables as Markdown. `today` is
-//! what main does; `sharded` is issue 34's proposed health tier, not built.
+//! `switchyard-sim [--design sharded|direct] [--seed N] [scenario…]`: runs issue 34's scenarios
+//! (`switchyard_sim::scenarios::NAMES`, or `all`) and prints their tables as Markdown. `sharded`
+//! (the default) is what main does; `direct` is the request path before the health shards.
 
 use switchyard_sim::scenarios::{table, NAMES};
 use switchyard_sim::Design;
@@ -8,7 +8,7 @@ use switchyard_sim::Design;
 fn main() {
     let mut args = std::env::args().skip(1);
     let mut seed = 1;
-    let mut design = Design::Today;
+    let mut design = Design::Sharded;
     let mut names = Vec::new();
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -17,7 +17,7 @@ fn main() {
                 match Design::parse(&d) {
                     Some(parsed) => design = parsed,
                     None => {
-                        eprintln!("unknown design {d:?}: `today` or `sharded` (a proposal, not built)");
+                        eprintln!("unknown design {d:?}: `sharded` (main) or `direct` (before the shards)");
                         std::process::exit(2);
                     }
                 }

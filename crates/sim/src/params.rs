@@ -14,9 +14,10 @@ use switchyard_core::flight::Rules as FlightRules;
 /// Which design the isolates and objects follow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Design {
-    /// What the code on main does (the request path of `src/`, read at the time of writing).
-    Today,
-    /// The health shards as built (issue 34's health tier, `world/tier.rs`): each model's health
+    /// The request path of `src/` before the health shards (main until session 17): every isolate
+    /// snapshots from and reports to the model's object and the accounts object itself.
+    Direct,
+    /// What main does: the health shards (issue 34's health tier, `world/tier.rs`): each model's health
     /// goes through `health_shards` shard objects; an isolate reports to and snapshots from its
     /// shard only (its answer carries the accounts' breakers: no `accounts` calls from isolates),
     /// refreshing a stale snapshot in the background (a request waits only with no copy at all);
@@ -30,7 +31,7 @@ pub enum Design {
 impl Design {
     pub fn parse(s: &str) -> Option<Design> {
         match s {
-            "today" => Some(Design::Today),
+            "direct" => Some(Design::Direct),
             "sharded" => Some(Design::Sharded),
             _ => None,
         }
@@ -162,7 +163,7 @@ pub struct Params {
 impl Default for Params {
     fn default() -> Self {
         Params {
-            design: Design::Today,
+            design: Design::Direct,
             seed: 1,
             isolates: 300,
             rate: 1_000.0,

@@ -243,7 +243,7 @@ impl Report {
     }
 
     pub fn summary_header() -> &'static str {
-        "| run | req/s | I | model object load / p99 queueing | busiest health shard load / p99 queueing (proposal) | `accounts` load / p99 queueing | busiest key object load | D1 load | status load | blocking calls per request mean / p99 | demotion reach (99 %) | settlements lost / outboxed |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "| run | req/s | I | model object load / p99 queueing | busiest health shard load / p99 queueing | `accounts` load / p99 queueing | busiest key object load | D1 load | status load | blocking calls per request mean / p99 | demotion reach (99 %) | settlements lost / outboxed |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
     }
 }
 

@@ -40,15 +40,15 @@ fn the_shards_keep_the_model_object_under_half_busy_whatever_the_isolates() {
         many.window_rate(Class::Model, None),
     );
     assert!(b <= 1.3 * a, "model object calls/s: {a} at I = 300, {b} at I = 3,000");
-    // Today's design at the same rate: saturated, and more so with more isolates.
-    let today = run(Params {
-        design: Design::Today,
+    // The design before the shards at the same rate: saturated, and more so with more isolates.
+    let direct = run(Params {
+        design: Design::Direct,
         ..sharded(without_d1(one_model(3_000.0, 3_000)))
     });
     assert!(
-        row(&today, Class::Model).0 > 2.0,
-        "today: {}",
-        row(&today, Class::Model).0
+        row(&direct, Class::Model).0 > 2.0,
+        "direct: {}",
+        row(&direct, Class::Model).0
     );
 }
 
@@ -70,7 +70,10 @@ fn the_accounts_object_hears_from_shards_only_and_no_request_waits_on_a_warm_sna
     let r = run(p);
     // Every shard renews its accounts copy at most once a second; no failure to forward here.
     let accounts = r.window_rate(Class::Accounts, None);
-    assert!(accounts > 0.0 && accounts <= 1.1 * shards, "accounts calls/s: {accounts}");
+    assert!(
+        accounts > 0.0 && accounts <= 1.1 * shards,
+        "accounts calls/s: {accounts}"
+    );
     let waited = r
         .totals
         .window_blocking

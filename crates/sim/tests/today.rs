@@ -1,5 +1,6 @@
-//! Short simulations of today's design (a few simulated seconds each, fast in a debug build):
-//! the model reproduces today's ceilings, every request and call is accounted for, a seed fixes
+//! Short simulations of the design before the health shards (`Design::Direct`, main until session
+//! 17; a few simulated seconds each, fast in a debug build): the model reproduces that design's
+//! ceilings, every request and call is accounted for, a seed fixes
 //! the report, and the core's batching and flight types bound each isolate's calls as the Worker's
 //! do.
 

@@ -82,7 +82,7 @@ impl World {
                 }
                 Stage::View => {
                     let objects = match self.p.design {
-                        Design::Today => vec![Obj::Model(model), Obj::Accounts],
+                        Design::Direct => vec![Obj::Model(model), Obj::Accounts],
                         Design::Sharded => vec![self.view_obj(iso, model)],
                     };
                     self.reqs[id as usize].pending = objects.len() as u8;
@@ -301,7 +301,7 @@ impl World {
     pub(super) fn apply_local(&mut self, iso: u32, model: u32, obs: &Observation) {
         let config = self.config;
         let scopes = match self.p.design {
-            Design::Today => vec![
+            Design::Direct => vec![
                 (Obj::Model(model), Some(Scope::Model)),
                 (Obj::Accounts, Some(Scope::Accounts)),
             ],

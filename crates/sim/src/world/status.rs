@@ -55,9 +55,6 @@ impl World {
         for m in 0..self.p.models.max(1) as u32 {
             self.call(iso, Obj::Model(m), Kind::Full, 0, HEALTH_TIMEOUT_MS, Then::Nothing);
         }
-        if self.p.design == Design::Today {
-            // (The proposal folds the accounts' breakers into each model's object.)
-            self.call(iso, Obj::Accounts, Kind::Full, 0, HEALTH_TIMEOUT_MS, Then::Nothing);
-        }
+        self.call(iso, Obj::Accounts, Kind::Full, 0, HEALTH_TIMEOUT_MS, Then::Nothing);
     }
 }

@@ -62,7 +62,7 @@ impl World {
     /// The object an isolate keeps its view of `model` from.
     pub(super) fn view_obj(&self, iso: u32, model: u32) -> Obj {
         match self.p.design {
-            Design::Today => Obj::Model(model),
+            Design::Direct => Obj::Model(model),
             Design::Sharded => Obj::Shard(model, iso % self.p.health_shards.max(1) as u32),
         }
     }
