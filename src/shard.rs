@@ -6,7 +6,7 @@
 //! when a failure or a probe is among them (at most one forwarding per 100 ms), else within a
 //! second, always from its alarm, so a report call never waits for a health object — and keeps a
 //! copy of both objects' snapshots, renewed by each forwarding and, when a snapshot call finds it
-//! older than a quarter second (the accounts' a second), before that call is answered. One
+//! older than a quarter second (the accounts' two seconds), before that call is answered. One
 //! forwarding at a time per shard; a call that finds one under way is answered from the copy. An
 //! object that does not answer is left alone for a back-off (1 s doubling to 8 s), what was to be
 //! forwarded waiting for the next try. Nothing of a shard is stored but its alarm: an evicted
@@ -63,12 +63,13 @@ impl Upstream {
         scope: Scope,
         now: u64,
     ) {
+        let held = self.copy.as_ref().map(|c| (&c.health, scope));
+        self.pending.add(config, observations, request, now, held);
         if let Some(copy) = &mut self.copy {
             for o in observations {
                 copy.health.observe_scoped(o, &config, scope);
             }
         }
-        self.pending.add(config, observations, request, now);
     }
 
     /// A call to the object ended: its answer is the copy, with what came since applied again

@@ -23,7 +23,7 @@ pub enum Design {
     /// refreshing a stale snapshot in the background (a request waits only with no copy at all);
     /// a shard forwards its queues to the model's object and the accounts object (failures and
     /// probes at once, one forwarding per 100 ms; successes within 1 s) and renews its copies
-    /// after 250 ms (the accounts' after 1 s). Capacity, key limits, D1 and the caches stay as
+    /// after 250 ms (the accounts' after 2 s). Capacity, key limits, D1 and the caches stay as
     /// today.
     Sharded,
 }

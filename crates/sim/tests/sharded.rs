@@ -1,7 +1,7 @@
 //! `Design::Sharded` — the health shards as built (`src/shard.rs`): the same short runs show what
 //! they change (the model's object and the health shards stay under half busy whatever `I`, a
 //! demotion still reaches 99 % of isolates within 2 s, the accounts object gets a call per shard
-//! per second and none from isolates, no request waits on a snapshot once its isolate has one).
+//! per two seconds and none from isolates, no request waits on a snapshot once its isolate has one).
 
 use switchyard_sim::params::{Design, Params};
 use switchyard_sim::scenarios::{one_model, route_down, without_d1};

@@ -9,7 +9,8 @@
 //! never lack what its isolates reported: [`Pending::replay_onto`] after each renewal), keeps
 //! them in [`Pending`] and forwards them to the
 //! model's object (and what concerns an account to the accounts object) as one `Observe` call:
-//! at once when a failure or a probe is among them (at most one forwarding per
+//! at once when a probe, or a failure on a breaker its copy does not hold demoted yet, is among
+//! them (at most one forwarding per
 //! [`URGENT_GAP_MS`]), else within [`FLUSH_MS`]. Its copy of the
 //! objects' snapshots is renewed by every forwarding and, when a caller finds it older than
 //! [`FRESH_MS`] (the accounts' [`ACCOUNTS_FRESH_MS`]), by a snapshot call. So the model's object
@@ -29,7 +30,7 @@ pub const SHARDS: u64 = 32;
 /// A shard renews its copy of the model object's snapshot when a caller finds it older than this.
 pub const FRESH_MS: u64 = 250;
 /// The same for the accounts object's snapshot (one object for every model's shards).
-pub const ACCOUNTS_FRESH_MS: u64 = 1_000;
+pub const ACCOUNTS_FRESH_MS: u64 = 2_000;
 /// Reports without a failure or probe wait at most this long in a shard.
 pub const FLUSH_MS: u64 = 1_000;
 /// A failure or probe is forwarded at once, but a shard forwards at most once per this: what
@@ -67,6 +68,22 @@ impl ShardReport {
     pub fn urgent(&self) -> bool {
         urgent(&self.observations) || urgent(&self.accounts)
     }
+}
+
+/// Whether `o` is news for an object whose copy is `held`: a probe, or a failure on a breaker the
+/// copy does not hold demoted (without a copy, any failure).
+fn news(o: &Observation, held: Option<(&ModelHealth, Scope)>) -> bool {
+    if o.probe {
+        return true;
+    }
+    if matches!(o.outcome, AttemptOutcome::Success) {
+        return false;
+    }
+    let demoted = held.is_some_and(|(copy, scope)| match scope {
+        Scope::Model => copy.routes.get(&o.route).is_some_and(|r| r.breaker.is_demoted()),
+        Scope::Accounts => copy.accounts.get(&o.account).is_some_and(|b| b.is_demoted()),
+    });
+    !demoted
 }
 
 fn urgent(observations: &[Observation]) -> bool {
@@ -108,17 +125,24 @@ pub struct Pending {
 
 impl Pending {
     /// Adds a report's `observations` (and its request's outcome, for the model's object).
+    /// `held`: the shard's copy of the object they go to, and its scope — a failure on a breaker
+    /// the copy already holds demoted is no news and waits for the flush like a success; any
+    /// other failure, and every probe, is urgent ([`Pending::due_at`]).
     pub fn add(
         &mut self,
         config: HealthConfig,
         observations: &[Observation],
         request: Option<&RequestObservation>,
         now_ms: u64,
+        held: Option<(&ModelHealth, Scope)>,
     ) {
         if observations.is_empty() && request.is_none() {
             return;
         }
-        observations.iter().cloned().for_each(|o| self.push(o));
+        for o in observations {
+            let urgent = news(o, held);
+            self.push(o.clone(), urgent);
+        }
         if let Some(r) = request.filter(|_| self.requests.len() < MAX_PENDING) {
             self.requests.push(r.clone());
         }
@@ -126,13 +150,13 @@ impl Pending {
         self.since_ms.get_or_insert(now_ms);
     }
 
-    fn push(&mut self, o: Observation) {
+    fn push(&mut self, o: Observation, urgent: bool) {
         let success = !o.probe && matches!(o.outcome, AttemptOutcome::Success);
         if success && self.observations.len() >= MAX_PENDING {
             self.dropped += 1;
             return;
         }
-        self.urgent |= !success;
+        self.urgent |= urgent;
         self.observations.push(o);
     }
 
@@ -187,7 +211,8 @@ impl Pending {
         self.dropped = since.dropped;
         self.config = since.config.or(self.config);
         self.since_ms = self.since_ms.or(since.since_ms);
-        since.observations.into_iter().for_each(|o| self.push(o));
+        self.urgent |= since.urgent;
+        since.observations.into_iter().for_each(|o| self.push(o, false));
         let room = MAX_PENDING.saturating_sub(self.requests.len());
         self.requests.extend(since.requests.into_iter().take(room));
     }
@@ -235,14 +260,14 @@ mod tests {
     fn successes_wait_for_the_flush_and_a_failure_goes_at_once() {
         let mut p = Pending::default();
         assert!(p.is_empty() && !p.due(0, 0) && p.due_at(0).is_none());
-        p.add(config(), &[obs(AttemptOutcome::Success)], None, 1_000);
+        p.add(config(), &[obs(AttemptOutcome::Success)], None, 1_000, None);
         assert!(!p.due(1_999, 0));
         assert!(
             p.due(2_000, 1_990),
             "successes wait their second, whenever the last forwarding was"
         );
         let failure = obs(AttemptOutcome::Failure(FailureClass::Overloaded));
-        p.add(config(), &[failure], None, 1_100);
+        p.add(config(), &[failure], None, 1_100, None);
         assert!(p.due(1_100, 0), "a failure is forwarded at once");
         assert_eq!(p.due_at(1_050), Some(1_150), "… but one forwarding per 100 ms");
         let (call, _) = p.take(Scope::Model).unwrap();
@@ -256,14 +281,10 @@ mod tests {
     #[test]
     fn a_failed_forwarding_rejoins_before_what_came_since() {
         let mut p = Pending::default();
-        p.add(
-            config(),
-            &[obs(AttemptOutcome::Failure(FailureClass::Overloaded))],
-            None,
-            5,
-        );
+        let failure = obs(AttemptOutcome::Failure(FailureClass::Overloaded));
+        p.add(config(), &[failure], None, 5, None);
         let (_, taken) = p.take(Scope::Model).unwrap();
-        p.add(config(), &[obs(AttemptOutcome::Success)], None, 9);
+        p.add(config(), &[obs(AttemptOutcome::Success)], None, 9, None);
         p.rejoin(taken);
         let (call, _) = p.take(Scope::Model).unwrap();
         let HealthCall::Observe { observations, .. } = call else {
@@ -274,10 +295,32 @@ mod tests {
     }
 
     #[test]
+    fn a_failure_on_a_breaker_the_copy_holds_demoted_waits_for_the_flush() {
+        let failure = obs(AttemptOutcome::Failure(FailureClass::Overloaded));
+        let mut copy = ModelHealth::default();
+        copy.observe_scoped(&failure, &config(), Scope::Model);
+        assert!(copy.routes["r0"].breaker.is_demoted());
+        let mut p = Pending::default();
+        p.add(config(), &[failure.clone()], None, 0, Some((&copy, Scope::Model)));
+        assert_eq!(p.due_at(0), Some(FLUSH_MS), "no news: the flush");
+        p.add(config(), &[failure.clone()], None, 0, Some((&copy, Scope::Accounts)));
+        assert_eq!(
+            p.due_at(0),
+            Some(URGENT_GAP_MS),
+            "the account's breaker is not demoted: news"
+        );
+        let mut probe = obs(AttemptOutcome::Success);
+        probe.probe = true;
+        let mut q = Pending::default();
+        q.add(config(), &[probe], None, 0, Some((&copy, Scope::Model)));
+        assert_eq!(q.due_at(0), Some(URGENT_GAP_MS), "a probe is always news");
+    }
+
+    #[test]
     fn what_waits_is_applied_again_onto_a_renewed_copy() {
         let mut p = Pending::default();
         let failure = obs(AttemptOutcome::Failure(FailureClass::Overloaded));
-        p.add(config(), &[failure], None, 0);
+        p.add(config(), &[failure], None, 0, None);
         let mut copy = ModelHealth::default();
         p.replay_onto(&mut copy, Scope::Model);
         assert!(
@@ -293,14 +336,10 @@ mod tests {
     fn a_full_shard_drops_successes_never_failures() {
         let mut p = Pending::default();
         let many = vec![obs(AttemptOutcome::Success); MAX_PENDING + 10];
-        p.add(config(), &many, None, 0);
+        p.add(config(), &many, None, 0, None);
         assert_eq!(p.dropped, 10);
-        p.add(
-            config(),
-            &[obs(AttemptOutcome::Failure(FailureClass::Overloaded))],
-            None,
-            0,
-        );
+        let failure = obs(AttemptOutcome::Failure(FailureClass::Overloaded));
+        p.add(config(), &[failure], None, 0, None);
         let (call, _) = p.take(Scope::Model).unwrap();
         let HealthCall::Observe { observations, .. } = call else {
             panic!("{call:?}")

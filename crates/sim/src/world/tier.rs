@@ -72,14 +72,16 @@ impl World {
         let (config, now) = (self.config, self.ms());
         let shard = self.shards.entry((model, k)).or_default();
         let accounts = for_accounts(&observations, Some(&shard.accounts.copy));
+        let held = Some((&shard.model.copy, Scope::Model));
+        shard.model.pending.add(config, &observations, None, now, held);
+        let held = Some((&shard.accounts.copy, Scope::Accounts));
+        shard.accounts.pending.add(config, &accounts, None, now, held);
         for o in &observations {
             shard.model.copy.observe_scoped(o, &config, Scope::Model);
         }
         for o in &accounts {
             shard.accounts.copy.observe_scoped(o, &config, Scope::Accounts);
         }
-        shard.model.pending.add(config, &observations, None, now);
-        shard.accounts.pending.add(config, &accounts, None, now);
         self.shard_wake(model, k);
         self.shard_view(model, k)
     }
