@@ -37,7 +37,7 @@ use switchyard_core::health::{
 };
 use switchyard_core::verify::{self as checks, CheckRoute};
 
-use worker::{durable_object, Context, DurableObject, Env, Request, Response, ScheduledTime, State};
+use worker::{durable_object, Context, DurableObject, Env, Request, Response, State};
 
 use crate::batch;
 use crate::faults::Faults;
@@ -70,8 +70,8 @@ pub struct HealthObject {
     capacity: CapacityDesk,
     /// The model this object serves, once known (`None` for the accounts object).
     model: RefCell<Option<String>>,
-    /// When the alarm is set for, as loaded or last set (`None`: no alarm).
-    alarm_at: Cell<Option<u64>>,
+    /// Its alarm, as loaded or last set.
+    alarm: object::Alarm,
     /// The alarm has run once since the object first served its model.
     planned: Cell<bool>,
 }
@@ -84,7 +84,7 @@ impl DurableObject for HealthObject {
             health: RefCell::new(None),
             capacity: CapacityDesk::new(),
             model: RefCell::new(None),
-            alarm_at: Cell::new(None),
+            alarm: object::Alarm::default(),
             planned: Cell::new(false),
         }
     }
@@ -120,7 +120,7 @@ impl DurableObject for HealthObject {
     /// Runs the checks that are due (SPEC §8a) and sets the alarm for the next one.
     async fn alarm(&self) -> worker::Result<Response> {
         self.load(true).await?; // only a model's object sets an alarm
-        self.alarm_at.set(None);
+        self.alarm.known(None);
         let Some(model_id) = self.model.borrow().clone() else {
             return Response::ok("");
         };
@@ -211,7 +211,7 @@ impl HealthObject {
             *guard = Some(health);
             *self.model.borrow_mut() = model;
             self.planned.set(planned.unwrap_or(false));
-            self.alarm_at.set(alarm.and_then(|a| u64::try_from(a).ok()));
+            self.alarm.known(alarm.and_then(|a| u64::try_from(a).ok()));
         }
         Ok(())
     }
@@ -247,19 +247,14 @@ impl HealthObject {
         if self.model.borrow().is_none() {
             return Ok(());
         }
-        let want = self.change(|h| h.next_cooldown_check_ms(now_ms()));
-        match (want, self.alarm_at.get()) {
-            (Some(w), Some(a)) if a <= w => Ok(()),
-            (Some(w), _) => self.set_alarm(w).await,
-            (None, _) => Ok(()),
+        match self.change(|h| h.next_cooldown_check_ms(now_ms())) {
+            Some(want) => self.alarm.by(&self.state.storage(), want).await,
+            None => Ok(()),
         }
     }
 
     async fn set_alarm(&self, at_ms: u64) -> worker::Result<()> {
-        let at = ScheduledTime::new(js_sys::Date::new(&wasm_bindgen::JsValue::from_f64(at_ms as f64)));
-        self.state.storage().set_alarm(at).await?;
-        self.alarm_at.set(Some(at_ms));
-        Ok(())
+        self.alarm.set(&self.state.storage(), at_ms).await
     }
 }
 

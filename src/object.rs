@@ -1,14 +1,15 @@
 //! Calling a Durable Object from a request: one typed JSON call, raced against a deadline. Every
 //! caller treats the objects as advisory on the request path — health, limits — so a failure is a
 //! short reason the caller logs with its fallback, never an error the client sees. Each call is
-//! counted (`crate::calls`).
+//! counted (`crate::calls`). And inside an object, its alarm as last set ([`Alarm`]).
 
+use std::cell::Cell;
 use std::pin::pin;
 
 use futures_util::future::{select, Either};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use worker::{Env, Headers, Method, Request, RequestInit};
+use worker::{Env, Headers, Method, Request, RequestInit, ScheduledTime, Storage};
 
 use crate::faults::{Faults, ObjectDrill};
 use crate::runtime::clock::{in_request, sleep};
@@ -58,5 +59,33 @@ pub async fn call<B: Serialize, T: DeserializeOwned>(
         Either::Left((Some(v), _)) => Ok(v),
         Either::Left((None, _)) => Err("error"),
         Either::Right(_) => Err("timeout"),
+    }
+}
+
+/// An object's alarm as the object last set it (or loaded it), so that a wish for an alarm moves
+/// it only when earlier — one storage write, not one per call.
+#[derive(Default)]
+pub struct Alarm(Cell<Option<u64>>);
+
+impl Alarm {
+    /// What storage says (at load), or `None` once it fired.
+    pub fn known(&self, at: Option<u64>) {
+        self.0.set(at);
+    }
+
+    /// Sets it for `at_ms` (Unix ms).
+    pub async fn set(&self, storage: &Storage, at_ms: u64) -> worker::Result<()> {
+        let at = ScheduledTime::new(js_sys::Date::new(&wasm_bindgen::JsValue::from_f64(at_ms as f64)));
+        storage.set_alarm(at).await?;
+        self.0.set(Some(at_ms));
+        Ok(())
+    }
+
+    /// Sets it for `at_ms` unless it is set no later already.
+    pub async fn by(&self, storage: &Storage, at_ms: u64) -> worker::Result<()> {
+        match self.0.get() {
+            Some(set) if set <= at_ms => Ok(()),
+            _ => self.set(storage, at_ms).await,
+        }
     }
 }

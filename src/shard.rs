@@ -19,7 +19,7 @@ use futures_util::future::join;
 use switchyard_core::health::rpc::{model_object, HealthCall, SnapshotReply};
 use switchyard_core::health::shard::{shard_model, Pending, ShardCall, ShardReply, ACCOUNTS_FRESH_MS, FRESH_MS};
 use switchyard_core::health::{HealthConfig, Observation, RequestObservation, Scope};
-use worker::{durable_object, DurableObject, Env, Request, Response, ScheduledTime, State};
+use worker::{durable_object, DurableObject, Env, Request, Response, State};
 
 use crate::faults::Faults;
 use crate::object;
@@ -105,8 +105,8 @@ pub struct HealthShard {
     model_id: RefCell<Option<String>>,
     /// A forwarding is under way.
     forwarding: Cell<bool>,
-    /// When the alarm is set for (`None`: none).
-    alarm_at: Cell<Option<u64>>,
+    /// Its alarm, as last set.
+    alarm: object::Alarm,
 }
 
 impl DurableObject for HealthShard {
@@ -118,7 +118,7 @@ impl DurableObject for HealthShard {
             accounts: RefCell::new(Upstream::default()),
             model_id: RefCell::new(None),
             forwarding: Cell::new(false),
-            alarm_at: Cell::new(None),
+            alarm: object::Alarm::default(),
         }
     }
 
@@ -172,14 +172,18 @@ impl DurableObject for HealthShard {
 
     /// Forwards the successes that waited their second.
     async fn alarm(&self) -> worker::Result<Response> {
-        self.alarm_at.set(None);
+        self.alarm.known(None);
         // The model is known from the calls that left reports waiting (an evicted shard wakes
         // with nothing waiting and nothing to do).
         let model = self.model_id.borrow().clone();
         match model {
             Some(model) if !self.forwarding.get() => self.forward(&model, 3).await,
             // A snapshot call's renewal under way: what waits goes after it.
-            Some(_) => self.set_alarm(now_ms() + FORWARD_TIMEOUT_MS).await?,
+            Some(_) => {
+                self.alarm
+                    .set(&self.state.storage(), now_ms() + FORWARD_TIMEOUT_MS)
+                    .await?
+            }
             None => {}
         }
         self.schedule().await?;
@@ -262,17 +266,9 @@ impl HealthShard {
                 u.pending.due_at(u.sent_ms).map(|at| at.max(u.next_try_ms))
             })
             .min();
-        match (at, self.alarm_at.get()) {
-            (Some(at), Some(set)) if set <= at => Ok(()),
-            (Some(at), _) => self.set_alarm(at).await,
-            (None, _) => Ok(()),
+        match at {
+            Some(at) => self.alarm.by(&self.state.storage(), at).await,
+            None => Ok(()),
         }
-    }
-
-    async fn set_alarm(&self, at: u64) -> worker::Result<()> {
-        let when = ScheduledTime::new(js_sys::Date::new(&wasm_bindgen::JsValue::from_f64(at as f64)));
-        self.state.storage().set_alarm(when).await?;
-        self.alarm_at.set(Some(at));
-        Ok(())
     }
 }

@@ -349,18 +349,20 @@ impl Stack {
         }
     }
 
-    /// The two replicas of the Worker that `tests/replicas.mjs` runs (`REPLICAS_URL`): two isolates
-    /// sharing their Durable Objects and D1. The second is reached with `Host: replica-1.test`.
+    /// The first two replicas of the Worker that `tests/replicas.mjs` runs (`REPLICAS_URL`): two
+    /// isolates sharing their Durable Objects and D1.
     pub fn replicas() -> [Stack; 2] {
-        let first = Stack {
+        [Stack::replica(0), Stack::replica(1)]
+    }
+
+    /// Replica `i` of the Worker that `tests/replicas.mjs` runs (`scripts/test` starts 16): replica
+    /// 0 is reached at `REPLICAS_URL`, replica `i` there with `Host: replica-<i>.test`.
+    pub fn replica(i: usize) -> Stack {
+        Stack {
             gateway: env("REPLICAS_URL"),
+            host: (i > 0).then(|| format!("replica-{i}.test")),
             ..Stack::from_env()
-        };
-        let second = Stack {
-            host: Some("replica-1.test".to_string()),
-            ..first.clone()
-        };
-        [first, second]
+        }
     }
 
     /// Any request: `headers` as (name, value), `body` sent as is when present. A request that

@@ -1,6 +1,8 @@
-//! What must hold across isolates, on two replicas of the Worker (`tests/replicas.mjs`: two isolates
-//! of the same script sharing their Durable Objects and D1): a key's limits and a route's capacity
-//! are one limit, not one per isolate (SPEC §10).
+//! What must hold across isolates, on replicas of the Worker (`tests/replicas.mjs`: isolates of the
+//! same script sharing their Durable Objects and D1; `scripts/test` starts 16): a key's limits and a
+//! route's capacity are one limit, not one per isolate (SPEC §10); the public report is built once
+//! for every isolate, and a model's health object hears from its shards, not from the isolates
+//! (SPEC §22).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::disallowed_methods)]
 
@@ -8,11 +10,11 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use switchyard_e2e::{chat_body, route, unique, Reply, Stack};
+use switchyard_e2e::{chat_body, note, route, unique, Reply, Stack};
 
 /// A one-route model over `scenario` with the route's extra fields, once both replicas serve it
 /// to `key`.
-fn model(replicas: &[Stack; 2], key: &str, scenario: &str, extra: Value, policy: Value) -> String {
+fn model(replicas: &[Stack], key: &str, scenario: &str, extra: Value, policy: Value) -> String {
     let s = &replicas[0];
     let provider = s.mock_provider(&unique("rep"), scenario, false);
     let model = s.model(vec![route("r0", &provider, "u", extra)], Some(policy));
@@ -126,9 +128,22 @@ fn a_routes_capacity_is_one_queue_across_isolates() {
 
 /// The isolate's storage calls so far on object `name`: `<kind>.<blocking|background>` → count.
 fn object_calls(s: &Stack, name: &str) -> Value {
-    let r = s.request("GET", &format!("{}/__test/calls?object={name}", s.gateway), &[], None);
+    test_calls(s, &format!("object={name}"))["object"].clone()
+}
+
+/// `GET /__test/calls?<query>` on the replica `s`.
+fn test_calls(s: &Stack, query: &str) -> Value {
+    let r = s.request("GET", &format!("{}/__test/calls?{query}", s.gateway), &[], None);
     assert_eq!(r.status, 200, "{}", r.text());
-    r.json()["object"].clone()
+    r.json()
+}
+
+/// `calls[kind]`, blocking and background together (`kind` without the suffix).
+fn both(calls: &Value, kind: &str) -> u64 {
+    ["blocking", "background"]
+        .iter()
+        .map(|tag| calls[format!("{kind}.{tag}")].as_u64().unwrap_or(0))
+        .sum()
 }
 
 /// The `Full` calls the model's object has had from each replica: (blocking — a report the isolate
@@ -197,5 +212,105 @@ fn the_status_report_is_built_once_for_every_isolate() {
     assert!(
         builds <= 1 + changes,
         "status hits on two isolates made {builds} Full calls to the model's object (catalog changes: {changes})"
+    );
+}
+
+/// SPEC §22, issue 34: a model's health object hears from the model's shards, not from the
+/// isolates. Sixteen isolates serve one model for 5 s (two clients each): none of them calls the
+/// model's object or the accounts object (the objects run in replica 0, whose isolate makes the
+/// shards' calls too — in the background, never for a request); each asks its shard for a
+/// snapshot about once a second; and the model's object gets at most about four calls a second per
+/// shard in use — fewer than the isolates' own calls to their shards, which before the shards
+/// went to the model's object itself.
+#[test]
+fn sixteen_isolates_reach_the_models_health_object_through_its_shards_only() {
+    let replicas: Vec<Stack> = (0..16).map(Stack::replica).collect();
+    let key = replicas[0].new_key(5.0);
+    let model = model(&replicas, &key, "ok", json!({"verify": false}), json!({}));
+    let object = format!("model:{model}");
+    // Each isolate's shard of the model; its calls to it counted apart from other tests' models.
+    let shard_of: Vec<String> = replicas
+        .iter()
+        .map(|s| {
+            test_calls(s, &format!("shard_of={model}"))["shard"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    let shards: BTreeSet<&String> = shard_of.iter().collect();
+    let totals = |s: &Stack| test_calls(s, "")["all"].clone();
+    let calls = |i: usize| (totals(&replicas[i]), object_calls(&replicas[i], &shard_of[i]));
+    let before: Vec<(Value, Value)> = (0..replicas.len()).map(calls).collect();
+    let object_before = object_calls(&replicas[0], &object);
+    let started = Instant::now();
+    let run = Duration::from_secs(5);
+    let answered: u64 = std::thread::scope(|scope| {
+        let clients: Vec<_> = replicas
+            .iter()
+            .flat_map(|s| [s, s])
+            .map(|s| {
+                let (key, model) = (&key, &model);
+                scope.spawn(move || {
+                    let mut n = 0;
+                    while started.elapsed() < run {
+                        let r = s.chat(key, &chat_body(model, false));
+                        assert_eq!(r.status, 200, "{}", r.text());
+                        n += 1;
+                    }
+                    n
+                })
+            })
+            .collect();
+        clients.into_iter().map(|c| c.join().unwrap()).sum()
+    });
+    let secs = started.elapsed().as_secs_f64();
+    std::thread::sleep(Duration::from_millis(1_500)); // the last reports forwarded
+    let after: Vec<(Value, Value)> = (0..replicas.len()).map(calls).collect();
+    let object_after = object_calls(&replicas[0], &object);
+    let all = |i: usize, kind: &str| both(&after[i].0, kind) - both(&before[i].0, kind);
+    let to_shard = |i: usize, kind: &str| both(&after[i].1, kind) - both(&before[i].1, kind);
+
+    for i in 0..replicas.len() {
+        let blocking = |v: &Value| v["HEALTH.snapshot.blocking"].as_u64().unwrap_or(0);
+        assert_eq!(
+            blocking(&after[i].0),
+            blocking(&before[i].0),
+            "replica {i} waited on a health object"
+        );
+        if i > 0 {
+            for kind in ["HEALTH.snapshot", "HEALTH.observe"] {
+                assert_eq!(all(i, kind), 0, "replica {i} called a health object itself ({kind})");
+            }
+        }
+        let snapshots = to_shard(i, "HEALTH_SHARDS.snapshot");
+        assert!(
+            snapshots as f64 <= secs + 2.0,
+            "replica {i}: {snapshots} snapshot calls to its shard in {secs:.1} s"
+        );
+    }
+    let to_shards: u64 = (0..replicas.len())
+        .map(|i| to_shard(i, "HEALTH_SHARDS.snapshot") + to_shard(i, "HEALTH_SHARDS.report"))
+        .sum();
+    let at_object = ["HEALTH.snapshot", "HEALTH.observe"]
+        .iter()
+        .map(|kind| both(&object_after, kind) - both(&object_before, kind))
+        .sum::<u64>();
+    let bound = shards.len() as f64 * (4.0 * (secs + 1.5) + 2.0);
+    note(&format!(
+        "replicas: 16 isolates, {answered} answers in {secs:.1} s ({:.0}/s) over {} shards: {to_shards} calls \
+         to the shards, {at_object} to the model's object (bound {bound:.0})",
+        answered as f64 / secs,
+        shards.len()
+    ));
+    assert!(at_object > 0, "the shards forwarded the reports");
+    assert!(
+        (at_object as f64) <= bound,
+        "{at_object} calls to the model's object from {} shards in {secs:.1} s (bound {bound:.0})",
+        shards.len()
+    );
+    assert!(
+        at_object < to_shards,
+        "the model's object ({at_object} calls) took fewer calls than the isolates made ({to_shards})"
     );
 }
