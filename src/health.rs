@@ -7,12 +7,14 @@
 //!
 //! The warm path makes no round trip: an isolate plans with its snapshots, applies its own
 //! outcomes to them at once with the same state machine (the very next request sees a
-//! demotion), and reports them from `ctx.wait_until`; the object's answer refreshes the snapshot.
-//! A request waits on an object only to claim the one probe of a route or account whose cooldown
-//! ended, or when its isolate has no snapshot of the object yet: a snapshot older than
-//! `health_snapshot_ms` is refreshed beside the request that finds it stale (one fetch at a time,
-//! from `ctx.wait_until`) while every request plans with the stale one, and an object that failed
-//! to answer is left alone for a back-off (`refresh`).
+//! demotion), and reports them from `ctx.wait_until` to its shard of the model (`crate::shard`),
+//! whose answer refreshes the snapshots. A request waits on an object only to claim the one probe
+//! of a route or account whose cooldown ended, or when its isolate has no snapshot of the model
+//! yet — that first one is read from the model's object itself (and the accounts object), to
+//! start no more objects on the cold path than that; a snapshot older than `health_snapshot_ms`
+//! is refreshed from the shard beside the request that finds it stale (one fetch at a time, from
+//! `ctx.wait_until`) while every request plans with the stale one, and a fetch that failed is not
+//! tried again for a back-off (`refresh`).
 //!
 //! A model's object also runs its routes' verification checks (SPEC §8a) from its alarm: it learns
 //! its model from its name (`object::OBJECT_NAME` on every call), sets the alarm for the next due
@@ -390,10 +392,9 @@ async fn refresh(env: &Env, ctx: &Context, model_id: &str, max_age_ms: u64) {
                 }
             }
             Step::Fetch => {
-                let fetch = fetch_snapshot(env.clone(), model_id.to_string(), rules);
                 match fetched_at(&name) {
-                    Some(_) => ctx.wait_until(fetch),
-                    None => fetch.await,
+                    Some(_) => ctx.wait_until(fetch_snapshot(env.clone(), model_id.to_string(), rules)),
+                    None => first_snapshot(env, model_id, rules).await,
                 }
                 return;
             }
@@ -409,11 +410,41 @@ async fn fetch_snapshot(env: Env, model_id: String, rules: FetchRules) {
     if let Some(reply) = reply {
         remember_shard(&model_id, reply);
     }
+    flown(&model_id, ok, &rules);
+}
+
+/// The first snapshot of a model on an isolate, which a request waits for: read from the model's
+/// object itself (and the accounts object, if the isolate has no copy of it yet), at once — not
+/// through the shard, which would start one more object on the cold path. Once per model and
+/// isolate (the flight's back-off after a failure); every later refresh goes to the shard.
+async fn first_snapshot(env: &Env, model_id: &str, rules: FetchRules) {
+    let name = object_name(model_id);
+    let model = call_object::<SnapshotReply>(env, &name, &HealthCall::Snapshot);
+    let held = HEALTH_SNAPSHOTS.with(|s| s.borrow().get(ACCOUNTS).is_some_and(|a| a.fetched_ms.is_some()));
+    let accounts = async {
+        match held {
+            true => None,
+            false => call_object::<SnapshotReply>(env, ACCOUNTS, &HealthCall::Snapshot).await,
+        }
+    };
+    let (model, accounts) = futures_util::future::join(model, accounts).await;
+    let ok = model.is_some();
+    if let Some(reply) = model {
+        remember(&name, reply);
+    }
+    if let Some(reply) = accounts {
+        remember(ACCOUNTS, reply);
+    }
+    flown(model_id, ok, &rules);
+}
+
+/// Tells the model's snapshot flight how its fetch went.
+fn flown(model_id: &str, ok: bool, rules: &FetchRules) {
     FETCHES.with(|f| {
         f.borrow_mut()
-            .entry(object_name(&model_id))
+            .entry(object_name(model_id))
             .or_default()
-            .done(ok, now_ms(), &rules)
+            .done(ok, now_ms(), rules)
     });
 }
 

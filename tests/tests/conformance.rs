@@ -150,6 +150,8 @@ fn a_content_policy_refusal_counts_against_nothing_and_all_of_them_make_a_conten
     let r = f.send_with(json!({}));
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(f.attempts(&r), pairs(&[("r0", "content_policy"), ("r1", "answered")]));
+    // The report has reached the model's object (through the isolate's shard, within 1 s).
+    std::thread::sleep(std::time::Duration::from_millis(1_300));
     let health = f.s.admin("GET", &format!("/admin/health/{}", f.model), None).json();
     let r0 = health["routes"]
         .as_array()

@@ -56,7 +56,10 @@ fn prompt_caching_is_charged_at_its_own_prices_in_every_dialect() {
             let output = tokens(u, "output_tokens");
             let want = ((uncached * 3 * 1000) + (read * 300) + (write * 3750) + (output * 15 * 1000)) / 1000;
             let cost = (g["total_cost"].as_f64().unwrap() * 1e6).round() as i64;
-            assert_eq!(cost, want, "{api:?} stream={stream}: uncached, reads, writes, output each at their price");
+            assert_eq!(
+                cost, want,
+                "{api:?} stream={stream}: uncached, reads, writes, output each at their price"
+            );
             charged += cost;
             // The client's own usage shows the same cost (chat, messages, responses carry `cost`).
             if api != Api::Gemini {
@@ -74,13 +77,24 @@ fn prompt_caching_is_charged_at_its_own_prices_in_every_dialect() {
                     r.json()["usage"]["cost"].as_f64()
                 };
                 if let Some(shown) = shown {
-                    assert_eq!((shown * 1e6).round() as i64, cost, "{api:?} stream={stream}: usage.cost = the charge");
+                    assert_eq!(
+                        (shown * 1e6).round() as i64,
+                        cost,
+                        "{api:?} stream={stream}: usage.cost = the charge"
+                    );
                 } else {
-                    assert!(stream && api == Api::Chat, "{api:?} stream={stream}: no usage.cost shown");
+                    assert!(
+                        stream && api == Api::Chat,
+                        "{api:?} stream={stream}: no usage.cost shown"
+                    );
                 }
             }
         }
-        assert_eq!(settled_charges(&f.s, &f.key), charged, "{api:?}: the ledger charged what the records say");
+        assert_eq!(
+            settled_charges(&f.s, &f.key),
+            charged,
+            "{api:?}: the ledger charged what the records say"
+        );
     }
 }
 
@@ -104,22 +118,39 @@ fn input_the_body_only_names_is_held_at_the_context_window() {
                         "messages": [{"role": "user", "content": [{"type": "text", "text": "What is this?"},
                                                                   {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}]}]});
     let r = f.s.chat(&key, &remote);
-    assert_eq!(r.status, 402, "a remote image's tokens are not in the body: held at the context window: {}", r.text());
+    assert_eq!(
+        r.status,
+        402,
+        "a remote image's tokens are not in the body: held at the context window: {}",
+        r.text()
+    );
     assert_eq!(f.seen(0), 1, "the refused request never reached the route");
 }
 
 #[test]
 fn a_tool_billed_per_use_is_refused_naming_the_field() {
     for (api, tools) in [
-        (Api::Responses, json!([{"type": "function", "name": "f", "parameters": {}}, {"type": "web_search"}])),
-        (Api::Messages, json!([{"type": "web_search_20250305", "name": "web_search", "max_uses": 3}])),
+        (
+            Api::Responses,
+            json!([{"type": "function", "name": "f", "parameters": {}}, {"type": "web_search"}]),
+        ),
+        (
+            Api::Messages,
+            json!([{"type": "web_search_20250305", "name": "web_search", "max_uses": 3}]),
+        ),
         (Api::Gemini, json!([{"googleSearch": {}}])),
     ] {
         let f = Fixture::build(api, &["ok"], &[json!({})], relaxed(), false);
         let r = f.send_with(json!({"tools": tools}));
         assert_eq!(r.status, 400, "{api:?}: {}", r.text());
         let body = r.text();
-        let want = if api == Api::Gemini { "tools[0]" } else if api == Api::Responses { "tools[1]" } else { "tools[0]" };
+        let want = if api == Api::Gemini {
+            "tools[0]"
+        } else if api == Api::Responses {
+            "tools[1]"
+        } else {
+            "tools[0]"
+        };
         assert!(body.contains(want), "{api:?}: the error names the field: {body}");
         assert_eq!(f.seen(0), 0, "{api:?}: never sent at an unknown cost");
         let g = f.generation(&r);
@@ -136,11 +167,17 @@ fn usage_the_request_cannot_have_caused_is_cut_and_flagged() {
         let r = f.send_with(json!({"stream": stream, "max_tokens": 8}));
         assert_eq!(r.status, 200, "{}", r.text());
         let g = f.generation(&r);
-        assert_eq!(g["usage"]["output_tokens"], 8, "stream={stream}: cut to the forwarded limit: {g}");
+        assert_eq!(
+            g["usage"]["output_tokens"], 8,
+            "stream={stream}: cut to the forwarded limit: {g}"
+        );
         assert_eq!(g["usage"]["clamped"], true, "stream={stream}: and flagged");
         let normal = f.send_with(json!({"stream": stream, "max_tokens": 100}));
         let g = f.generation(&normal);
-        assert_eq!((g["usage"]["output_tokens"].as_i64(), g["usage"]["clamped"].as_bool()), (Some(40), Some(false)));
+        assert_eq!(
+            (g["usage"]["output_tokens"].as_i64(), g["usage"]["clamped"].as_bool()),
+            (Some(40), Some(false))
+        );
     }
 }
 
@@ -148,7 +185,13 @@ fn usage_the_request_cannot_have_caused_is_cut_and_flagged() {
 fn a_request_continuing_a_stored_response_goes_only_to_the_route_that_holds_it() {
     // SPEC §17: `previous_response_id` names state one upstream keeps. r0 fails requests that
     // carry `first`, so the first answer comes from r1; r1 then fails every second request.
-    let f = Fixture::build(Api::Responses, &["reject-field/first/500", "flaky/2/lenient"], &[], relaxed(), false);
+    let f = Fixture::build(
+        Api::Responses,
+        &["reject-field/first/500", "flaky/2/lenient"],
+        &[],
+        relaxed(),
+        false,
+    );
     let unknown = f.send_with(json!({"previous_response_id": "resp_never_seen"}));
     assert_eq!(unknown.status, 400, "{}", unknown.text());
     assert!(unknown.text().contains("previous_response_id"), "{}", unknown.text());
@@ -166,7 +209,11 @@ fn a_request_continuing_a_stored_response_goes_only_to_the_route_that_holds_it()
     assert_eq!(f.seen(0), 1, "r0 saw only the first request");
     let r = f.send_with(json!({"previous_response_id": id}));
     assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(f.generation(&r)["route"], "r1", "the conversation goes on where it is kept");
+    assert_eq!(
+        f.generation(&r)["route"],
+        "r1",
+        "the conversation goes on where it is kept"
+    );
 }
 
 #[test]

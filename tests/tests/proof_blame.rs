@@ -26,10 +26,20 @@ fn r0_still_serves_everyone(f: &Fixture) {
         let r = f.s.send(f.api, &other, &f.api.body(&f.model, false), &[]);
         assert_eq!(r.status, 200, "{:?}: {}", f.api, r.text());
         let g = f.s.generation(&other, r.header("x-generation-id").unwrap());
-        assert_eq!(g["route"], "r0", "{:?}: another key's request still goes to r0 first: {g}", f.api);
+        assert_eq!(
+            g["route"], "r0",
+            "{:?}: another key's request still goes to r0 first: {g}",
+            f.api
+        );
     }
+    // Every report has reached the model's object (through the isolate's shard, within 1 s).
+    std::thread::sleep(std::time::Duration::from_millis(1_300));
     let health = f.s.admin("GET", &format!("/admin/health/{}", f.model), None).json();
-    assert!(!health.to_string().contains("cooling"), "{:?}: nothing cools: {health}", f.api);
+    assert!(
+        !health.to_string().contains("cooling"),
+        "{:?}: nothing cools: {health}",
+        f.api
+    );
     assert_eq!(health["routes"][0]["state"], "healthy", "{:?}: {health}", f.api);
 }
 
@@ -42,7 +52,12 @@ fn blame_a_field_named_like_an_account_failure_cools_no_account() {
     for api in APIS {
         let f = Fixture::build(api, &["ok", "lenient"], &[], relaxed(), false);
         let r = f.send_with(json!({"invalid api key": 1}));
-        assert_eq!(r.status, 200, "{api:?}: the route that takes the field answers: {}", r.text());
+        assert_eq!(
+            r.status,
+            200,
+            "{api:?}: the route that takes the field answers: {}",
+            r.text()
+        );
         assert_eq!(
             f.attempts(&r),
             pairs(&[("r0", "unsupported_param"), ("r1", "answered")]),
@@ -103,17 +118,30 @@ const LEAKY: &str = "status/400/message/Invalid%20request:%20key=sk-abcdefghijkl
                      (AIzaSyA1b2C3d4E5f6G7h8I9j0KlMnOpQrStUv,%20Bearer%20eyJhbGciOiJIUzI1NiJ9.e30)%20refused";
 
 fn assert_no_token(s: &Stack, key: &str, r: &switchyard_e2e::Reply, what: &str) {
-    assert_eq!(r.status, 400, "{what}: the provider's 400 is the client's: {}", r.text());
+    assert_eq!(
+        r.status,
+        400,
+        "{what}: the provider's 400 is the client's: {}",
+        r.text()
+    );
     let text = r.text();
-    assert!(text.contains("Invalid request"), "{what}: the provider's words are relayed: {text}");
+    assert!(
+        text.contains("Invalid request"),
+        "{what}: the provider's words are relayed: {text}"
+    );
     for secret in [TOKEN, "AIzaSyA1b2C3d4E5f6G7h8I9j0KlMnOpQrStUv", "eyJhbGciOiJIUzI1NiJ9"] {
         assert!(!text.contains(secret), "{what}: the answer carries {secret}: {text}");
         let g = s.generation(key, r.header("x-generation-id").unwrap());
         assert!(
-            g["attempts"][0]["message"].as_str().is_some_and(|m| m.contains("Invalid request")),
+            g["attempts"][0]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("Invalid request")),
             "{what}: the record keeps the client's error: {g}"
         );
-        assert!(!g.to_string().contains(secret), "{what}: the record carries {secret}: {g}");
+        assert!(
+            !g.to_string().contains(secret),
+            "{what}: the record carries {secret}: {g}"
+        );
     }
 }
 

@@ -92,7 +92,10 @@ impl Model {
             Some(level),
             "one key's poisoned probe raised r0's level: {h}"
         );
-        assert_ne!(h["state"], "cooling", "one key's poisoned probe put r0 in a new cooldown: {h}");
+        assert_ne!(
+            h["state"], "cooling",
+            "one key's poisoned probe put r0 in a new cooldown: {h}"
+        );
         assert_eq!(
             h["breaker"]["demoted_at_ms"], before["breaker"]["demoted_at_ms"],
             "demoted anew: {h}"
@@ -104,7 +107,10 @@ impl Model {
             "another key is served by r0 again: {}",
             self.route_health(0)
         );
-        assert_eq!(self.route_health_when(0, 5, |h| h["state"] == "healthy")["state"], "healthy");
+        assert_eq!(
+            self.route_health_when(0, 5, |h| h["state"] == "healthy")["state"],
+            "healthy"
+        );
     }
 }
 
@@ -203,7 +209,12 @@ fn doors_one_keys_poison_moves_no_other_keys_sticky_conversation() {
     let tag = unique("conv");
     let conversations: Vec<String> = (0..60).map(|i| format!("{tag}-{i}")).collect();
     let turn = |c: &str| {
-        let r = s.send(Api::Chat, &key, &chat_body(&model, false), &[("x-switchyard-session", c)]);
+        let r = s.send(
+            Api::Chat,
+            &key,
+            &chat_body(&model, false),
+            &[("x-switchyard-session", c)],
+        );
         assert_eq!(r.status, 200, "{}", r.text());
         r.header("x-switchyard-route").unwrap().to_string()
     };
@@ -274,7 +285,10 @@ fn api_model_when(s: &Stack, id: &str, secs: u64, ready: impl Fn(&Value) -> bool
 fn history_counts(entry: &Value) -> (u64, u64) {
     let hours = entry["history"].as_array().cloned().unwrap_or_default();
     hours.iter().rev().take(2).fold((0, 0), |(a, u), h| {
-        (a + h["answered"].as_u64().unwrap_or(0), u + h["unanswered"].as_u64().unwrap_or(0))
+        (
+            a + h["answered"].as_u64().unwrap_or(0),
+            u + h["unanswered"].as_u64().unwrap_or(0),
+        )
     })
 }
 

@@ -21,7 +21,13 @@ fn a_field_named_billing_echoed_in_a_400_blames_no_account() {
     // r0's provider rejects an unknown argument the way OpenAI does, naming it: "Unrecognized
     // request argument supplied: billing". The word alone once read as a billing failure and put
     // r0's upstream account in cooldown for every model and every key.
-    let f = Fixture::build(Api::Chat, &["reject-field/billing/400", "lenient"], &[], relaxed(), false);
+    let f = Fixture::build(
+        Api::Chat,
+        &["reject-field/billing/400", "lenient"],
+        &[],
+        relaxed(),
+        false,
+    );
     let r = f.send_with(json!({"billing": 1}));
     assert_eq!(r.status, 200, "the route that takes the field answers: {}", r.text());
     assert_eq!(
@@ -36,6 +42,8 @@ fn a_field_named_billing_echoed_in_a_400_blames_no_account() {
         let g = f.s.generation(&other, r.header("x-generation-id").unwrap());
         assert_eq!(g["route"], "r0", "another key's request still goes to r0 first: {g}");
     }
+    // Every report has reached the model's object (through the isolate's shard, within 1 s).
+    std::thread::sleep(std::time::Duration::from_millis(1_300));
     let health = f.s.admin("GET", &format!("/admin/health/{}", f.model), None).json();
     assert!(
         !health.to_string().contains("cooling"),
@@ -63,7 +71,10 @@ fn an_empty_answer_the_clients_stop_sequence_explains_is_delivered_and_charged()
                 "{api:?} stream={stream}: delivered from r0, not retried elsewhere"
             );
             let g = f.generation(&r);
-            assert!(g["total_cost"].as_f64().unwrap() > 0.0, "{api:?}: charged as billed: {g}");
+            assert!(
+                g["total_cost"].as_f64().unwrap() > 0.0,
+                "{api:?}: charged as billed: {g}"
+            );
             let r = f.send_with(json!({"stream": stream}));
             assert_eq!(
                 f.attempts(&r),
@@ -77,7 +88,10 @@ fn an_empty_answer_the_clients_stop_sequence_explains_is_delivered_and_charged()
 #[test]
 fn a_base_url_with_user_info_or_a_grace_past_the_runtimes_window_is_refused() {
     let f = Fixture::build(Api::Chat, &["ok"], &[], relaxed(), false);
-    for bad in ["http://127.0.0.1:80@evil.example/v1", "https://user:secret@api.example.com/v1"] {
+    for bad in [
+        "http://127.0.0.1:80@evil.example/v1",
+        "https://user:secret@api.example.com/v1",
+    ] {
         let r = f.s.admin(
             "PUT",
             &format!("/admin/providers/{}", switchyard_e2e::unique("p")),
@@ -92,7 +106,11 @@ fn a_base_url_with_user_info_or_a_grace_past_the_runtimes_window_is_refused() {
     let doc = json!({"context_window": 8192, "max_output_tokens": 1024, "policy": {"disconnect_grace_ms": 25000},
                      "routes": [{"id": "r0", "provider": provider, "upstream_model": "u", "apis": ["chat"],
                                  "price": {"input_per_mtok": 1.0, "output_per_mtok": 1.0}}]});
-    let r = f.s.admin("PUT", &format!("/admin/models/{}", switchyard_e2e::unique("m")), Some(doc));
+    let r = f.s.admin(
+        "PUT",
+        &format!("/admin/models/{}", switchyard_e2e::unique("m")),
+        Some(doc),
+    );
     assert_eq!(r.status, 400, "{}", r.text());
     assert!(r.text().contains("disconnect_grace_ms"), "{}", r.text());
 }
@@ -103,10 +121,20 @@ fn keep_alives_before_content_never_commit_a_route() {
     // not content: r0 misses its 400 ms first-content deadline and r1 answers. (Counted as held
     // events they once committed r0 at 64, with no content and no way back.)
     for api in [Api::Chat, Api::Messages] {
-        let f = Fixture::build(api, &["held/100/first-content-after/2000", "ok"], &[], fast_policy(), false);
+        let f = Fixture::build(
+            api,
+            &["held/100/first-content-after/2000", "ok"],
+            &[],
+            fast_policy(),
+            false,
+        );
         let r = f.send(true);
         assert_eq!(r.status, 200, "{}", r.text());
-        assert_eq!(f.attempts(&r), pairs(&[("r0", "timeout"), ("r1", "answered")]), "{api:?}");
+        assert_eq!(
+            f.attempts(&r),
+            pairs(&[("r0", "timeout"), ("r1", "answered")]),
+            "{api:?}"
+        );
     }
 }
 
@@ -116,7 +144,13 @@ fn one_keys_content_that_breaks_a_route_does_not_move_it_for_the_next_key() {
     // content triggers. Four such requests from one key fall back to r1 each time; they prove
     // nothing against r0 for anyone else: the model's object checks r0 with its own known
     // request, which r0 answers, and the next key's requests still go to r0 first.
-    let f = Fixture::build(Api::Chat, &["reject-field/poison/500", "lenient"], &[], relaxed(), false);
+    let f = Fixture::build(
+        Api::Chat,
+        &["reject-field/poison/500", "lenient"],
+        &[],
+        relaxed(),
+        false,
+    );
     for _ in 0..4 {
         let r = f.send_with(json!({"poison": true}));
         assert_eq!(r.status, 200, "{}", r.text());
@@ -153,7 +187,10 @@ fn one_keys_content_that_breaks_a_route_does_not_move_it_for_the_next_key() {
         if h["routes"][0]["state"] != "healthy" {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "two keys' failures demote r0: {h}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "two keys' failures demote r0: {h}"
+        );
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }
@@ -166,15 +203,23 @@ fn ten_mib_of_tiny_json_values_leave_another_clients_stream_whole() {
     // the isolate's budget get 503 gateway_busy, never a dead isolate.
     let s = switchyard_e2e::Stack::from_env();
     let policy = json!({"idle_timeout_ms": 2000});
-    let (routes, _) = s.mock_routes(&[("chunks/40/100", json!({"price": {"input_per_mtok": 0.0, "output_per_mtok": 0.0}}))]);
+    let (routes, _) = s.mock_routes(&[(
+        "chunks/40/100",
+        json!({"price": {"input_per_mtok": 0.0, "output_per_mtok": 0.0}}),
+    )]);
     let model = s.model(routes, Some(policy));
     let doc = json!({"context_window": 100_000_000u64, "max_output_tokens": 64,
                      "routes": s.mock_routes(&[("lenient", json!({"price": {"input_per_mtok": 0.0, "output_per_mtok": 0.0}}))]).0});
     let big_model = switchyard_e2e::unique("m");
-    assert_eq!(s.admin("PUT", &format!("/admin/models/{big_model}"), Some(doc)).status, 200);
+    assert_eq!(
+        s.admin("PUT", &format!("/admin/models/{big_model}"), Some(doc)).status,
+        200
+    );
     let key = s.new_key(10.0);
     let mut zeros = String::with_capacity(10 << 20);
-    zeros.push_str(&format!(r#"{{"model":"{big_model}","messages":[{{"role":"user","content":["#));
+    zeros.push_str(&format!(
+        r#"{{"model":"{big_model}","messages":[{{"role":"user","content":["#
+    ));
     let n = (10 << 20) / 2 - 200;
     for i in 0..n {
         zeros.push_str(if i == 0 { "0" } else { ",0" });
@@ -184,14 +229,23 @@ fn ten_mib_of_tiny_json_values_leave_another_clients_stream_whole() {
     std::thread::scope(|scope| {
         let stream = scope.spawn(|| s.chat(&key, &switchyard_e2e::chat_body(&model, true)));
         std::thread::sleep(std::time::Duration::from_millis(300));
-        let bigs: Vec<_> = (0..3).map(|_| scope.spawn(|| s.chat_raw(&key, zeros.as_bytes()))).collect();
+        let bigs: Vec<_> = (0..3)
+            .map(|_| scope.spawn(|| s.chat_raw(&key, zeros.as_bytes())))
+            .collect();
         let statuses: Vec<u16> = bigs.into_iter().map(|h| h.join().unwrap().status).collect();
         assert!(statuses.contains(&200), "a big body is served: {statuses:?}");
-        assert!(statuses.iter().all(|st| *st == 200 || *st == 503), "200 or gateway_busy, nothing else: {statuses:?}");
+        assert!(
+            statuses.iter().all(|st| *st == 200 || *st == 503),
+            "200 or gateway_busy, nothing else: {statuses:?}"
+        );
         let r = stream.join().unwrap();
         assert_eq!(r.status, 200);
         let text = r.text();
-        assert!(text.trim_end().ends_with("data: [DONE]"), "the stream ended whole: …{}", &text[text.len().saturating_sub(200)..]);
+        assert!(
+            text.trim_end().ends_with("data: [DONE]"),
+            "the stream ended whole: …{}",
+            &text[text.len().saturating_sub(200)..]
+        );
         assert!(!text.contains(r#""finish_reason":"error""#), "no error frame: {text}");
         let g = s.generation(&key, r.header("x-generation-id").unwrap());
         assert_eq!(g["outcome"], "answered", "{g}");
@@ -218,7 +272,10 @@ fn a_client_that_leaves_before_the_answer_stops_the_attempt_and_frees_everything
         &[("x-switchyard-test-fault", "depart-300")],
     );
     let took = started.elapsed();
-    assert!(took < std::time::Duration::from_secs(5), "the attempt ended with the grace, not the answer: {took:?}");
+    assert!(
+        took < std::time::Duration::from_secs(5),
+        "the attempt ended with the grace, not the answer: {took:?}"
+    );
     let g = s.generation(&key, r.header("x-generation-id").unwrap());
     assert_eq!(g["error_code"], "cancelled", "{g}");
     assert_eq!(g["attempts"][0]["failure_class"], "cancelled", "{g}");
@@ -228,7 +285,11 @@ fn a_client_that_leaves_before_the_answer_stops_the_attempt_and_frees_everything
     // The key's only slot is free again at once.
     let (ok_routes, _) = s.mock_routes(&[("ok", json!({}))]);
     let ok = s.model(ok_routes, None);
-    assert_eq!(s.chat(&key, &switchyard_e2e::chat_body(&ok, false)).status, 200, "the key's slot was released");
+    assert_eq!(
+        s.chat(&key, &switchyard_e2e::chat_body(&ok, false)).status,
+        200,
+        "the key's slot was released"
+    );
 }
 
 #[test]
@@ -237,15 +298,28 @@ fn with_d1_out_of_reach_requests_go_on_from_what_was_last_read_or_get_503() {
     let f = Fixture::build(Api::Chat, &["ok"], &[], relaxed(), false);
     let body = Api::Chat.body(&f.model, false);
     let down = [("x-switchyard-test-fault", "d1-down")];
-    assert_eq!(f.s.send(Api::Chat, &f.key, &body, &[]).status, 200, "the isolate reads the catalog and the key");
+    assert_eq!(
+        f.s.send(Api::Chat, &f.key, &body, &[]).status,
+        200,
+        "the isolate reads the catalog and the key"
+    );
     std::thread::sleep(std::time::Duration::from_millis(5_500)); // past the 5 s caches
     let r = f.s.send(Api::Chat, &f.key, &body, &down);
-    assert_eq!(r.status, 200, "served from the last-known catalog and key: {}", r.text());
+    assert_eq!(
+        r.status,
+        200,
+        "served from the last-known catalog and key: {}",
+        r.text()
+    );
     // A key this isolate never read cannot be checked: a clear 503, never a 500.
     let fresh = f.s.new_key(1.0);
     let r = f.s.send(Api::Chat, &fresh, &body, &down);
     assert_eq!(r.status, 503, "{}", r.text());
     assert_eq!(r.json()["error"]["code"], "storage_unavailable", "{}", r.text());
     assert_eq!(r.header("retry-after"), Some("1"));
-    assert_eq!(f.s.send(Api::Chat, &fresh, &body, &[]).status, 200, "and served once D1 answers");
+    assert_eq!(
+        f.s.send(Api::Chat, &fresh, &body, &[]).status,
+        200,
+        "and served once D1 answers"
+    );
 }

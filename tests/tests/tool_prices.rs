@@ -45,7 +45,9 @@ fn send(f: &Fixture, stream: bool, fields: Value) -> switchyard_e2e::Reply {
 fn searches(g: &Value) -> (u64, f64) {
     let t = &g["server_tools"]["web_search"];
     (
-        t["uses"].as_u64().unwrap_or_else(|| panic!("no web search uses recorded: {g}")),
+        t["uses"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no web search uses recorded: {g}")),
         t["cost"].as_f64().unwrap(),
     )
 }

@@ -94,6 +94,20 @@ impl Model {
         r.json()["routes"][i].clone()
     }
 
+    /// Route `i`'s health once `ready` holds (or after 5 s): a request's report reaches the
+    /// model's object through the isolate's shard just after its answer, so a read at once may
+    /// come first.
+    fn route_health_until(&self, i: usize, ready: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let h = self.route_health(i);
+            if ready(&h) || Instant::now() > deadline {
+                return h;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     fn checks(&self) -> Vec<Value> {
         let r = self.s.admin("GET", &format!("/admin/checks/{}", self.id), None);
         assert_eq!(r.status, 200, "{}", r.text());
@@ -250,15 +264,7 @@ fn a_route_that_heals_passes_its_check_then_is_probed_by_live_traffic() {
     let (users, checks, _) = m.seen(0);
     assert_eq!(users, 2, "the demoting request and the live probe");
     assert!((2..=3).contains(&checks), "failed checks, then one passed: {checks}");
-    // The probe's report reaches the model's object through the isolate's shard just after.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let h = loop {
-        let h = m.route_health(0);
-        if h["state"] == "healthy" || Instant::now() > deadline {
-            break h;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let h = m.route_health_until(0, |h| h["state"] == "healthy");
     assert_eq!(h["state"], "healthy", "{h}");
     assert_eq!(h["last_check"]["passed"], true, "{h}");
     let booked = m.checks();
@@ -343,7 +349,7 @@ fn a_recovered_route_is_back_after_a_passed_recheck_long_before_its_cooldown_end
         back < Duration::from_secs(12),
         "back after {back:?}, the cooldown is 20 s"
     );
-    let h = m.route_health(0);
+    let h = m.route_health_until(0, |h| h["state"] == "healthy");
     assert_eq!(h["state"], "healthy", "{h}");
     assert_eq!(h["breaker"]["cooldown_level"], 0, "{h}");
     assert_eq!(
@@ -436,7 +442,7 @@ fn a_flapping_route_backs_off_its_rechecks() {
             2_000 << i
         );
     }
-    let h = m.route_health(0);
+    let h = m.route_health_until(0, |h| h["breaker"]["cooldown_level"].as_u64() >= Some(3));
     assert!(
         h["breaker"]["cooldown_level"].as_u64().unwrap() >= 3,
         "each failed probe is a level up: {h}"
