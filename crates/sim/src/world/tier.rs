@@ -7,9 +7,10 @@
 //! `URGENT_GAP_MS`; successes within `FLUSH_MS` — and renews its copies of the two objects'
 //! snapshots when a caller finds them older than `FRESH_MS` (the accounts' `ACCOUNTS_FRESH_MS`).
 //! One call per object in flight per shard; a failed one rejoins its queue and backs off
-//! 1 s doubling to 8 s. Where the built shard makes the caller that triggers a forwarding wait for
-//! it, this one answers from its copy at once and forwards beside (a caller without a copy
-//! finds an empty one: healthy).
+//! 1 s doubling to 8 s. Where the built shard makes the snapshot call that triggers a renewal
+//! wait for it, this one answers from its copy at once and renews beside; and an isolate's first
+//! snapshot of a model, which the Worker reads from the model's object and the accounts object
+//! themselves, goes to the shard here too (once per isolate, in the warm-up).
 
 use switchyard_core::health::rpc::HealthCall;
 use switchyard_core::health::shard::{Pending, ACCOUNTS_FRESH_MS, FRESH_MS};
