@@ -17,8 +17,8 @@ use std::cell::{Cell, RefCell};
 
 use futures_util::future::join;
 use switchyard_core::health::rpc::{model_object, HealthCall, SnapshotReply};
-use switchyard_core::health::shard::{shard_model, Pending, ShardCall, ShardReply, ACCOUNTS_FRESH_MS, FRESH_MS};
-use switchyard_core::health::{HealthConfig, Observation, RequestObservation, Scope};
+use switchyard_core::health::shard::{shard_model, Pending, ShardCall, ShardReply, Side, ACCOUNTS_FRESH_MS, FRESH_MS};
+use switchyard_core::health::Scope;
 use worker::{durable_object, DurableObject, Env, Request, Response, State};
 
 use crate::faults::Faults;
@@ -27,80 +27,14 @@ use crate::runtime::clock::{now_ms, sleep};
 
 /// How long a shard waits for a health object (under the isolate's own 300 ms for the shard).
 const FORWARD_TIMEOUT_MS: u64 = 250;
-/// After a failed forwarding: the first wait, doubling to the last.
-const BACKOFF_MS: u64 = 1_000;
-const BACKOFF_MAX_MS: u64 = 8_000;
 const ACCOUNTS: &str = "accounts";
-
-/// One object's copy and what waits for it.
-#[derive(Default)]
-struct Upstream {
-    pending: Pending,
-    copy: Option<SnapshotReply>,
-    /// When the copy was last renewed.
-    renewed_ms: u64,
-    /// When the last forwarding or snapshot call was sent.
-    sent_ms: u64,
-    failures: u32,
-    next_try_ms: u64,
-}
-
-impl Upstream {
-    /// Whether a forwarding or a snapshot call is wanted now.
-    fn wanted(&self, fresh_ms: u64, now: u64) -> bool {
-        now >= self.next_try_ms
-            && (self.pending.due(now, self.sent_ms)
-                || self.copy.is_none()
-                || now >= self.renewed_ms.saturating_add(fresh_ms))
-    }
-
-    /// A report's observations: applied to the copy at once, kept to forward.
-    fn take_in(
-        &mut self,
-        config: HealthConfig,
-        observations: &[Observation],
-        request: Option<&RequestObservation>,
-        scope: Scope,
-        now: u64,
-    ) {
-        let held = self.copy.as_ref().map(|c| (&c.health, scope));
-        self.pending.add(config, observations, request, now, held);
-        if let Some(copy) = &mut self.copy {
-            for o in observations {
-                copy.health.observe_scoped(o, &config, scope);
-            }
-        }
-    }
-
-    /// A call to the object ended: its answer is the copy, with what came since applied again
-    /// (`scope`); a failed forwarding rejoins what waits, and the object is left alone a while.
-    fn done(&mut self, reply: Option<SnapshotReply>, taken: Option<Pending>, scope: Scope, now: u64) {
-        match reply {
-            Some(mut reply) => {
-                self.pending.replay_onto(&mut reply.health, scope);
-                self.copy = Some(reply);
-                self.renewed_ms = now;
-                self.failures = 0;
-                self.next_try_ms = 0;
-            }
-            None => {
-                if let Some(taken) = taken {
-                    self.pending.rejoin(taken);
-                }
-                let wait = BACKOFF_MS.saturating_mul(1 << self.failures.min(3)).min(BACKOFF_MAX_MS);
-                self.failures = self.failures.saturating_add(1);
-                self.next_try_ms = now.saturating_add(wait);
-            }
-        }
-    }
-}
 
 #[durable_object]
 pub struct HealthShard {
     state: State,
     env: Env,
-    model: RefCell<Upstream>,
-    accounts: RefCell<Upstream>,
+    model: RefCell<Side>,
+    accounts: RefCell<Side>,
     /// The model served (from the calls' object name).
     model_id: RefCell<Option<String>>,
     /// A forwarding is under way.
@@ -114,8 +48,8 @@ impl DurableObject for HealthShard {
         HealthShard {
             state,
             env,
-            model: RefCell::new(Upstream::default()),
-            accounts: RefCell::new(Upstream::default()),
+            model: RefCell::new(Side::default()),
+            accounts: RefCell::new(Side::default()),
             model_id: RefCell::new(None),
             forwarding: Cell::new(false),
             alarm: object::Alarm::default(),
@@ -200,8 +134,8 @@ impl HealthShard {
         let target = model_object(model_id);
         for _ in 0..rounds {
             let now = now_ms();
-            let model_call = self.take(&self.model, FRESH_MS, Scope::Model, now);
-            let accounts_call = self.take(&self.accounts, ACCOUNTS_FRESH_MS, Scope::Accounts, now);
+            let model_call = self.model.borrow_mut().call(FRESH_MS, Scope::Model, now);
+            let accounts_call = self.accounts.borrow_mut().call(ACCOUNTS_FRESH_MS, Scope::Accounts, now);
             if model_call.is_none() && accounts_call.is_none() {
                 break;
             }
@@ -237,34 +171,11 @@ impl HealthShard {
         self.forwarding.set(false);
     }
 
-    /// The call `upstream` wants now, if any: its waiting reports as one `Observe`, or a
-    /// `Snapshot` when only its copy is stale.
-    fn take(
-        &self,
-        upstream: &RefCell<Upstream>,
-        fresh_ms: u64,
-        scope: Scope,
-        now: u64,
-    ) -> Option<(HealthCall, Option<Pending>)> {
-        let mut upstream = upstream.borrow_mut();
-        if !upstream.wanted(fresh_ms, now) {
-            return None;
-        }
-        upstream.sent_ms = now;
-        Some(match upstream.pending.take(scope) {
-            Some((call, taken)) => (call, Some(taken)),
-            None => (HealthCall::Snapshot, None),
-        })
-    }
-
     /// Sets the alarm for the earliest flush of what waits (or its next try), if not set earlier.
     async fn schedule(&self) -> worker::Result<()> {
         let at = [&self.model, &self.accounts]
             .iter()
-            .filter_map(|u| {
-                let u = u.borrow();
-                u.pending.due_at(u.sent_ms).map(|at| at.max(u.next_try_ms))
-            })
+            .filter_map(|side| side.borrow().wake_at())
             .min();
         match at {
             Some(at) => self.alarm.by(&self.state.storage(), at).await,

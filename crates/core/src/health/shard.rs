@@ -36,6 +36,10 @@ pub const FLUSH_MS: u64 = 1_000;
 /// A failure or probe is forwarded at once, but a shard forwards at most once per this: what
 /// comes meanwhile waits for it and goes together.
 pub const URGENT_GAP_MS: u64 = 100;
+/// After a failed call to an object, a shard leaves it alone this long, doubling up to
+/// [`BACKOFF_MAX_MS`].
+pub const BACKOFF_MS: u64 = 1_000;
+pub const BACKOFF_MAX_MS: u64 = 8_000;
 /// The most observations a shard keeps waiting; past it, successes are dropped (counted), never a
 /// failure or a probe.
 pub const MAX_PENDING: usize = 4_096;
@@ -218,6 +222,91 @@ impl Pending {
     }
 }
 
+/// A shard's side of one object (the model's, or the accounts object): its copy of the object's
+/// snapshot, the reports waiting for it, and when to call it next. The shard in `src/` and the
+/// simulation both keep theirs in this.
+#[derive(Debug, Clone, Default)]
+pub struct Side {
+    pub pending: Pending,
+    pub copy: Option<SnapshotReply>,
+    /// When the copy was last renewed.
+    renewed_ms: u64,
+    /// When the last forwarding or snapshot call was sent.
+    sent_ms: u64,
+    failures: u32,
+    next_try_ms: u64,
+}
+
+impl Side {
+    /// Whether a call is wanted at `now`: what waits is due, or the copy is missing or older than
+    /// `fresh_ms` — unless the object is being left alone after a failure.
+    pub fn wanted(&self, fresh_ms: u64, now: u64) -> bool {
+        now >= self.next_try_ms
+            && (self.pending.due(now, self.sent_ms)
+                || self.copy.is_none()
+                || now >= self.renewed_ms.saturating_add(fresh_ms))
+    }
+
+    /// A report's observations for this object: applied to the copy at once, kept to forward.
+    pub fn take_in(
+        &mut self,
+        config: HealthConfig,
+        observations: &[Observation],
+        request: Option<&RequestObservation>,
+        scope: Scope,
+        now: u64,
+    ) {
+        let held = self.copy.as_ref().map(|c| (&c.health, scope));
+        self.pending.add(config, observations, request, now, held);
+        if let Some(copy) = &mut self.copy {
+            for o in observations {
+                copy.health.observe_scoped(o, &config, scope);
+            }
+        }
+    }
+
+    /// The call wanted now, if any, marked sent: what waits as one `Observe` (with what it took,
+    /// to rejoin if the call fails), or a `Snapshot` when only the copy is stale.
+    pub fn call(&mut self, fresh_ms: u64, scope: Scope, now: u64) -> Option<(HealthCall, Option<Pending>)> {
+        if !self.wanted(fresh_ms, now) {
+            return None;
+        }
+        self.sent_ms = now;
+        Some(match self.pending.take(scope) {
+            Some((call, taken)) => (call, Some(taken)),
+            None => (HealthCall::Snapshot, None),
+        })
+    }
+
+    /// A call ended: its answer is the copy, with what came since applied again; a failed
+    /// forwarding rejoins what waits, and the object is left alone 1 s, doubling to 8 s.
+    pub fn done(&mut self, reply: Option<SnapshotReply>, taken: Option<Pending>, scope: Scope, now: u64) {
+        match reply {
+            Some(mut reply) => {
+                self.pending.replay_onto(&mut reply.health, scope);
+                self.copy = Some(reply);
+                self.renewed_ms = now;
+                self.failures = 0;
+                self.next_try_ms = 0;
+            }
+            None => {
+                if let Some(taken) = taken {
+                    self.pending.rejoin(taken);
+                }
+                let wait = BACKOFF_MS.saturating_mul(1 << self.failures.min(3)).min(BACKOFF_MAX_MS);
+                self.failures = self.failures.saturating_add(1);
+                self.next_try_ms = now.saturating_add(wait);
+            }
+        }
+    }
+
+    /// When it will want a call without a caller's asking: what waits falling due (not before
+    /// the object's back-off ends); `None` when nothing waits.
+    pub fn wake_at(&self) -> Option<u64> {
+        self.pending.due_at(self.sent_ms).map(|at| at.max(self.next_try_ms))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -330,6 +419,40 @@ mod tests {
         let mut accounts = ModelHealth::default();
         p.replay_onto(&mut accounts, Scope::Accounts);
         assert!(accounts.accounts.is_empty(), "a route failure is not the account's");
+    }
+
+    #[test]
+    fn a_side_renews_a_stale_copy_and_backs_off_after_a_failed_call() {
+        let mut side = Side::default();
+        assert!(side.wanted(FRESH_MS, 0), "no copy yet");
+        let (call, taken) = side.call(FRESH_MS, Scope::Model, 0).unwrap();
+        assert_eq!((call, taken.is_none()), (HealthCall::Snapshot, true));
+        side.done(Some(SnapshotReply::default()), None, Scope::Model, 10);
+        assert!(!side.wanted(FRESH_MS, 10 + FRESH_MS - 1) && side.wanted(FRESH_MS, 10 + FRESH_MS));
+        let failure = obs(AttemptOutcome::Failure(FailureClass::Overloaded));
+        side.take_in(config(), &[failure], None, Scope::Model, 20);
+        assert!(
+            side.copy.as_ref().unwrap().health.routes["r0"].breaker.is_demoted(),
+            "applied at once"
+        );
+        assert_eq!(
+            side.wake_at(),
+            Some(100),
+            "news: one forwarding per 100 ms after the last call"
+        );
+        let (call, taken) = side.call(FRESH_MS, Scope::Model, 100).unwrap();
+        assert!(matches!(call, HealthCall::Observe { .. }));
+        side.done(None, taken, Scope::Model, 150);
+        assert!(!side.wanted(FRESH_MS, 1_149), "left alone for a second");
+        assert_eq!(
+            side.wake_at(),
+            Some(1_150),
+            "what failed waits again, after the back-off"
+        );
+        let (call, taken) = side.call(FRESH_MS, Scope::Model, 1_150).unwrap();
+        side.done(None, taken, Scope::Model, 1_200);
+        assert!(matches!(call, HealthCall::Observe { .. }));
+        assert_eq!(side.wake_at(), Some(3_200), "doubled");
     }
 
     #[test]

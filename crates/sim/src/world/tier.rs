@@ -1,8 +1,9 @@
 //! `Design::Sharded` — the health shards as built (`src/shard.rs`, core `health::shard`): the
 //! model's health reached through `health_shards` shard objects. An isolate snapshots from and
 //! reports to its shard only; the shard applies the reports to its copies at once (and again onto
-//! each renewed copy, `Pending::replay_onto`) and keeps them in the core's own [`Pending`] queues
-//! (one for the model's object, one for the accounts object) and forwards each queue as one
+//! each renewed copy) and keeps them in the core's own [`Side`] per object (the Worker's shard
+//! keeps the same: queue, copy and back-off, one for the model's object and one for the accounts
+//! object) and forwards each queue as one
 //! `observe` call when it falls due — a failure or probe at once, at most one forwarding per
 //! `URGENT_GAP_MS`; successes within `FLUSH_MS` — and renews its copies of the two objects'
 //! snapshots when a caller finds them older than `FRESH_MS` (the accounts' `ACCOUNTS_FRESH_MS`).
@@ -12,34 +13,24 @@
 //! snapshot of a model, which the Worker reads from the model's object and the accounts object
 //! themselves, goes to the shard here too (once per isolate, in the warm-up).
 
-use switchyard_core::health::rpc::HealthCall;
-use switchyard_core::health::shard::{Pending, ACCOUNTS_FRESH_MS, FRESH_MS};
+use switchyard_core::health::rpc::{HealthCall, SnapshotReply};
+use switchyard_core::health::shard::{Pending, Side, ACCOUNTS_FRESH_MS, FRESH_MS};
 
 use super::*;
 
-/// One object's side of a shard: its copy, its queue, its call in flight.
+/// One object's side of a shard: the core's [`Side`] (copy, queue, back-off) and whether its call
+/// is in flight (the Worker's shard has one forwarding at a time for both objects; here each side
+/// has its own).
 #[derive(Default)]
-pub(super) struct Side {
-    copy: ModelHealth,
-    pending: Pending,
-    renewed_ms: Option<u64>,
-    sent_ms: u64,
+pub(super) struct Link {
+    side: Side,
     in_flight: bool,
-    failures: u32,
-    next_try_ms: u64,
 }
 
-impl Side {
-    fn wanted(&self, fresh_ms: u64, now: u64) -> bool {
-        !self.in_flight
-            && now >= self.next_try_ms
-            && (self.pending.due(now, self.sent_ms)
-                || self.renewed_ms.is_none_or(|at| now >= at.saturating_add(fresh_ms)))
-    }
-
-    /// When it next wants a call without a caller's asking (its queue falling due).
-    fn wake_at(&self) -> Option<u64> {
-        self.pending.due_at(self.sent_ms).map(|at| at.max(self.next_try_ms))
+impl Link {
+    /// The copy's breakers (none yet: healthy).
+    fn health(&self) -> ModelHealth {
+        self.side.copy.as_ref().map(|c| c.health.clone()).unwrap_or_default()
     }
 }
 
@@ -53,8 +44,8 @@ pub(super) enum Target {
 /// A shard's state.
 #[derive(Default)]
 pub(super) struct Shard {
-    model: Side,
-    accounts: Side,
+    model: Link,
+    accounts: Link,
     /// When its wake-up event is set for (`None`: none).
     next_at: Option<u64>,
 }
@@ -72,17 +63,12 @@ impl World {
     pub(super) fn shard_observe(&mut self, model: u32, k: u32, observations: Vec<Observation>) -> ModelHealth {
         let (config, now) = (self.config, self.ms());
         let shard = self.shards.entry((model, k)).or_default();
-        let accounts = for_accounts(&observations, Some(&shard.accounts.copy));
-        let held = Some((&shard.model.copy, Scope::Model));
-        shard.model.pending.add(config, &observations, None, now, held);
-        let held = Some((&shard.accounts.copy, Scope::Accounts));
-        shard.accounts.pending.add(config, &accounts, None, now, held);
-        for o in &observations {
-            shard.model.copy.observe_scoped(o, &config, Scope::Model);
-        }
-        for o in &accounts {
-            shard.accounts.copy.observe_scoped(o, &config, Scope::Accounts);
-        }
+        let accounts = for_accounts(&observations, shard.accounts.side.copy.as_ref().map(|c| &c.health));
+        shard.model.side.take_in(config, &observations, None, Scope::Model, now);
+        shard
+            .accounts
+            .side
+            .take_in(config, &accounts, None, Scope::Accounts, now);
         self.shard_wake(model, k);
         self.shard_view(model, k)
     }
@@ -98,8 +84,9 @@ impl World {
         self.shards
             .get(&(model, k))
             .map(|s| {
-                let mut view = s.model.copy.with_accounts(&s.accounts.copy);
-                view.version = s.model.copy.version + s.accounts.copy.version;
+                let (model, accounts) = (s.model.health(), s.accounts.health());
+                let mut view = model.with_accounts(&accounts);
+                view.version = model.version + accounts.version;
                 view
             })
             .unwrap_or_default()
@@ -112,22 +99,24 @@ impl World {
             let Some(shard) = self.shards.get_mut(&(model, k)) else {
                 return;
             };
-            let side = match target {
+            let link = match target {
                 Target::Model => &mut shard.model,
                 Target::Accounts => &mut shard.accounts,
             };
-            if !side.wanted(fresh, now) {
+            if link.in_flight {
                 continue;
             }
-            side.sent_ms = now;
-            side.in_flight = true;
             let scope = match target {
                 Target::Model => Scope::Model,
                 Target::Accounts => Scope::Accounts,
             };
-            let (kind, observations, taken) = match side.pending.take(scope) {
-                Some((HealthCall::Observe { observations, .. }, taken)) => (Kind::Observe, observations, Some(taken)),
-                _ => (Kind::Snapshot, Vec::new(), None),
+            let Some((call, taken)) = link.side.call(fresh, scope, now) else {
+                continue;
+            };
+            link.in_flight = true;
+            let (kind, observations) = match call {
+                HealthCall::Observe { observations, .. } => (Kind::Observe, observations),
+                _ => (Kind::Snapshot, Vec::new()),
             };
             let obj = match target {
                 Target::Model => Obj::Model(model),
@@ -151,8 +140,8 @@ impl World {
         };
         let Some(at) = [&shard.model, &shard.accounts]
             .iter()
-            .filter(|s| !s.in_flight)
-            .filter_map(|s| s.wake_at())
+            .filter(|link| !link.in_flight)
+            .filter_map(|link| link.side.wake_at())
             .min()
         else {
             return;
@@ -185,31 +174,20 @@ impl World {
     ) {
         let now = self.ms();
         let shard = self.shards.entry((model, k)).or_default();
-        let side = match target {
+        let link = match target {
             Target::Model => &mut shard.model,
             Target::Accounts => &mut shard.accounts,
         };
-        side.in_flight = false;
+        link.in_flight = false;
         let scope = match target {
             Target::Model => Scope::Model,
             Target::Accounts => Scope::Accounts,
         };
-        match reply {
-            Some(mut health) => {
-                side.pending.replay_onto(&mut health, scope);
-                side.copy = health;
-                side.renewed_ms = Some(now);
-                side.failures = 0;
-                side.next_try_ms = 0;
-            }
-            None => {
-                if let Some(taken) = taken {
-                    side.pending.rejoin(taken);
-                }
-                side.next_try_ms = now + (1_000u64 << side.failures.min(3));
-                side.failures += 1;
-            }
-        }
+        let reply = reply.map(|health| SnapshotReply {
+            health,
+            stats: Default::default(),
+        });
+        link.side.done(reply, taken, scope, now);
         self.shard_schedule(model, k);
     }
 }
