@@ -1,17 +1,23 @@
 //! Route health (SPEC §8, §9): the Durable Object that is its authority, and each isolate's
 //! snapshot of it.
 //!
-//! One `HealthObject` per model (`model:<id>`: route breakers and traffic buckets) and one for all
-//! upstream accounts (`accounts`). The object is a thin wrapper around the core state machine
-//! (`ModelHealth`), persisted as JSON in its storage; calls are the typed `HealthCall`s.
+//! One `HealthObject` per model (`model:<id>`: route breakers and traffic buckets) and one per
+//! upstream account (`account:<name>`: its breaker). The object is a thin wrapper around the core
+//! state machine (`ModelHealth`), persisted as JSON in its storage; calls are the typed
+//! `HealthCall`s. A model's object folds its accounts' breakers into its own state (core
+//! `health::scope`): when its shards bring it account failures (or successes on an account it
+//! holds a breaker for) it tells those accounts' objects in the same call, and it asks the others
+//! again when its copies are older than `ACCOUNTS_POLL_MS`; so no isolate calls an account's
+//! object but to claim its probe, and each account's object sees calls from the models that use
+//! it, not from every isolate or shard.
 //!
 //! The warm path makes no round trip: an isolate plans with its snapshots, applies its own
 //! outcomes to them at once with the same state machine (the very next request sees a
 //! demotion), and reports them from `ctx.wait_until` to its shard of the model (`crate::shard`),
 //! whose answer refreshes the snapshots. A request waits on an object only to claim the one probe
 //! of a route or account whose cooldown ended, or when its isolate has no snapshot of the model
-//! yet — that first one is read from the model's object itself (and the accounts object), to
-//! start no more objects on the cold path than that; a snapshot older than `health_snapshot_ms`
+//! yet — that first one is read from the model's object itself, to start no more objects on the
+//! cold path than that; a snapshot older than `health_snapshot_ms`
 //! is refreshed from the shard beside the request that finds it stale (one fetch at a time, from
 //! `ctx.wait_until`) while every request plans with the stale one, and a fetch that failed is not
 //! tried again for a back-off (`refresh`).
@@ -32,10 +38,13 @@ use serde::Serialize;
 use switchyard_core::batch::{Batches, Rules};
 use switchyard_core::catalog::{Catalog, Model, Policy};
 use switchyard_core::flight::{Flight, Rules as FetchRules, Step};
-use switchyard_core::health::rpc::{answer, model_object, ClaimReply, HealthCall, SnapshotReply};
+use switchyard_core::health::rpc::{
+    account_calls, account_object, answer, model_object, object_account, ClaimReply, HealthCall, SnapshotReply,
+    ACCOUNTS_POLL_MS,
+};
 use switchyard_core::health::shard::{shard_object, ShardCall, ShardReply, ShardReport};
 use switchyard_core::health::{
-    for_accounts, HealthConfig, ModelHealth, Observation, ProbeClaim, RequestObservation, RouteStats, Scope,
+    AttemptOutcome, HealthConfig, ModelHealth, Observation, ProbeClaim, RequestObservation, RouteStats, Scope,
 };
 use switchyard_core::verify::{self as checks, CheckRoute};
 
@@ -54,7 +63,13 @@ const STORAGE_KEY: &str = "health";
 /// The model a model object serves (from its name), and whether its alarm has planned once.
 const MODEL_KEY: &str = "model";
 const PLANNED_KEY: &str = "planned";
+/// The isolate's overlay of every upstream account's breaker (not an object: see [`view`]).
 const ACCOUNTS: &str = "accounts";
+/// How long a model's object waits for an account's object (under its shards' 250 ms for it).
+const ACCOUNT_TIMEOUT_MS: u64 = 100;
+/// The most account observations a model's object keeps for an account's object that did not
+/// answer (failures and probes only), to tell it with the next call.
+const MAX_UNSENT: usize = 256;
 /// How long past its deadline a check's lease lasts (a checker that died frees the route then).
 const CHECK_LEASE_MARGIN_MS: u64 = 5_000;
 /// When no check is due, the alarm still reads the catalog this often.
@@ -70,8 +85,13 @@ pub struct HealthObject {
     health: RefCell<Option<ModelHealth>>,
     /// Route capacity (SPEC §10), on the `/capacity` path.
     capacity: CapacityDesk,
-    /// The model this object serves, once known (`None` for the accounts object).
+    /// The model this object serves, once known (`None` for an account's object).
     model: RefCell<Option<String>>,
+    /// A model's object: when it last asked its accounts' objects, and whether it is asking now.
+    polled_ms: Cell<u64>,
+    polling: Cell<bool>,
+    /// Account observations an account's object did not take, to tell it next time.
+    unsent: RefCell<Vec<Observation>>,
     /// Its alarm, as loaded or last set.
     alarm: object::Alarm,
     /// The alarm has run once since the object first served its model.
@@ -86,6 +106,9 @@ impl DurableObject for HealthObject {
             health: RefCell::new(None),
             capacity: CapacityDesk::new(),
             model: RefCell::new(None),
+            polled_ms: Cell::new(0),
+            polling: Cell::new(false),
+            unsent: RefCell::new(Vec::new()),
             alarm: object::Alarm::default(),
             planned: Cell::new(false),
         }
@@ -103,6 +126,12 @@ impl DurableObject for HealthObject {
         if let Some(model) = model {
             self.serve_model(model).await?;
         }
+        // What a model's object tells or asks its accounts' objects after this call.
+        let accounts_step = match (&call, model) {
+            (HealthCall::Observe { config, .. }, Some(_)) => Some((*config, false)),
+            (HealthCall::Reset { .. }, Some(_)) => Some((HealthConfig::default(), true)),
+            _ => None,
+        };
         // Mutate synchronously, serialise, then persist: the input gate keeps other calls out
         // while the write is in flight, so each call is atomic.
         let (answer, state) = {
@@ -115,6 +144,11 @@ impl DurableObject for HealthObject {
         if let Some(text) = state {
             self.state.storage().put(STORAGE_KEY, text.map_err(json_error)?).await?;
             self.schedule_pending().await?;
+        }
+        if let Some((config, force)) = accounts_step {
+            if self.tell_accounts(config, answer.forward, force).await? {
+                return Response::from_json(&self.change(|h| h.snapshot_reply(now_ms())));
+            }
         }
         Response::from_json(&answer.reply)
     }
@@ -136,6 +170,9 @@ impl DurableObject for HealthObject {
         let routes = CheckRoute::of(model);
         let lease_ms = checks::deadline_ms(&policy, model).saturating_add(CHECK_LEASE_MARGIN_MS);
         let now = now_ms();
+        let used = catalog.route_accounts(model);
+        self.change(|h| h.know_accounts(used.iter().map(|(_, a)| a.as_str())));
+        self.tell_accounts(config, Vec::new(), true).await?;
         let due = self.change(|h| {
             h.know_routes(&routes, now);
             let due = h.due_checks(&routes, policy.verify_idle_ms, now);
@@ -187,7 +224,7 @@ fn store_error(e: switchyard_core::ApiError) -> worker::Error {
 
 impl HealthObject {
     /// Loads the state from storage on its first use: a model's object reads its breakers, model
-    /// and `planned` flag in one read, then its alarm; the accounts object its breakers only.
+    /// and `planned` flag in one read, then its alarm; an account's object its breaker only.
     async fn load(&self, model_object: bool) -> worker::Result<()> {
         if self.health.borrow().is_some() {
             return Ok(());
@@ -204,7 +241,7 @@ impl HealthObject {
                 alarm,
             )
         } else {
-            // The accounts object: its breakers only (no model, no checks, no alarm).
+            // An account's object: its breaker only (no model, no checks, no alarm).
             (storage.get::<String>(STORAGE_KEY).await?, None, None, None)
         };
         let health = stored.and_then(|t| serde_json::from_str(&t).ok()).unwrap_or_default();
@@ -257,6 +294,61 @@ impl HealthObject {
 
     async fn set_alarm(&self, at_ms: u64) -> worker::Result<()> {
         self.alarm.set(&self.state.storage(), at_ms).await
+    }
+
+    /// A model's object tells its accounts' objects what concerns them (`forward`, with what an
+    /// object did not take before), and — when its copies are older than [`ACCOUNTS_POLL_MS`], or
+    /// `force` — asks every other account its routes use (core `account_calls`), all at once; the
+    /// answers newer than its copies become its copies. True when they changed (then persisted).
+    async fn tell_accounts(
+        &self,
+        config: HealthConfig,
+        forward: Vec<Observation>,
+        force: bool,
+    ) -> worker::Result<bool> {
+        let now = now_ms();
+        let poll = force || (!self.polling.get() && now >= self.polled_ms.get().saturating_add(ACCOUNTS_POLL_MS));
+        let mut told = self.unsent.take();
+        told.extend(forward);
+        if told.is_empty() && !poll {
+            return Ok(false);
+        }
+        if poll {
+            self.polling.set(true);
+            self.polled_ms.set(now);
+        }
+        let calls = self.change(|h| account_calls(h, config, &told, poll));
+        let env = &self.env;
+        let replies = futures_util::future::join_all(calls.iter().map(|(name, call)| {
+            object::call::<_, SnapshotReply>(env, "HEALTH", name, "/", call, ACCOUNT_TIMEOUT_MS, None)
+        }))
+        .await;
+        if poll {
+            self.polling.set(false);
+        }
+        let mut changed = false;
+        for ((name, call), reply) in calls.iter().zip(replies) {
+            match (reply, call) {
+                (Ok(reply), _) => {
+                    let account = object_account(name).unwrap_or_default();
+                    changed |= self.change(|h| h.fold_answer(account, &reply));
+                }
+                (Err(_), HealthCall::Observe { observations, .. }) => {
+                    let mut unsent = self.unsent.borrow_mut();
+                    let kept = observations
+                        .iter()
+                        .filter(|o| o.probe || !matches!(o.outcome, AttemptOutcome::Success));
+                    let room = MAX_UNSENT.saturating_sub(unsent.len());
+                    unsent.extend(kept.take(room).cloned());
+                }
+                (Err(_), _) => {}
+            }
+        }
+        if changed {
+            self.change(|h| h.changed());
+            self.persist().await?;
+        }
+        Ok(changed)
     }
 }
 
@@ -325,23 +417,22 @@ fn snapshot_rules(fresh_ms: u64) -> FetchRules {
     }
 }
 
-/// A shard's answer becomes the isolate's copies of the model's object and the accounts object
-/// (each only if the shard has one).
+/// A shard's answer becomes the isolate's copy of the model's object (if the shard has one).
 fn remember_shard(model_id: &str, reply: ShardReply) {
     if let Some(model) = reply.model {
         remember(&object_name(model_id), model);
     }
-    if let Some(accounts) = reply.accounts {
-        remember(ACCOUNTS, accounts);
-    }
 }
 
-/// An object's snapshot (through a shard, or its own answer) becomes the isolate's copy — its
-/// breakers only if the object changed them since the copy was read (`ModelHealth::newer_than`):
-/// an older or equal one would undo the isolate's own outcomes applied since.
+/// A model object's snapshot (through a shard, or its own answer) becomes the isolate's copy —
+/// its breakers only if the object changed them since the copy was read
+/// (`ModelHealth::newer_than`): an older or equal one would undo the isolate's own outcomes
+/// applied since. The accounts' breakers it carries go into the isolate's overlay, each only if
+/// newer than the one held (`ModelHealth::fold_accounts_from`).
 fn remember(name: &str, reply: SnapshotReply) {
     HEALTH_SNAPSHOTS.with(|s| {
         let mut s = s.borrow_mut();
+        overlay(&mut s).fold_accounts_from(&reply.health);
         let now = Some(now_ms());
         match s.get_mut(name) {
             Some(held) => {
@@ -363,11 +454,25 @@ fn remember(name: &str, reply: SnapshotReply) {
     });
 }
 
+/// The isolate's overlay of the accounts' breakers (every model's, see [`view`]).
+fn overlay(s: &mut HashMap<String, Snapshot>) -> &mut ModelHealth {
+    &mut s.entry(ACCOUNTS.to_string()).or_insert_with(born_here).health
+}
+
+/// A snapshot born on this isolate from its own outcomes, not read from an object.
+fn born_here() -> Snapshot {
+    Snapshot {
+        health: ModelHealth::default(),
+        stats: BTreeMap::new(),
+        fetched_ms: None,
+    }
+}
+
 fn fetched_at(name: &str) -> Option<u64> {
     HEALTH_SNAPSHOTS.with(|s| s.borrow().get(name).and_then(|snap| snap.fetched_ms))
 }
 
-/// Refreshes the isolate's copy of `model_id`'s health (and with it the accounts') if it is stale,
+/// Refreshes the isolate's copy of `model_id`'s health (and with it its accounts') if it is stale,
 /// one fetch at a time (see [`snapshot_rules`]) from the isolate's shard of the model: a request
 /// that has a copy to plan with goes on with it while the fetch runs beside it (`ctx.wait_until`);
 /// only one without a copy waits. An unreachable shard leaves the old snapshot (or none:
@@ -414,26 +519,15 @@ async fn fetch_snapshot(env: Env, model_id: String, rules: FetchRules) {
 }
 
 /// The first snapshot of a model on an isolate, which a request waits for: read from the model's
-/// object itself (and the accounts object, if the isolate has no copy of it yet), at once — not
-/// through the shard, which would start one more object on the cold path. Once per model and
-/// isolate (the flight's back-off after a failure); every later refresh goes to the shard.
+/// object itself (its accounts' breakers with it), at once — not through the shard, which would
+/// start one more object on the cold path. Once per model and isolate (the flight's back-off
+/// after a failure); every later refresh goes to the shard.
 async fn first_snapshot(env: &Env, model_id: &str, rules: FetchRules) {
     let name = object_name(model_id);
-    let model = call_object::<SnapshotReply>(env, &name, &HealthCall::Snapshot);
-    let held = HEALTH_SNAPSHOTS.with(|s| s.borrow().get(ACCOUNTS).is_some_and(|a| a.fetched_ms.is_some()));
-    let accounts = async {
-        match held {
-            true => None,
-            false => call_object::<SnapshotReply>(env, ACCOUNTS, &HealthCall::Snapshot).await,
-        }
-    };
-    let (model, accounts) = futures_util::future::join(model, accounts).await;
+    let model = call_object::<SnapshotReply>(env, &name, &HealthCall::Snapshot).await;
     let ok = model.is_some();
     if let Some(reply) = model {
         remember(&name, reply);
-    }
-    if let Some(reply) = accounts {
-        remember(ACCOUNTS, reply);
     }
     flown(model_id, ok, &rules);
 }
@@ -453,8 +547,10 @@ pub fn shard_of(model_id: &str) -> String {
     shard_object(model_id, isolate_seed())
 }
 
-/// The planning view of one model: its route breakers with the accounts' breakers, and the
-/// per-route stats.
+/// The planning view of one model: its route breakers with the isolate's overlay of the accounts'
+/// breakers (what its models' objects answered, and its own outcomes since: an account failure
+/// seen on one model sends the isolate's other models elsewhere at once), and the per-route
+/// stats.
 pub struct View {
     pub health: ModelHealth,
     pub stats: BTreeMap<String, RouteStats>,
@@ -488,6 +584,7 @@ pub async fn view(env: &Env, ctx: &Context, model: &Model, policy: &Policy) -> V
 pub async fn claim_probes(env: &Env, model: &Model, claims: Vec<ProbeClaim>, lease_ms: u64) -> Vec<usize> {
     let mut won = Vec::new();
     for c in claims {
+        let account = account_object(&c.account);
         let call = HealthCall::Claim {
             route: c.route_id,
             account: c.account,
@@ -498,7 +595,7 @@ pub async fn claim_probes(env: &Env, model: &Model, claims: Vec<ProbeClaim>, lea
             granted &= claim(env, &object_name(&model.id), &call).await;
         }
         if granted && c.from_accounts {
-            granted &= claim(env, ACCOUNTS, &call).await;
+            granted &= claim(env, &account, &call).await;
         }
         if granted {
             won.push(c.route);
@@ -521,12 +618,8 @@ pub fn apply_local(model_id: &str, obs: &Observation, config: &HealthConfig) {
             (object_name(model_id), Scope::Model),
             (ACCOUNTS.to_string(), Scope::Accounts),
         ] {
-            let snap = s.entry(name).or_insert_with(|| Snapshot {
-                health: ModelHealth::default(),
-                stats: BTreeMap::new(),
-                // Born here, not read from the object: the next request fetches it.
-                fetched_ms: None,
-            });
+            // Born here, not read from the object: the next request fetches it.
+            let snap = s.entry(name).or_insert_with(born_here);
             snap.health.observe_scoped(obs, config, scope);
         }
     });
@@ -542,7 +635,7 @@ thread_local! {
 
 /// Reports a request's outcomes (from `ctx.wait_until`) to the isolate's shard of the model,
 /// gathered with other requests' (see [`REPORT_BATCH`]); the shard forwards them to the model's
-/// object, and what concerns an account to the accounts object. The shard's answer refreshes the
+/// object, which tells the accounts' objects what concerns them. The shard's answer refreshes the
 /// snapshots.
 pub async fn report(
     env: &Env,
@@ -551,11 +644,9 @@ pub async fn report(
     observations: Vec<Observation>,
     request: RequestObservation,
 ) {
-    let accounts = HEALTH_SNAPSHOTS.with(|s| for_accounts(&observations, s.borrow().get(ACCOUNTS).map(|a| &a.health)));
     let item = ShardReport {
         config,
         observations,
-        accounts,
         request: Some(request),
     };
     let urgent = item.urgent();
@@ -612,22 +703,49 @@ pub async fn full(env: &Env, model_id: &str) -> Option<ModelHealth> {
     call_object(env, &object_name(model_id), &HealthCall::Full).await
 }
 
-/// Everything the accounts object holds, fresh.
-pub async fn accounts(env: &Env) -> Option<ModelHealth> {
-    call_object(env, ACCOUNTS, &HealthCall::Full).await
+/// The breakers of `accounts` (upstream account names), fresh from their objects, as one state
+/// (status page, admin); `None` when an object did not answer.
+pub async fn accounts(env: &Env, accounts: &[String]) -> Option<ModelHealth> {
+    let names: std::collections::BTreeSet<&String> = accounts.iter().collect();
+    let fulls = futures_util::future::join_all(
+        names
+            .into_iter()
+            .map(|a| async move { call_object::<ModelHealth>(env, &account_object(a), &HealthCall::Full).await }),
+    )
+    .await;
+    let mut all = ModelHealth::default();
+    for full in fulls {
+        all.accounts.extend(full?.accounts);
+    }
+    Some(all)
 }
 
-/// Admin reset of a model: its routes, and the accounts its routes use.
+/// Admin reset of a model: its routes, and the accounts its routes use — their objects first,
+/// then the model's, which drops its copies of them and asks their objects again.
 pub async fn reset(env: &Env, catalog: &Catalog, model: &Model) -> bool {
     let name = object_name(&model.id);
-    let used: Vec<String> = catalog.route_accounts(model).into_iter().map(|(_, a)| a).collect();
-    let model = call_object::<SnapshotReply>(env, &name, &HealthCall::Reset { accounts: Vec::new() }).await;
-    let accounts = call_object::<SnapshotReply>(env, ACCOUNTS, &HealthCall::Reset { accounts: used }).await;
+    let mut used: Vec<String> = catalog.route_accounts(model).into_iter().map(|(_, a)| a).collect();
+    used.sort();
+    used.dedup();
+    let accounts = futures_util::future::join_all(used.iter().map(|a| {
+        let call = HealthCall::Reset {
+            accounts: vec![a.clone()],
+        };
+        async move { call_object::<SnapshotReply>(env, &account_object(a), &call).await }
+    }))
+    .await;
+    let model = call_object::<SnapshotReply>(env, &name, &HealthCall::Reset { accounts: used.clone() }).await;
+    HEALTH_SNAPSHOTS.with(|s| {
+        let mut s = s.borrow_mut();
+        let overlay = overlay(&mut s);
+        for (account, reply) in used.iter().zip(&accounts) {
+            if let Some(reply) = reply {
+                overlay.fold_answer(account, reply);
+            }
+        }
+    });
     if let Some(r) = &model {
         remember(&name, r.clone());
     }
-    if let Some(r) = &accounts {
-        remember(ACCOUNTS, r.clone());
-    }
-    model.is_some() && accounts.is_some()
+    model.is_some() && accounts.iter().all(Option::is_some)
 }

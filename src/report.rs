@@ -73,11 +73,17 @@ pub async fn published(env: &Env, version: i64) -> Option<Report> {
     }
 }
 
-/// Every model's full health (fetched concurrently) and the accounts', then the report.
+/// Every model's full health and its accounts' breakers (fetched concurrently), then the report.
 pub async fn build(env: &Env, catalog: &Catalog, now: u64) -> Report {
     let ids = catalog.model_ids();
+    let used: Vec<String> = catalog
+        .doc()
+        .models
+        .iter()
+        .flat_map(|m| catalog.route_accounts(m).into_iter().map(|(_, a)| a))
+        .collect();
     let (accounts, fulls) = join(
-        health::accounts(env),
+        health::accounts(env, &used),
         join_all(ids.iter().map(|id| health::full(env, id))),
     )
     .await;

@@ -1,23 +1,22 @@
 //! The health shards (SPEC §22; the rules are core `health::shard`): [`HealthShard`], binding
 //! `HEALTH_SHARDS`, 32 per model (`shard:<n>:<model>`), between the isolates and the model's health
 //! object. An isolate fetches its snapshot from its shard and reports to it; the shard applies the
-//! reports to its copies at once (its answers never lack what was reported to it), keeps them in
-//! memory and forwards them to the model's object and the accounts object — at once
-//! when a failure or a probe is among them (at most one forwarding per 100 ms), else within a
-//! second, always from its alarm, so a report call never waits for a health object — and keeps a
-//! copy of both objects' snapshots, renewed by each forwarding and, when a snapshot call finds it
-//! older than a quarter second (the accounts' two seconds), before that call is answered. One
-//! forwarding at a time per shard; a call that finds one under way is answered from the copy. An
-//! object that does not answer is left alone for a back-off (1 s doubling to 8 s), what was to be
-//! forwarded waiting for the next try. Nothing of a shard is stored but its alarm: an evicted
-//! shard loses what waited for its alarm (at most a second of successes; failures and probes wait
-//! 100 ms at most while the objects answer).
+//! reports to its copy at once (its answers never lack what was reported to it), keeps them in
+//! memory and forwards them to the model's object (which tells its accounts' objects what
+//! concerns them) — at once when a failure or a probe is among them (at most one forwarding per
+//! 100 ms), else within a second, always from its alarm, so a report call never waits for a
+//! health object — and keeps a copy of the object's snapshot (its accounts' breakers folded in),
+//! renewed by each forwarding and, when a snapshot call finds it older than a quarter second,
+//! before that call is answered. One forwarding at a time per shard; a call that finds one under
+//! way is answered from the copy. An object that does not answer is left alone for a back-off
+//! (1 s doubling to 8 s), what was to be forwarded waiting for the next try. Nothing of a shard is
+//! stored but its alarm: an evicted shard loses what waited for its alarm (at most a second of
+//! successes; failures and probes wait 100 ms at most while the object answers).
 
 use std::cell::{Cell, RefCell};
 
-use futures_util::future::join;
-use switchyard_core::health::rpc::{model_object, HealthCall, SnapshotReply};
-use switchyard_core::health::shard::{shard_model, Pending, ShardCall, ShardReply, Side, ACCOUNTS_FRESH_MS, FRESH_MS};
+use switchyard_core::health::rpc::{model_object, SnapshotReply};
+use switchyard_core::health::shard::{shard_model, ShardCall, ShardReply, Side, FRESH_MS};
 use switchyard_core::health::Scope;
 use worker::{durable_object, DurableObject, Env, Request, Response, State};
 
@@ -27,14 +26,12 @@ use crate::runtime::clock::{now_ms, sleep};
 
 /// How long a shard waits for a health object (under the isolate's own 300 ms for the shard).
 const FORWARD_TIMEOUT_MS: u64 = 250;
-const ACCOUNTS: &str = "accounts";
 
 #[durable_object]
 pub struct HealthShard {
     state: State,
     env: Env,
     model: RefCell<Side>,
-    accounts: RefCell<Side>,
     /// The model served (from the calls' object name).
     model_id: RefCell<Option<String>>,
     /// A forwarding is under way.
@@ -49,7 +46,6 @@ impl DurableObject for HealthShard {
             state,
             env,
             model: RefCell::new(Side::default()),
-            accounts: RefCell::new(Side::default()),
             model_id: RefCell::new(None),
             forwarding: Cell::new(false),
             alarm: object::Alarm::default(),
@@ -77,9 +73,6 @@ impl DurableObject for HealthShard {
                     self.model
                         .borrow_mut()
                         .take_in(r.config, &r.observations, r.request.as_ref(), Scope::Model, now);
-                    self.accounts
-                        .borrow_mut()
-                        .take_in(r.config, &r.accounts, None, Scope::Accounts, now);
                 }
                 false
             }
@@ -99,7 +92,6 @@ impl DurableObject for HealthShard {
         self.schedule().await?;
         let reply = ShardReply {
             model: self.model.borrow().copy.clone(),
-            accounts: self.accounts.borrow().copy.clone(),
         };
         Response::from_json(&reply)
     }
@@ -126,44 +118,21 @@ impl DurableObject for HealthShard {
 }
 
 impl HealthShard {
-    /// Forwards what is due and renews the copies that are stale, the two objects at once, until
-    /// nothing more is wanted (reports that came meanwhile go in the next round), at most `rounds`
-    /// rounds.
+    /// Forwards what is due and renews the copy if stale, until nothing more is wanted (reports
+    /// that came meanwhile go in the next round), at most `rounds` rounds.
     async fn forward(&self, model_id: &str, rounds: usize) {
         self.forwarding.set(true);
         let target = model_object(model_id);
         for _ in 0..rounds {
-            let now = now_ms();
-            let model_call = self.model.borrow_mut().call(FRESH_MS, Scope::Model, now);
-            let accounts_call = self.accounts.borrow_mut().call(ACCOUNTS_FRESH_MS, Scope::Accounts, now);
-            if model_call.is_none() && accounts_call.is_none() {
+            let Some((call, taken)) = self.model.borrow_mut().call(FRESH_MS, Scope::Model, now_ms()) else {
                 break;
-            }
-            let env = &self.env;
-            let send = |object: &str, call: Option<(HealthCall, Option<Pending>)>| {
-                let object = object.to_string();
-                async move {
-                    let (call, taken) = call?;
-                    let reply =
-                        object::call::<_, SnapshotReply>(env, "HEALTH", &object, "/", &call, FORWARD_TIMEOUT_MS, None)
-                            .await
-                            .ok();
-                    Some((reply, taken))
-                }
             };
-            let (to_model, to_accounts) = join(send(&target, model_call), send(ACCOUNTS, accounts_call)).await;
-            let now = now_ms();
-            let mut failed = false;
-            let sides = [
-                (&self.model, to_model, Scope::Model),
-                (&self.accounts, to_accounts, Scope::Accounts),
-            ];
-            for (upstream, result, scope) in sides {
-                if let Some((reply, taken)) = result {
-                    failed |= reply.is_none();
-                    upstream.borrow_mut().done(reply, taken, scope, now);
-                }
-            }
+            let reply =
+                object::call::<_, SnapshotReply>(&self.env, "HEALTH", &target, "/", &call, FORWARD_TIMEOUT_MS, None)
+                    .await
+                    .ok();
+            let failed = reply.is_none();
+            self.model.borrow_mut().done(reply, taken, Scope::Model, now_ms());
             if failed {
                 break;
             }
@@ -173,10 +142,7 @@ impl HealthShard {
 
     /// Sets the alarm for the earliest flush of what waits (or its next try), if not set earlier.
     async fn schedule(&self) -> worker::Result<()> {
-        let at = [&self.model, &self.accounts]
-            .iter()
-            .filter_map(|side| side.borrow().wake_at())
-            .min();
+        let at = self.model.borrow().wake_at();
         match at {
             Some(at) => self.alarm.by(&self.state.storage(), at).await,
             None => Ok(()),

@@ -109,8 +109,9 @@ pub async fn admin(env: &Env, model_id: &str) -> HandlerResult {
             what: format!("Model `{model_id}`"),
         })?;
     let now = now_ms();
+    let used: Vec<String> = catalog.route_accounts(model).into_iter().map(|(_, a)| a).collect();
     let ((full, accounts), loads) = join(
-        join(health::full(env, model_id), health::accounts(env)),
+        join(health::full(env, model_id), health::accounts(env, &used)),
         limits::route_loads(env, model),
     )
     .await;

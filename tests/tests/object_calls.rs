@@ -64,10 +64,11 @@ fn calls_a_request_reports_the_storage_calls_it_waited_on() {
     assert_eq!(r.status, 200, "{}", r.text());
     let calls: Value = serde_json::from_str(r.header("x-switchyard-calls").expect("x-switchyard-calls")).unwrap();
     assert!(count(&calls, "D1") >= 1, "the key's read is a D1 statement: {calls}");
-    assert!(
-        (1..=2).contains(&count(&calls, "HEALTH.snapshot")),
-        "a model never asked before: its first snapshot (and the accounts', if the isolate had none) \
-         read from the objects themselves, waited on: {calls}"
+    assert_eq!(
+        count(&calls, "HEALTH.snapshot"),
+        1,
+        "a model never asked before: its first snapshot, its accounts' breakers folded in, read \
+         from the model's object itself, waited on — and no account's object: {calls}"
     );
     assert_eq!(
         count(&calls, "HEALTH_SHARDS.snapshot"),
@@ -340,11 +341,11 @@ fn calls_slots_held_together_are_renewed_by_one_call() {
     );
 }
 
-/// SPEC §22: an upstream account's breaker that is back at rest is forgotten, by the accounts
-/// object and by the isolates' copies: the account's successes are no longer reported to the
-/// one `accounts` object. An account fails once (a 401 on one provider), heals (a success on
-/// another provider of the same account, once its cooldown ended), then carries eight more
-/// requests: before, each was an `observe` call to `accounts`; now none is.
+/// SPEC §22: an upstream account's breaker that is back at rest is forgotten, by the account's
+/// object and by the model objects' copies: the account's successes are no longer reported to
+/// its object. An account fails once (a 401 on one provider), heals (a success on another
+/// provider of the same account, once its cooldown ended), then carries eight more requests:
+/// before, each was an `observe` call to the accounts object; now none is.
 #[test]
 fn calls_an_account_back_at_rest_is_forgotten_and_its_successes_cost_no_accounts_call() {
     let _quiet = QUIET.lock().unwrap_or_else(|e| e.into_inner());
@@ -384,15 +385,18 @@ fn calls_an_account_back_at_rest_is_forgotten_and_its_successes_cost_no_accounts
         assert!(Instant::now() < deadline, "the account never healed: {}", r.text());
     }
     std::thread::sleep(Duration::from_millis(1_500)); // its report, and the snapshots after it
-    let (_, before) = object_calls(&s, "accounts");
+    let object = format!("account:{account}");
+    let (_, before) = object_calls(&s, &object);
     for _ in 0..8 {
         let r = s.chat(&key, &chat_body(&healing, false));
         assert_eq!(r.status, 200, "{}", r.text());
         std::thread::sleep(Duration::from_millis(300)); // one report batch each
     }
     std::thread::sleep(Duration::from_millis(500));
-    let (_, after) = object_calls(&s, "accounts");
+    let (_, after) = object_calls(&s, &object);
     let observes = count(&after, "HEALTH.observe.background") - count(&before, "HEALTH.observe.background");
+    let told = count(&before, "HEALTH.observe.background");
+    assert!(told >= 2, "its object heard of the failure and the probe: {before}");
     eprintln!("accounts before {before}, after {after}");
     assert_eq!(
         observes, 0,

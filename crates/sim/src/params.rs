@@ -241,6 +241,8 @@ pub const HOLD_STATEMENTS: u64 = 2;
 pub const SETTLE_STATEMENTS: u64 = 6;
 /// `Design::Sharded`: how long a shard waits for a health object (`src/shard.rs`), ms.
 pub const FORWARD_TIMEOUT_MS: u64 = 250;
+/// How long a model's object waits for an account's object (`src/health.rs`).
+pub const ACCOUNT_TIMEOUT_MS: u64 = 100;
 /// The round trip between two objects (the status object's `full` calls, a shard's forwarding),
 /// ms: they run near each other (assumption).
 pub const OBJECT_RTT_MS: u64 = 10;

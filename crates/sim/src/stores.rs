@@ -7,8 +7,11 @@
 pub enum Obj {
     /// `model:<id>` (route breakers, buckets, capacity).
     Model(u32),
-    /// `accounts`: every upstream account's breaker, one for the deployment.
+    /// `Design::Direct`: `accounts`, every upstream account's breaker, one for the deployment.
     Accounts,
+    /// `Design::Sharded`: `account:<name>`, upstream account `n`'s breaker (called by the models'
+    /// objects, and by an isolate only to claim a probe).
+    Account(u32),
     /// A limited key's `LimitObject`.
     Key(u32),
     /// `status`: the public report.
@@ -36,7 +39,7 @@ impl Obj {
     pub fn class(self) -> Class {
         match self {
             Obj::Model(_) => Class::Model,
-            Obj::Accounts => Class::Accounts,
+            Obj::Accounts | Obj::Account(_) => Class::Accounts,
             Obj::Key(_) => Class::KeyLimit,
             Obj::Status => Class::Status,
             Obj::Outbox(_) => Class::Outbox,

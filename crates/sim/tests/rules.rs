@@ -33,6 +33,7 @@ fn the_copied_rules_match_the_worker() {
         (&health, squash("const REPORT_BATCH: Rules = switchyard_core::batch::HEALTH_REPORTS;")),
         (&billing, squash("const SETTLE_BATCH: Rules = switchyard_core::batch::SETTLEMENTS;")),
         (&health, squash(&format!("const CALL_TIMEOUT_MS: u64 = {HEALTH_TIMEOUT_MS};"))),
+        (&health, squash(&format!("const ACCOUNT_TIMEOUT_MS: u64 = {ACCOUNT_TIMEOUT_MS};"))),
         (
             &health,
             squash(&format!(

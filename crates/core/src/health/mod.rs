@@ -594,8 +594,9 @@ impl Window {
 /// One model's health: its routes' breakers and buckets, the breakers of the upstream accounts its
 /// routes use, and the model's per-request buckets (the status word, SPEC §14).
 ///
-/// Account breakers are shared by every model on the account (SPEC §9); this struct holds the
-/// copies this model has seen — the caller spreads an account's state to other models.
+/// Account breakers are shared by every model on the account (SPEC §9): each account's object holds
+/// its breaker, and a model's object holds copies of its accounts' breakers, each with the version
+/// its account's object answered ([`ModelHealth::fold_account`]).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
 #[serde(default)]
 pub struct ModelHealth {
@@ -614,6 +615,11 @@ pub struct ModelHealth {
     /// path (a shard's, a snapshot that crossed a report) never undoes what an isolate applied
     /// to its own copy since.
     pub version: u64,
+    /// The version of each upstream account's breaker held in `accounts`, as the account's
+    /// object answered it (a model's object: its routes' accounts, 0 until one answered): a copy
+    /// of an account's breaker replaces another only when newer, whichever model brought it.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub account_versions: BTreeMap<String, u64>,
 }
 
 /// A request waiting to be counted: when it ended, and the (route, account) it failed at.
@@ -629,7 +635,8 @@ const MAX_PENDING: usize = 256;
 impl ModelHealth {
     /// Applies one attempt's outcome (SPEC §8, §9) and records it in the route's bucket.
     ///
-    /// Success resets the route breaker and, if it has one, the account's. A failure counts by
+    /// Success resets the route breaker and, if it has one and it is not cooling (or the success
+    /// is its probe), the account's. A failure counts by
     /// [`FailureClass::blame`]: against the route (`overloaded` demotes after
     /// `demote_after_overloaded`, others after `demote_after`; the extra try adds none), against the
     /// account (demoted at once; the route breaker untouched), or against nothing — and by
@@ -644,8 +651,13 @@ impl ModelHealth {
             AttemptOutcome::Success => {
                 state.last_ok_ms = state.last_ok_ms.max(Some(obs.at_ms));
                 state.breaker.succeed();
+                // An account in cooldown is healed by its probe (or a success once the cooldown
+                // ended), not by a request planned before its demotion was known — its model's
+                // object learns of it before that model's isolates do.
                 if let Some(account) = self.accounts.get_mut(&obs.account) {
-                    account.succeed();
+                    if obs.probe || !account.is_cooling(obs.at_ms) {
+                        account.succeed();
+                    }
                 }
             }
             AttemptOutcome::Failure(class) => match class.blame() {
@@ -883,6 +895,7 @@ impl ModelHealth {
             model_hours: Vec::new(),
             pending: Vec::new(),
             version: self.version,
+            account_versions: self.account_versions.clone(),
         }
     }
 

@@ -1,8 +1,13 @@
 //! The two halves of route health and how they meet (SPEC §8, §9): a model's own object keeps its
-//! route breakers and traffic buckets, the accounts object keeps every upstream account's breaker
-//! ([`Scope`]). An isolate plans with both merged ([`ModelHealth::with_accounts`]); which probes a
-//! request must claim, and from which object, is decided here ([`ModelHealth::probe_claims`]); so is
-//! which outcomes the accounts object is told about ([`for_accounts`]).
+//! route breakers and traffic buckets, each upstream account's object (`account:<name>`) keeps that
+//! account's breaker ([`Scope`]). A model's object also holds copies of its accounts' breakers,
+//! each with the version its account's object answered, and tells those objects what concerns them
+//! ([`for_accounts`]); the copies travel with the model's snapshot, so an isolate plans with one
+//! snapshot per model and makes no account calls but a probe's claim. An isolate keeps the
+//! accounts' breakers of every model it serves in one overlay ([`ModelHealth::fold_accounts_from`]:
+//! an account's breaker replaced only by a newer copy, whichever model brought it), so an account
+//! failure seen on one model sends its other models elsewhere at once. Which probes a request must
+//! claim, and from which object, is decided here ([`ModelHealth::probe_claims`]).
 
 use std::collections::BTreeMap;
 
@@ -15,15 +20,15 @@ use crate::classify::Blame;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Scope {
-    /// One model: route breakers and buckets.
+    /// One model: route breakers and buckets, and copies of its accounts' breakers.
     Model,
-    /// Every upstream account's breaker.
+    /// Upstream accounts' breakers only (an account's object; an isolate's overlay).
     Accounts,
 }
 
 /// A probe a request must win before it tries a route whose cooldown ended (SPEC §8): from the
-/// model's object when the route's own breaker is due, from the accounts object when its account's
-/// is (both when both are).
+/// model's object when the route's own breaker is due, from the account's object when its
+/// account's is (both when both are).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProbeClaim {
     /// Index into the model's routes.
@@ -35,8 +40,9 @@ pub struct ProbeClaim {
 }
 
 impl ModelHealth {
-    /// Applies an observation and keeps only this scope's half: a model object keeps no account
-    /// breakers, the accounts object keeps no routes or buckets.
+    /// Applies an observation and keeps only this scope's half: an account's object keeps no
+    /// routes or buckets; a model's object keeps its copies of the accounts' breakers (what its
+    /// shards told it applied at once, until the account's object answers a newer one).
     pub fn observe_scoped(&mut self, obs: &Observation, cfg: &HealthConfig, scope: Scope) {
         self.observe(obs, cfg);
         self.keep_scope(scope);
@@ -44,16 +50,50 @@ impl ModelHealth {
 
     /// Drops what does not belong to `scope`.
     pub fn keep_scope(&mut self, scope: Scope) {
-        match scope {
-            Scope::Model => self.accounts.clear(),
-            Scope::Accounts => {
-                self.routes.clear();
-                self.model_buckets.clear();
-                self.model_hours.clear();
-                // A healthy account's breaker is forgotten (SPEC §22): it decides nothing a missing
-                // one does not, and its accounts' successes need not be reported any more.
-                self.accounts.retain(|_, b| !b.at_rest());
-            }
+        if scope == Scope::Accounts {
+            self.routes.clear();
+            self.model_buckets.clear();
+            self.model_hours.clear();
+        }
+        // A healthy account's breaker is forgotten (SPEC §22): it decides nothing a missing one
+        // does not, and its account's successes need not be reported any more.
+        self.accounts.retain(|_, b| !b.at_rest());
+    }
+
+    /// Takes account `account`'s breaker (`None`: at rest) as its object answered it at
+    /// `version`, if newer than the copy held (a copy held without a version, 0, is an isolate's
+    /// or the model object's own outcomes, kept until the object answers anything newer). True
+    /// when it was taken.
+    pub fn fold_account(&mut self, account: &str, breaker: Option<&Breaker>, version: u64) -> bool {
+        if version <= self.account_versions.get(account).copied().unwrap_or(0) {
+            return false;
+        }
+        self.account_versions.insert(account.to_string(), version);
+        match breaker.filter(|b| !b.at_rest()) {
+            Some(b) => self.accounts.insert(account.to_string(), b.clone()),
+            None => self.accounts.remove(account),
+        };
+        true
+    }
+
+    /// [`ModelHealth::fold_account`] for every account `other` holds a version of (a model's
+    /// snapshot into an isolate's overlay; every model's copies into the status page's view).
+    pub fn fold_accounts_from(&mut self, other: &ModelHealth) -> bool {
+        let mut taken = false;
+        for (account, version) in &other.account_versions {
+            taken |= self.fold_account(account, other.accounts.get(account), *version);
+        }
+        taken
+    }
+
+    /// A model's object learns which accounts its routes use (from the catalog): it keeps a
+    /// version (0 until their objects answer) for each, and forgets the copies of any other.
+    pub fn know_accounts<'a>(&mut self, accounts: impl IntoIterator<Item = &'a str>) {
+        let used: std::collections::BTreeSet<&str> = accounts.into_iter().collect();
+        self.account_versions.retain(|a, _| used.contains(a.as_str()));
+        self.accounts.retain(|a, _| used.contains(a.as_str()));
+        for a in used {
+            self.account_versions.entry(a.to_string()).or_insert(0);
         }
     }
 
@@ -123,15 +163,17 @@ impl ModelHealth {
     }
 }
 
-/// The observations the accounts object must hear of: account-level failures, and successes on an
-/// account it has a breaker for (`accounts`, the isolate's copy of that object), which may end
-/// that breaker's cooldown.
+/// The observations an account's object must hear of: account-level failures, and successes that
+/// may end a breaker `accounts` (a model object's copies) holds for their account — its probe, or
+/// any success once its cooldown ended (one during the cooldown heals nothing: `observe`).
 pub fn for_accounts(observations: &[Observation], accounts: Option<&ModelHealth>) -> Vec<Observation> {
     observations
         .iter()
         .filter(|o| match o.outcome {
             AttemptOutcome::Failure(class) => class.blame() == Blame::Account,
-            AttemptOutcome::Success => accounts.is_some_and(|a| a.accounts.contains_key(&o.account)),
+            AttemptOutcome::Success => accounts
+                .and_then(|a| a.accounts.get(&o.account))
+                .is_some_and(|b| o.probe || !b.is_cooling(o.at_ms)),
         })
         .cloned()
         .collect()
@@ -158,7 +200,10 @@ mod tests {
         for (h, scope) in [(&mut model, Scope::Model), (&mut accounts, Scope::Accounts)] {
             h.observe_scoped(&account_failure, &cfg, scope);
         }
-        assert!(model.accounts.is_empty(), "the model object keeps no account breakers");
+        assert!(
+            model.accounts["acct-a"].is_demoted(),
+            "the model object's copy takes it at once"
+        );
         assert!(accounts.routes.is_empty(), "the accounts object keeps no routes");
         assert!(
             accounts.accounts["acct-a"].is_demoted(),
@@ -255,7 +300,12 @@ mod tests {
             &cfg,
             Scope::Accounts,
         );
+        let probe = Observation {
+            probe: true,
+            ..obs("r", "tracked", AttemptOutcome::Success)
+        };
         let sent = [
+            probe,
             obs("r", "tracked", AttemptOutcome::Success),
             obs("r", "other", AttemptOutcome::Success),
             obs("r", "other", AttemptOutcome::Failure(FailureClass::Account)),
@@ -287,9 +337,16 @@ mod tests {
         let cfg = HealthConfig::default();
         let mut accounts = ModelHealth::default();
         let fail = obs("r0", "acct-a", AttemptOutcome::Failure(FailureClass::Account));
-        let ok = obs("r0", "acct-a", AttemptOutcome::Success);
+        let ok = Observation {
+            probe: true,
+            ..obs("r0", "acct-a", AttemptOutcome::Success)
+        };
         accounts.observe_scoped(&fail, &cfg, Scope::Accounts);
         assert!(accounts.accounts.contains_key("acct-a"), "a failure is remembered");
+        // A request planned before the demotion was known, told after it, heals nothing.
+        let stale = obs("r0", "acct-a", AttemptOutcome::Success);
+        accounts.observe_scoped(&stale, &cfg, Scope::Accounts);
+        assert!(accounts.accounts["acct-a"].is_demoted(), "still cooling");
         assert_eq!(
             for_accounts(std::slice::from_ref(&ok), Some(&accounts)).len(),
             1,
@@ -307,5 +364,52 @@ mod tests {
         }
         let b = accounts.accounts.get("acct-a").cloned().unwrap_or_default();
         assert!(b.consecutive_failures > 0 && !b.at_rest(), "{b:?}");
+    }
+
+    /// An isolate's overlay takes an account's breaker from a model's snapshot only when the
+    /// account's object answered it later than the copy held: a slower model's older copy never
+    /// undoes a newer one, nor what the isolate applied itself (version 0).
+    #[test]
+    fn an_accounts_breaker_is_taken_only_from_a_newer_copy_whichever_model_brings_it() {
+        let cfg = HealthConfig::default();
+        let fail = obs("r", "acct-a", AttemptOutcome::Failure(FailureClass::Account));
+        let mut authority = ModelHealth::default();
+        authority.observe_scoped(&fail, &cfg, Scope::Accounts);
+        authority.changed();
+        // Model m1's object folds the account's answer (version 1); m2's still holds version 0.
+        let (mut m1, mut m2) = (ModelHealth::default(), ModelHealth::default());
+        for m in [&mut m1, &mut m2] {
+            m.know_accounts(["acct-a"]);
+        }
+        assert!(m1.fold_account("acct-a", authority.accounts.get("acct-a"), authority.version));
+        assert!(!m1.fold_account("acct-a", None, authority.version), "not newer: kept");
+        // The isolate applied the failure itself before any snapshot came.
+        let mut overlay = ModelHealth::default();
+        overlay.observe_scoped(&fail, &cfg, Scope::Accounts);
+        assert!(
+            !overlay.fold_accounts_from(&m2.snapshot()),
+            "a version-0 copy undoes nothing"
+        );
+        assert!(overlay.accounts["acct-a"].is_demoted());
+        assert!(overlay.fold_accounts_from(&m1.snapshot()));
+        // The account heals at its object (version 2), m2 brings it first; then m1's older copy.
+        let ok = Observation {
+            probe: true,
+            ..obs("r", "acct-a", AttemptOutcome::Success)
+        };
+        authority.observe_scoped(&ok, &cfg, Scope::Accounts);
+        authority.changed();
+        assert!(m2.fold_account("acct-a", authority.accounts.get("acct-a"), authority.version));
+        assert!(overlay.fold_accounts_from(&m2.snapshot()));
+        assert!(!overlay.accounts.contains_key("acct-a"), "healed");
+        assert!(
+            !overlay.fold_accounts_from(&m1.snapshot()),
+            "m1's older copy is not taken"
+        );
+        assert!(!overlay.accounts.contains_key("acct-a"));
+        // The catalog drops the account from m1: its copy goes with it.
+        m1.know_accounts(["acct-b"]);
+        assert!(!m1.accounts.contains_key("acct-a") && m1.account_versions.get("acct-a").is_none());
+        assert_eq!(m1.account_versions.get("acct-b"), Some(&0));
     }
 }

@@ -3,17 +3,17 @@
 //! number of shards whatever the number of isolates.
 //!
 //! An isolate talks to one shard of each model ([`shard_object`], picked by the isolate's seed):
-//! it fetches its snapshot there — the model's breakers and stats with the upstream accounts'
-//! breakers folded in, so it makes no `accounts` call on the request path — and reports its
-//! outcomes there. A shard applies the reports it gets to its copies at once (so its answers
+//! it fetches its snapshot there — the model's breakers and stats with its accounts' breakers
+//! folded in by the model's object, so it makes no account call on the request path — and reports
+//! its outcomes there. A shard applies the reports it gets to its copy at once (so its answers
 //! never lack what its isolates reported: [`Pending::replay_onto`] after each renewal), keeps
-//! them in [`Pending`] and forwards them to the
-//! model's object (and what concerns an account to the accounts object) as one `Observe` call:
+//! them in [`Pending`] and forwards them to the model's object (which tells the accounts'
+//! objects what concerns them) as one `Observe` call:
 //! at once when a probe, or a failure on a breaker its copy does not hold demoted yet, is among
 //! them (at most one forwarding per
 //! [`URGENT_GAP_MS`]), else within [`FLUSH_MS`]. Its copy of the
-//! objects' snapshots is renewed by every forwarding and, when a caller finds it older than
-//! [`FRESH_MS`] (the accounts' [`ACCOUNTS_FRESH_MS`]), by a snapshot call. So the model's object
+//! object's snapshot is renewed by every forwarding and, when a caller finds it older than
+//! [`FRESH_MS`], by a snapshot call. So the model's object
 //! receives at most `SHARDS` × 1000 / min(`FRESH_MS`, `URGENT_GAP_MS`) calls a second,
 //! ≈ `SHARDS` × 1000 / `FRESH_MS` without failures — whatever the number of isolates.
 //!
@@ -23,14 +23,14 @@
 use serde::{Deserialize, Serialize};
 
 use super::rpc::{HealthCall, SnapshotReply};
+use crate::classify::Blame;
+
 use super::{AttemptOutcome, HealthConfig, ModelHealth, Observation, RequestObservation, Scope};
 
 /// Shards per model.
 pub const SHARDS: u64 = 32;
 /// A shard renews its copy of the model object's snapshot when a caller finds it older than this.
 pub const FRESH_MS: u64 = 250;
-/// The same for the accounts object's snapshot (one object for every model's shards).
-pub const ACCOUNTS_FRESH_MS: u64 = 2_000;
 /// Reports without a failure or probe wait at most this long in a shard.
 pub const FLUSH_MS: u64 = 1_000;
 /// A failure or probe is forwarded at once, but a shard forwards at most once per this: what
@@ -59,23 +59,21 @@ pub fn shard_model(name: &str) -> Option<&str> {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ShardReport {
     pub config: HealthConfig,
-    /// Every attempt (the model's object keeps the route half).
+    /// Every attempt.
     pub observations: Vec<Observation>,
-    /// The attempts the accounts object keeps (`for_accounts`).
-    #[serde(default)]
-    pub accounts: Vec<Observation>,
     pub request: Option<RequestObservation>,
 }
 
 impl ShardReport {
     /// A failure or a probe: forwarded at once.
     pub fn urgent(&self) -> bool {
-        urgent(&self.observations) || urgent(&self.accounts)
+        urgent(&self.observations)
     }
 }
 
 /// Whether `o` is news for an object whose copy is `held`: a probe, or a failure on a breaker the
-/// copy does not hold demoted (without a copy, any failure).
+/// copy does not hold demoted — the account's for an account failure, else the route's (without a
+/// copy, any failure).
 fn news(o: &Observation, held: Option<(&ModelHealth, Scope)>) -> bool {
     if o.probe {
         return true;
@@ -83,9 +81,10 @@ fn news(o: &Observation, held: Option<(&ModelHealth, Scope)>) -> bool {
     if matches!(o.outcome, AttemptOutcome::Success) {
         return false;
     }
-    let demoted = held.is_some_and(|(copy, scope)| match scope {
-        Scope::Model => copy.routes.get(&o.route).is_some_and(|r| r.breaker.is_demoted()),
-        Scope::Accounts => copy.accounts.get(&o.account).is_some_and(|b| b.is_demoted()),
+    let account = matches!(o.outcome, AttemptOutcome::Failure(c) if c.blame() == Blame::Account);
+    let demoted = held.is_some_and(|(copy, scope)| match scope == Scope::Accounts || account {
+        true => copy.accounts.get(&o.account).is_some_and(|b| b.is_demoted()),
+        false => copy.routes.get(&o.route).is_some_and(|r| r.breaker.is_demoted()),
     });
     !demoted
 }
@@ -100,18 +99,17 @@ fn urgent(observations: &[Observation]) -> bool {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "call", rename_all = "snake_case")]
 pub enum ShardCall {
-    /// The shard's copy of both snapshots.
+    /// The shard's copy of the model's snapshot.
     Snapshot,
     /// Reports an isolate gathered; replies with the snapshots (after them, when they were urgent).
     Report { reports: Vec<ShardReport> },
 }
 
-/// A shard's answer: its copies of the model object's snapshot and the accounts object's
-/// (`None`: it has none yet — the object did not answer).
+/// A shard's answer: its copy of the model object's snapshot (`None`: it has none yet — the
+/// object did not answer).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct ShardReply {
     pub model: Option<SnapshotReply>,
-    pub accounts: Option<SnapshotReply>,
 }
 
 /// Reports a shard holds for one object until it forwards them.
@@ -222,7 +220,7 @@ impl Pending {
     }
 }
 
-/// A shard's side of one object (the model's, or the accounts object): its copy of the object's
+/// A shard's side of the model's object: its copy of the object's
 /// snapshot, the reports waiting for it, and when to call it next. The shard in `src/` and the
 /// simulation both keep theirs in this.
 #[derive(Debug, Clone, Default)]
@@ -403,6 +401,19 @@ mod tests {
         let mut q = Pending::default();
         q.add(config(), &[probe], None, 0, Some((&copy, Scope::Model)));
         assert_eq!(q.due_at(0), Some(URGENT_GAP_MS), "a probe is always news");
+        // An account failure is news unless the model's copy holds the account demoted.
+        let account = obs(AttemptOutcome::Failure(FailureClass::Account));
+        let mut a = Pending::default();
+        a.add(config(), &[account.clone()], None, 0, Some((&copy, Scope::Model)));
+        assert_eq!(
+            a.due_at(0),
+            Some(URGENT_GAP_MS),
+            "the route is demoted, the account is not"
+        );
+        copy.observe_scoped(&account, &config(), Scope::Model);
+        let mut b = Pending::default();
+        b.add(config(), &[account], None, 0, Some((&copy, Scope::Model)));
+        assert_eq!(b.due_at(0), Some(FLUSH_MS), "the copy holds the account demoted");
     }
 
     #[test]
@@ -476,7 +487,6 @@ mod tests {
         let report = |o: Observation| ShardReport {
             config: config(),
             observations: vec![o],
-            accounts: vec![],
             request: None,
         };
         assert!(!report(obs(AttemptOutcome::Success)).urgent());

@@ -58,8 +58,8 @@ impl World {
             (Obj::Model(_), Kind::Observe) => s.model_observe_us,
             (Obj::Model(_), Kind::Full) => s.model_full_us,
             (Obj::Model(_), _) => s.capacity_us,
-            (Obj::Accounts, Kind::Observe) => s.accounts_observe_us,
-            (Obj::Accounts, _) => s.accounts_snapshot_us,
+            (Obj::Accounts | Obj::Account(_), Kind::Observe) => s.accounts_observe_us,
+            (Obj::Accounts | Obj::Account(_), _) => s.accounts_snapshot_us,
             (Obj::Key(_), _) => s.key_limit_us,
             (Obj::Status, _) => s.status_us,
             (Obj::Outbox(_), _) => s.outbox_us,
@@ -109,7 +109,9 @@ impl World {
             _ => Vec::new(),
         };
         let forwarded = match &call.then {
-            Then::ShardFlush { observations, .. } => Some(observations.clone()),
+            Then::ShardFlush { observations, .. } | Then::AccountFold { observations, .. } => {
+                Some(observations.clone())
+            }
             _ => None,
         };
         let reply = match (obj, kind) {
@@ -120,10 +122,23 @@ impl World {
                 };
                 let config = self.config;
                 let health = self.model_objects.entry(m).or_default();
+                // What its accounts' objects must hear of (the model's object tells them: the
+                // Worker's `tell_accounts`, below).
+                let forward = match self.p.design {
+                    Design::Sharded => for_accounts(&observations, Some(health)),
+                    Design::Direct => Vec::new(),
+                };
                 for o in &observations {
                     health.observe_scoped(o, &config, Scope::Model);
                 }
+                if self.p.design == Design::Direct {
+                    health.accounts.clear(); // the accounts object's, in that design
+                }
                 health.changed();
+                if self.p.design == Design::Sharded {
+                    self.tell_accounts(m, forward);
+                }
+                let health = self.model_objects.entry(m).or_default();
                 let demoted = health.routes.get("r0").is_some_and(|s| s.breaker.is_demoted());
                 let snapshot = health.snapshot();
                 if m == 0 && demoted && self.totals.object_demoted_ms.is_none() && self.p.route_down_at_ms.is_some() {
@@ -154,6 +169,17 @@ impl World {
                 Some(self.accounts_object.snapshot())
             }
             (Obj::Accounts, Kind::Snapshot) => Some(self.accounts_object.snapshot()),
+            (Obj::Account(a), Kind::Observe) => {
+                let config = self.config;
+                let observations = forwarded.unwrap_or_default();
+                let health = self.account_objects.entry(a).or_default();
+                for o in &observations {
+                    health.observe_scoped(o, &config, Scope::Accounts);
+                }
+                health.changed();
+                Some(health.snapshot())
+            }
+            (Obj::Account(a), _) => Some(self.account_objects.entry(a).or_default().snapshot()),
             (Obj::D1, Kind::D1Settle) => {
                 for r in &items {
                     let req = &mut self.reqs[*r as usize];
@@ -203,12 +229,8 @@ impl World {
                 }
             }
             Then::ShardFlush {
-                model,
-                shard,
-                target,
-                taken,
-                ..
-            } => self.shard_flushed(model, shard, target, taken, ok.then_some(call.reply).flatten()),
+                model, shard, taken, ..
+            } => self.shard_flushed(model, shard, taken, ok.then_some(call.reply).flatten()),
             Then::Batch { iso, which, taken, own } => self.batch_done(iso, which, taken, own, ok, call.reply),
             Then::Alone { which, req } => {
                 if !ok {
@@ -222,6 +244,9 @@ impl World {
                 }
             }
             Then::StatusFetch(iso) => self.status_fetched(iso, ok),
+            Then::AccountFold { model, account, .. } => {
+                self.account_folded(model, account, ok.then_some(call.reply).flatten())
+            }
             Then::Nothing => {}
         }
     }

@@ -160,12 +160,11 @@ enum Then {
         obj: Obj,
         req: Option<u32>,
     },
-    /// `Design::Sharded`: a shard's call to the model's object or the accounts object — its
-    /// queue forwarded (`taken`, to rejoin if it fails), or a snapshot.
+    /// `Design::Sharded`: a shard's call to the model's object — its queue forwarded (`taken`, to
+    /// rejoin if it fails), or a snapshot.
     ShardFlush {
         model: u32,
         shard: u32,
-        target: tier::Target,
         observations: Vec<Observation>,
         taken: Option<switchyard_core::health::shard::Pending>,
     },
@@ -183,6 +182,13 @@ enum Then {
     },
     Keep(u32),
     StatusFetch(u32),
+    /// `Design::Sharded`: a model's object's call to an account's object (`observations` told, or
+    /// none: a poll); the answer folds into the model's copies.
+    AccountFold {
+        model: u32,
+        account: u32,
+        observations: Vec<Observation>,
+    },
     Nothing,
 }
 
@@ -276,6 +282,10 @@ pub struct World {
     servers: HashMap<Obj, Server>,
     model_objects: HashMap<u32, ModelHealth>,
     accounts_object: ModelHealth,
+    /// `Design::Sharded`: each upstream account's object, and when each model's object last
+    /// asked its accounts.
+    account_objects: HashMap<u32, ModelHealth>,
+    polled_ms: HashMap<u32, u64>,
     status_flight: Flight,
     status_at: Option<u64>,
     /// `Design::Sharded`: the health shards, by (model, shard).
@@ -333,6 +343,8 @@ impl World {
             servers: HashMap::new(),
             model_objects: HashMap::new(),
             accounts_object,
+            account_objects: HashMap::new(),
+            polled_ms: HashMap::new(),
             status_flight: Flight::default(),
             status_at: None,
             shards: HashMap::new(),

@@ -49,12 +49,18 @@ impl World {
         }
     }
 
-    /// A `full` call to every model's object and to `accounts`, from isolate `iso` (`u32::MAX`:
-    /// the status object, next to them).
+    /// A `full` call to every model's object and to the accounts' (`accounts`; each account's in
+    /// `Design::Sharded`), from isolate `iso` (`u32::MAX`: the status object, next to them).
     pub(super) fn full_calls(&mut self, iso: u32) {
         for m in 0..self.p.models.max(1) as u32 {
             self.call(iso, Obj::Model(m), Kind::Full, 0, HEALTH_TIMEOUT_MS, Then::Nothing);
         }
-        self.call(iso, Obj::Accounts, Kind::Full, 0, HEALTH_TIMEOUT_MS, Then::Nothing);
+        let accounts: Vec<Obj> = match self.p.design {
+            Design::Direct => vec![Obj::Accounts],
+            Design::Sharded => (0..self.p.upstream_accounts.max(1) as u32).map(Obj::Account).collect(),
+        };
+        for obj in accounts {
+            self.call(iso, obj, Kind::Full, 0, HEALTH_TIMEOUT_MS, Then::Nothing);
+        }
     }
 }

@@ -1,26 +1,30 @@
 //! `Design::Sharded` — the health shards as built (`src/shard.rs`, core `health::shard`): the
 //! model's health reached through `health_shards` shard objects. An isolate snapshots from and
-//! reports to its shard only; the shard applies the reports to its copies at once (and again onto
-//! each renewed copy) and keeps them in the core's own [`Side`] per object (the Worker's shard
-//! keeps the same: queue, copy and back-off, one for the model's object and one for the accounts
-//! object) and forwards each queue as one
-//! `observe` call when it falls due — a failure or probe at once, at most one forwarding per
-//! `URGENT_GAP_MS`; successes within `FLUSH_MS` — and renews its copies of the two objects'
-//! snapshots when a caller finds them older than `FRESH_MS` (the accounts' `ACCOUNTS_FRESH_MS`).
-//! One call per object in flight per shard; a failed one rejoins its queue and backs off
-//! 1 s doubling to 8 s. Where the built shard makes the snapshot call that triggers a renewal
-//! wait for it, this one answers from its copy at once and renews beside; and an isolate's first
-//! snapshot of a model, which the Worker reads from the model's object and the accounts object
-//! themselves, goes to the shard here too (once per isolate, in the warm-up).
+//! reports to its shard only; the shard applies the reports to its copy at once (and again onto
+//! each renewed copy) and keeps them in the core's own [`Side`] (the Worker's shard keeps the
+//! same: queue, copy and back-off) and forwards its queue to the model's object as one `observe`
+//! call when it falls due — a failure or probe at once, at most one forwarding per
+//! `URGENT_GAP_MS`; successes within `FLUSH_MS` — and renews its copy of the object's snapshot
+//! when a caller finds it older than `FRESH_MS`. One call in flight per shard; a failed one
+//! rejoins its queue and backs off 1 s doubling to 8 s. Where the built shard makes the snapshot
+//! call that triggers a renewal wait for it, this one answers from its copy at once and renews
+//! beside; and an isolate's first snapshot of a model, which the Worker reads from the model's
+//! object itself, goes to the shard here too (once per isolate, in the warm-up).
+//!
+//! The upstream accounts' breakers: one object per account (`Obj::Account`), folded into each
+//! model's object (core `account_calls`, `fold_answer`, as the Worker's `tell_accounts`): an
+//! `observe` that brings account failures (or successes that may end a breaker it holds) tells
+//! those accounts' objects, and the model's object asks every account its routes use when its
+//! copies are older than `ACCOUNTS_POLL_MS`. Where the Worker's model object waits for those
+//! answers before it answers its shard, this one answers at once and folds them in as they come.
 
-use switchyard_core::health::rpc::{HealthCall, SnapshotReply};
-use switchyard_core::health::shard::{Pending, Side, ACCOUNTS_FRESH_MS, FRESH_MS};
+use switchyard_core::health::rpc::{account_calls, object_account, HealthCall, SnapshotReply, ACCOUNTS_POLL_MS};
+use switchyard_core::health::shard::{Pending, Side, FRESH_MS};
 
 use super::*;
 
-/// One object's side of a shard: the core's [`Side`] (copy, queue, back-off) and whether its call
-/// is in flight (the Worker's shard has one forwarding at a time for both objects; here each side
-/// has its own).
+/// A shard's side of the model's object: the core's [`Side`] (copy, queue, back-off) and whether
+/// its call is in flight.
 #[derive(Default)]
 pub(super) struct Link {
     side: Side,
@@ -34,18 +38,10 @@ impl Link {
     }
 }
 
-/// Which object a shard's call is for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Target {
-    Model,
-    Accounts,
-}
-
 /// A shard's state.
 #[derive(Default)]
 pub(super) struct Shard {
     model: Link,
-    accounts: Link,
     /// When its wake-up event is set for (`None`: none).
     next_at: Option<u64>,
 }
@@ -59,16 +55,11 @@ impl World {
         }
     }
 
-    /// Reports from an isolate: queued for the two objects; the copies are the answer.
+    /// Reports from an isolate: queued for the model's object; the copy is the answer.
     pub(super) fn shard_observe(&mut self, model: u32, k: u32, observations: Vec<Observation>) -> ModelHealth {
         let (config, now) = (self.config, self.ms());
         let shard = self.shards.entry((model, k)).or_default();
-        let accounts = for_accounts(&observations, shard.accounts.side.copy.as_ref().map(|c| &c.health));
         shard.model.side.take_in(config, &observations, None, Scope::Model, now);
-        shard
-            .accounts
-            .side
-            .take_in(config, &accounts, None, Scope::Accounts, now);
         self.shard_wake(model, k);
         self.shard_view(model, k)
     }
@@ -78,58 +69,36 @@ impl World {
         self.shard_view(model, k)
     }
 
-    /// The shard's copies as one view (the isolate keeps the two apart; planning folds them),
-    /// newer whenever either copy is.
+    /// The shard's copy of the model's object (its accounts' breakers folded in).
     fn shard_view(&self, model: u32, k: u32) -> ModelHealth {
         self.shards
             .get(&(model, k))
-            .map(|s| {
-                let (model, accounts) = (s.model.health(), s.accounts.health());
-                let mut view = model.with_accounts(&accounts);
-                view.version = model.version + accounts.version;
-                view
-            })
+            .map(|s| s.model.health())
             .unwrap_or_default()
     }
 
-    /// Sends what either side wants now, and sets the wake-up for what will fall due.
+    /// Sends what the shard wants now, and sets the wake-up for what will fall due.
     fn shard_wake(&mut self, model: u32, k: u32) {
         let now = self.ms();
-        for (target, fresh) in [(Target::Model, FRESH_MS), (Target::Accounts, ACCOUNTS_FRESH_MS)] {
-            let Some(shard) = self.shards.get_mut(&(model, k)) else {
-                return;
-            };
-            let link = match target {
-                Target::Model => &mut shard.model,
-                Target::Accounts => &mut shard.accounts,
-            };
-            if link.in_flight {
-                continue;
+        let Some(shard) = self.shards.get_mut(&(model, k)) else {
+            return;
+        };
+        let link = &mut shard.model;
+        if !link.in_flight {
+            if let Some((call, taken)) = link.side.call(FRESH_MS, Scope::Model, now) {
+                link.in_flight = true;
+                let (kind, observations) = match call {
+                    HealthCall::Observe { observations, .. } => (Kind::Observe, observations),
+                    _ => (Kind::Snapshot, Vec::new()),
+                };
+                let then = Then::ShardFlush {
+                    model,
+                    shard: k,
+                    observations,
+                    taken,
+                };
+                self.call(u32::MAX, Obj::Model(model), kind, 0, FORWARD_TIMEOUT_MS, then);
             }
-            let scope = match target {
-                Target::Model => Scope::Model,
-                Target::Accounts => Scope::Accounts,
-            };
-            let Some((call, taken)) = link.side.call(fresh, scope, now) else {
-                continue;
-            };
-            link.in_flight = true;
-            let (kind, observations) = match call {
-                HealthCall::Observe { observations, .. } => (Kind::Observe, observations),
-                _ => (Kind::Snapshot, Vec::new()),
-            };
-            let obj = match target {
-                Target::Model => Obj::Model(model),
-                Target::Accounts => Obj::Accounts,
-            };
-            let then = Then::ShardFlush {
-                model,
-                shard: k,
-                target,
-                observations,
-                taken,
-            };
-            self.call(u32::MAX, obj, kind, 0, FORWARD_TIMEOUT_MS, then);
         }
         self.shard_schedule(model, k);
     }
@@ -138,11 +107,9 @@ impl World {
         let Some(shard) = self.shards.get_mut(&(model, k)) else {
             return;
         };
-        let Some(at) = [&shard.model, &shard.accounts]
-            .iter()
+        let Some(at) = Some(&shard.model)
             .filter(|link| !link.in_flight)
-            .filter_map(|link| link.side.wake_at())
-            .min()
+            .and_then(|link| link.side.wake_at())
         else {
             return;
         };
@@ -164,30 +131,60 @@ impl World {
 
     /// An object answered a shard (its snapshot), or not: a failed forwarding rejoins its queue
     /// and the object is left alone for a back-off.
-    pub(super) fn shard_flushed(
-        &mut self,
-        model: u32,
-        k: u32,
-        target: Target,
-        taken: Option<Pending>,
-        reply: Option<ModelHealth>,
-    ) {
+    pub(super) fn shard_flushed(&mut self, model: u32, k: u32, taken: Option<Pending>, reply: Option<ModelHealth>) {
         let now = self.ms();
-        let shard = self.shards.entry((model, k)).or_default();
-        let link = match target {
-            Target::Model => &mut shard.model,
-            Target::Accounts => &mut shard.accounts,
-        };
+        let link = &mut self.shards.entry((model, k)).or_default().model;
         link.in_flight = false;
-        let scope = match target {
-            Target::Model => Scope::Model,
-            Target::Accounts => Scope::Accounts,
-        };
         let reply = reply.map(|health| SnapshotReply {
             health,
             stats: Default::default(),
         });
-        link.side.done(reply, taken, scope, now);
+        link.side.done(reply, taken, Scope::Model, now);
         self.shard_schedule(model, k);
+    }
+
+    /// Model `model`'s object after an `observe`: tells its accounts' objects what concerns them
+    /// (`forward`) and, when its copies are older than [`ACCOUNTS_POLL_MS`], asks the others.
+    pub(super) fn tell_accounts(&mut self, model: u32, forward: Vec<Observation>) {
+        let now = self.ms();
+        let polled = self.polled_ms.entry(model).or_insert(0);
+        let poll = now >= polled.saturating_add(ACCOUNTS_POLL_MS);
+        if poll {
+            *polled = now;
+        }
+        let used = self.routes[model as usize].clone();
+        let health = self.model_objects.entry(model).or_default();
+        health.know_accounts(used.iter().map(|(_, a)| a.as_str()));
+        for (name, call) in account_calls(health, self.config, &forward, poll) {
+            let account = object_account(&name)
+                .and_then(|a| a.strip_prefix("acct-"))
+                .and_then(|n| n.parse::<u32>().ok())
+                .unwrap_or(0);
+            let (kind, observations) = match call {
+                HealthCall::Observe { observations, .. } => (Kind::Observe, observations),
+                _ => (Kind::Snapshot, Vec::new()),
+            };
+            let then = Then::AccountFold {
+                model,
+                account,
+                observations,
+            };
+            self.call(u32::MAX, Obj::Account(account), kind, 0, ACCOUNT_TIMEOUT_MS, then);
+        }
+    }
+
+    /// An account's object answered a model's object (or not: its copy stays).
+    pub(super) fn account_folded(&mut self, model: u32, account: u32, reply: Option<ModelHealth>) {
+        let Some(health) = reply else {
+            return;
+        };
+        let reply = SnapshotReply {
+            health,
+            stats: Default::default(),
+        };
+        let object = self.model_objects.entry(model).or_default();
+        if object.fold_answer(&format!("acct-{account}"), &reply) {
+            object.changed();
+        }
     }
 }
