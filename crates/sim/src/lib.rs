@@ -6,7 +6,7 @@
 //! core's own types: `switchyard_core::batch::Batches` (health reports, settlements),
 //! `switchyard_core::flight::Flight` (snapshot and status refresh with back-off),
 //! `switchyard_core::health::ModelHealth` (breakers: the objects' state, each isolate's snapshot,
-//! the plan's route order) and `for_accounts` (which outcomes go to the `accounts` object). Every
+//! the plan's route order) and `for_accounts` (which outcomes go to the accounts' objects). Every
 //! Durable Object instance and the D1 database is a single FIFO server with a service time per
 //! call (`params::ServiceTimes`: assumptions until measured), reached over a round trip of 5–250 ms.
 //!

@@ -19,12 +19,13 @@ pub enum Design {
     Direct,
     /// What main does: the health shards (issue 34's health tier, `world/tier.rs`): each model's health
     /// goes through `health_shards` shard objects; an isolate reports to and snapshots from its
-    /// shard only (its answer carries the accounts' breakers: no `accounts` calls from isolates),
+    /// shard only (its answer carries the accounts' breakers: no account calls from isolates),
     /// refreshing a stale snapshot in the background (a request waits only with no copy at all);
-    /// a shard forwards its queues to the model's object and the accounts object (failures and
-    /// probes at once, one forwarding per 100 ms; successes within 1 s) and renews its copies
-    /// after 250 ms (the accounts' after 2 s). Capacity, key limits, D1 and the caches stay as
-    /// today.
+    /// a shard forwards its queue to the model's object (failures and probes at once, one
+    /// forwarding per 100 ms; successes within 1 s) and renews its copy after 250 ms. Each
+    /// upstream account has an object, told by the models' objects what concerns it and asked by
+    /// each every 2 s (session 18; before, one `accounts` object that every shard asked every
+    /// 2 s). Capacity, key limits, D1 and the caches stay as today.
     Sharded,
 }
 

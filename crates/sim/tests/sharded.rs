@@ -64,16 +64,14 @@ fn a_demotion_through_the_shards_reaches_99_percent_of_isolates_within_two_secon
 }
 
 #[test]
-fn the_accounts_object_hears_from_shards_only_and_no_request_waits_on_a_warm_snapshot() {
+fn each_accounts_object_hears_from_its_models_objects_only_and_no_request_waits_on_a_warm_snapshot() {
     let p = sharded(without_d1(one_model(1_000.0, 100)));
-    let shards = p.health_shards as f64;
+    let routes = p.routes as f64; // each on an account of its own
     let r = run(p);
-    // Every shard renews its accounts copy at most once a second; no failure to forward here.
-    let accounts = r.window_rate(Class::Accounts, None);
-    assert!(
-        accounts > 0.0 && accounts <= 1.1 * shards,
-        "accounts calls/s: {accounts}"
-    );
+    // The model's object asks each of its accounts at most once per 2 s; no failure to tell here.
+    let polls = r.window_rate(Class::Accounts, Some(Kind::Snapshot));
+    assert!(polls > 0.0 && polls <= 1.1 * routes / 2.0, "account polls/s: {polls}");
+    assert_eq!(r.window_rate(Class::Accounts, Some(Kind::Observe)), 0.0);
     let waited = r
         .totals
         .window_blocking

@@ -28,7 +28,9 @@
 //! lease outlives a 2 s stream), verification checks, the sweep and the outbox's replays.
 //!
 //! `Design::Sharded` (the health shards as built, `tier`) changes steps 3 and 7 only: one
-//! snapshot, of the isolate's health shard, refreshed in the background; reports to that shard only.
+//! snapshot, of the isolate's health shard, refreshed in the background; reports to that shard only;
+//! the upstream accounts' breakers kept by one object per account, told and asked by the models'
+//! objects (`tier`), never by an isolate.
 
 mod batch;
 mod calls;

@@ -49,15 +49,23 @@ impl World {
         }
     }
 
-    /// A `full` call to every model's object and to the accounts' (`accounts`; each account's in
-    /// `Design::Sharded`), from isolate `iso` (`u32::MAX`: the status object, next to them).
+    /// A `full` call to every model's object and to the accounts' (`accounts`; in `Design::Sharded`
+    /// each account's that a route uses), from isolate `iso` (`u32::MAX`: the status object, next to them).
     pub(super) fn full_calls(&mut self, iso: u32) {
         for m in 0..self.p.models.max(1) as u32 {
             self.call(iso, Obj::Model(m), Kind::Full, 0, HEALTH_TIMEOUT_MS, Then::Nothing);
         }
         let accounts: Vec<Obj> = match self.p.design {
             Design::Direct => vec![Obj::Accounts],
-            Design::Sharded => (0..self.p.upstream_accounts.max(1) as u32).map(Obj::Account).collect(),
+            Design::Sharded => {
+                let used: std::collections::BTreeSet<u32> = self
+                    .routes
+                    .iter()
+                    .flatten()
+                    .filter_map(|(_, a)| a.strip_prefix("acct-")?.parse().ok())
+                    .collect();
+                used.into_iter().map(Obj::Account).collect()
+            }
         };
         for obj in accounts {
             self.call(iso, obj, Kind::Full, 0, HEALTH_TIMEOUT_MS, Then::Nothing);

@@ -1,0 +1,205 @@
+// Service times of the Durable Object calls on the request path (issue 34), for the simulation's
+// assumptions (docs/SCALE.md): the Worker's own objects under workerd through Miniflare, each
+// called straight from here (Miniflare's namespace API: no Worker request in between) at the
+// sizes a busy deployment gives them:
+//   - a model's health object with 1, 4 and 8 routes, every route's 60 one-minute buckets full
+//     (64 stream TTFB samples each) and a week of hours: `observe` (64 successes, a shard's
+//     forwarding), `snapshot`, `full`;
+//   - a health shard: `report` (16 requests' outcomes), `snapshot`;
+//   - an upstream account's object: `observe` (one account failure), `snapshot`;
+//   - route capacity on a model's object with 0, 1,000 and 20,000 leases held: `acquire` +
+//     `release`;
+//   - a key's limit object with 0 and 1,000 slots held: `acquire` + `release`.
+// For each: the round trip's median and p99 and the workerd process's CPU per call (from
+// /proc, over all the calls of the case), each also over the floor — the same measures of an
+// account object's `snapshot` with nothing in it, the cost of any call; and the bytes the object
+// stores (a health object's whole state, as `full` returns it: written by every `observe`).
+//
+//   node bench/objects.mjs --script DIR/index.js --config wrangler.toml --migrate [--calls N]
+//
+// Prints a Markdown table. Not part of scripts/test or CI: timings are not assertions.
+
+import { readFileSync } from "node:fs";
+import { Miniflare } from "miniflare";
+import { parseArgs, miniflareOptions, applyMigrations, fail, workerdPids } from "./mf.mjs";
+
+let calls = 200;
+const args = parseArgs(process.argv.slice(2), (a, next) => {
+  if (a !== "--calls") return false;
+  calls = Number(next());
+  return Number.isInteger(calls) && calls > 0;
+});
+args.port = 0;
+const { options, d1 } = miniflareOptions(args);
+const mf = new Miniflare(options);
+await mf.ready;
+if (args.migrate) await applyMigrations(mf, d1);
+
+const namespaces = {};
+async function stub(binding, name) {
+  namespaces[binding] ??= await mf.getDurableObjectNamespace(binding);
+  const ns = namespaces[binding];
+  return ns.get(ns.idFromName(name));
+}
+
+// One call to object `name`; its round trip in ms and its answer.
+async function callObject(binding, name, path, body) {
+  const s = await stub(binding, name);
+  const t = performance.now();
+  const r = await s.fetch(`https://object${path}`, {
+    method: "POST",
+    headers: { "x-switchyard-object": name, "content-type": "application/json" },
+    body: JSON.stringify(body),
+  });
+  const text = await r.text();
+  const ms = performance.now() - t;
+  if (r.status !== 200) fail(`${name}${path}: ${r.status} ${text.slice(0, 300)}`);
+  return { ms, text };
+}
+
+// The workerd processes' CPU time so far, ms (utime + stime, clock ticks of 10 ms).
+function cpuMs() {
+  let ticks = 0;
+  for (const pid of workerdPids()) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+      const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      ticks += Number(fields[11]) + Number(fields[12]);
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return ticks * 10;
+}
+
+const quantile = (xs, q) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor(q * s.length))];
+};
+
+// Runs `one` (which makes one or more calls and returns their summed round trip) `n` times.
+async function measure(n, one) {
+  for (let i = 0; i < Math.min(20, n); i++) await one(i); // warm
+  const times = [];
+  const cpu0 = cpuMs();
+  for (let i = 0; i < n; i++) times.push(await one(i + 20));
+  const cpu = (cpuMs() - cpu0) / n;
+  return { p50: quantile(times, 0.5), p99: quantile(times, 0.99), cpu };
+}
+
+const now = () => Date.now();
+const success = (route, at, ttfb) => ({
+  route,
+  account: `acct-${route}`,
+  outcome: "success",
+  at_ms: at,
+  stream: true,
+  ttfb_ms: ttfb,
+  output_tokens: 200,
+  duration_ms: ttfb + 1500,
+  extra_try: false,
+  probe: false,
+  retry_after_ms: null,
+  key: "key-bench",
+});
+const observe = (observations, requests = []) => ({ call: "observe", scope: "model", config: {}, observations, requests });
+
+// A model's object with `routes` routes and every bucket full; returns its name.
+async function fullModel(routes) {
+  const name = `model:bench-${routes}-${now()}`;
+  const ids = Array.from({ length: routes }, (_, r) => `r${r}`);
+  const t = now();
+  // A week of hours (one request each), then an hour of minutes, oldest first.
+  const hours = Array.from({ length: 8 * 24 }, (_, h) => ({
+    at_ms: t - (8 * 24 - h) * 3_600_000,
+    answered: true,
+    counted: true,
+    stream_ttfb_ms: 400,
+    provoked_at: [],
+  }));
+  await callObject("HEALTH", name, "/", observe([], hours));
+  for (let m = 59; m >= 0; m--) {
+    const at = t - m * 60_000 - 1_000;
+    const batch = ids.flatMap((r) => Array.from({ length: 64 }, (_, i) => success(r, at + i, 100 + ((i * 37) % 1900))));
+    await callObject("HEALTH", name, "/", observe(batch));
+  }
+  return { name, ids };
+}
+
+const rows = [];
+const row = (call, state, m, bytes = "") => rows.push({ call, state, ...m, bytes });
+
+// The floor: an empty account object's snapshot.
+const floor = await measure(calls, async () => (await callObject("HEALTH", "account:bench-floor", "/", { call: "snapshot" })).ms);
+row("account `snapshot`, empty (the floor)", "—", floor);
+
+for (const routes of [1, 4, 8]) {
+  const { name, ids } = await fullModel(routes);
+  const state = `${routes} route${routes > 1 ? "s" : ""}, buckets full`;
+  const bytes = (await callObject("HEALTH", name, "/", { call: "full" })).text.length;
+  row("model `observe` (64 successes)", state, await measure(calls, async () => {
+    const at = now();
+    const batch = Array.from({ length: 64 }, (_, i) => success(ids[i % ids.length], at, 300));
+    return (await callObject("HEALTH", name, "/", observe(batch))).ms;
+  }), bytes);
+  row("model `snapshot`", state, await measure(calls, async () => (await callObject("HEALTH", name, "/", { call: "snapshot" })).ms));
+  row("model `full`", state, await measure(Math.min(calls, 50), async () => (await callObject("HEALTH", name, "/", { call: "full" })).ms));
+  if (routes === 4) {
+    const shard = `shard:0:${name.slice("model:".length)}`;
+    const reports = Array.from({ length: 16 }, (_, i) => ({
+      config: {},
+      observations: [success(ids[i % ids.length], now(), 300)],
+      request: { at_ms: now(), answered: true, counted: true, stream_ttfb_ms: 300, provoked_at: [] },
+    }));
+    row("shard `report` (16 requests)", state, await measure(calls, async () => (await callObject("HEALTH_SHARDS", shard, "/", { call: "report", reports })).ms));
+    row("shard `snapshot`", state, await measure(calls, async () => (await callObject("HEALTH_SHARDS", shard, "/", { call: "snapshot" })).ms));
+  }
+}
+
+const account = `account:bench-${now()}`;
+row("account `observe` (one failure)", "1 breaker", await measure(calls, async () => {
+  const o = { ...success("r0", now(), 300), account: account.slice("account:".length), outcome: { failure: "account" }, stream: false };
+  const body = { call: "observe", scope: "accounts", config: {}, observations: [o], requests: [] };
+  return (await callObject("HEALTH", account, "/", body)).ms;
+}));
+row("account `snapshot`", "1 breaker", await measure(calls, async () => (await callObject("HEALTH", account, "/", { call: "snapshot" })).ms));
+
+const hour = 3_600_000;
+for (const held of [0, 1_000, 20_000]) {
+  const name = `model:bench-cap-${held}-${now()}`;
+  const want = [{ route: "r0", max: 1_000_000 }];
+  for (let i = 0; i < held; i++) {
+    await callObject("HEALTH", name, "/capacity", { call: "acquire", id: `held-${i}`, wants: want, lease_ms: hour, wait_ms: 0 });
+  }
+  row("capacity `acquire` + `release`", `${held.toLocaleString("en")} leases`, await measure(calls, async (i) => {
+    const id = `bench-${i}`;
+    const a = await callObject("HEALTH", name, "/capacity", { call: "acquire", id, wants: want, lease_ms: hour, wait_ms: 0 });
+    const r = await callObject("HEALTH", name, "/capacity", { call: "release", route: "r0", id });
+    return a.ms + r.ms;
+  }));
+}
+
+for (const held of [0, 1_000]) {
+  const name = `key:bench-${held}-${now()}`;
+  const limit = { rpm: 10_000_000, max_concurrent: 1_000_000 };
+  for (let i = 0; i < held; i++) {
+    await callObject("LIMITS", name, "/", { call: "acquire", id: `held-${i}`, limit, lease_ms: hour, wait_ms: 0 });
+  }
+  row("key limit `acquire` + `release`", `${held.toLocaleString("en")} slots`, await measure(calls, async (i) => {
+    const id = `bench-${i}`;
+    const a = await callObject("LIMITS", name, "/", { call: "acquire", id, limit, lease_ms: hour, wait_ms: 0 });
+    const r = await callObject("LIMITS", name, "/", { call: "release", id });
+    return a.ms + r.ms;
+  }));
+}
+
+await mf.dispose();
+
+const f = (x) => x.toFixed(2);
+console.log(`| call | state | round trip p50 / p99, ms | over the floor p50, ms | workerd CPU per call, ms | over the floor, ms | stored, bytes |`);
+console.log(`|---|---|---|---|---|---|---|`);
+for (const r of rows) {
+  console.log(
+    `| ${r.call} | ${r.state} | ${f(r.p50)} / ${f(r.p99)} | ${f(r.p50 - floor.p50)} | ${f(r.cpu)} | ${f(r.cpu - floor.cpu)} | ${r.bytes === "" ? "" : r.bytes.toLocaleString("en")} |`,
+  );
+}
