@@ -87,9 +87,9 @@ pub struct HealthObject {
     capacity: CapacityDesk,
     /// The model this object serves, once known (`None` for an account's object).
     model: RefCell<Option<String>>,
-    /// A model's object: when it last asked its accounts' objects, and whether it is asking now.
+    /// A model's object: when it last asked its accounts' objects (set as it starts asking, so
+    /// calls meanwhile do not ask again).
     polled_ms: Cell<u64>,
-    polling: Cell<bool>,
     /// Account observations an account's object did not take, to tell it next time.
     unsent: RefCell<Vec<Observation>>,
     /// Its alarm, as loaded or last set.
@@ -107,7 +107,6 @@ impl DurableObject for HealthObject {
             capacity: CapacityDesk::new(),
             model: RefCell::new(None),
             polled_ms: Cell::new(0),
-            polling: Cell::new(false),
             unsent: RefCell::new(Vec::new()),
             alarm: object::Alarm::default(),
             planned: Cell::new(false),
@@ -307,14 +306,13 @@ impl HealthObject {
         force: bool,
     ) -> worker::Result<bool> {
         let now = now_ms();
-        let poll = force || (!self.polling.get() && now >= self.polled_ms.get().saturating_add(ACCOUNTS_POLL_MS));
+        let poll = force || now >= self.polled_ms.get().saturating_add(ACCOUNTS_POLL_MS);
         let mut told = self.unsent.take();
         told.extend(forward);
         if told.is_empty() && !poll {
             return Ok(false);
         }
         if poll {
-            self.polling.set(true);
             self.polled_ms.set(now);
         }
         let calls = self.change(|h| account_calls(h, config, &told, poll));
@@ -323,9 +321,6 @@ impl HealthObject {
             object::call::<_, SnapshotReply>(env, "HEALTH", name, "/", call, ACCOUNT_TIMEOUT_MS, None)
         }))
         .await;
-        if poll {
-            self.polling.set(false);
-        }
         let mut changed = false;
         for ((name, call), reply) in calls.iter().zip(replies) {
             match (reply, call) {

@@ -163,17 +163,21 @@ impl ModelHealth {
     }
 }
 
-/// The observations an account's object must hear of: account-level failures, and successes that
-/// may end a breaker `accounts` (a model object's copies) holds for their account — its probe, or
-/// any success once its cooldown ended (one during the cooldown heals nothing: `observe`).
+/// The observations an account's object must hear of: account-level failures, every probe's
+/// success (it may be the account's, claimed from its object before `accounts` held the breaker),
+/// and any other success that may end a breaker `accounts` (a model object's copies) holds for
+/// its account — once its cooldown ended (one during the cooldown heals nothing: `observe`).
 pub fn for_accounts(observations: &[Observation], accounts: Option<&ModelHealth>) -> Vec<Observation> {
     observations
         .iter()
         .filter(|o| match o.outcome {
             AttemptOutcome::Failure(class) => class.blame() == Blame::Account,
-            AttemptOutcome::Success => accounts
-                .and_then(|a| a.accounts.get(&o.account))
-                .is_some_and(|b| o.probe || !b.is_cooling(o.at_ms)),
+            AttemptOutcome::Success => {
+                o.probe
+                    || accounts
+                        .and_then(|a| a.accounts.get(&o.account))
+                        .is_some_and(|b| !b.is_cooling(o.at_ms))
+            }
         })
         .cloned()
         .collect()
@@ -324,8 +328,8 @@ mod tests {
         );
         assert_eq!(
             for_accounts(&sent, None).len(),
-            1,
-            "without a copy of the accounts object only failures go"
+            2,
+            "without a copy of the account's breaker only failures and probes go"
         );
     }
 
@@ -355,7 +359,7 @@ mod tests {
         accounts.observe_scoped(&ok, &cfg, Scope::Accounts);
         assert!(!accounts.accounts.contains_key("acct-a"), "at rest again: forgotten");
         assert!(
-            for_accounts(std::slice::from_ref(&ok), Some(&accounts)).is_empty(),
+            for_accounts(std::slice::from_ref(&stale), Some(&accounts)).is_empty(),
             "successes no longer reported"
         );
         // Demoted: kept until a success brings it back.
