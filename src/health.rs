@@ -32,6 +32,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -82,16 +83,16 @@ pub struct HealthObject {
     state: State,
     env: Env,
     /// The state in memory; loaded from storage on first use. Never borrowed across an await.
-    health: RefCell<Option<ModelHealth>>,
+    health: Rc<RefCell<Option<ModelHealth>>>,
     /// Route capacity (SPEC §10), on the `/capacity` path.
     capacity: CapacityDesk,
     /// The model this object serves, once known (`None` for an account's object).
     model: RefCell<Option<String>>,
     /// A model's object: when it last asked its accounts' objects (set as it starts asking, so
     /// calls meanwhile do not ask again).
-    polled_ms: Cell<u64>,
+    polled_ms: Rc<Cell<u64>>,
     /// Account observations an account's object did not take, to tell it next time.
-    unsent: RefCell<Vec<Observation>>,
+    unsent: Rc<RefCell<Vec<Observation>>>,
     /// Its alarm, as loaded or last set.
     alarm: object::Alarm,
     /// The alarm has run once since the object first served its model.
@@ -103,11 +104,11 @@ impl DurableObject for HealthObject {
         HealthObject {
             state,
             env,
-            health: RefCell::new(None),
+            health: Rc::new(RefCell::new(None)),
             capacity: CapacityDesk::new(),
             model: RefCell::new(None),
-            polled_ms: Cell::new(0),
-            unsent: RefCell::new(Vec::new()),
+            polled_ms: Rc::new(Cell::new(0)),
+            unsent: Rc::new(RefCell::new(Vec::new())),
             alarm: object::Alarm::default(),
             planned: Cell::new(false),
         }
@@ -144,10 +145,23 @@ impl DurableObject for HealthObject {
             self.state.storage().put(STORAGE_KEY, text.map_err(json_error)?).await?;
             self.schedule_pending().await?;
         }
-        if let Some((config, force)) = accounts_step {
-            if self.tell_accounts(config, answer.forward, force).await? {
-                return Response::from_json(&self.change(|h| h.snapshot_reply(now_ms())));
+        match accounts_step {
+            // An admin reset waits for the accounts' answers: its reply shows them.
+            Some((config, true)) => {
+                let changed = self.teller().tell(config, answer.forward, true).await?;
+                if changed {
+                    return Response::from_json(&self.change(|h| h.snapshot_reply(now_ms())));
+                }
             }
+            // The shard's forwarding does not wait for them: they fold in as they come, and its
+            // next renewal (250 ms) carries them.
+            Some((config, false)) => {
+                let teller = self.teller();
+                self.state.wait_until(async move {
+                    let _ = teller.tell(config, answer.forward, false).await;
+                });
+            }
+            None => {}
         }
         Response::from_json(&answer.reply)
     }
@@ -171,7 +185,10 @@ impl DurableObject for HealthObject {
         let now = now_ms();
         let used = catalog.route_accounts(model);
         self.change(|h| h.know_accounts(used.iter().map(|(_, a)| a.as_str())));
-        self.tell_accounts(config, Vec::new(), true).await?;
+        let teller = self.teller();
+        self.state.wait_until(async move {
+            let _ = teller.tell(config, Vec::new(), true).await;
+        });
         let due = self.change(|h| {
             h.know_routes(&routes, now);
             let due = h.due_checks(&routes, policy.verify_idle_ms, now);
@@ -295,16 +312,34 @@ impl HealthObject {
         self.alarm.set(&self.state.storage(), at_ms).await
     }
 
-    /// A model's object tells its accounts' objects what concerns them (`forward`, with what an
-    /// object did not take before), and — when its copies are older than [`ACCOUNTS_POLL_MS`], or
-    /// `force` — asks every other account its routes use (core `account_calls`), all at once; the
-    /// answers newer than its copies become its copies. True when they changed (then persisted).
-    async fn tell_accounts(
-        &self,
-        config: HealthConfig,
-        forward: Vec<Observation>,
-        force: bool,
-    ) -> worker::Result<bool> {
+    /// What tells and asks the accounts' objects for this model's object, apart from the call
+    /// that wants it (so a shard's forwarding need not wait for it).
+    fn teller(&self) -> Teller {
+        Teller {
+            env: self.env.clone(),
+            storage: self.state.storage(),
+            health: self.health.clone(),
+            polled_ms: self.polled_ms.clone(),
+            unsent: self.unsent.clone(),
+        }
+    }
+}
+
+/// A model's object's side towards its accounts' objects (its state shared, not copied).
+struct Teller {
+    env: Env,
+    storage: worker::Storage,
+    health: Rc<RefCell<Option<ModelHealth>>>,
+    polled_ms: Rc<Cell<u64>>,
+    unsent: Rc<RefCell<Vec<Observation>>>,
+}
+
+impl Teller {
+    /// Tells the accounts' objects what concerns them (`forward`, with what an object did not
+    /// take before), and — when the copies are older than [`ACCOUNTS_POLL_MS`], or `force` — asks
+    /// every other account the model's routes use (core `account_calls`), all at once; the
+    /// answers newer than the copies become the copies. True when they changed (then persisted).
+    async fn tell(self, config: HealthConfig, forward: Vec<Observation>, force: bool) -> worker::Result<bool> {
         let now = now_ms();
         let poll = force || now >= self.polled_ms.get().saturating_add(ACCOUNTS_POLL_MS);
         let mut told = self.unsent.take();
@@ -340,10 +375,19 @@ impl HealthObject {
             }
         }
         if changed {
-            self.change(|h| h.changed());
-            self.persist().await?;
+            let text = self.change(|h| {
+                h.changed();
+                serde_json::to_string(h)
+            });
+            self.storage.put(STORAGE_KEY, text.map_err(json_error)?).await?;
         }
         Ok(changed)
+    }
+
+    /// `f` on the object's state in memory (never across an await).
+    fn change<T>(&self, f: impl FnOnce(&mut ModelHealth) -> T) -> T {
+        let mut guard = self.health.borrow_mut();
+        f(guard.get_or_insert_with(ModelHealth::default))
     }
 }
 

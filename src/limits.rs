@@ -25,8 +25,8 @@ use serde::Serialize;
 use switchyard_core::catalog::{Model, Policy};
 use switchyard_core::health::rpc::model_object;
 use switchyard_core::limits::{
-    lease_ms, renew_every_ms, Capacity, CapacityAdmit, CapacityCall, CapacityReply, Held, KeyAdmit, KeyCall, KeyLimit,
-    KeyReply, KeyState, KeyUsage, Lease, RateWindow, Renewals, Want,
+    lease_ms, renew_every_ms, uses_permits, Capacity, CapacityAdmit, CapacityCall, CapacityReply, Held, KeyAdmit,
+    KeyCall, KeyLimit, KeyReply, KeyState, KeyUsage, Lease, PermitReply, Permits, RateWindow, Renewals, Want,
 };
 use switchyard_core::ApiError;
 use worker::{durable_object, Context, DurableObject, Env, Request, Response, SqlStorageValue, State, Storage};
@@ -217,6 +217,13 @@ impl DurableObject for LimitObject {
                 Response::from_json(&serde_json::Value::Null)
             }
             KeyCall::Usage => Response::from_json(&self.desk.with(|k| k.usage(now_ms()))),
+            KeyCall::Permits { want, limit } => {
+                let reply = self.desk.with(|k| k.permits(want, limit, now_ms()));
+                if reply.granted > 0 {
+                    self.desk.persist(&storage).await?;
+                }
+                Response::from_json(&reply)
+            }
         }
     }
 }
@@ -547,8 +554,19 @@ pub struct KeyAdmission {
     pub window: Option<RateWindow>,
 }
 
+thread_local! {
+    /// This isolate's permits per `rpm`-only key (SPEC §22), by key object name.
+    static PERMITS: RefCell<std::collections::HashMap<String, Permits>> = RefCell::new(Default::default());
+}
+
+/// How long a request waits for a batch of permits before it asks for its own admission.
+const PERMITS_TIMEOUT_MS: u64 = 300;
+/// Past this many keys with permits, an isolate forgets those holding none.
+const MAX_PERMIT_KEYS: usize = 4_096;
+
 /// Admits request `id` under its key's limits (SPEC §10), waiting up to `key_wait_ms`; a key
-/// without limits returns at once, without a call.
+/// without limits returns at once, without a call. A key with `rpm` alone spends one of the
+/// isolate's permits when it holds one, without a call ([`spend_permit`]).
 pub async fn admit_key(
     env: &Env,
     ctx: &Rc<Context>,
@@ -561,6 +579,14 @@ pub async fn admit_key(
         return Ok(KeyAdmission::default());
     }
     let name = key_object(key);
+    if uses_permits(limit) {
+        if let Some(window) = spend_permit(env, ctx, &name, limit).await {
+            return Ok(KeyAdmission {
+                slot: Slot::default(),
+                window,
+            });
+        }
+    }
     let lease = lease_ms(policy);
     let call = KeyCall::Acquire {
         id: id.to_string(),
@@ -614,6 +640,62 @@ pub async fn admit_key(
             Ok(KeyAdmission::default())
         }
     }
+}
+
+/// One of this isolate's permits for the `rpm`-only key `name` (SPEC §22): the window for the
+/// headers, or `None` — none held and none granted (the window is full, waiters go first, or the
+/// object did not answer): the request then asks for its admission one by one, which waits.
+/// Spending one asks for the next batch in the background when what is left runs low; a request
+/// finding none asks for a batch and waits for it (one batch asked at a time per key: a request
+/// finding one asked for already waits for it, within [`PERMITS_TIMEOUT_MS`]).
+async fn spend_permit(env: &Env, ctx: &Rc<Context>, name: &str, limit: KeyLimit) -> Option<Option<RateWindow>> {
+    let rpm = limit.rpm?;
+    let now = now_ms();
+    let (spent, want) = PERMITS.with(|p| {
+        let mut p = p.borrow_mut();
+        if p.len() >= MAX_PERMIT_KEYS && !p.contains_key(name) {
+            p.retain(|_, permits| !permits.idle(now));
+        }
+        let permits = p.entry(name.to_string()).or_default();
+        let spent = permits.spend(now);
+        (spent, permits.want(rpm, now))
+    });
+    if let Some(window) = spent {
+        if let Some(want) = want {
+            let (env, name) = (env.clone(), name.to_string());
+            ctx.wait_until(async move { ask_permits(&env, &name, limit, want).await });
+        }
+        return Some(window);
+    }
+    let spend = || PERMITS.with(|p| p.borrow_mut().get_mut(name).and_then(|permits| permits.spend(now_ms())));
+    if let Some(want) = want {
+        ask_permits(env, name, limit, want).await;
+        return spend();
+    }
+    let asking = || PERMITS.with(|p| p.borrow().get(name).is_some_and(Permits::asking));
+    while asking() && now_ms() < now.saturating_add(PERMITS_TIMEOUT_MS) {
+        sleep(5).await;
+        if let Some(window) = spend() {
+            return Some(window);
+        }
+    }
+    spend()
+}
+
+/// One batch of permits asked for (marked asked by `Permits::want`).
+async fn ask_permits(env: &Env, name: &str, limit: KeyLimit, want: u32) {
+    let call = KeyCall::Permits { want, limit };
+    let reply = object::call::<_, PermitReply>(env, "LIMITS", name, "/", &call, PERMITS_TIMEOUT_MS, None).await;
+    if let Err(why) = &reply {
+        worker::console_error!(
+            "{{\"event\":\"limit_object_unavailable\",\"object\":{name:?},\"why\":\"{why}\",\"fallback\":\"acquire\"}}"
+        );
+    }
+    PERMITS.with(|p| {
+        if let Some(permits) = p.borrow_mut().get_mut(name) {
+            permits.got(want, reply.as_ref().ok(), now_ms());
+        }
+    });
 }
 
 /// What a key uses now (`/v1/credits`); `None` for a key without limits or when the object is

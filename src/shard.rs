@@ -130,6 +130,11 @@ impl HealthShard {
             let reply =
                 object::call::<_, SnapshotReply>(&self.env, "HEALTH", &target, "/", &call, FORWARD_TIMEOUT_MS, None)
                     .await
+                    .map_err(|why| {
+                        worker::console_error!(
+                            "{{\"event\":\"shard_forward_failed\",\"object\":{target:?},\"why\":\"{why}\",\"fallback\":\"retry\"}}"
+                        );
+                    })
                     .ok();
             let failed = reply.is_none();
             self.model.borrow_mut().done(reply, taken, Scope::Model, now_ms());

@@ -279,7 +279,10 @@ fn sixteen_isolates_reach_the_models_health_object_through_its_shards_only() {
         let blocking = |v: &Value| v["HEALTH.snapshot.blocking"].as_u64().unwrap_or(0);
         let waited = blocking(&after[i].0) - blocking(&before[i].0);
         let on_model = blocking(&object_calls(&replicas[i], &object)) - blocking(&before_model[i]);
-        assert!(on_model <= 1, "replica {i} waited on the model's object {on_model} times");
+        assert!(
+            on_model <= 1,
+            "replica {i} waited on the model's object {on_model} times"
+        );
         if i > 0 {
             assert_eq!(
                 all(i, "HEALTH.snapshot"),
@@ -411,5 +414,105 @@ fn an_account_failure_on_one_isolate_reaches_another_models_requests_on_another(
     assert!(
         both(&told, "HEALTH.observe") >= 1 && both(&told, "HEALTH.snapshot") >= 1,
         "the models' objects told and asked the account's object: {told}"
+    );
+}
+
+/// A new funded key with `rpm` alone: its plaintext and its id (its limit object's name).
+fn rpm_key(s: &Stack, rpm: u32) -> (String, String) {
+    let account = s.admin("POST", "/admin/accounts", Some(json!({})));
+    assert_eq!(account.status, 201, "{}", account.text());
+    let account_id = account.json()["id"].as_str().unwrap().to_string();
+    let credit = s.admin(
+        "POST",
+        &format!("/admin/accounts/{account_id}/credit"),
+        Some(json!({"amount_usd": 5.0})),
+    );
+    assert_eq!(credit.status, 200, "{}", credit.text());
+    let key = s.admin(
+        "POST",
+        "/admin/keys",
+        Some(json!({"account_id": account_id, "rpm": rpm})),
+    );
+    assert_eq!(key.status, 201, "{}", key.text());
+    let v = key.json();
+    (
+        v["key"].as_str().unwrap().to_string(),
+        v["id"].as_str().unwrap().to_string(),
+    )
+}
+
+/// SPEC §22: a key with `rpm` alone is still one window across isolates when its isolates spend
+/// permits taken in batches — and a busy isolate makes a call per batch, not per request. Two
+/// replicas, two clients each, 200 ms of wait for room: a key of 120 rpm (batches of at most 2) is sent
+/// 160 requests and answers no more than 120 of them; a key of 3,000 rpm (batches up to 50) is
+/// sent 120 requests and answers them all with fewer than half as many calls to its object.
+#[test]
+fn an_rpm_keys_permits_keep_one_window_and_spare_its_object() {
+    let replicas: Vec<Stack> = (0..2).map(Stack::replica).collect();
+    let s = &replicas[0];
+    let provider = s.mock_provider(&unique("rep"), "ok", false);
+    let model = s.model(
+        vec![route("r0", &provider, "u", json!({"verify": false}))],
+        Some(json!({"key_wait_ms": 200})),
+    );
+    let run = |rpm: u32, requests: usize| -> (usize, usize, u64) {
+        let (key, key_id) = rpm_key(s, rpm);
+        // Both replicas know the model (and the key) before the clock starts.
+        for r in &replicas {
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while r.chat(&key, &chat_body(&model, false)).status != 200 {
+                assert!(Instant::now() < deadline, "a replica never served {model}");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+        assert_eq!(s.chat(&key, &chat_body(&model, false)).status, 200);
+        let object = format!("key:{key_id}");
+        let calls = |r: &Stack| {
+            let c = object_calls(r, &object);
+            both(&c, "LIMITS.acquire") + both(&c, "LIMITS.permits")
+        };
+        let before: u64 = replicas.iter().map(calls).sum();
+        let sent = std::sync::atomic::AtomicUsize::new(0);
+        let statuses: Vec<u16> = std::thread::scope(|scope| {
+            let clients: Vec<_> = replicas
+                .iter()
+                .flat_map(|r| [r, r])
+                .map(|r| {
+                    let (key, model, sent) = (&key, &model, &sent);
+                    scope.spawn(move || {
+                        let mut seen = Vec::new();
+                        while sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < requests {
+                            seen.push(r.chat(key, &chat_body(model, false)).status);
+                        }
+                        seen
+                    })
+                })
+                .collect();
+            clients.into_iter().flat_map(|c| c.join().unwrap()).collect()
+        });
+        let after: u64 = replicas.iter().map(calls).sum();
+        assert!(statuses.iter().all(|s| *s == 200 || *s == 429), "{statuses:?}");
+        let ok = statuses.iter().filter(|s| **s == 200).count();
+        // The warm-up answers (one per replica, and `first`) count in the window too.
+        (ok + replicas.len() + 1, statuses.len(), after - before)
+    };
+    let (answered, sent, calls) = run(120, 160);
+    note(&format!(
+        "permits: 120 rpm, {sent} sent on 2 isolates: {answered} answered in the window, {calls} calls to its object"
+    ));
+    assert!(answered <= 120, "{answered} answered by a key of 120 rpm");
+    assert!(
+        answered >= 90,
+        "permits left unspent cost the key {} of its 120",
+        120 - answered
+    );
+    let (answered, sent, calls) = run(3_000, 120);
+    note(&format!(
+        "permits: 3,000 rpm, {sent} sent on 2 isolates: {answered} answered, {calls} calls to its object"
+    ));
+    assert_eq!(answered, sent + 3, "every request of a key far from its limit");
+    assert!(
+        (calls as usize) * 2 < sent,
+        "{calls} calls to the key's object for {sent} requests"
     );
 }

@@ -94,6 +94,128 @@ pub enum KeyCall {
     Renew { ids: Vec<String>, lease_ms: u64 },
     /// What the key uses now. Replies [`KeyUsage`].
     Usage,
+    /// Up to `want` of an `rpm`-only key's window at once, for one isolate to spend locally
+    /// ([`Permits`]); replies [`PermitReply`] (0 granted: ask with `Acquire`, which waits).
+    Permits { want: u32, limit: KeyLimit },
+}
+
+/// The answer to [`KeyCall::Permits`]: how many were granted (counted in the window now), and the
+/// window after them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PermitReply {
+    pub granted: u32,
+    pub window: Option<RateWindow>,
+}
+
+/// The most permits one batch carries.
+pub const MAX_PERMITS: u32 = 64;
+/// How long an isolate may spend a batch of permits: they were counted in the window the second
+/// they were granted, so a request sent on one within this leaves the real window no later than the
+/// counted one does (the window stays on the strict side, as for a request admitted one by one).
+pub const PERMIT_TTL_MS: u64 = 1_000;
+
+/// The largest batch for a key of `rpm`: about a second's worth of its rate, so one isolate's
+/// batch takes no more than that from the others (1 for a key under 120 rpm: one call per
+/// request, as without permits), at most [`MAX_PERMITS`].
+pub fn permit_cap(rpm: u32) -> u32 {
+    (rpm / 60).clamp(1, MAX_PERMITS)
+}
+
+/// Whether a key's requests may use permits (SPEC §22): `rpm` only — a concurrency limit is kept
+/// exact, one slot per request, by its object.
+pub fn uses_permits(limit: KeyLimit) -> bool {
+    limit.rpm.is_some() && limit.max_concurrent.is_none()
+}
+
+/// An isolate's permits for one `rpm` key (SPEC §22): a request spends one without a call while
+/// a batch lasts; a batch is asked for when what is left runs low, in the background, its size
+/// doubling while batches are spent in time and halving when one expires unspent (so a quiet
+/// isolate holds at most one permit of the key's window, a busy one up to [`permit_cap`]).
+#[derive(Debug, Clone, Default)]
+pub struct Permits {
+    /// Batches not yet spent: (permits left, usable until), oldest first.
+    batches: VecDeque<(u32, u64)>,
+    /// The size of the batch to ask for next (0: none asked yet).
+    next: u32,
+    /// A batch is being asked for.
+    asking: bool,
+    /// A batch expired unspent since the last one came.
+    wasted: bool,
+    /// The window as the object last answered it.
+    window: Option<RateWindow>,
+}
+
+impl Permits {
+    fn drop_spent(&mut self, now_ms: u64) {
+        while let Some(&(left, until)) = self.batches.front() {
+            if left > 0 && now_ms < until {
+                return;
+            }
+            self.wasted |= left > 0;
+            self.batches.pop_front();
+        }
+    }
+
+    /// A batch is being asked for.
+    pub fn asking(&self) -> bool {
+        self.asking
+    }
+
+    /// Nothing held and nothing asked for: an isolate may forget it.
+    pub fn idle(&mut self, now_ms: u64) -> bool {
+        !self.asking && self.left(now_ms) == 0
+    }
+
+    /// Permits left and usable at `now_ms`.
+    pub fn left(&mut self, now_ms: u64) -> u32 {
+        self.drop_spent(now_ms);
+        self.batches.iter().map(|&(left, _)| left).sum()
+    }
+
+    /// Spends one permit at `now_ms`, if one is left in time: the window for the rate-limit
+    /// headers (what the object answered, plus what this isolate holds unspent).
+    pub fn spend(&mut self, now_ms: u64) -> Option<Option<RateWindow>> {
+        self.drop_spent(now_ms);
+        let front = self.batches.front_mut()?;
+        front.0 -= 1;
+        let left = self.left(now_ms);
+        Some(self.window.map(|w| RateWindow {
+            remaining: w.remaining.saturating_add(left),
+            ..w
+        }))
+    }
+
+    /// The batch to ask for now, if one is wanted — what is left is at most half the next batch
+    /// and none is being asked for — marked asked.
+    pub fn want(&mut self, rpm: u32, now_ms: u64) -> Option<u32> {
+        let next = self.next.clamp(1, permit_cap(rpm));
+        if self.asking || self.left(now_ms).saturating_mul(2) > next {
+            return None;
+        }
+        self.asking = true;
+        Some(next)
+    }
+
+    /// The batch asked for (`asked`) came (`None`: the object did not answer): usable for
+    /// [`PERMIT_TTL_MS`]; the next doubles when this one was granted whole and none expired
+    /// unspent since the last, halves when one did.
+    pub fn got(&mut self, asked: u32, reply: Option<&PermitReply>, now_ms: u64) {
+        self.asking = false;
+        let Some(reply) = reply else {
+            return;
+        };
+        self.drop_spent(now_ms);
+        if reply.granted > 0 {
+            self.batches
+                .push_back((reply.granted, now_ms.saturating_add(PERMIT_TTL_MS)));
+        }
+        self.window = reply.window;
+        self.next = match (std::mem::take(&mut self.wasted), reply.granted) {
+            (true, _) => (asked / 2).max(1),
+            (false, g) if g >= asked => asked.saturating_mul(2),
+            (false, g) => g.max(1),
+        };
+    }
 }
 
 /// The answer to [`KeyCall::Acquire`]: `Granted` or `Refused`, and how long the request waited.
@@ -222,6 +344,15 @@ impl KeyState {
         expire(&mut self.leases, now_ms);
     }
 
+    /// Counts `n` requests started at `now_ms` in the window.
+    fn count(&mut self, n: u32, now_ms: u64) {
+        let sec = now_ms / 1_000;
+        match self.window.back_mut() {
+            Some((last, c)) if *last == sec => *c = c.saturating_add(n),
+            _ => self.window.push_back((sec, n)),
+        }
+    }
+
     fn in_window(&self) -> u32 {
         self.window.iter().map(|&(_, n)| n).sum()
     }
@@ -246,11 +377,7 @@ impl KeyState {
         if first && !rate_full && !slots_full {
             self.queue.retain(|w| w != id);
             if limit.rpm.is_some() {
-                let sec = now_ms / 1_000;
-                match self.window.back_mut() {
-                    Some((last, n)) if *last == sec => *n += 1,
-                    _ => self.window.push_back((sec, 1)),
-                }
+                self.count(1, now_ms);
             }
             if limit.max_concurrent.is_some() {
                 self.leases.push(Lease {
@@ -324,6 +451,27 @@ impl KeyState {
         let before = self.leases.len();
         self.leases.retain(|l| l.id != id);
         self.leases.len() != before
+    }
+
+    /// Grants up to `want` of an `rpm`-only key's window at once (a batch of permits for one
+    /// isolate, [`Permits`]), each counted in the window now, never past the limit nor more than
+    /// [`permit_cap`]; none while requests wait (they go first) or for a key that limits
+    /// concurrency (its slots stay one per request).
+    pub fn permits(&mut self, want: u32, limit: KeyLimit, now_ms: u64) -> PermitReply {
+        self.expire(now_ms);
+        let granted = match limit.rpm {
+            Some(rpm) if uses_permits(limit) && self.queue.is_empty() => {
+                want.min(permit_cap(rpm)).min(rpm.saturating_sub(self.in_window()))
+            }
+            _ => 0,
+        };
+        if granted > 0 {
+            self.count(granted, now_ms);
+        }
+        PermitReply {
+            granted,
+            window: self.rate_window(limit, now_ms),
+        }
     }
 
     pub fn usage(&mut self, now_ms: u64) -> KeyUsage {
@@ -959,5 +1107,90 @@ mod tests {
         assert_eq!(calls, 12, "60 s of a lone holder checking every 2.5 s");
         group.leave(ticket);
         assert!(group.is_empty() && group.turn(1_000_000, every).is_none());
+    }
+
+    /// SPEC §22: an `rpm` key's window given out in batches is still one window: isolates spending
+    /// permits never start more than `rpm` requests in it, and a request asked one by one sees
+    /// the permits counted.
+    #[test]
+    fn permits_never_take_the_window_past_its_limit() {
+        let limit = KeyLimit {
+            rpm: Some(600),
+            max_concurrent: None,
+        };
+        assert_eq!(permit_cap(600), 10);
+        assert_eq!(permit_cap(100), 1, "under 120 rpm: one at a time");
+        assert_eq!(permit_cap(1_000_000), MAX_PERMITS);
+        let mut k = KeyState::default();
+        let mut granted = 0;
+        for t in 0..200u64 {
+            granted += k.permits(1_000, limit, t * 10).granted;
+        }
+        assert_eq!(granted, 600, "the window, and no more");
+        assert_eq!(k.permits(5, limit, 2_000).granted, 0);
+        assert!(matches!(k.admit("one", limit, LEASE, 2_000), KeyAdmit::Wait { .. }));
+        // A concurrency limit keeps its slots one per request: no permits.
+        let both = KeyLimit {
+            rpm: Some(600),
+            max_concurrent: Some(5),
+        };
+        assert_eq!(KeyState::default().permits(5, both, 0).granted, 0);
+        assert!(!uses_permits(both) && uses_permits(limit));
+    }
+
+    /// An isolate's permits: spent without a call while they last and in time, asked for again
+    /// when half the next batch is left, the batch doubling while spent in time and halving when
+    /// one expires unspent.
+    #[test]
+    fn an_isolates_permits_grow_while_spent_and_shrink_when_wasted() {
+        let rpm = 6_000; // 100 a second: batches up to the cap of 64
+        let reply = |granted: u32| PermitReply {
+            granted,
+            window: Some(RateWindow {
+                limit: rpm,
+                remaining: 100,
+                reset_ms: 60_000,
+            }),
+        };
+        let mut p = Permits::default();
+        assert_eq!(p.spend(0), None, "nothing yet");
+        assert_eq!(p.want(rpm, 0), Some(1), "the first batch is one");
+        assert_eq!(p.want(rpm, 0), None, "one asked at a time");
+        p.got(1, Some(&reply(1)), 0);
+        assert_eq!(p.spend(1).unwrap().unwrap().remaining, 100);
+        assert_eq!(p.want(rpm, 2), Some(2), "spent in time: doubled");
+        p.got(2, Some(&reply(2)), 2);
+        assert_eq!(p.want(rpm, 3), Some(4), "two left, half the next batch: asked ahead");
+        p.got(4, Some(&reply(4)), 3);
+        let w = p.spend(3).unwrap().unwrap();
+        assert_eq!(w.remaining, 105, "what the isolate holds unspent counts as remaining");
+        assert_eq!(p.want(rpm, 4), None, "five left");
+        // Left to expire: the next batch halves.
+        assert_eq!(p.spend(3 + PERMIT_TTL_MS), None, "expired");
+        assert_eq!(p.want(rpm, 2_000), Some(8));
+        p.got(8, Some(&reply(8)), 2_000);
+        assert_eq!(p.want(rpm, 2_000), None);
+        for _ in 0..6 {
+            assert!(p.spend(2_001).is_some());
+        }
+        assert_eq!(p.want(rpm, 2_001), Some(4), "batches wasted: halved");
+        // An object that grants less (its window nearly full) sets the next batch to what it gave.
+        p.got(4, Some(&reply(1)), 2_002);
+        assert_eq!(p.want(rpm, 2_002), None, "three left");
+        for _ in 0..3 {
+            assert!(p.spend(2_003).is_some());
+        }
+        assert_eq!(p.want(rpm, 2_003), Some(1));
+        p.got(1, None, 2_004);
+        assert_eq!(p.want(rpm, 2_004), Some(1), "an unanswered ask may be made again");
+        // Never more than the cap.
+        let mut q = Permits::default();
+        for t in 0..10 {
+            let want = q.want(rpm, t).unwrap();
+            assert!(want <= permit_cap(rpm));
+            q.got(want, Some(&reply(want)), t);
+            while q.spend(t).is_some() {}
+        }
+        assert_eq!(q.want(rpm, 10), Some(permit_cap(rpm)));
     }
 }

@@ -139,6 +139,10 @@ pub struct Params {
     pub zipf_s: f64,
     /// One key in this many has limits (`rpm`, `max_concurrent`): a `LimitObject` per key.
     pub limited_key_every: usize,
+    /// Of the limited keys, one in this many has `rpm` alone: in `Design::Sharded` its isolates
+    /// spend permits taken in batches (session 18); the others limit concurrency (one `acquire`
+    /// and one `release` per request). 0: none.
+    pub rpm_only_every: usize,
     /// Whether every upstream account once failed: the `accounts` object keeps a breaker for each
     /// (they are never removed), so every success is reported to it.
     pub accounts_failed_before: bool,
@@ -177,6 +181,7 @@ impl Default for Params {
             keys_per_account: 4,
             zipf_s: 1.0,
             limited_key_every: 4,
+            rpm_only_every: 2,
             accounts_failed_before: true,
             stream_ms: (1_000.0, 3_000.0),
             rtt_ms: (5.0, 250.0),
@@ -231,6 +236,11 @@ pub const FAST_HOLD_DEFER_MS: u64 = 50;
 pub const KEY_TIMEOUT_MS: u64 = 2_000 + 500;
 pub const CAPACITY_TIMEOUT_MS: u64 = 10_000 + 500;
 pub const RELEASE_TIMEOUT_MS: u64 = 2_000;
+/// How long a request waits for a batch of permits (`src/limits.rs`), ms.
+pub const PERMITS_TIMEOUT_MS: u64 = 300;
+/// The `rpm` of the keys that have `rpm` alone: ample (never reached in these runs), so their
+/// batches grow to `MAX_PERMITS`.
+pub const KEY_RPM: u32 = 1_000_000;
 /// `src/outbox.rs` `SHARDS` and `KEEP_DEADLINE_MS`.
 pub const OUTBOX_SHARDS: u64 = 16;
 pub const OUTBOX_DEADLINE_MS: u64 = 5_000;

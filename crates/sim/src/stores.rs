@@ -66,6 +66,8 @@ pub enum Kind {
     Full,
     Acquire,
     Release,
+    /// A batch of permits for an `rpm`-only key.
+    Permits,
     StatusGet,
     D1Key,
     D1Catalog,

@@ -61,6 +61,7 @@ fn the_copied_rules_match_the_worker() {
         (&billing, squash(&format!("pub const FAST_HOLD_DEFER_MS: u64 = {FAST_HOLD_DEFER_MS};"))),
         (&limits, squash(&format!("const CALL_MARGIN_MS: u64 = {};", KEY_TIMEOUT_MS - 2_000))),
         (&limits, squash(&format!("const RELEASE_TIMEOUT_MS: u64 = {RELEASE_TIMEOUT_MS};"))),
+        (&limits, squash(&format!("const PERMITS_TIMEOUT_MS: u64 = {PERMITS_TIMEOUT_MS};"))),
         (&outbox, squash(&format!("const SHARDS: u64 = {OUTBOX_SHARDS};"))),
         (&outbox, squash(&format!("const KEEP_DEADLINE_MS: u64 = {OUTBOX_DEADLINE_MS};"))),
     ];

@@ -244,6 +244,7 @@ impl World {
                 }
             }
             Then::StatusFetch(iso) => self.status_fetched(iso, ok),
+            Then::Permits { iso, key, asked } => self.permits_came(iso, key, asked, ok),
             Then::AccountFold { model, account, .. } => {
                 self.account_folded(model, account, ok.then_some(call.reply).flatten())
             }

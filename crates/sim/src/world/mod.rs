@@ -45,6 +45,7 @@ use switchyard_core::batch::{Batches, Check, Role, Rules as BatchRules, Taken, T
 use switchyard_core::classify::FailureClass;
 use switchyard_core::flight::{Flight, Step};
 use switchyard_core::health::{for_accounts, AttemptOutcome, Breaker, HealthConfig, ModelHealth, Observation, Scope};
+use switchyard_core::limits::{PermitReply, Permits};
 
 use crate::params::*;
 use crate::report::{Outcomes, Report, Totals};
@@ -112,6 +113,9 @@ struct Req {
     /// Calls the request waited on.
     blocking: u8,
     key_slot: bool,
+    /// The batch of permits its blocking call asked for (0: none; `u32::MAX`: none came, ask
+    /// with `acquire`).
+    asked: u32,
     cap_slot: bool,
     /// Routes that failed, and when (ms).
     fails: Vec<(u8, u64)>,
@@ -145,6 +149,8 @@ struct Isolate {
     catalog_at: Option<u64>,
     keys: HashMap<u32, u64>,
     balances: HashMap<u32, u64>,
+    /// Its permits per `rpm`-only key (core `Permits`).
+    permits: HashMap<u32, Permits>,
     status_at: Option<u64>,
     status_flight: Flight,
     /// When its snapshot of model 0 first showed the downed route demoted.
@@ -184,6 +190,12 @@ enum Then {
     },
     Keep(u32),
     StatusFetch(u32),
+    /// A batch of permits asked for in the background.
+    Permits {
+        iso: u32,
+        key: u32,
+        asked: u32,
+    },
     /// `Design::Sharded`: a model's object's call to an account's object (`observations` told, or
     /// none: a poll); the answer folds into the model's copies.
     AccountFold {

@@ -29,6 +29,7 @@ impl World {
             pending: 0,
             blocking: 0,
             key_slot: false,
+            asked: 0,
             cap_slot: false,
             fails: Vec::new(),
             route: 0,
@@ -77,6 +78,26 @@ impl World {
                     if !self.limited(key) {
                         self.reqs[id as usize].stage = Stage::View;
                         continue;
+                    }
+                    if self.rpm_only(key) && self.reqs[id as usize].asked != u32::MAX {
+                        // `limits::spend_permit`: one held is spent without a call (the next
+                        // batch asked for in the background when what is left runs low); none
+                        // held, a batch is asked for and waited on.
+                        let permits = self.isolates[iso as usize].permits.entry(key).or_default();
+                        let spent = permits.spend(now_ms).is_some();
+                        let want = permits.want(KEY_RPM, now_ms);
+                        if spent {
+                            if let Some(asked) = want {
+                                let then = Then::Permits { iso, key, asked };
+                                self.call(iso, Obj::Key(key), Kind::Permits, 0, PERMITS_TIMEOUT_MS, then);
+                            }
+                            self.reqs[id as usize].stage = Stage::View;
+                            continue;
+                        }
+                        if let Some(asked) = want {
+                            self.reqs[id as usize].asked = asked;
+                            return self.blocking(id, Obj::Key(key), Kind::Permits, 0, PERMITS_TIMEOUT_MS);
+                        }
                     }
                     return self.blocking(id, Obj::Key(key), Kind::Acquire, 0, KEY_TIMEOUT_MS);
                 }
@@ -131,6 +152,25 @@ impl World {
         self.p.limited_key_every > 0 && (key as usize).is_multiple_of(self.p.limited_key_every)
     }
 
+    /// A limited key with `rpm` alone, whose isolates spend permits (`Design::Sharded`).
+    pub(super) fn rpm_only(&self, key: u32) -> bool {
+        let every = self.p.limited_key_every * self.p.rpm_only_every;
+        self.p.design == Design::Sharded && every > 0 && (key as usize).is_multiple_of(every)
+    }
+
+    /// A batch of permits came for `key` on isolate `iso` (granted whole: the keys' `rpm` is
+    /// ample here), or not.
+    pub(super) fn permits_came(&mut self, iso: u32, key: u32, asked: u32, ok: bool) {
+        let now_ms = self.ms();
+        let reply = PermitReply {
+            granted: asked,
+            window: None,
+        };
+        if let Some(permits) = self.isolates[iso as usize].permits.get_mut(&key) {
+            permits.got(asked, ok.then_some(&reply), now_ms);
+        }
+    }
+
     /// A call request `id` waits on.
     pub(super) fn blocking(&mut self, id: u32, obj: Obj, kind: Kind, statements: u64, timeout_ms: u64) {
         let r = &mut self.reqs[id as usize];
@@ -175,6 +215,23 @@ impl World {
                     return self.refuse(id);
                 }
                 r.stage = Stage::Limit;
+            }
+            Stage::Limit if r.asked > 0 && r.asked != u32::MAX => {
+                // A batch of permits: one spent now; none (the object did not answer): ask with
+                // `acquire`.
+                let asked = std::mem::replace(&mut r.asked, 0);
+                self.permits_came(iso, key, asked, ok);
+                let spent = self.isolates[iso as usize]
+                    .permits
+                    .get_mut(&key)
+                    .and_then(|p| p.spend(now_ms))
+                    .is_some();
+                let r = &mut self.reqs[id as usize];
+                if spent {
+                    r.stage = Stage::View;
+                } else {
+                    r.asked = u32::MAX;
+                }
             }
             Stage::Limit => {
                 // An object that errs or is late admits (and is sent the release at once).
