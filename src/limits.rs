@@ -647,7 +647,11 @@ pub async fn admit_key(
 /// object did not answer): the request then asks for its admission one by one, which waits.
 /// Spending one asks for the next batch in the background when what is left runs low; a request
 /// finding none asks for a batch and waits for it (one batch asked at a time per key: a request
-/// finding one asked for already waits for it, within [`PERMITS_TIMEOUT_MS`]).
+/// finding one asked for already waits for it), and asks again while batches come whole — all
+/// within [`PERMITS_TIMEOUT_MS`]; after a batch that came short (the window is nearly full, or
+/// requests wait for room) it asks one by one. An object that does not answer admits the request
+/// (logged), as an `acquire` it does not answer does: a limit must not take the service down, and
+/// a busy object is not sent one call more per request.
 async fn spend_permit(env: &Env, ctx: &Rc<Context>, name: &str, limit: KeyLimit) -> Option<Option<RateWindow>> {
     let rpm = limit.rpm?;
     let now = now_ms();
@@ -663,32 +667,51 @@ async fn spend_permit(env: &Env, ctx: &Rc<Context>, name: &str, limit: KeyLimit)
     if let Some(window) = spent {
         if let Some(want) = want {
             let (env, name) = (env.clone(), name.to_string());
-            ctx.wait_until(async move { ask_permits(&env, &name, limit, want).await });
+            ctx.wait_until(async move {
+                ask_permits(&env, &name, limit, want).await;
+            });
         }
         return Some(window);
     }
-    let spend = || PERMITS.with(|p| p.borrow_mut().get_mut(name).and_then(|permits| permits.spend(now_ms())));
-    if let Some(want) = want {
-        ask_permits(env, name, limit, want).await;
-        return spend();
-    }
-    let asking = || PERMITS.with(|p| p.borrow().get(name).is_some_and(Permits::asking));
-    while asking() && now_ms() < now.saturating_add(PERMITS_TIMEOUT_MS) {
-        sleep(5).await;
+    // Spends one if the isolate holds one (a request that found none is counted once, above).
+    let spend = || {
+        PERMITS.with(|p| {
+            let mut p = p.borrow_mut();
+            let permits = p.get_mut(name)?;
+            let now = now_ms();
+            (permits.left(now) > 0).then(|| permits.spend(now)).flatten()
+        })
+    };
+    let mut want = want;
+    while now_ms() < now.saturating_add(PERMITS_TIMEOUT_MS) {
+        match want {
+            Some(asked) => match ask_permits(env, name, limit, asked).await {
+                None => return Some(None),
+                Some(granted) if granted < asked => return spend(),
+                Some(_) => {}
+            },
+            None => sleep(5).await,
+        }
         if let Some(window) = spend() {
             return Some(window);
         }
+        want = PERMITS.with(|p| {
+            p.borrow_mut()
+                .get_mut(name)
+                .and_then(|permits| permits.want(rpm, now_ms()))
+        });
     }
-    spend()
+    None
 }
 
-/// One batch of permits asked for (marked asked by `Permits::want`).
-async fn ask_permits(env: &Env, name: &str, limit: KeyLimit, want: u32) {
+/// One batch of permits asked for (marked asked by `Permits::want`): how many came (`None`: the
+/// object did not answer).
+async fn ask_permits(env: &Env, name: &str, limit: KeyLimit, want: u32) -> Option<u32> {
     let call = KeyCall::Permits { want, limit };
     let reply = object::call::<_, PermitReply>(env, "LIMITS", name, "/", &call, PERMITS_TIMEOUT_MS, None).await;
     if let Err(why) = &reply {
         worker::console_error!(
-            "{{\"event\":\"limit_object_unavailable\",\"object\":{name:?},\"why\":\"{why}\",\"fallback\":\"acquire\"}}"
+            "{{\"event\":\"limit_object_unavailable\",\"object\":{name:?},\"why\":\"{why}\",\"fallback\":\"admit\"}}"
         );
     }
     PERMITS.with(|p| {
@@ -696,6 +719,7 @@ async fn ask_permits(env: &Env, name: &str, limit: KeyLimit, want: u32) {
             permits.got(want, reply.as_ref().ok(), now_ms());
         }
     });
+    reply.ok().map(|r| r.granted)
 }
 
 /// What a key uses now (`/v1/credits`); `None` for a key without limits or when the object is

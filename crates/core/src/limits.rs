@@ -141,6 +141,8 @@ pub struct Permits {
     asking: bool,
     /// A batch expired unspent since the last one came.
     wasted: bool,
+    /// Requests that found none since the last batch came: the next batch is at least this.
+    short: u32,
     /// The window as the object last answered it.
     window: Option<RateWindow>,
 }
@@ -176,7 +178,10 @@ impl Permits {
     /// headers (what the object answered, plus what this isolate holds unspent).
     pub fn spend(&mut self, now_ms: u64) -> Option<Option<RateWindow>> {
         self.drop_spent(now_ms);
-        let front = self.batches.front_mut()?;
+        let Some(front) = self.batches.front_mut() else {
+            self.short = self.short.saturating_add(1);
+            return None;
+        };
         front.0 -= 1;
         let left = self.left(now_ms);
         Some(self.window.map(|w| RateWindow {
@@ -186,9 +191,10 @@ impl Permits {
     }
 
     /// The batch to ask for now, if one is wanted — what is left is at most half the next batch
-    /// and none is being asked for — marked asked.
+    /// and none is being asked for — marked asked. The next batch, or as many as the requests
+    /// that found none since the last came, if more.
     pub fn want(&mut self, rpm: u32, now_ms: u64) -> Option<u32> {
-        let next = self.next.clamp(1, permit_cap(rpm));
+        let next = self.next.max(self.short).clamp(1, permit_cap(rpm));
         if self.asking || self.left(now_ms).saturating_mul(2) > next {
             return None;
         }
@@ -201,6 +207,7 @@ impl Permits {
     /// unspent since the last, halves when one did.
     pub fn got(&mut self, asked: u32, reply: Option<&PermitReply>, now_ms: u64) {
         self.asking = false;
+        self.short = 0;
         let Some(reply) = reply else {
             return;
         };

@@ -304,6 +304,8 @@ pub struct World {
     status_at: Option<u64>,
     /// `Design::Sharded`: the health shards, by (model, shard).
     shards: HashMap<(u32, u32), tier::Shard>,
+    /// Requests waiting for the batch of permits their isolate is asking for, by (isolate, key).
+    permit_waiters: HashMap<(u32, u32), Vec<u32>>,
     totals: Totals,
 }
 
@@ -362,6 +364,7 @@ impl World {
             status_flight: Flight::default(),
             status_at: None,
             shards: HashMap::new(),
+            permit_waiters: HashMap::new(),
             totals: Totals::default(),
             p,
         }

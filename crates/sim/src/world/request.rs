@@ -98,6 +98,9 @@ impl World {
                             self.reqs[id as usize].asked = asked;
                             return self.blocking(id, Obj::Key(key), Kind::Permits, 0, PERMITS_TIMEOUT_MS);
                         }
+                        // A batch is being asked for: wait for it (no call of its own).
+                        self.permit_waiters.entry((iso, key)).or_default().push(id);
+                        return;
                     }
                     return self.blocking(id, Obj::Key(key), Kind::Acquire, 0, KEY_TIMEOUT_MS);
                 }
@@ -160,7 +163,7 @@ impl World {
 
     /// A batch of permits came for `key` on isolate `iso` (granted whole: the keys' `rpm` is
     /// ample here), or not.
-    pub(super) fn permits_came(&mut self, iso: u32, key: u32, asked: u32, ok: bool) {
+    fn permits_got(&mut self, iso: u32, key: u32, asked: u32, ok: bool) {
         let now_ms = self.ms();
         let reply = PermitReply {
             granted: asked,
@@ -169,6 +172,32 @@ impl World {
         if let Some(permits) = self.isolates[iso as usize].permits.get_mut(&key) {
             permits.got(asked, ok.then_some(&reply), now_ms);
         }
+    }
+
+    /// The requests that waited for the batch: each spends one; one that finds none asks again
+    /// when the batch came (`limits::spend_permit`); when it did not, each is admitted (an object
+    /// that does not answer admits).
+    fn wake_permit_waiters(&mut self, iso: u32, key: u32, came: bool) {
+        let now_ms = self.ms();
+        for w in self.permit_waiters.remove(&(iso, key)).unwrap_or_default() {
+            let spent = self.isolates[iso as usize]
+                .permits
+                .get_mut(&key)
+                .and_then(|p| p.spend(now_ms))
+                .is_some();
+            let r = &mut self.reqs[w as usize];
+            match (spent, came) {
+                (false, true) => {}
+                _ => r.stage = Stage::View,
+            }
+            self.advance(w);
+        }
+    }
+
+    /// A batch asked for in the background came (or not).
+    pub(super) fn permits_came(&mut self, iso: u32, key: u32, asked: u32, ok: bool) {
+        self.permits_got(iso, key, asked, ok);
+        self.wake_permit_waiters(iso, key, ok);
     }
 
     /// A call request `id` waits on.
@@ -190,6 +219,7 @@ impl World {
     /// ends as the Worker ends it.
     pub(super) fn resume(&mut self, id: u32, ok: bool) {
         let now_ms = self.ms();
+        let rpm_only = self.rpm_only(self.reqs[id as usize].key);
         let r = &mut self.reqs[id as usize];
         let (iso, key) = (r.iso, r.key);
         let account = r.account(self.p.keys_per_account);
@@ -220,22 +250,24 @@ impl World {
                 // A batch of permits: one spent now; none (the object did not answer): ask with
                 // `acquire`.
                 let asked = std::mem::replace(&mut r.asked, 0);
-                self.permits_came(iso, key, asked, ok);
+                self.permits_got(iso, key, asked, ok);
                 let spent = self.isolates[iso as usize]
                     .permits
                     .get_mut(&key)
                     .and_then(|p| p.spend(now_ms))
                     .is_some();
                 let r = &mut self.reqs[id as usize];
-                if spent {
-                    r.stage = Stage::View;
-                } else {
-                    r.asked = u32::MAX;
+                // None spent: the batch came short (ask with `acquire`), or did not come (admitted).
+                match (spent, ok) {
+                    (false, true) => r.asked = u32::MAX,
+                    _ => r.stage = Stage::View,
                 }
+                self.wake_permit_waiters(iso, key, ok);
             }
             Stage::Limit => {
-                // An object that errs or is late admits (and is sent the release at once).
-                r.key_slot = true;
+                // An object that errs or is late admits (and, for a concurrency slot, is sent the
+                // release at once). An `rpm`-only key holds no slot.
+                r.key_slot = !rpm_only;
                 r.stage = Stage::View;
             }
             Stage::Capacity => {
