@@ -609,6 +609,17 @@ impl Stack {
         id
     }
 
+    /// A provider on the mock's `scenario` (under `label`) billed to upstream account `account`
+    /// (several such providers fail together on account-level errors, SPEC §9); its id.
+    pub fn provider_on_account(&self, label: &str, scenario: &str, account: &str) -> String {
+        let id = unique("p");
+        let body =
+            json!({"base_url": format!("{}/{label}/{scenario}", self.mock), "auth": "bearer", "account": account});
+        let r = self.admin("PUT", &format!("/admin/providers/{id}"), Some(body));
+        assert_eq!(r.status, 200, "adding provider: {}", r.text());
+        id
+    }
+
     /// Adds a model whose routes are the given (provider id, upstream model) pairs, in order,
     /// and returns its id.
     pub fn model_with_routes(&self, routes: &[(&str, &str)], policy: Option<Value>) -> String {

@@ -187,15 +187,7 @@ fn a_content_policy_refusal_counts_against_nothing_and_all_of_them_make_a_conten
 fn routes_on_a_cooling_account_are_skipped_by_other_models_and_tried_last_only_when_alone() {
     let s = Stack::from_env();
     let account = unique("acct");
-    let on_account = |label: &str, scenario: &str| {
-        let id = unique("p");
-        let body = json!({"base_url": format!("{}/{label}/{scenario}", s.mock), "auth": "bearer", "account": account});
-        assert_eq!(
-            s.admin("PUT", &format!("/admin/providers/{id}"), Some(body)).status,
-            200
-        );
-        id
-    };
+    let on_account = |label: &str, scenario: &str| s.provider_on_account(label, scenario, &account);
     let (broken_l, twin_l, shared_l, alone_l, other_l, failing_l) = (
         unique("l"),
         unique("l"),

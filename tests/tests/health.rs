@@ -159,15 +159,7 @@ fn a_route_that_recovers_takes_its_traffic_back() {
 fn an_account_failure_sends_another_model_on_that_account_elsewhere() {
     let s = Arc::new(Stack::from_env());
     let account = unique("acct");
-    let provider = |label: &str, scenario: &str| {
-        let id = unique("p");
-        let body = json!({"base_url": format!("{}/{label}/{scenario}", s.mock), "auth": "bearer", "account": account});
-        assert_eq!(
-            s.admin("PUT", &format!("/admin/providers/{id}"), Some(body)).status,
-            200
-        );
-        id
-    };
+    let provider = |label: &str, scenario: &str| s.provider_on_account(label, scenario, &account);
     // A cooldown long enough to still be running when it is read, however loaded the machine.
     let slow_cooldown = switchyard_e2e::with(policy(), json!({"cooldown_ms": 30000, "cooldown_max_ms": 60000}));
     let (broken_label, shared_label, other_label) = (unique("l"), unique("l"), unique("l"));

@@ -340,15 +340,7 @@ fn an_account_failure_on_one_isolate_reaches_another_models_requests_on_another(
     let s = &replicas[0];
     let key = s.new_key(5.0);
     let account = unique("acct");
-    let on_account = |label: &str, scenario: &str| {
-        let id = unique("p");
-        let body = json!({"base_url": format!("{}/{label}/{scenario}", s.mock), "auth": "bearer", "account": account});
-        assert_eq!(
-            s.admin("PUT", &format!("/admin/providers/{id}"), Some(body)).status,
-            200
-        );
-        id
-    };
+    let on_account = |label: &str, scenario: &str| s.provider_on_account(label, scenario, &account);
     let (broken_l, shared_l) = (unique("l"), unique("l"));
     let broken = on_account(&broken_l, "status/401/invalid_key");
     let shared = on_account(&shared_l, "ok");

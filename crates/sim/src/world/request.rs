@@ -180,11 +180,7 @@ impl World {
     fn wake_permit_waiters(&mut self, iso: u32, key: u32, came: bool) {
         let now_ms = self.ms();
         for w in self.permit_waiters.remove(&(iso, key)).unwrap_or_default() {
-            let spent = self.isolates[iso as usize]
-                .permits
-                .get_mut(&key)
-                .and_then(|p| p.spend(now_ms))
-                .is_some();
+            let spent = self.spend_held(iso, key, now_ms);
             let r = &mut self.reqs[w as usize];
             match (spent, came) {
                 (false, true) => {}
@@ -192,6 +188,15 @@ impl World {
             }
             self.advance(w);
         }
+    }
+
+    /// Spends one of isolate `iso`'s permits of `key`, if it holds one.
+    fn spend_held(&mut self, iso: u32, key: u32, now_ms: u64) -> bool {
+        self.isolates[iso as usize]
+            .permits
+            .get_mut(&key)
+            .and_then(|p| p.spend(now_ms))
+            .is_some()
     }
 
     /// A batch asked for in the background came (or not).
@@ -247,15 +252,10 @@ impl World {
                 r.stage = Stage::Limit;
             }
             Stage::Limit if r.asked > 0 && r.asked != u32::MAX => {
-                // A batch of permits: one spent now; none (the object did not answer): ask with
-                // `acquire`.
+                // A batch of permits: one spent now.
                 let asked = std::mem::replace(&mut r.asked, 0);
                 self.permits_got(iso, key, asked, ok);
-                let spent = self.isolates[iso as usize]
-                    .permits
-                    .get_mut(&key)
-                    .and_then(|p| p.spend(now_ms))
-                    .is_some();
+                let spent = self.spend_held(iso, key, now_ms);
                 let r = &mut self.reqs[id as usize];
                 // None spent: the batch came short (ask with `acquire`), or did not come (admitted).
                 match (spent, ok) {
