@@ -643,8 +643,9 @@ pub async fn admit_key(
 }
 
 /// One of this isolate's permits for the `rpm`-only key `name` (SPEC §22): the window for the
-/// headers, or `None` — none held and none granted (the window is full, waiters go first, or the
-/// object did not answer): the request then asks for its admission one by one, which waits.
+/// headers (`Some(None)`: admitted without one, the object not answering), or `None` — none held
+/// and none granted (the window is nearly full, or requests wait for room): the request then asks
+/// for its admission one by one, which waits.
 /// Spending one asks for the next batch in the background when what is left runs low; a request
 /// finding none asks for a batch and waits for it (one batch asked at a time per key: a request
 /// finding one asked for already waits for it), and asks again while batches come whole — all
