@@ -50,7 +50,8 @@ pub struct ServiceTimes {
     pub model_full_us: u64,
     /// Capacity `acquire` / `release` on the model object (one SQLite row each).
     pub capacity_us: u64,
-    /// The `accounts` object's `snapshot` / `observe` (breakers only: small).
+    /// An accounts object's `snapshot` / `observe` (breakers only: small): the one `accounts`
+    /// object (`Design::Direct`), each account's (`Design::Sharded`).
     pub accounts_snapshot_us: u64,
     pub accounts_observe_us: u64,
     /// A key's `LimitObject` `acquire` / `release` (the whole `KeyState` written per grant).
@@ -143,8 +144,8 @@ pub struct Params {
     /// spend permits taken in batches (session 18); the others limit concurrency (one `acquire`
     /// and one `release` per request). 0: none.
     pub rpm_only_every: usize,
-    /// Whether every upstream account once failed: the `accounts` object keeps a breaker for each
-    /// (they are never removed), so every success is reported to it.
+    /// `Design::Direct`: whether every upstream account once failed — the `accounts` object kept
+    /// a breaker for each (never removed then), so every success was reported to it.
     pub accounts_failed_before: bool,
     /// Stream duration, uniform in this range, ms (mean ≈ 2 s).
     pub stream_ms: (f64, f64),
