@@ -331,7 +331,12 @@ fn the_api_and_the_status_page_agree() {
 
 #[test]
 fn admin_reset_restores_every_route() {
-    let m = Model::new(&["status/503/overloaded", "ok"]);
+    // A cooldown long enough to still be running when it is read, however loaded the machine
+    // (CI once read 1.5 s of it already over): only the reset may bring the route back.
+    let m = Model::with_policy(
+        &["status/503/overloaded", "ok"],
+        switchyard_e2e::with(policy(), json!({"cooldown_ms": 30000, "cooldown_max_ms": 60000})),
+    );
     m.ask();
     assert_eq!(m.route_health_when(0, "cooling")["state"], "cooling");
     let r = m.s.admin("POST", &format!("/admin/health/{}/reset", m.id), None);
