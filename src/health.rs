@@ -45,7 +45,7 @@ use switchyard_core::health::rpc::{
 };
 use switchyard_core::health::shard::{shard_object, ShardCall, ShardReply, ShardReport};
 use switchyard_core::health::{
-    AttemptOutcome, HealthConfig, ModelHealth, Observation, ProbeClaim, RequestObservation, RouteStats, Scope,
+    HealthConfig, ModelHealth, Observation, ProbeClaim, RequestObservation, RouteStats, Scope,
 };
 use switchyard_core::verify::{self as checks, CheckRoute};
 
@@ -286,13 +286,11 @@ impl HealthObject {
 
     /// `f` on the state in memory (never across an await).
     fn change<T>(&self, f: impl FnOnce(&mut ModelHealth) -> T) -> T {
-        let mut guard = self.health.borrow_mut();
-        f(guard.get_or_insert_with(ModelHealth::default))
+        change(&self.health, f)
     }
 
     async fn persist(&self) -> worker::Result<()> {
-        let text = self.change(|h| serde_json::to_string(h)).map_err(json_error)?;
-        self.state.storage().put(STORAGE_KEY, text).await
+        persist(&self.state.storage(), &self.health).await
     }
 
     /// After a call changed the state: a route now waiting for its cooldown's check or its next
@@ -365,9 +363,7 @@ impl Teller {
                 }
                 (Err(_), HealthCall::Observe { observations, .. }) => {
                     let mut unsent = self.unsent.borrow_mut();
-                    let kept = observations
-                        .iter()
-                        .filter(|o| o.probe || !matches!(o.outcome, AttemptOutcome::Success));
+                    let kept = observations.iter().filter(|o| o.urgent());
                     let room = MAX_UNSENT.saturating_sub(unsent.len());
                     unsent.extend(kept.take(room).cloned());
                 }
@@ -375,20 +371,26 @@ impl Teller {
             }
         }
         if changed {
-            let text = self.change(|h| {
-                h.changed();
-                serde_json::to_string(h)
-            });
-            self.storage.put(STORAGE_KEY, text.map_err(json_error)?).await?;
+            self.change(ModelHealth::changed);
+            persist(&self.storage, &self.health).await?;
         }
         Ok(changed)
     }
 
-    /// `f` on the object's state in memory (never across an await).
     fn change<T>(&self, f: impl FnOnce(&mut ModelHealth) -> T) -> T {
-        let mut guard = self.health.borrow_mut();
-        f(guard.get_or_insert_with(ModelHealth::default))
+        change(&self.health, f)
     }
+}
+
+/// `f` on a health object's state in memory (never across an await).
+fn change<T>(health: &RefCell<Option<ModelHealth>>, f: impl FnOnce(&mut ModelHealth) -> T) -> T {
+    f(health.borrow_mut().get_or_insert_with(ModelHealth::default))
+}
+
+/// Writes a health object's state as it is in memory.
+async fn persist(storage: &worker::Storage, health: &RefCell<Option<ModelHealth>>) -> worker::Result<()> {
+    let text = change(health, |h| serde_json::to_string(h)).map_err(json_error)?;
+    storage.put(STORAGE_KEY, text).await
 }
 
 // ---- calling it ------------------------------------------------------------------------------

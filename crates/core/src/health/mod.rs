@@ -160,6 +160,12 @@ pub struct Observation {
 }
 
 impl Observation {
+    /// A failure or a probe: what a shard forwards at once and never drops, and what a model's
+    /// object keeps for an account's object that did not take it.
+    pub fn urgent(&self) -> bool {
+        self.probe || !matches!(self.outcome, AttemptOutcome::Success)
+    }
+
     /// A stream attempt at (route, account) that ended at `at_ms`, nothing else known (tests,
     /// the simulation).
     pub fn at(route: &str, account: &str, outcome: AttemptOutcome, at_ms: u64) -> Observation {

@@ -90,9 +90,7 @@ fn news(o: &Observation, held: Option<(&ModelHealth, Scope)>) -> bool {
 }
 
 fn urgent(observations: &[Observation]) -> bool {
-    observations
-        .iter()
-        .any(|o| o.probe || !matches!(o.outcome, AttemptOutcome::Success))
+    observations.iter().any(Observation::urgent)
 }
 
 /// A call to a shard.
@@ -153,8 +151,7 @@ impl Pending {
     }
 
     fn push(&mut self, o: Observation, urgent: bool) {
-        let success = !o.probe && matches!(o.outcome, AttemptOutcome::Success);
-        if success && self.observations.len() >= MAX_PENDING {
+        if !o.urgent() && self.observations.len() >= MAX_PENDING {
             self.dropped += 1;
             return;
         }
