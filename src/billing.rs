@@ -287,7 +287,11 @@ pub async fn settle(env: Env, faults: Faults, hold: Option<Hold>, record: Genera
     let (settled, written) = futures_channel::oneshot::channel::<()>();
     let copy = record.clone();
     let money = async {
-        settle_money(&env, faults, hold, record).await;
+        // A request refused before a hold (a 4xx, a limit) has nothing to charge or release: no
+        // D1 batch, only its record.
+        if hold.is_some() {
+            settle_money(&env, faults, hold, record).await;
+        }
         let _ = settled.send(());
     };
     let kept = async {
@@ -358,6 +362,9 @@ async fn settle_money(env: &Env, faults: Faults, hold: Option<Hold>, record: Gen
 /// `clock::in_request`): queued for the isolate's next settlement to write with its own.
 pub fn leave(hold: Option<Hold>, record: GenerationRecord) {
     crate::records::leave(record.clone());
+    if hold.is_none() {
+        return;
+    }
     let unwritten = hold
         .as_ref()
         .and_then(|h| h.fast.as_ref())

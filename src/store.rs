@@ -802,12 +802,17 @@ impl Store {
         kind: &str,
         items: &[(&GenerationRecord, bool, Option<&HoldRow>)],
     ) -> Result<(), ApiError> {
-        let accounts = items.iter().map(|(g, _, _)| g.account_id.as_str());
-        crate::calls::d1_settle(kind, accounts, self.faults.instruments());
         let mut statements = Vec::new();
         for (g, has_hold, unwritten) in items {
             statements.extend(self.settle_statements(g, *has_hold, *unwritten)?);
         }
+        if statements.is_empty() {
+            // Settlements without a hold (an outbox may still keep some): nothing to write, and
+            // D1 refuses an empty batch.
+            return Ok(());
+        }
+        let accounts = items.iter().map(|(g, _, _)| g.account_id.as_str());
+        crate::calls::d1_settle(kind, accounts, self.faults.instruments());
         let accounts = items.iter().map(|(g, _, _)| g.account_id.as_str());
         self.money_batch(accounts, statements, "settle").await.map(drop)
     }

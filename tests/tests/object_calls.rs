@@ -236,6 +236,35 @@ fn settle_calls(s: &Stack, account: &str) -> u64 {
     count(&on, "D1.settle.blocking") + count(&on, "D1.settle.background")
 }
 
+/// A request refused before a hold (a model that does not exist, a body without messages) has
+/// nothing to charge or release: its settlement sends D1 no batch. Before, it sent an empty one,
+/// which D1 refuses — three times, then the outbox kept it and replayed it every few seconds,
+/// for ever. An answered request of the same account is settled in one batch (the count works).
+#[test]
+fn calls_a_refused_request_sends_d1_no_settlement() {
+    let s = Stack::from_env();
+    let (model, _) = model(&s);
+    let account = format!("acct-{}", switchyard_e2e::unique("refused"));
+    let key = s.named_account_key(&account, 10.0);
+    for body in [chat_body("no-such-model", false), json!({"model": model})] {
+        let r = s.chat(&key, &body);
+        assert!((400..500).contains(&r.status), "refused: {} {}", r.status, r.text());
+    }
+    std::thread::sleep(Duration::from_millis(1_500));
+    assert_eq!(
+        settle_calls(&s, &account),
+        0,
+        "refused requests sent settlement batches"
+    );
+    let r = s.chat(&key, &chat_body(&model, false));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while settle_calls(&s, &account) == 0 {
+        assert!(Instant::now() < deadline, "the answered request was never settled");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// Item 4: settlements D1 refuses (the store's outage drill for one account) are sent again as
 /// the batch they came in — rejoining the next batch — never one call per settlement (before:
 /// each rider of a failed batch tried its own alone three times). The same burst on a working
