@@ -744,23 +744,6 @@ pub async fn full(env: &Env, model_id: &str) -> Option<ModelHealth> {
     call_object(env, &object_name(model_id), &HealthCall::Full).await
 }
 
-/// The breakers of `accounts` (upstream account names), fresh from their objects, as one state
-/// (status page, admin); `None` when an object did not answer.
-pub async fn accounts(env: &Env, accounts: &[String]) -> Option<ModelHealth> {
-    let names: std::collections::BTreeSet<&String> = accounts.iter().collect();
-    let fulls = futures_util::future::join_all(
-        names
-            .into_iter()
-            .map(|a| async move { call_object::<ModelHealth>(env, &account_object(a), &HealthCall::Full).await }),
-    )
-    .await;
-    let mut all = ModelHealth::default();
-    for full in fulls {
-        all.accounts.extend(full?.accounts);
-    }
-    Some(all)
-}
-
 /// Admin reset of a model: its routes, and the accounts its routes use — their objects first,
 /// then the model's, which drops its copies of them and asks their objects again.
 pub async fn reset(env: &Env, catalog: &Catalog, model: &Model) -> bool {

@@ -13,7 +13,7 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
-use futures_util::future::{join, join_all};
+use futures_util::future::join_all;
 use serde::{Deserialize, Serialize};
 use switchyard_core::catalog::Catalog;
 use switchyard_core::flight::{Flight, Rules, Step};
@@ -73,26 +73,22 @@ pub async fn published(env: &Env, version: i64) -> Option<Report> {
     }
 }
 
-/// Every model's full health and its accounts' breakers (fetched concurrently), then the report.
+/// Every model's full health (fetched concurrently), then the report. The accounts' breakers are
+/// the models' objects' copies of them, the newest of each (a model's object keeps them within 2 s
+/// of its account's object while it has traffic; SPEC §22): no account's object is called.
 pub async fn build(env: &Env, catalog: &Catalog, now: u64) -> Report {
     let ids = catalog.model_ids();
-    let used: Vec<String> = catalog
-        .doc()
-        .models
-        .iter()
-        .flat_map(|m| catalog.route_accounts(m).into_iter().map(|(_, a)| a))
-        .collect();
-    let (accounts, fulls) = join(
-        health::accounts(env, &used),
-        join_all(ids.iter().map(|id| health::full(env, id))),
-    )
-    .await;
+    let fulls = join_all(ids.iter().map(|id| health::full(env, id))).await;
     let models: BTreeMap<String, ModelHealth> = ids
         .into_iter()
         .zip(fulls)
         .map(|(id, full)| (id, full.unwrap_or_default()))
         .collect();
-    status::report(catalog, &models, &accounts.unwrap_or_default(), now)
+    let mut accounts = ModelHealth::default();
+    for full in models.values() {
+        accounts.fold_accounts_from(full);
+    }
+    status::report(catalog, &models, &accounts, now)
 }
 
 // ---- the Durable Object --------------------------------------------------------------------

@@ -573,7 +573,7 @@ pub fn model_list(catalog: &Catalog, report: &Report) -> serde_json::Value {
 
 /// The body of `GET /admin/health/{model}` at `now_ms`: every route's breaker (catalog order) with
 /// its account's state and its stats, the model's status word, and all accounts' breakers. `full`
-/// is the model's full health, `accounts` its accounts' breakers (read from their objects).
+/// is the model's full health, `accounts` its accounts' breakers (the model's object's copies).
 pub fn admin_report(
     catalog: &Catalog,
     model: &Model,
