@@ -334,9 +334,13 @@ pub fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
 
 impl Stack {
     pub fn from_env() -> Stack {
+        // A pooled connection is not reused once idle for 1 s: the servers in front of the Worker
+        // close idle ones after a few seconds, and a request sent on one as it closes is lost
+        // ("connection reset", "peer disconnected") — not something Switchyard did.
         let config = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(Duration::from_secs(120)))
+            .max_idle_age(Duration::from_secs(1))
             .build();
         Stack {
             gateway: env("SWITCHYARD_URL"),
