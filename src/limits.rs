@@ -1,7 +1,9 @@
 //! Limits (SPEC §10) at the edge: the objects that keep them and the slots a request holds.
 //!
-//! - Per key: one `LimitObject` per limited key (`key:<id>`) runs the core `KeyState`. A key
-//!   without `rpm` or `max_concurrent` never calls it.
+//! - Per key: one `LimitObject` per limited key (`key:<id>`) runs the core `KeyState`; a key
+//!   limiting concurrency alone past core `SLOTS_PER_SHARD` slots has one per share of them
+//!   (`key:<id>:<n>`, core `slot_shards`), exact in total. A key without `rpm` or
+//!   `max_concurrent` never calls one.
 //! - Per route: the model's health object keeps the core `Capacity` beside its breakers (path
 //!   `/capacity`), called only for models with a capped route; each lease is one row of the
 //!   object's SQLite storage ([`CapacityDesk`]).
@@ -25,7 +27,7 @@ use serde::Serialize;
 use switchyard_core::catalog::{Model, Policy};
 use switchyard_core::health::rpc::model_object;
 use switchyard_core::limits::{
-    lease_ms, renew_every_ms, uses_permits, Capacity, CapacityAdmit, CapacityCall, CapacityReply, Held, KeyAdmit,
+    lease_ms, renew_every_ms, shard_limit, shard_order, slot_shards, uses_permits, Capacity, CapacityAdmit, CapacityCall, CapacityReply, Held, KeyAdmit,
     KeyCall, KeyLimit, KeyReply, KeyState, KeyUsage, Lease, PermitReply, Permits, RateWindow, Renewals, Want,
 };
 use switchyard_core::ApiError;
@@ -179,18 +181,18 @@ impl DurableObject for LimitObject {
                 wait_ms,
             } => {
                 let (admit, waited_ms) = wait_for_room(&self.desk.room, wait_ms, |now, give_up| {
-                    self.desk.with(|k| {
-                        if give_up {
+                    self.desk.with(|k| match k.admit(&id, limit, lease_ms, now) {
+                        // Tried once more at the deadline (and once at all with no wait): room
+                        // that is there is taken.
+                        KeyAdmit::Wait { .. } if give_up => {
                             let retry_after_s = k.give_up(&id, limit, now);
-                            return Step::Done(KeyAdmit::Refused {
+                            Step::Done(KeyAdmit::Refused {
                                 retry_after_s,
                                 window: k.rate_window(limit, now),
-                            });
+                            })
                         }
-                        match k.admit(&id, limit, lease_ms, now) {
-                            KeyAdmit::Wait { retry_at_ms } => Step::Wait(retry_at_ms),
-                            done => Step::Done(done),
-                        }
+                        KeyAdmit::Wait { retry_at_ms } => Step::Wait(retry_at_ms),
+                        done => Step::Done(done),
                     })
                 })
                 .await;
@@ -535,8 +537,12 @@ fn send_release(r: Release) {
     });
 }
 
-fn key_object(key: &KeyRecord) -> String {
-    format!("key:{}", key.id)
+/// The name of shard `shard` of the `shards` objects keeping `key`'s limits (`key:<id>` when one).
+fn key_object(key: &KeyRecord, shard: u32, shards: u32) -> String {
+    match shards {
+        1 => format!("key:{}", key.id),
+        _ => format!("key:{}:{shard}", key.id),
+    }
 }
 
 /// The key's limits from its record.
@@ -566,7 +572,9 @@ const MAX_PERMIT_KEYS: usize = 4_096;
 
 /// Admits request `id` under its key's limits (SPEC §10), waiting up to `key_wait_ms`; a key
 /// without limits returns at once, without a call. A key with `rpm` alone spends one of the
-/// isolate's permits when it holds one, without a call ([`spend_permit`]).
+/// isolate's permits when it holds one, without a call ([`spend_permit`]). A key whose slots are
+/// spread over several objects (core `slot_shards`) asks the one the request's id picks at once,
+/// then the next one, waiting there.
 pub async fn admit_key(
     env: &Env,
     ctx: &Rc<Context>,
@@ -578,23 +586,47 @@ pub async fn admit_key(
     if !limit.any() {
         return Ok(KeyAdmission::default());
     }
-    let name = key_object(key);
+    let shards = slot_shards(limit);
     if uses_permits(limit) {
-        if let Some(window) = spend_permit(env, ctx, &name, limit).await {
+        if let Some(window) = spend_permit(env, ctx, &key_object(key, 0, shards), limit).await {
             return Ok(KeyAdmission {
                 slot: Slot::default(),
                 window,
             });
         }
     }
-    let lease = lease_ms(policy);
+    let order = shard_order(id, shards);
+    let last = order.len() - 1;
+    for (n, shard) in order.into_iter().enumerate() {
+        let name = key_object(key, shard, shards);
+        let wait_ms = if n == last { policy.key_wait_ms } else { 0 };
+        let share = shard_limit(limit, shard, shards);
+        match acquire(env, ctx, name, id, share, lease_ms(policy), wait_ms).await {
+            Err(ApiError::KeyRateLimited { .. }) if n < last => continue,
+            done => return done,
+        }
+    }
+    Err(ApiError::Internal { label: "limit_order" })
+}
+
+/// Asks key object `name` for request `id`'s admission under `limit`, waiting up to `wait_ms`.
+async fn acquire(
+    env: &Env,
+    ctx: &Rc<Context>,
+    name: String,
+    id: &str,
+    limit: KeyLimit,
+    lease: u64,
+    wait_ms: u64,
+) -> Result<KeyAdmission, ApiError> {
     let call = KeyCall::Acquire {
         id: id.to_string(),
         limit,
         lease_ms: lease,
-        wait_ms: policy.key_wait_ms,
+        wait_ms,
     };
-    let timeout = policy.key_wait_ms.saturating_add(CALL_MARGIN_MS);
+    let timeout = wait_ms.saturating_add(CALL_MARGIN_MS);
+    let release = |name: String| Release::new(env, ctx, "LIMITS", name, "/", &KeyCall::Release { id: id.to_string() });
     match object::call::<_, KeyReply>(env, "LIMITS", &name, "/", &call, timeout, None).await {
         Ok(KeyReply {
             admit: KeyAdmit::Granted { window },
@@ -602,7 +634,7 @@ pub async fn admit_key(
         }) => Ok(KeyAdmission {
             slot: match limit.max_concurrent {
                 Some(_) => Slot::held(
-                    Release::new(env, ctx, "LIMITS", name, "/", &KeyCall::Release { id: id.to_string() }),
+                    release(name),
                     Held {
                         route: None,
                         id: id.to_string(),
@@ -628,14 +660,7 @@ pub async fn admit_key(
             );
             // The object may have granted a lease after we stopped waiting: give it back anyway.
             if limit.max_concurrent.is_some() {
-                send_release(Release::new(
-                    env,
-                    ctx,
-                    "LIMITS",
-                    name,
-                    "/",
-                    &KeyCall::Release { id: id.to_string() },
-                ));
+                send_release(release(name));
             }
             Ok(KeyAdmission::default())
         }
@@ -723,15 +748,29 @@ async fn ask_permits(env: &Env, name: &str, limit: KeyLimit, want: u32) -> Optio
     reply.ok().map(|r| r.granted)
 }
 
-/// What a key uses now (`/v1/credits`); `None` for a key without limits or when the object is
-/// unreachable.
+/// What a key uses now (`/v1/credits`), summed over its objects; `None` for a key without
+/// limits or when an object is unreachable.
 pub async fn key_usage(env: &Env, key: &KeyRecord) -> Option<KeyUsage> {
-    if !key_limit(key).any() {
+    let limit = key_limit(key);
+    if !limit.any() {
         return None;
     }
-    object::call(env, "LIMITS", &key_object(key), "/", &KeyCall::Usage, 1_000, None)
-        .await
-        .ok()
+    let shards = slot_shards(limit);
+    let names: Vec<String> = (0..shards).map(|shard| key_object(key, shard, shards)).collect();
+    let parts = futures_util::future::join_all(
+        names
+            .iter()
+            .map(|name| object::call::<_, KeyUsage>(env, "LIMITS", name, "/", &KeyCall::Usage, 1_000, None)),
+    )
+    .await;
+    let mut all = KeyUsage::default();
+    for part in parts {
+        let part = part.ok()?;
+        all.requests_in_window += part.requests_in_window;
+        all.in_flight += part.in_flight;
+        all.queued += part.queued;
+    }
+    Some(all)
 }
 
 /// Whether any route of `model` is capped (only then is capacity asked for).

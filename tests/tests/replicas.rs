@@ -102,6 +102,42 @@ fn a_keys_rpm_is_one_window_across_isolates() {
     }
 }
 
+/// SPEC §22: a key limiting concurrency past one object's share (core `SLOTS_PER_SHARD`: 32)
+/// keeps its slots in several objects, exact in total. A key of 40 slots (two objects of 20),
+/// sent 48 streams of about 3 s at once over two isolates with no wait for room, answers exactly
+/// 40 — whichever object each request picked first — and both objects took calls, the key's
+/// single object none.
+#[test]
+fn a_keys_slots_over_several_objects_are_one_limit() {
+    let replicas = Stack::replicas();
+    let (key, key_id) = limited_key(&replicas[0], json!({"max_concurrent": 40}));
+    let model = model(&replicas, &key, "chunks/10/300", json!({}), json!({"key_wait_ms": 0}));
+    let to: Vec<usize> = (0..48).map(|i| i % 2).collect();
+    let replies = at_once(&replicas, &key, &model, &to, Duration::from_millis(5));
+    let statuses: Vec<u16> = replies.iter().map(|r| r.status).collect();
+    assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 40, "{statuses:?}");
+    assert_eq!(statuses.iter().filter(|s| **s == 429).count(), 8, "{statuses:?}");
+    let acquires = |name: &str| -> u64 {
+        replicas
+            .iter()
+            .map(|r| both(&object_calls(r, name), "LIMITS.acquire"))
+            .sum()
+    };
+    let (first, second) = (
+        acquires(&format!("key:{key_id}:0")),
+        acquires(&format!("key:{key_id}:1")),
+    );
+    assert!(
+        first >= 20 && second >= 20,
+        "each object gave its 20 slots: {first} and {second} calls"
+    );
+    assert_eq!(
+        acquires(&format!("key:{key_id}")),
+        0,
+        "the key's single object was not asked"
+    );
+}
+
 #[test]
 fn a_routes_capacity_is_one_queue_across_isolates() {
     let replicas = Stack::replicas();
@@ -409,8 +445,10 @@ fn an_account_failure_on_one_isolate_reaches_another_models_requests_on_another(
     );
 }
 
-/// A new funded key with `rpm` alone: its plaintext and its id (its limit object's name).
-fn rpm_key(s: &Stack, rpm: u32) -> (String, String) {
+/// A new funded key with `limits` (`rpm`, `max_concurrent`): its plaintext and its id (its limit
+/// objects' names).
+fn limited_key(s: &Stack, limits: Value) -> (String, String) {
+    let mut fields = limits;
     let account = s.admin("POST", "/admin/accounts", Some(json!({})));
     assert_eq!(account.status, 201, "{}", account.text());
     let account_id = account.json()["id"].as_str().unwrap().to_string();
@@ -420,11 +458,8 @@ fn rpm_key(s: &Stack, rpm: u32) -> (String, String) {
         Some(json!({"amount_usd": 5.0})),
     );
     assert_eq!(credit.status, 200, "{}", credit.text());
-    let key = s.admin(
-        "POST",
-        "/admin/keys",
-        Some(json!({"account_id": account_id, "rpm": rpm})),
-    );
+    fields["account_id"] = json!(account_id);
+    let key = s.admin("POST", "/admin/keys", Some(fields));
     assert_eq!(key.status, 201, "{}", key.text());
     let v = key.json();
     (
@@ -448,7 +483,7 @@ fn an_rpm_keys_permits_keep_one_window_and_spare_its_object() {
         Some(json!({"key_wait_ms": 200})),
     );
     let run = |rpm: u32, requests: usize| -> (usize, usize, u64) {
-        let (key, key_id) = rpm_key(s, rpm);
+        let (key, key_id) = limited_key(s, json!({"rpm": rpm}));
         // Both replicas know the model (and the key) before the clock starts.
         for r in &replicas {
             let deadline = Instant::now() + Duration::from_secs(15);

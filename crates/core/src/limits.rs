@@ -127,6 +127,47 @@ pub fn uses_permits(limit: KeyLimit) -> bool {
     limit.rpm.is_some() && limit.max_concurrent.is_none()
 }
 
+/// A key that limits concurrency alone keeps its slots in one object up to this many of them;
+/// past it, one object per this many (SPEC §22): each object's share is exact, so the key's total
+/// is, and the calls of a busy key are spread over its objects.
+pub const SLOTS_PER_SHARD: u32 = 32;
+/// The most objects a key's slots are spread over.
+pub const MAX_SLOT_SHARDS: u32 = 64;
+
+/// How many objects keep a key's limits: one for a key with `rpm` (its window is one) or with
+/// up to [`SLOTS_PER_SHARD`] slots; else one per [`SLOTS_PER_SHARD`] slots, at most
+/// [`MAX_SLOT_SHARDS`].
+pub fn slot_shards(limit: KeyLimit) -> u32 {
+    match (limit.rpm, limit.max_concurrent) {
+        (None, Some(slots)) => slots.div_ceil(SLOTS_PER_SHARD).clamp(1, MAX_SLOT_SHARDS),
+        _ => 1,
+    }
+}
+
+/// The limit shard `shard` of `shards` keeps: its share of the key's slots, the shares summing to
+/// `max_concurrent` exactly (the key as it is when it has one object).
+pub fn shard_limit(limit: KeyLimit, shard: u32, shards: u32) -> KeyLimit {
+    match limit.max_concurrent {
+        Some(slots) if shards > 1 => KeyLimit {
+            rpm: None,
+            max_concurrent: Some(slots / shards + u32::from(shard < slots % shards)),
+        },
+        _ => limit,
+    }
+}
+
+/// The shards request `id` asks for a slot, in order: one its id picks (so a key's requests
+/// spread evenly over its objects), then — when that one has no room at once — the next one, which
+/// it waits on. So with two shards every slot can be found; with more, a request may be refused
+/// while a shard it did not ask has room (shares are even, and requests spread evenly over them).
+pub fn shard_order(id: &str, shards: u32) -> Vec<u32> {
+    if shards <= 1 {
+        return vec![0];
+    }
+    let first = (crate::spread::hash64(&[id]) % u64::from(shards)) as u32;
+    vec![first, (first + 1) % shards]
+}
+
 /// An isolate's permits for one `rpm` key (SPEC §22): a request spends one without a call while
 /// a batch lasts; a batch is asked for when what is left runs low, in the background, its size
 /// doubling while batches are spent in time and halving when one expires unspent (so a quiet
@@ -1199,5 +1240,70 @@ mod tests {
             while q.spend(t).is_some() {}
         }
         assert_eq!(q.want(rpm, 10), Some(permit_cap(rpm)));
+    }
+
+    #[test]
+    fn a_large_concurrency_key_is_split_exactly_and_its_requests_spread() {
+        let slots = |n| KeyLimit {
+            rpm: None,
+            max_concurrent: Some(n),
+        };
+        assert_eq!(slot_shards(slots(SLOTS_PER_SHARD)), 1, "a small key keeps one object");
+        assert_eq!(slot_shards(slots(SLOTS_PER_SHARD + 1)), 2);
+        assert_eq!(slot_shards(slots(1_000_000)), MAX_SLOT_SHARDS);
+        let both = KeyLimit {
+            rpm: Some(10),
+            max_concurrent: Some(10_000),
+        };
+        assert_eq!(slot_shards(both), 1, "an rpm window is one: one object");
+        assert_eq!(shard_limit(both, 0, 1), both);
+        for n in [33, 64, 65, 1_000, 2_047, 1_000_000] {
+            let shards = slot_shards(slots(n));
+            let shares: Vec<u32> = (0..shards)
+                .map(|i| shard_limit(slots(n), i, shards).max_concurrent.unwrap())
+                .collect();
+            assert_eq!(shares.iter().sum::<u32>(), n, "{n}: {shares:?}");
+            assert!(shares.iter().max().unwrap() - shares.iter().min().unwrap() <= 1, "{shares:?}");
+            assert!((0..shards).all(|i| shard_limit(slots(n), i, shards).rpm.is_none()));
+        }
+        // Requests spread evenly over the shards, and a request's second shard is another one.
+        let mut firsts = [0u32; 4];
+        for i in 0..4_000 {
+            let order = shard_order(&format!("gen-{i}"), 4);
+            assert_eq!(order.len(), 2);
+            assert_eq!(order[1], (order[0] + 1) % 4);
+            firsts[order[0] as usize] += 1;
+        }
+        assert!(firsts.iter().all(|&n| (850..=1_150).contains(&n)), "{firsts:?}");
+        assert_eq!(shard_order("gen-1", 1), vec![0]);
+    }
+
+    #[test]
+    fn two_shards_admit_exactly_the_key_s_slots_whatever_shard_each_request_picks() {
+        let limit = KeyLimit {
+            rpm: None,
+            max_concurrent: Some(SLOTS_PER_SHARD + 7),
+        };
+        let shards = slot_shards(limit);
+        assert_eq!(shards, 2);
+        let mut objects = vec![KeyState::default(); shards as usize];
+        let mut admitted = 0;
+        for i in 0..100 {
+            let id = format!("gen-{i}");
+            // As `limits::admit_key` asks: its first shard at once, else its second.
+            let won = shard_order(&id, shards).into_iter().any(|s| {
+                let share = shard_limit(limit, s, shards);
+                let k = &mut objects[s as usize];
+                match k.admit(&id, share, LEASE, 0) {
+                    KeyAdmit::Granted { .. } => true,
+                    _ => {
+                        k.give_up(&id, share, 0);
+                        false
+                    }
+                }
+            });
+            admitted += u32::from(won);
+        }
+        assert_eq!(admitted, limit.max_concurrent.unwrap(), "never more, and every slot found");
     }
 }

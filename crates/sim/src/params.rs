@@ -242,6 +242,9 @@ pub const PERMITS_TIMEOUT_MS: u64 = 300;
 /// The `rpm` of the keys that have `rpm` alone: ample (never reached in these runs), so their
 /// batches grow to `MAX_PERMITS`.
 pub const KEY_RPM: u32 = 1_000_000;
+/// The `max_concurrent` of the keys that limit concurrency: ample (never reached in these runs),
+/// so their slots spread over core `MAX_SLOT_SHARDS` objects (`Design::Sharded`).
+pub const KEY_MAX_CONCURRENT: u32 = 1_000_000;
 /// `src/outbox.rs` `SHARDS` and `KEEP_DEADLINE_MS`.
 pub const OUTBOX_SHARDS: u64 = 16;
 pub const OUTBOX_DEADLINE_MS: u64 = 5_000;

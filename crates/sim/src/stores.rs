@@ -12,8 +12,9 @@ pub enum Obj {
     /// `Design::Sharded`: `account:<name>`, upstream account `n`'s breaker (called by the models'
     /// objects, and by an isolate only to claim a probe).
     Account(u32),
-    /// A limited key's `LimitObject`.
-    Key(u32),
+    /// A limited key's `LimitObject`: (key, shard) — shard 0 unless the key's slots are spread
+    /// over several (`Design::Sharded`, core `slot_shards`).
+    Key(u32, u32),
     /// `status`: the public report.
     Status,
     /// `outbox-<n>`.
@@ -40,7 +41,7 @@ impl Obj {
         match self {
             Obj::Model(_) => Class::Model,
             Obj::Accounts | Obj::Account(_) => Class::Accounts,
-            Obj::Key(_) => Class::KeyLimit,
+            Obj::Key(..) => Class::KeyLimit,
             Obj::Status => Class::Status,
             Obj::Outbox(_) => Class::Outbox,
             Obj::Shard(..) => Class::Shard,

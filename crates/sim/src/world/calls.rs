@@ -60,7 +60,7 @@ impl World {
             (Obj::Model(_), _) => s.capacity_us,
             (Obj::Accounts | Obj::Account(_), Kind::Observe) => s.accounts_observe_us,
             (Obj::Accounts | Obj::Account(_), _) => s.accounts_snapshot_us,
-            (Obj::Key(_), _) => s.key_limit_us,
+            (Obj::Key(..), _) => s.key_limit_us,
             (Obj::Status, _) => s.status_us,
             (Obj::Outbox(_), _) => s.outbox_us,
             (Obj::Shard(..), _) => s.shard_us,

@@ -113,6 +113,8 @@ struct Req {
     /// Calls the request waited on.
     blocking: u8,
     key_slot: bool,
+    /// Which of its key's objects its `acquire` went to (and its `release` goes to).
+    key_shard: u32,
     /// The batch of permits its blocking call asked for (0: none; `u32::MAX`: none came, ask
     /// with `acquire`).
     asked: u32,

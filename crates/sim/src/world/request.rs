@@ -29,6 +29,7 @@ impl World {
             pending: 0,
             blocking: 0,
             key_slot: false,
+            key_shard: 0,
             asked: 0,
             cap_slot: false,
             fails: Vec::new(),
@@ -89,20 +90,22 @@ impl World {
                         if spent {
                             if let Some(asked) = want {
                                 let then = Then::Permits { iso, key, asked };
-                                self.call(iso, Obj::Key(key), Kind::Permits, 0, PERMITS_TIMEOUT_MS, then);
+                                self.call(iso, Obj::Key(key, 0), Kind::Permits, 0, PERMITS_TIMEOUT_MS, then);
                             }
                             self.reqs[id as usize].stage = Stage::View;
                             continue;
                         }
                         if let Some(asked) = want {
                             self.reqs[id as usize].asked = asked;
-                            return self.blocking(id, Obj::Key(key), Kind::Permits, 0, PERMITS_TIMEOUT_MS);
+                            return self.blocking(id, Obj::Key(key, 0), Kind::Permits, 0, PERMITS_TIMEOUT_MS);
                         }
                         // A batch is being asked for: wait for it (no call of its own).
                         self.permit_waiters.entry((iso, key)).or_default().push(id);
                         return;
                     }
-                    return self.blocking(id, Obj::Key(key), Kind::Acquire, 0, KEY_TIMEOUT_MS);
+                    let shard = self.key_shard(id, key);
+                    self.reqs[id as usize].key_shard = shard;
+                    return self.blocking(id, Obj::Key(key, shard), Kind::Acquire, 0, KEY_TIMEOUT_MS);
                 }
                 Stage::View => {
                     let objects = match self.p.design {
@@ -159,6 +162,21 @@ impl World {
     pub(super) fn rpm_only(&self, key: u32) -> bool {
         let every = self.p.limited_key_every * self.p.rpm_only_every;
         self.p.design == Design::Sharded && every > 0 && (key as usize).is_multiple_of(every)
+    }
+
+    /// The object of `key` request `id` asks for its slot (`limits::admit_key`): the one its id
+    /// picks of the key's (`Design::Sharded`: a concurrency key's [`KEY_MAX_CONCURRENT`] slots
+    /// spread over core `slot_shards` objects; its first ask always finds room here).
+    fn key_shard(&self, id: u32, key: u32) -> u32 {
+        if self.p.design != Design::Sharded || self.rpm_only(key) {
+            return 0;
+        }
+        let limit = switchyard_core::limits::KeyLimit {
+            rpm: None,
+            max_concurrent: Some(KEY_MAX_CONCURRENT),
+        };
+        let shards = switchyard_core::limits::slot_shards(limit);
+        switchyard_core::limits::shard_order(&format!("gen-{id}"), shards)[0]
     }
 
     /// A batch of permits came for `key` on isolate `iso` (granted whole: the keys' `rpm` is
@@ -452,10 +470,11 @@ impl World {
         let r = &mut self.reqs[id as usize];
         r.stage = Stage::Closed;
         let (iso, key, model, key_slot, cap_slot, refused) = (r.iso, r.key, r.model, r.key_slot, r.cap_slot, r.refused);
+        let key_shard = r.key_shard;
         let urgent = !r.fails.is_empty();
         self.totals.finished += 1;
         if key_slot {
-            self.call(iso, Obj::Key(key), Kind::Release, 0, RELEASE_TIMEOUT_MS, Then::Nothing);
+            self.call(iso, Obj::Key(key, key_shard), Kind::Release, 0, RELEASE_TIMEOUT_MS, Then::Nothing);
         }
         if cap_slot {
             self.call(
