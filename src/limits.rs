@@ -1,9 +1,9 @@
 //! Limits (SPEC §10) at the edge: the objects that keep them and the slots a request holds.
 //!
 //! - Per key: one `LimitObject` per limited key (`key:<id>`) runs the core `KeyState`; a key
-//!   limiting concurrency alone past core `SLOTS_PER_SHARD` slots has one per share of them
-//!   (`key:<id>:<n>`, core `slot_shards`), exact in total. A key without `rpm` or
-//!   `max_concurrent` never calls one.
+//!   limiting concurrency alone past core `SLOTS_PER_SHARD` slots, or with `rpm` alone past
+//!   `RPM_PER_SHARD`, has one per share of it (`key:<id>:<n>`, core `key_shards`), exact in
+//!   total. A key without `rpm` or `max_concurrent` never calls one.
 //! - Per route: the model's health object keeps the core `Capacity` beside its breakers (path
 //!   `/capacity`), called only for models with a capped route; each lease is one row of the
 //!   object's SQLite storage ([`CapacityDesk`]).
@@ -27,14 +27,16 @@ use serde::Serialize;
 use switchyard_core::catalog::{Model, Policy};
 use switchyard_core::health::rpc::model_object;
 use switchyard_core::limits::{
-    lease_ms, renew_every_ms, shard_limit, shard_order, slot_shards, uses_permits, Capacity, CapacityAdmit, CapacityCall, CapacityReply, Held, KeyAdmit,
-    KeyCall, KeyLimit, KeyReply, KeyState, KeyUsage, Lease, PermitReply, Permits, RateWindow, Renewals, Want,
+    key_shards, key_window, lease_ms, permit_shard, renew_every_ms, shard_limit, shard_order, uses_permits, Capacity,
+    CapacityAdmit, CapacityCall, CapacityReply, Held, KeyAdmit, KeyCall, KeyLimit, KeyReply, KeyState, KeyUsage, Lease,
+    PermitReply, Permits, RateWindow, Renewals, Want,
 };
 use switchyard_core::ApiError;
 use worker::{durable_object, Context, DurableObject, Env, Request, Response, SqlStorageValue, State, Storage};
 
 use crate::object;
 use crate::runtime::clock::{in_request, now_ms, sleep};
+use crate::runtime::ids::isolate_seed;
 use crate::store::KeyRecord;
 
 /// Beyond its own wait, how long a request gives a limit object to answer.
@@ -572,9 +574,10 @@ const MAX_PERMIT_KEYS: usize = 4_096;
 
 /// Admits request `id` under its key's limits (SPEC §10), waiting up to `key_wait_ms`; a key
 /// without limits returns at once, without a call. A key with `rpm` alone spends one of the
-/// isolate's permits when it holds one, without a call ([`spend_permit`]). A key whose slots are
-/// spread over several objects (core `slot_shards`) asks the one the request's id picks at once,
-/// then the next one, waiting there.
+/// isolate's permits when it holds one, without a call ([`spend_permit`]). A key whose limit is
+/// spread over several objects (core `key_shards`) takes its permits from the object the isolate
+/// picks, and asks for a request's admission the object the request's id picks at once, then the
+/// next one, waiting there; the rate-limit headers speak of the key's whole window.
 pub async fn admit_key(
     env: &Env,
     ctx: &Rc<Context>,
@@ -586,12 +589,15 @@ pub async fn admit_key(
     if !limit.any() {
         return Ok(KeyAdmission::default());
     }
-    let shards = slot_shards(limit);
+    let shards = key_shards(limit);
+    let whole = |w: Option<RateWindow>| w.map(|w| key_window(w, limit, shards));
     if uses_permits(limit) {
-        if let Some(window) = spend_permit(env, ctx, &key_object(key, 0, shards), limit).await {
+        let shard = permit_shard(isolate_seed(), &key.id, shards);
+        let share = shard_limit(limit, shard, shards);
+        if let Some(window) = spend_permit(env, ctx, &key_object(key, shard, shards), share).await {
             return Ok(KeyAdmission {
                 slot: Slot::default(),
-                window,
+                window: whole(window),
             });
         }
     }
@@ -603,7 +609,19 @@ pub async fn admit_key(
         let share = shard_limit(limit, shard, shards);
         match acquire(env, ctx, name, id, share, lease_ms(policy), wait_ms).await {
             Err(ApiError::KeyRateLimited { .. }) if n < last => continue,
-            done => return done,
+            Err(ApiError::KeyRateLimited { retry_after_s, window }) => {
+                return Err(ApiError::KeyRateLimited {
+                    retry_after_s,
+                    window: whole(window),
+                })
+            }
+            Ok(admission) => {
+                return Ok(KeyAdmission {
+                    window: whole(admission.window),
+                    ..admission
+                })
+            }
+            Err(other) => return Err(other),
         }
     }
     Err(ApiError::Internal { label: "limit_order" })
@@ -755,7 +773,7 @@ pub async fn key_usage(env: &Env, key: &KeyRecord) -> Option<KeyUsage> {
     if !limit.any() {
         return None;
     }
-    let shards = slot_shards(limit);
+    let shards = key_shards(limit);
     let names: Vec<String> = (0..shards).map(|shard| key_object(key, shard, shards)).collect();
     let parts = futures_util::future::join_all(
         names

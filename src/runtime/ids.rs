@@ -30,7 +30,7 @@ thread_local! {
 }
 
 /// This isolate's random seed, drawn once: what spreads isolates over sharded objects (core
-/// `records::shard_at`, `health::shard::shard_object`).
+/// `records::shard_at`, `health::shard::shard_object`, `limits::permit_shard`).
 pub fn isolate_seed() -> u64 {
     SEED.with(|s| match s.get() {
         Some(seed) => seed,

@@ -138,6 +138,44 @@ fn a_keys_slots_over_several_objects_are_one_limit() {
     );
 }
 
+/// SPEC §22: a key with `rpm` alone past one object's share (core `RPM_PER_SHARD`: 12,000) keeps
+/// its window over several objects, exact in total; each isolate takes its permits from the one
+/// it picks, and the rate-limit headers speak of the key's whole window. A key of 24,000 rpm (two
+/// objects of 12,000), 20 requests on each of two isolates: all answered, each isolate's permit
+/// calls went to one of the two objects, none to the key's single object, and the headers say
+/// 24,000.
+#[test]
+fn a_large_rpm_keys_window_is_spread_over_objects_and_its_headers_speak_of_the_whole() {
+    let replicas = Stack::replicas();
+    let (key, key_id) = limited_key(&replicas[0], json!({"rpm": 24_000}));
+    let model = model(&replicas, &key, "ok", json!({}), json!({}));
+    for r in &replicas {
+        for _ in 0..20 {
+            let reply = r.chat(&key, &chat_body(&model, false));
+            assert_eq!(reply.status, 200, "{}", reply.text());
+            assert_eq!(reply.header("x-ratelimit-limit-requests"), Some("24000"));
+            let remaining: u32 = reply.header("x-ratelimit-remaining-requests").unwrap().parse().unwrap();
+            assert!((23_000..24_000).contains(&remaining), "remaining {remaining}");
+        }
+    }
+    let permits = |r: &Stack, name: &str| both(&object_calls(r, name), "LIMITS.permits");
+    for (i, r) in replicas.iter().enumerate() {
+        let shards = [
+            permits(r, &format!("key:{key_id}:0")),
+            permits(r, &format!("key:{key_id}:1")),
+        ];
+        assert!(
+            shards.iter().filter(|n| **n > 0).count() == 1,
+            "replica {i} took its permits from one object: {shards:?}"
+        );
+        assert_eq!(
+            permits(r, &format!("key:{key_id}")),
+            0,
+            "the key's single object was not asked"
+        );
+    }
+}
+
 #[test]
 fn a_routes_capacity_is_one_queue_across_isolates() {
     let replicas = Stack::replicas();

@@ -131,29 +131,61 @@ pub fn uses_permits(limit: KeyLimit) -> bool {
 /// past it, one object per this many (SPEC §22): each object's share is exact, so the key's total
 /// is, and the calls of a busy key are spread over its objects.
 pub const SLOTS_PER_SHARD: u32 = 32;
-/// The most objects a key's slots are spread over.
-pub const MAX_SLOT_SHARDS: u32 = 64;
+/// Likewise a key with `rpm` alone: its window in one object up to this rate (200 requests a
+/// second — a fifth of what one object serves — however many isolates ask for its permits), one
+/// object per this much of it past that.
+pub const RPM_PER_SHARD: u32 = 12_000;
+/// The most objects a key's limit is spread over.
+pub const MAX_KEY_SHARDS: u32 = 64;
 
-/// How many objects keep a key's limits: one for a key with `rpm` (its window is one) or with
-/// up to [`SLOTS_PER_SHARD`] slots; else one per [`SLOTS_PER_SHARD`] slots, at most
-/// [`MAX_SLOT_SHARDS`].
-pub fn slot_shards(limit: KeyLimit) -> u32 {
-    match (limit.rpm, limit.max_concurrent) {
-        (None, Some(slots)) => slots.div_ceil(SLOTS_PER_SHARD).clamp(1, MAX_SLOT_SHARDS),
+/// How many objects keep a key's limit: one per [`SLOTS_PER_SHARD`] slots of a key limiting
+/// concurrency alone, one per [`RPM_PER_SHARD`] of a key's `rpm` alone, at most
+/// [`MAX_KEY_SHARDS`]; one for a key with both (its window and its slots are decided together).
+pub fn key_shards(limit: KeyLimit) -> u32 {
+    let shards = match (limit.rpm, limit.max_concurrent) {
+        (None, Some(slots)) => slots.div_ceil(SLOTS_PER_SHARD),
+        (Some(rpm), None) => rpm.div_ceil(RPM_PER_SHARD),
         _ => 1,
-    }
+    };
+    shards.clamp(1, MAX_KEY_SHARDS)
 }
 
-/// The limit shard `shard` of `shards` keeps: its share of the key's slots, the shares summing to
-/// `max_concurrent` exactly (the key as it is when it has one object).
+/// The limit shard `shard` of `shards` keeps: its share of the key's slots or of its `rpm`, the
+/// shares summing to the key's exactly (the key as it is when it has one object).
 pub fn shard_limit(limit: KeyLimit, shard: u32, shards: u32) -> KeyLimit {
-    match limit.max_concurrent {
-        Some(slots) if shards > 1 => KeyLimit {
+    let share = |n: u32| n / shards + u32::from(shard < n % shards);
+    match (limit.rpm, limit.max_concurrent) {
+        _ if shards <= 1 => limit,
+        (None, Some(slots)) => KeyLimit {
             rpm: None,
-            max_concurrent: Some(slots / shards + u32::from(shard < slots % shards)),
+            max_concurrent: Some(share(slots)),
+        },
+        (Some(rpm), None) => KeyLimit {
+            rpm: Some(share(rpm)),
+            max_concurrent: None,
         },
         _ => limit,
     }
+}
+
+/// The key's window for the rate-limit headers from shard `shard`'s of `shards`: the key's own
+/// `rpm` as the limit, and what the shard has left counted as if every shard had left the same
+/// (shares are even, and requests spread evenly over them).
+pub fn key_window(window: RateWindow, limit: KeyLimit, shards: u32) -> RateWindow {
+    match limit.rpm {
+        Some(rpm) if shards > 1 => RateWindow {
+            limit: rpm,
+            remaining: window.remaining.saturating_mul(shards).min(rpm),
+            reset_ms: window.reset_ms,
+        },
+        _ => window,
+    }
+}
+
+/// The shard an isolate takes a key's permits from: one its seed and the key pick, so a key's
+/// isolates spread evenly over its objects and each isolate's batches stay whole.
+pub fn permit_shard(isolate_seed: u64, key: &str, shards: u32) -> u32 {
+    (crate::spread::hash64(&[&isolate_seed.to_string(), key]) % u64::from(shards.max(1))) as u32
 }
 
 /// The shards request `id` asks for a slot, in order: one its id picks (so a key's requests
@@ -1243,27 +1275,58 @@ mod tests {
     }
 
     #[test]
-    fn a_large_concurrency_key_is_split_exactly_and_its_requests_spread() {
+    fn a_large_key_is_split_exactly_and_its_requests_spread() {
         let slots = |n| KeyLimit {
             rpm: None,
             max_concurrent: Some(n),
         };
-        assert_eq!(slot_shards(slots(SLOTS_PER_SHARD)), 1, "a small key keeps one object");
-        assert_eq!(slot_shards(slots(SLOTS_PER_SHARD + 1)), 2);
-        assert_eq!(slot_shards(slots(1_000_000)), MAX_SLOT_SHARDS);
+        let rpm = |n| KeyLimit {
+            rpm: Some(n),
+            max_concurrent: None,
+        };
+        assert_eq!(key_shards(slots(SLOTS_PER_SHARD)), 1, "a small key keeps one object");
+        assert_eq!(key_shards(slots(SLOTS_PER_SHARD + 1)), 2);
+        assert_eq!(key_shards(slots(1_000_000)), MAX_KEY_SHARDS);
+        assert_eq!(key_shards(rpm(RPM_PER_SHARD)), 1);
+        assert_eq!(key_shards(rpm(RPM_PER_SHARD + 1)), 2);
         let both = KeyLimit {
-            rpm: Some(10),
+            rpm: Some(1_000_000),
             max_concurrent: Some(10_000),
         };
-        assert_eq!(slot_shards(both), 1, "an rpm window is one: one object");
+        assert_eq!(key_shards(both), 1, "window and slots decided together: one object");
         assert_eq!(shard_limit(both, 0, 1), both);
+        for n in [12_001, 100_000, 1_000_000] {
+            let shards = key_shards(rpm(n));
+            let shares: Vec<u32> = (0..shards)
+                .map(|i| shard_limit(rpm(n), i, shards).rpm.unwrap())
+                .collect();
+            assert_eq!(shares.iter().sum::<u32>(), n, "{n}: {shares:?}");
+            assert!((0..shards).all(|i| shard_limit(rpm(n), i, shards).max_concurrent.is_none()));
+            // The headers speak of the key's window, not of one shard's.
+            let w = RateWindow {
+                limit: shares[0],
+                remaining: shares[0] / 2,
+                reset_ms: 7,
+            };
+            let whole = key_window(w, rpm(n), shards);
+            assert_eq!(whole.limit, n);
+            assert!(whole.remaining <= n && whole.remaining >= n / 2 - shards, "{whole:?}");
+        }
+        let isolates: Vec<u32> = (0..1_000).map(|i| permit_shard(i, "key-1", 4)).collect();
+        assert!(
+            (0..4).all(|s| isolates.iter().filter(|&&x| x == s).count() > 200),
+            "isolates spread"
+        );
         for n in [33, 64, 65, 1_000, 2_047, 1_000_000] {
-            let shards = slot_shards(slots(n));
+            let shards = key_shards(slots(n));
             let shares: Vec<u32> = (0..shards)
                 .map(|i| shard_limit(slots(n), i, shards).max_concurrent.unwrap())
                 .collect();
             assert_eq!(shares.iter().sum::<u32>(), n, "{n}: {shares:?}");
-            assert!(shares.iter().max().unwrap() - shares.iter().min().unwrap() <= 1, "{shares:?}");
+            assert!(
+                shares.iter().max().unwrap() - shares.iter().min().unwrap() <= 1,
+                "{shares:?}"
+            );
             assert!((0..shards).all(|i| shard_limit(slots(n), i, shards).rpm.is_none()));
         }
         // Requests spread evenly over the shards, and a request's second shard is another one.
@@ -1284,7 +1347,7 @@ mod tests {
             rpm: None,
             max_concurrent: Some(SLOTS_PER_SHARD + 7),
         };
-        let shards = slot_shards(limit);
+        let shards = key_shards(limit);
         assert_eq!(shards, 2);
         let mut objects = vec![KeyState::default(); shards as usize];
         let mut admitted = 0;
@@ -1304,6 +1367,10 @@ mod tests {
             });
             admitted += u32::from(won);
         }
-        assert_eq!(admitted, limit.max_concurrent.unwrap(), "never more, and every slot found");
+        assert_eq!(
+            admitted,
+            limit.max_concurrent.unwrap(),
+            "never more, and every slot found"
+        );
     }
 }

@@ -240,10 +240,11 @@ pub const RELEASE_TIMEOUT_MS: u64 = 2_000;
 /// How long a request waits for a batch of permits (`src/limits.rs`), ms.
 pub const PERMITS_TIMEOUT_MS: u64 = 300;
 /// The `rpm` of the keys that have `rpm` alone: ample (never reached in these runs), so their
-/// batches grow to `MAX_PERMITS`.
+/// batches grow to `MAX_PERMITS` and their windows spread over core `MAX_KEY_SHARDS` objects
+/// (`Design::Sharded`).
 pub const KEY_RPM: u32 = 1_000_000;
 /// The `max_concurrent` of the keys that limit concurrency: ample (never reached in these runs),
-/// so their slots spread over core `MAX_SLOT_SHARDS` objects (`Design::Sharded`).
+/// so their slots spread over core `MAX_KEY_SHARDS` objects (`Design::Sharded`).
 pub const KEY_MAX_CONCURRENT: u32 = 1_000_000;
 /// `src/outbox.rs` `SHARDS` and `KEEP_DEADLINE_MS`.
 pub const OUTBOX_SHARDS: u64 = 16;

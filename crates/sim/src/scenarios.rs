@@ -135,7 +135,9 @@ blocking calls
                 })
                 .collect();
             let mut t = summary(&rows);
-            for (label, r) in rows.iter().take(2) {
+            // The first and the last `I`, each with and without D1's limit.
+            let last = rows.len().saturating_sub(2);
+            for (label, r) in rows.iter().take(2).chain(rows.iter().skip(last)) {
                 t += &format!(
                     "
 {label}, I = {}: stores (busiest instance of each)

@@ -13,7 +13,7 @@ pub enum Obj {
     /// objects, and by an isolate only to claim a probe).
     Account(u32),
     /// A limited key's `LimitObject`: (key, shard) — shard 0 unless the key's slots are spread
-    /// over several (`Design::Sharded`, core `slot_shards`).
+    /// over several (`Design::Sharded`, core `key_shards`).
     Key(u32, u32),
     /// `status`: the public report.
     Status,

@@ -3,6 +3,7 @@
 //! behind when its answer ends.
 
 use super::*;
+use switchyard_core::limits::{key_shards, permit_shard, shard_order, KeyLimit};
 
 impl World {
     pub(super) fn arrival(&mut self) {
@@ -90,14 +91,27 @@ impl World {
                         if spent {
                             if let Some(asked) = want {
                                 let then = Then::Permits { iso, key, asked };
-                                self.call(iso, Obj::Key(key, 0), Kind::Permits, 0, PERMITS_TIMEOUT_MS, then);
+                                self.call(
+                                    iso,
+                                    Obj::Key(key, self.permit_shard(iso, key)),
+                                    Kind::Permits,
+                                    0,
+                                    PERMITS_TIMEOUT_MS,
+                                    then,
+                                );
                             }
                             self.reqs[id as usize].stage = Stage::View;
                             continue;
                         }
                         if let Some(asked) = want {
                             self.reqs[id as usize].asked = asked;
-                            return self.blocking(id, Obj::Key(key, 0), Kind::Permits, 0, PERMITS_TIMEOUT_MS);
+                            return self.blocking(
+                                id,
+                                Obj::Key(key, self.permit_shard(iso, key)),
+                                Kind::Permits,
+                                0,
+                                PERMITS_TIMEOUT_MS,
+                            );
                         }
                         // A batch is being asked for: wait for it (no call of its own).
                         self.permit_waiters.entry((iso, key)).or_default().push(id);
@@ -164,19 +178,36 @@ impl World {
         self.p.design == Design::Sharded && every > 0 && (key as usize).is_multiple_of(every)
     }
 
-    /// The object of `key` request `id` asks for its slot (`limits::admit_key`): the one its id
-    /// picks of the key's (`Design::Sharded`: a concurrency key's [`KEY_MAX_CONCURRENT`] slots
-    /// spread over core `slot_shards` objects; its first ask always finds room here).
-    fn key_shard(&self, id: u32, key: u32) -> u32 {
-        if self.p.design != Design::Sharded || self.rpm_only(key) {
-            return 0;
-        }
-        let limit = switchyard_core::limits::KeyLimit {
-            rpm: None,
-            max_concurrent: Some(KEY_MAX_CONCURRENT),
+    /// The key's limit here and how many objects keep it (`Design::Sharded`: core `key_shards`;
+    /// the keys' limits are ample, [`KEY_RPM`] and [`KEY_MAX_CONCURRENT`]).
+    fn key_shards(&self, key: u32) -> (KeyLimit, u32) {
+        let limit = match self.rpm_only(key) {
+            true => KeyLimit {
+                rpm: Some(KEY_RPM),
+                max_concurrent: None,
+            },
+            false => KeyLimit {
+                rpm: None,
+                max_concurrent: Some(KEY_MAX_CONCURRENT),
+            },
         };
-        let shards = switchyard_core::limits::slot_shards(limit);
-        switchyard_core::limits::shard_order(&format!("gen-{id}"), shards)[0]
+        match self.p.design {
+            Design::Sharded => (limit, key_shards(limit)),
+            Design::Direct => (limit, 1),
+        }
+    }
+
+    /// The object of `key` request `id` asks for its admission (`limits::admit_key`): the one its
+    /// id picks (its first ask always finds room here: the limits are ample).
+    fn key_shard(&self, id: u32, key: u32) -> u32 {
+        let (_, shards) = self.key_shards(key);
+        shard_order(&format!("gen-{id}"), shards)[0]
+    }
+
+    /// The object of `key` isolate `iso` takes its permits from (`limits::admit_key`).
+    fn permit_shard(&self, iso: u32, key: u32) -> u32 {
+        let (_, shards) = self.key_shards(key);
+        permit_shard(u64::from(iso), &format!("key-{key}"), shards)
     }
 
     /// A batch of permits came for `key` on isolate `iso` (granted whole: the keys' `rpm` is
@@ -474,7 +505,14 @@ impl World {
         let urgent = !r.fails.is_empty();
         self.totals.finished += 1;
         if key_slot {
-            self.call(iso, Obj::Key(key, key_shard), Kind::Release, 0, RELEASE_TIMEOUT_MS, Then::Nothing);
+            self.call(
+                iso,
+                Obj::Key(key, key_shard),
+                Kind::Release,
+                0,
+                RELEASE_TIMEOUT_MS,
+                Then::Nothing,
+            );
         }
         if cap_slot {
             self.call(
