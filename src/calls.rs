@@ -1,5 +1,5 @@
 //! Counting storage calls (SPEC §22): every Durable Object call (`object::call`) and every D1
-//! statement (`Store`) is counted here by kind — `HEALTH.snapshot`, `HEALTH/capacity.acquire`,
+//! statement (`Store`) is counted here by kind — `HEALTH.snapshot`, `LIMITS/capacity.acquire`,
 //! `LIMITS.release`, `OUTBOX/list`, `D1` — and by whether it blocked a request.
 //!
 //! A call is *blocking* when it is made before the request has its response, from the handler or

@@ -53,7 +53,6 @@ use worker::{durable_object, Context, DurableObject, Env, Request, Response, Sta
 
 use crate::batch;
 use crate::faults::Faults;
-use crate::limits::CapacityDesk;
 use crate::object;
 use crate::runtime::clock::{in_request, now_ms, sleep};
 use crate::runtime::ids::isolate_seed;
@@ -84,8 +83,6 @@ pub struct HealthObject {
     env: Env,
     /// The state in memory; loaded from storage on first use. Never borrowed across an await.
     health: Rc<RefCell<Option<ModelHealth>>>,
-    /// Route capacity (SPEC §10), on the `/capacity` path.
-    capacity: CapacityDesk,
     /// The model this object serves, once known (`None` for an account's object).
     model: RefCell<Option<String>>,
     /// A model's object: when it last asked its accounts' objects (set as it starts asking, so
@@ -105,7 +102,6 @@ impl DurableObject for HealthObject {
             state,
             env,
             health: Rc::new(RefCell::new(None)),
-            capacity: CapacityDesk::new(),
             model: RefCell::new(None),
             polled_ms: Rc::new(Cell::new(0)),
             unsent: Rc::new(RefCell::new(Vec::new())),
@@ -116,9 +112,6 @@ impl DurableObject for HealthObject {
 
     async fn fetch(&self, mut req: Request) -> worker::Result<Response> {
         Faults::read(&req, &self.env).in_object().await?; // a drill may hang or throw here (tests only)
-        if req.path() == "/capacity" {
-            return self.capacity.serve(&self.state.storage(), req.json().await?).await;
-        }
         let name = req.headers().get(object::OBJECT_NAME).ok().flatten();
         let call: HealthCall = req.json().await?;
         let model = name.as_deref().and_then(|n| n.strip_prefix("model:"));

@@ -4,9 +4,9 @@
 //!   limiting concurrency alone past core `SLOTS_PER_SHARD` slots, or with `rpm` alone past
 //!   `RPM_PER_SHARD`, has one per share of it (`key:<id>:<n>`, core `key_shards`), exact in
 //!   total. A key without `rpm` or `max_concurrent` never calls one.
-//! - Per route: the model's health object keeps the core `Capacity` beside its breakers (path
-//!   `/capacity`), called only for models with a capped route; each lease is one row of the
-//!   object's SQLite storage ([`CapacityDesk`]).
+//! - Per route: one `LimitObject` per model with a capped route (`capacity:<model>`, path
+//!   `/capacity`) keeps the core `Capacity` — apart from the model's health object, so capacity
+//!   calls never queue health's; each lease is one row of its SQLite storage ([`CapacityDesk`]).
 //!
 //! A request that finds no room waits inside the object (first come, first served) until room
 //! frees, up to its wait; the object's state (window, leases — not waiters) is persisted, so a
@@ -25,7 +25,6 @@ use futures_util::future::{select, Either};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use switchyard_core::catalog::{Model, Policy};
-use switchyard_core::health::rpc::model_object;
 use switchyard_core::limits::{
     key_shards, key_window, lease_ms, permit_shard, renew_every_ms, shard_limit, shard_order, uses_permits, Capacity,
     CapacityAdmit, CapacityCall, CapacityReply, Held, KeyAdmit, KeyCall, KeyLimit, KeyReply, KeyState, KeyUsage, Lease,
@@ -161,6 +160,8 @@ impl<S: Default + Serialize + DeserializeOwned> Desk<S> {
 pub struct LimitObject {
     state: State,
     desk: Desk<KeyState>,
+    /// A model's route capacity (`capacity:<model>`, on the `/capacity` path).
+    capacity: CapacityDesk,
 }
 
 impl DurableObject for LimitObject {
@@ -168,12 +169,16 @@ impl DurableObject for LimitObject {
         LimitObject {
             state,
             desk: Desk::new("key"),
+            capacity: CapacityDesk::new(),
         }
     }
 
     async fn fetch(&self, mut req: Request) -> worker::Result<Response> {
-        let call: KeyCall = req.json().await?;
         let storage = self.state.storage();
+        if req.path() == "/capacity" {
+            return self.capacity.serve(&storage, req.json().await?).await;
+        }
+        let call: KeyCall = req.json().await?;
         self.desk.load(&storage).await?;
         match call {
             KeyCall::Acquire {
@@ -232,9 +237,9 @@ impl DurableObject for LimitObject {
     }
 }
 
-// ---- per route: the health object's half -----------------------------------------------------------
+// ---- per route: a model's capacity object ------------------------------------------------------------
 
-/// The capacity half of a model's health object: the core `Capacity` in memory, each lease one
+/// A model's capacity object (`capacity:<model>`, a `LimitObject`): the core `Capacity` in memory, each lease one
 /// row of the object's SQLite table — a grant, a renewal or a release writes that row alone, so a
 /// call costs the same at ten leases as at a hundred thousand, and no value grows with the load
 /// (the old one JSON value, rewritten whole on every call, met the storage's 2 MB value limit at
@@ -791,6 +796,11 @@ pub async fn key_usage(env: &Env, key: &KeyRecord) -> Option<KeyUsage> {
     Some(all)
 }
 
+/// The object keeping `model_id`'s route capacity.
+fn capacity_object(model_id: &str) -> String {
+    format!("capacity:{model_id}")
+}
+
 /// Whether any route of `model` is capped (only then is capacity asked for).
 pub fn capped(model: &Model) -> bool {
     model.routes.iter().any(|r| r.max_concurrency.is_some())
@@ -822,7 +832,7 @@ pub async fn admit_route(
             max: r.max_concurrency,
         })
         .collect();
-    let name = model_object(&model.id);
+    let name = capacity_object(&model.id);
     let lease = lease_ms(policy);
     let call = CapacityCall::Acquire {
         id: id.to_string(),
@@ -836,7 +846,7 @@ pub async fn admit_route(
         slot: Slot::default(),
         waited_ms: 0,
     };
-    match object::call::<_, CapacityReply>(env, "HEALTH", &name, "/capacity", &call, timeout, None).await {
+    match object::call::<_, CapacityReply>(env, "LIMITS", &name, "/capacity", &call, timeout, None).await {
         Ok(CapacityReply {
             admit: CapacityAdmit::Granted { route, capped },
             waited_ms,
@@ -856,7 +866,7 @@ pub async fn admit_route(
                 route: index,
                 slot: match capped {
                     true => Slot::held(
-                        Release::new(env, ctx, "HEALTH", name, "/capacity", &release),
+                        Release::new(env, ctx, "LIMITS", name, "/capacity", &release),
                         held,
                         lease,
                         capacity_renewal,
@@ -894,8 +904,8 @@ pub async fn route_loads(
     }
     object::call(
         env,
-        "HEALTH",
-        &model_object(&model.id),
+        "LIMITS",
+        &capacity_object(&model.id),
         "/capacity",
         &CapacityCall::Report,
         1_000,

@@ -316,7 +316,8 @@ fn calls_settlements_refused_by_d1_rejoin_the_next_batch() {
 }
 
 /// SPEC §22: an isolate's slots on one object are renewed together — one `renew` call for all of
-/// them when the renewal is due, not one per holder. Six 12-second streams hold six slots of a
+/// them when the renewal is due, not one per holder — and a model's capacity is an object of its
+/// own (`capacity:<model>`), apart from its health object. Six 12-second streams hold six slots of a
 /// capped route at once (lease 15 s, renewed every 5 s): their holders used to send ≈ 12 renewal
 /// calls (two each); together they send one per ≥ 4.5 s — at most three in 12 s.
 #[test]
@@ -326,7 +327,7 @@ fn calls_slots_held_together_are_renewed_by_one_call() {
     let (routes, _) = s.mock_routes(&[("chunks/24/500", json!({"verify": false, "max_concurrency": 8}))]);
     let id = s.model(routes, Some(json!({"idle_timeout_ms": 5000})));
     let key = s.new_key(10.0);
-    let object = format!("model:{id}");
+    let object = format!("capacity:{id}");
     let (isolate, before) = object_calls(&s, &object);
     let started = Instant::now();
     let streams: Vec<_> = (0..6)
@@ -352,14 +353,26 @@ fn calls_slots_held_together_are_renewed_by_one_call() {
     let took = started.elapsed();
     std::thread::sleep(Duration::from_millis(500)); // the releases
     let (_, after) = object_calls(&s, &object);
-    let calls = |v: &Value, what: &str| count(v, &format!("HEALTH/capacity.{what}.background"));
+    let calls = |v: &Value, what: &str| count(v, &format!("LIMITS/capacity.{what}.background"));
     let renewals = calls(&after, "renew") - calls(&before, "renew");
     let (acquired, released) = (
-        count(&after, "HEALTH/capacity.acquire.blocking") - count(&before, "HEALTH/capacity.acquire.blocking"),
+        count(&after, "LIMITS/capacity.acquire.blocking") - count(&before, "LIMITS/capacity.acquire.blocking"),
         calls(&after, "release") - calls(&before, "release"),
     );
     eprintln!("6 streams for {took:?}: {acquired} acquire, {renewals} renew, {released} release calls");
     assert_eq!((acquired, released), (6, 6), "{after}");
+    // The model's health object takes none of them (SPEC §22: capacity apart from health).
+    let (_, health) = object_calls(&s, &format!("model:{id}"));
+    let capacity_calls: Vec<&String> = health
+        .as_object()
+        .unwrap()
+        .keys()
+        .filter(|k| k.contains("capacity"))
+        .collect();
+    assert!(
+        capacity_calls.is_empty(),
+        "capacity calls on the health object: {health}"
+    );
     assert!(
         took >= Duration::from_secs(11),
         "the streams held their slots past two renewals: {took:?}"

@@ -164,7 +164,16 @@ calls issued
                     ("one capped model".to_string(), run(seeded(p)))
                 })
                 .collect();
-            summary(&rows)
+            let mut t = summary(&rows);
+            t += "\n| req/s | capacity object load / p99 queueing (`Design::Sharded`: its own object; direct: the model's) |\n|---|---|\n";
+            for (_, r) in &rows {
+                let (load, p99) = r
+                    .store(Class::Capacity)
+                    .or_else(|| r.store(Class::Model))
+                    .map_or((0.0, 0.0), |s| (s.load, s.wait_p99_ms));
+                t += &format!("| {:.0} | {:.0} % / {:.1} ms |\n", r.rate, load * 100.0, p99);
+            }
+            t
         }
         "route-down" => {
             let rows: Vec<(String, Report)> = [(1_000.0, 300), (10_000.0, 1_000), (10_000.0, 3_000)]

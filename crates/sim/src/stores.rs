@@ -15,6 +15,9 @@ pub enum Obj {
     /// A limited key's `LimitObject`: (key, shard) — shard 0 unless the key's slots are spread
     /// over several (`Design::Sharded`, core `key_shards`).
     Key(u32, u32),
+    /// `Design::Sharded`: `capacity:<model>`, a model's route capacity (a `LimitObject`; in
+    /// `Design::Direct` the model's object keeps it).
+    Capacity(u32),
     /// `status`: the public report.
     Status,
     /// `outbox-<n>`.
@@ -30,6 +33,7 @@ pub enum Class {
     Model,
     Accounts,
     KeyLimit,
+    Capacity,
     Status,
     Outbox,
     Shard,
@@ -42,6 +46,7 @@ impl Obj {
             Obj::Model(_) => Class::Model,
             Obj::Accounts | Obj::Account(_) => Class::Accounts,
             Obj::Key(..) => Class::KeyLimit,
+            Obj::Capacity(_) => Class::Capacity,
             Obj::Status => Class::Status,
             Obj::Outbox(_) => Class::Outbox,
             Obj::Shard(..) => Class::Shard,

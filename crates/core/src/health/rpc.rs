@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{for_accounts, HealthConfig, ModelHealth, Observation, RequestObservation, RouteStats, Scope};
 
-/// The name of model `model_id`'s health object (its breakers, buckets and route capacity).
+/// The name of model `model_id`'s health object (its breakers and buckets).
 pub fn model_object(model_id: &str) -> String {
     format!("model:{model_id}")
 }

@@ -145,7 +145,8 @@ impl World {
                         self.reqs[id as usize].stage = Stage::Balance;
                         continue;
                     }
-                    return self.blocking(id, Obj::Model(model), Kind::Acquire, 0, CAPACITY_TIMEOUT_MS);
+                    let object = self.capacity_obj(model);
+                    return self.blocking(id, object, Kind::Acquire, 0, CAPACITY_TIMEOUT_MS);
                 }
                 Stage::Balance => {
                     let fresh = isolate
@@ -176,6 +177,15 @@ impl World {
     pub(super) fn rpm_only(&self, key: u32) -> bool {
         let every = self.p.limited_key_every * self.p.rpm_only_every;
         self.p.design == Design::Sharded && every > 0 && (key as usize).is_multiple_of(every)
+    }
+
+    /// The object keeping `model`'s route capacity: its own (`Design::Sharded`, since session 19)
+    /// or the model's health object.
+    fn capacity_obj(&self, model: u32) -> Obj {
+        match self.p.design {
+            Design::Sharded => Obj::Capacity(model),
+            Design::Direct => Obj::Model(model),
+        }
     }
 
     /// The key's limit here and how many objects keep it (`Design::Sharded`: core `key_shards`;
@@ -517,7 +527,7 @@ impl World {
         if cap_slot {
             self.call(
                 iso,
-                Obj::Model(model),
+                self.capacity_obj(model),
                 Kind::Release,
                 0,
                 RELEASE_TIMEOUT_MS,
