@@ -4,9 +4,10 @@
 //!   limiting concurrency alone past core `SLOTS_PER_SHARD` slots, or with `rpm` alone past
 //!   `RPM_PER_SHARD`, has one per share of it (`key:<id>:<n>`, core `key_shards`), exact in
 //!   total. A key without `rpm` or `max_concurrent` never calls one.
-//! - Per route: one `LimitObject` per model with a capped route (`capacity:<model>`, path
-//!   `/capacity`) keeps the core `Capacity` — apart from the model's health object, so capacity
-//!   calls never queue health's; each lease is one row of its SQLite storage ([`CapacityDesk`]).
+//! - Per route: `LimitObject`s of their own keep a capped model's core `Capacity` (path
+//!   `/capacity`: `capacity:<model>`, or one per share of its caps past core `SLOTS_PER_SHARD`,
+//!   `capacity:<model>:<n>`) — apart from the model's health object, so capacity calls never queue
+//!   health's; each lease is one row of its SQLite storage ([`CapacityDesk`]).
 //!
 //! A request that finds no room waits inside the object (first come, first served) until room
 //! frees, up to its wait; the object's state (window, leases — not waiters) is persisted, so a
@@ -26,9 +27,9 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use switchyard_core::catalog::{Model, Policy};
 use switchyard_core::limits::{
-    key_shards, key_window, lease_ms, permit_shard, renew_every_ms, shard_limit, shard_order, uses_permits, Capacity,
-    CapacityAdmit, CapacityCall, CapacityReply, Held, KeyAdmit, KeyCall, KeyLimit, KeyReply, KeyState, KeyUsage, Lease,
-    PermitReply, Permits, RateWindow, Renewals, Want,
+    capacity_shards, key_shards, key_window, lease_ms, permit_shard, renew_every_ms, shard_limit, shard_order,
+    shard_wants, uses_permits, Capacity, CapacityAdmit, CapacityCall, CapacityReply, Held, KeyAdmit, KeyCall, KeyLimit,
+    KeyReply, KeyState, KeyUsage, Lease, PermitReply, Permits, RateWindow, Renewals, Want,
 };
 use switchyard_core::ApiError;
 use worker::{durable_object, Context, DurableObject, Env, Request, Response, SqlStorageValue, State, Storage};
@@ -796,9 +797,18 @@ pub async fn key_usage(env: &Env, key: &KeyRecord) -> Option<KeyUsage> {
     Some(all)
 }
 
-/// The object keeping `model_id`'s route capacity.
-fn capacity_object(model_id: &str) -> String {
-    format!("capacity:{model_id}")
+/// Shard `shard` of the `shards` objects keeping `model_id`'s route capacity
+/// (`capacity:<model>` when one).
+fn capacity_object(model_id: &str, shard: u32, shards: u32) -> String {
+    match shards {
+        1 => format!("capacity:{model_id}"),
+        _ => format!("capacity:{model_id}:{shard}"),
+    }
+}
+
+/// How many objects keep `model`'s route capacity (core `capacity_shards`).
+fn model_capacity_shards(model: &Model) -> u32 {
+    capacity_shards(model.routes.iter().filter_map(|r| r.max_concurrency))
 }
 
 /// Whether any route of `model` is capped (only then is capacity asked for).
@@ -814,7 +824,9 @@ pub struct RouteAdmission {
 }
 
 /// Takes a slot on the first of `routes` (indexes, in plan order) with room, queueing up to
-/// `wait_ms` when all are full (SPEC §10). Lease `id` names the attempt.
+/// `wait_ms` when all are full (SPEC §10). Lease `id` names the attempt. A model whose capacity is
+/// spread over several objects (core `capacity_shards`) asks the one the id picks at once, then
+/// the next one, waiting there.
 pub async fn admit_route(
     env: &Env,
     ctx: &Rc<Context>,
@@ -832,7 +844,37 @@ pub async fn admit_route(
             max: r.max_concurrency,
         })
         .collect();
-    let name = capacity_object(&model.id);
+    let shards = model_capacity_shards(model);
+    let order = shard_order(id, shards);
+    let last = order.len() - 1;
+    for (n, shard) in order.into_iter().enumerate() {
+        let wants = shard_wants(&wants, shard, shards);
+        let wait = if n == last { wait_ms } else { 0 };
+        let name = capacity_object(&model.id, shard, shards);
+        match take_route(env, ctx, model, routes, id, policy, name, wants, wait).await {
+            Err(ApiError::CapacityBusy { .. }) if n < last => continue,
+            done => return done,
+        }
+    }
+    Err(ApiError::Internal {
+        label: "capacity_order",
+    })
+}
+
+/// Asks capacity object `name` for a slot on the first of `wants` with room, waiting up to
+/// `wait_ms` ([`admit_route`]).
+#[allow(clippy::too_many_arguments)]
+async fn take_route(
+    env: &Env,
+    ctx: &Rc<Context>,
+    model: &Model,
+    routes: &[usize],
+    id: &str,
+    policy: &Policy,
+    name: String,
+    wants: Vec<Want>,
+    wait_ms: u64,
+) -> Result<RouteAdmission, ApiError> {
     let lease = lease_ms(policy);
     let call = CapacityCall::Acquire {
         id: id.to_string(),
@@ -893,8 +935,8 @@ pub async fn admit_route(
     }
 }
 
-/// Each capped route's load for admin health (`None` when the model has no capped route or the
-/// object is unreachable).
+/// Each capped route's load for admin health, summed over the model's capacity objects (`None`
+/// when the model has no capped route or an object is unreachable).
 pub async fn route_loads(
     env: &Env,
     model: &Model,
@@ -902,15 +944,29 @@ pub async fn route_loads(
     if !capped(model) {
         return None;
     }
-    object::call(
-        env,
-        "LIMITS",
-        &capacity_object(&model.id),
-        "/capacity",
-        &CapacityCall::Report,
-        1_000,
-        None,
-    )
-    .await
-    .ok()
+    let shards = model_capacity_shards(model);
+    let names: Vec<String> = (0..shards)
+        .map(|shard| capacity_object(&model.id, shard, shards))
+        .collect();
+    let parts = futures_util::future::join_all(names.iter().map(|name| {
+        object::call::<_, std::collections::BTreeMap<String, switchyard_core::limits::RouteLoad>>(
+            env,
+            "LIMITS",
+            name,
+            "/capacity",
+            &CapacityCall::Report,
+            1_000,
+            None,
+        )
+    }))
+    .await;
+    let mut all = std::collections::BTreeMap::<String, switchyard_core::limits::RouteLoad>::new();
+    for part in parts {
+        for (route, load) in part.ok()? {
+            let sum = all.entry(route).or_default();
+            sum.in_flight += load.in_flight;
+            sum.queued += load.queued;
+        }
+    }
+    Some(all)
 }

@@ -200,6 +200,48 @@ fn a_routes_capacity_is_one_queue_across_isolates() {
     );
 }
 
+/// SPEC §22: a model whose capped routes allow more than one object's share (core
+/// `SLOTS_PER_SHARD`: 32, on its smallest cap) keeps its capacity over several objects, exact in
+/// total. A route of 40 (two objects of 20), 48 streams of about 3 s at once over two isolates
+/// with no wait for room: exactly 40 answered, both objects asked, the model's single capacity
+/// object not.
+#[test]
+fn a_routes_capacity_over_several_objects_is_one_limit() {
+    let replicas = Stack::replicas();
+    let key = replicas[0].new_key(5.0);
+    let model = model(
+        &replicas,
+        &key,
+        "chunks/10/300",
+        json!({"max_concurrency": 40, "verify": false}),
+        json!({"capacity_wait_ms": 0}),
+    );
+    let to: Vec<usize> = (0..48).map(|i| i % 2).collect();
+    let replies = at_once(&replicas, &key, &model, &to, Duration::from_millis(5));
+    let statuses: Vec<u16> = replies.iter().map(|r| r.status).collect();
+    assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 40, "{statuses:?}");
+    assert_eq!(statuses.iter().filter(|s| **s == 429).count(), 8, "{statuses:?}");
+    let acquires = |name: &str| -> u64 {
+        replicas
+            .iter()
+            .map(|r| both(&object_calls(r, name), "LIMITS/capacity.acquire"))
+            .sum()
+    };
+    let (first, second) = (
+        acquires(&format!("capacity:{model}:0")),
+        acquires(&format!("capacity:{model}:1")),
+    );
+    assert!(
+        first >= 20 && second >= 20,
+        "each object gave its 20 slots: {first} and {second} calls"
+    );
+    assert_eq!(
+        acquires(&format!("capacity:{model}")),
+        0,
+        "the single object was not asked"
+    );
+}
+
 /// The isolate's storage calls so far on object `name`: `<kind>.<blocking|background>` → count.
 fn object_calls(s: &Stack, name: &str) -> Value {
     test_calls(s, &format!("object={name}"))["object"].clone()

@@ -188,9 +188,35 @@ pub fn permit_shard(isolate_seed: u64, key: &str, shards: u32) -> u32 {
     (crate::spread::hash64(&[&isolate_seed.to_string(), key]) % u64::from(shards.max(1))) as u32
 }
 
-/// The shards request `id` asks for a slot, in order: one its id picks (so a key's requests
-/// spread evenly over its objects), then — when that one has no room at once — the next one, which
-/// it waits on. So with two shards every slot can be found; with more, a request may be refused
+/// How many objects keep a model's route capacity, from its capped routes' `max_concurrency`:
+/// as for a key's slots ([`SLOTS_PER_SHARD`] each, at most [`MAX_KEY_SHARDS`]), counted on its
+/// smallest cap — so every object holds a share of every capped route (1 for a model without one).
+pub fn capacity_shards(caps: impl IntoIterator<Item = u32>) -> u32 {
+    caps.into_iter()
+        .map(|cap| cap.div_ceil(SLOTS_PER_SHARD))
+        .min()
+        .unwrap_or(1)
+        .clamp(1, MAX_KEY_SHARDS)
+}
+
+/// What capacity shard `shard` of `shards` is asked for: each capped route's share of its cap (the
+/// shares summing to it exactly), the uncapped ones as they are.
+pub fn shard_wants(wants: &[Want], shard: u32, shards: u32) -> Vec<Want> {
+    wants
+        .iter()
+        .map(|w| Want {
+            route: w.route.clone(),
+            max: w.max.map(|cap| match shards {
+                0 | 1 => cap,
+                _ => cap / shards + u32::from(shard < cap % shards),
+            }),
+        })
+        .collect()
+}
+
+/// The shards request `id` asks for a slot, in order: one its id picks (so a key's or a model's
+/// requests spread evenly over its objects), then — when that one has no room at once — the next
+/// one, which it waits on. So with two shards every slot can be found; with more, a request may be refused
 /// while a shard it did not ask has room (shares are even, and requests spread evenly over them).
 pub fn shard_order(id: &str, shards: u32) -> Vec<u32> {
     if shards <= 1 {
@@ -1372,5 +1398,52 @@ mod tests {
             limit.max_concurrent.unwrap(),
             "never more, and every slot found"
         );
+    }
+
+    #[test]
+    fn a_large_capped_model_is_split_exactly_on_its_smallest_cap() {
+        assert_eq!(capacity_shards([]), 1);
+        assert_eq!(capacity_shards([SLOTS_PER_SHARD]), 1);
+        assert_eq!(capacity_shards([1_000, 40]), 2, "the smallest cap decides");
+        assert_eq!(capacity_shards([1_000_000]), MAX_KEY_SHARDS);
+        let wants = vec![
+            Want {
+                route: "a".into(),
+                max: Some(40),
+            },
+            Want {
+                route: "b".into(),
+                max: None,
+            },
+            Want {
+                route: "c".into(),
+                max: Some(1_001),
+            },
+        ];
+        let shards = capacity_shards([40, 1_001]);
+        let parts: Vec<Vec<Want>> = (0..shards).map(|i| shard_wants(&wants, i, shards)).collect();
+        for (i, w) in wants.iter().enumerate() {
+            let total: Option<u32> = parts.iter().map(|p| p[i].max).sum();
+            assert_eq!(total, w.max, "{}: shares sum to its cap", w.route);
+            assert!(parts.iter().all(|p| p[i].route == w.route && p[i].max != Some(0)));
+        }
+        // Two shards, each request asking its own then the next: exactly the cap is granted.
+        let mut objects = vec![Capacity::default(); shards as usize];
+        let one = vec![wants[0].clone()];
+        let mut granted = 0;
+        for i in 0..100 {
+            let id = format!("gen-{i}");
+            granted += u32::from(shard_order(&id, shards).into_iter().any(|s| {
+                let c = &mut objects[s as usize];
+                match c.admit(&id, &shard_wants(&one, s, shards), LEASE, 0) {
+                    CapacityAdmit::Granted { .. } => true,
+                    _ => {
+                        c.give_up(&id);
+                        false
+                    }
+                }
+            }));
+        }
+        assert_eq!(granted, 40);
     }
 }

@@ -246,6 +246,9 @@ pub const KEY_RPM: u32 = 1_000_000;
 /// The `max_concurrent` of the keys that limit concurrency: ample (never reached in these runs),
 /// so their slots spread over core `MAX_KEY_SHARDS` objects (`Design::Sharded`).
 pub const KEY_MAX_CONCURRENT: u32 = 1_000_000;
+/// The capped model's route's `max_concurrency`: ample (never reached in these runs), so its
+/// capacity spreads over core `MAX_KEY_SHARDS` objects (`Design::Sharded`).
+pub const ROUTE_MAX_CONCURRENCY: u32 = 1_000_000;
 /// `src/outbox.rs` `SHARDS` and `KEEP_DEADLINE_MS`.
 pub const OUTBOX_SHARDS: u64 = 16;
 pub const OUTBOX_DEADLINE_MS: u64 = 5_000;

@@ -165,7 +165,7 @@ calls issued
                 })
                 .collect();
             let mut t = summary(&rows);
-            t += "\n| req/s | capacity object load / p99 queueing (`Design::Sharded`: its own object; direct: the model's) |\n|---|---|\n";
+            t += "\n| req/s | busiest capacity object load / p99 queueing (`Design::Sharded`: its own objects; direct: the model's) |\n|---|---|\n";
             for (_, r) in &rows {
                 let (load, p99) = r
                     .store(Class::Capacity)

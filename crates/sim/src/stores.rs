@@ -15,9 +15,10 @@ pub enum Obj {
     /// A limited key's `LimitObject`: (key, shard) — shard 0 unless the key's slots are spread
     /// over several (`Design::Sharded`, core `key_shards`).
     Key(u32, u32),
-    /// `Design::Sharded`: `capacity:<model>`, a model's route capacity (a `LimitObject`; in
-    /// `Design::Direct` the model's object keeps it).
-    Capacity(u32),
+    /// `Design::Sharded`: `capacity:<model>:<n>`, (model, shard) — a model's route capacity (a
+    /// `LimitObject`), over core `capacity_shards` objects; in `Design::Direct` the model's object
+    /// keeps it.
+    Capacity(u32, u32),
     /// `status`: the public report.
     Status,
     /// `outbox-<n>`.
@@ -46,7 +47,7 @@ impl Obj {
             Obj::Model(_) => Class::Model,
             Obj::Accounts | Obj::Account(_) => Class::Accounts,
             Obj::Key(..) => Class::KeyLimit,
-            Obj::Capacity(_) => Class::Capacity,
+            Obj::Capacity(..) => Class::Capacity,
             Obj::Status => Class::Status,
             Obj::Outbox(_) => Class::Outbox,
             Obj::Shard(..) => Class::Shard,

@@ -413,7 +413,7 @@ mod tests {
         assert!(!overlay.accounts.contains_key("acct-a"));
         // The catalog drops the account from m1: its copy goes with it.
         m1.know_accounts(["acct-b"]);
-        assert!(!m1.accounts.contains_key("acct-a") && m1.account_versions.get("acct-a").is_none());
+        assert!(!m1.accounts.contains_key("acct-a") && !m1.account_versions.contains_key("acct-a"));
         assert_eq!(m1.account_versions.get("acct-b"), Some(&0));
     }
 }

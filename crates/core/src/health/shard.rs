@@ -385,9 +385,9 @@ mod tests {
         copy.observe_scoped(&failure, &config(), Scope::Model);
         assert!(copy.routes["r0"].breaker.is_demoted());
         let mut p = Pending::default();
-        p.add(config(), &[failure.clone()], None, 0, Some((&copy, Scope::Model)));
+        p.add(config(), std::slice::from_ref(&failure), None, 0, Some((&copy, Scope::Model)));
         assert_eq!(p.due_at(0), Some(FLUSH_MS), "no news: the flush");
-        p.add(config(), &[failure.clone()], None, 0, Some((&copy, Scope::Accounts)));
+        p.add(config(), std::slice::from_ref(&failure), None, 0, Some((&copy, Scope::Accounts)));
         assert_eq!(
             p.due_at(0),
             Some(URGENT_GAP_MS),
@@ -401,7 +401,7 @@ mod tests {
         // An account failure is news unless the model's copy holds the account demoted.
         let account = obs(AttemptOutcome::Failure(FailureClass::Account));
         let mut a = Pending::default();
-        a.add(config(), &[account.clone()], None, 0, Some((&copy, Scope::Model)));
+        a.add(config(), std::slice::from_ref(&account), None, 0, Some((&copy, Scope::Model)));
         assert_eq!(
             a.due_at(0),
             Some(URGENT_GAP_MS),

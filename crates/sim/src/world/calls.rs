@@ -57,7 +57,7 @@ impl World {
             (Obj::Model(_), Kind::Snapshot) => s.model_snapshot_us,
             (Obj::Model(_), Kind::Observe) => s.model_observe_us,
             (Obj::Model(_), Kind::Full) => s.model_full_us,
-            (Obj::Model(_) | Obj::Capacity(_), _) => s.capacity_us,
+            (Obj::Model(_) | Obj::Capacity(..), _) => s.capacity_us,
             (Obj::Accounts | Obj::Account(_), Kind::Observe) => s.accounts_observe_us,
             (Obj::Accounts | Obj::Account(_), _) => s.accounts_snapshot_us,
             (Obj::Key(..), _) => s.key_limit_us,

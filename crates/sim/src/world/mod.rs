@@ -119,6 +119,8 @@ struct Req {
     /// with `acquire`).
     asked: u32,
     cap_slot: bool,
+    /// Which of its model's capacity objects its `acquire` went to (and its `release` goes to).
+    cap_shard: u32,
     /// Routes that failed, and when (ms).
     fails: Vec<(u8, u64)>,
     route: u8,

@@ -3,7 +3,7 @@
 //! behind when its answer ends.
 
 use super::*;
-use switchyard_core::limits::{key_shards, permit_shard, shard_order, KeyLimit};
+use switchyard_core::limits::{capacity_shards, key_shards, permit_shard, shard_order, KeyLimit};
 
 impl World {
     pub(super) fn arrival(&mut self) {
@@ -33,6 +33,7 @@ impl World {
             key_shard: 0,
             asked: 0,
             cap_slot: false,
+            cap_shard: 0,
             fails: Vec::new(),
             route: 0,
             end_ms: 0,
@@ -145,7 +146,9 @@ impl World {
                         self.reqs[id as usize].stage = Stage::Balance;
                         continue;
                     }
-                    let object = self.capacity_obj(model);
+                    let shard = shard_order(&format!("gen-{id}"), self.capacity_shards())[0];
+                    self.reqs[id as usize].cap_shard = shard;
+                    let object = self.capacity_obj(model, shard);
                     return self.blocking(id, object, Kind::Acquire, 0, CAPACITY_TIMEOUT_MS);
                 }
                 Stage::Balance => {
@@ -179,12 +182,21 @@ impl World {
         self.p.design == Design::Sharded && every > 0 && (key as usize).is_multiple_of(every)
     }
 
-    /// The object keeping `model`'s route capacity: its own (`Design::Sharded`, since session 19)
-    /// or the model's health object.
-    fn capacity_obj(&self, model: u32) -> Obj {
+    /// Shard `shard` of the objects keeping `model`'s route capacity: its own (`Design::Sharded`,
+    /// since session 19) or the model's health object.
+    fn capacity_obj(&self, model: u32, shard: u32) -> Obj {
         match self.p.design {
-            Design::Sharded => Obj::Capacity(model),
+            Design::Sharded => Obj::Capacity(model, shard),
             Design::Direct => Obj::Model(model),
+        }
+    }
+
+    /// How many objects keep the capped model's capacity (core `capacity_shards` of its route's
+    /// ample [`ROUTE_MAX_CONCURRENCY`]; one in `Design::Direct`).
+    fn capacity_shards(&self) -> u32 {
+        match self.p.design {
+            Design::Sharded => capacity_shards([ROUTE_MAX_CONCURRENCY]),
+            Design::Direct => 1,
         }
     }
 
@@ -511,7 +523,7 @@ impl World {
         let r = &mut self.reqs[id as usize];
         r.stage = Stage::Closed;
         let (iso, key, model, key_slot, cap_slot, refused) = (r.iso, r.key, r.model, r.key_slot, r.cap_slot, r.refused);
-        let key_shard = r.key_shard;
+        let (key_shard, cap_shard) = (r.key_shard, r.cap_shard);
         let urgent = !r.fails.is_empty();
         self.totals.finished += 1;
         if key_slot {
@@ -527,7 +539,7 @@ impl World {
         if cap_slot {
             self.call(
                 iso,
-                self.capacity_obj(model),
+                self.capacity_obj(model, cap_shard),
                 Kind::Release,
                 0,
                 RELEASE_TIMEOUT_MS,
