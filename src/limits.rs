@@ -607,30 +607,51 @@ pub async fn admit_key(
             });
         }
     }
+    let lease = lease_ms(policy);
+    let admitted = by_shard(
+        id,
+        shards,
+        policy.key_wait_ms,
+        |e| matches!(e, ApiError::KeyRateLimited { .. }),
+        |shard, wait_ms| {
+            let share = shard_limit(limit, shard, shards);
+            acquire(env, ctx, key_object(key, shard, shards), id, share, lease, wait_ms)
+        },
+    )
+    .await;
+    match admitted {
+        Ok(admission) => Ok(KeyAdmission {
+            window: whole(admission.window),
+            ..admission
+        }),
+        Err(ApiError::KeyRateLimited { retry_after_s, window }) => Err(ApiError::KeyRateLimited {
+            retry_after_s,
+            window: whole(window),
+        }),
+        Err(other) => Err(other),
+    }
+}
+
+/// Asks request `id`'s objects of a limit kept by `shards` of them, in its order (core
+/// `shard_order`): the first at once, without waiting, and — when `refused` says it had no room —
+/// the next, waiting up to `wait_ms` there. `ask(shard, wait_ms)` makes one ask.
+async fn by_shard<T, F: Future<Output = Result<T, ApiError>>>(
+    id: &str,
+    shards: u32,
+    wait_ms: u64,
+    refused: fn(&ApiError) -> bool,
+    mut ask: impl FnMut(u32, u64) -> F,
+) -> Result<T, ApiError> {
     let order = shard_order(id, shards);
     let last = order.len() - 1;
     for (n, shard) in order.into_iter().enumerate() {
-        let name = key_object(key, shard, shards);
-        let wait_ms = if n == last { policy.key_wait_ms } else { 0 };
-        let share = shard_limit(limit, shard, shards);
-        match acquire(env, ctx, name, id, share, lease_ms(policy), wait_ms).await {
-            Err(ApiError::KeyRateLimited { .. }) if n < last => continue,
-            Err(ApiError::KeyRateLimited { retry_after_s, window }) => {
-                return Err(ApiError::KeyRateLimited {
-                    retry_after_s,
-                    window: whole(window),
-                })
-            }
-            Ok(admission) => {
-                return Ok(KeyAdmission {
-                    window: whole(admission.window),
-                    ..admission
-                })
-            }
-            Err(other) => return Err(other),
+        let wait = if n == last { wait_ms } else { 0 };
+        match ask(shard, wait).await {
+            Err(e) if n < last && refused(&e) => continue,
+            done => return done,
         }
     }
-    Err(ApiError::Internal { label: "limit_order" })
+    Err(ApiError::Internal { label: "shard_order" })
 }
 
 /// Asks key object `name` for request `id`'s admission under `limit`, waiting up to `wait_ms`.
@@ -845,20 +866,20 @@ pub async fn admit_route(
         })
         .collect();
     let shards = model_capacity_shards(model);
-    let order = shard_order(id, shards);
-    let last = order.len() - 1;
-    for (n, shard) in order.into_iter().enumerate() {
-        let wants = shard_wants(&wants, shard, shards);
-        let wait = if n == last { wait_ms } else { 0 };
-        let name = capacity_object(&model.id, shard, shards);
-        match take_route(env, ctx, model, routes, id, policy, name, wants, wait).await {
-            Err(ApiError::CapacityBusy { .. }) if n < last => continue,
-            done => return done,
-        }
-    }
-    Err(ApiError::Internal {
-        label: "capacity_order",
-    })
+    by_shard(
+        id,
+        shards,
+        wait_ms,
+        |e| matches!(e, ApiError::CapacityBusy { .. }),
+        |shard, wait| {
+            let (name, wants) = (
+                capacity_object(&model.id, shard, shards),
+                shard_wants(&wants, shard, shards),
+            );
+            take_route(env, ctx, model, routes, id, policy, name, wants, wait)
+        },
+    )
+    .await
 }
 
 /// Asks capacity object `name` for a slot on the first of `wants` with room, waiting up to

@@ -112,30 +112,7 @@ fn a_keys_slots_over_several_objects_are_one_limit() {
     let replicas = Stack::replicas();
     let (key, key_id) = limited_key(&replicas[0], json!({"max_concurrent": 40}));
     let model = model(&replicas, &key, "chunks/10/300", json!({}), json!({"key_wait_ms": 0}));
-    let to: Vec<usize> = (0..48).map(|i| i % 2).collect();
-    let replies = at_once(&replicas, &key, &model, &to, Duration::from_millis(5));
-    let statuses: Vec<u16> = replies.iter().map(|r| r.status).collect();
-    assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 40, "{statuses:?}");
-    assert_eq!(statuses.iter().filter(|s| **s == 429).count(), 8, "{statuses:?}");
-    let acquires = |name: &str| -> u64 {
-        replicas
-            .iter()
-            .map(|r| both(&object_calls(r, name), "LIMITS.acquire"))
-            .sum()
-    };
-    let (first, second) = (
-        acquires(&format!("key:{key_id}:0")),
-        acquires(&format!("key:{key_id}:1")),
-    );
-    assert!(
-        first >= 20 && second >= 20,
-        "each object gave its 20 slots: {first} and {second} calls"
-    );
-    assert_eq!(
-        acquires(&format!("key:{key_id}")),
-        0,
-        "the key's single object was not asked"
-    );
+    forty_of_48_over_two_objects(&replicas, &key, &model, "LIMITS.acquire", &format!("key:{key_id}"));
 }
 
 /// SPEC §22: a key with `rpm` alone past one object's share (core `RPM_PER_SHARD`: 12,000) keeps
@@ -216,30 +193,31 @@ fn a_routes_capacity_over_several_objects_is_one_limit() {
         json!({"max_concurrency": 40, "verify": false}),
         json!({"capacity_wait_ms": 0}),
     );
+    forty_of_48_over_two_objects(
+        &replicas,
+        &key,
+        &model,
+        "LIMITS/capacity.acquire",
+        &format!("capacity:{model}"),
+    );
+}
+
+/// Sends 48 streams of about 3 s at once, half on each replica, to a limit of 40 kept by two
+/// objects (`<single>:0`, `<single>:1`) with no wait for room: exactly 40 answered and 8 refused,
+/// each object asked (`kind`) at least for its 20, the limit's single object (`single`) never.
+fn forty_of_48_over_two_objects(replicas: &[Stack; 2], key: &str, model: &str, kind: &str, single: &str) {
     let to: Vec<usize> = (0..48).map(|i| i % 2).collect();
-    let replies = at_once(&replicas, &key, &model, &to, Duration::from_millis(5));
+    let replies = at_once(replicas, key, model, &to, Duration::from_millis(5));
     let statuses: Vec<u16> = replies.iter().map(|r| r.status).collect();
     assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 40, "{statuses:?}");
     assert_eq!(statuses.iter().filter(|s| **s == 429).count(), 8, "{statuses:?}");
-    let acquires = |name: &str| -> u64 {
-        replicas
-            .iter()
-            .map(|r| both(&object_calls(r, name), "LIMITS/capacity.acquire"))
-            .sum()
-    };
-    let (first, second) = (
-        acquires(&format!("capacity:{model}:0")),
-        acquires(&format!("capacity:{model}:1")),
-    );
+    let asked = |name: &str| -> u64 { replicas.iter().map(|r| both(&object_calls(r, name), kind)).sum() };
+    let (first, second) = (asked(&format!("{single}:0")), asked(&format!("{single}:1")));
     assert!(
         first >= 20 && second >= 20,
-        "each object gave its 20 slots: {first} and {second} calls"
+        "each object gave its 20: {first} and {second} calls"
     );
-    assert_eq!(
-        acquires(&format!("capacity:{model}")),
-        0,
-        "the single object was not asked"
-    );
+    assert_eq!(asked(single), 0, "the single object was not asked");
 }
 
 /// The isolate's storage calls so far on object `name`: `<kind>.<blocking|background>` → count.
