@@ -164,6 +164,9 @@ pub struct Params {
     pub overload_backlog_ms: u64,
     /// Health shards per model (`Design::Sharded`).
     pub health_shards: usize,
+    /// D1 ledgers (`LEDGER_SHARDS`, core `ledgers`: at most 64); accounts are placed by core
+    /// `ledgers::place`.
+    pub ledgers: u8,
 }
 
 impl Default for Params {
@@ -193,6 +196,7 @@ impl Default for Params {
             service: ServiceTimes::default(),
             overload_backlog_ms: 1_000,
             health_shards: 32,
+            ledgers: 1,
         }
     }
 }

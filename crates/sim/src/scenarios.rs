@@ -7,7 +7,15 @@ use crate::run;
 use crate::stores::{Class, Kind};
 
 /// The scenarios `main` knows, in the order `all` runs them.
-pub const NAMES: [&str; 6] = ["sweep", "one-model", "overall", "capacity", "route-down", "overload"];
+pub const NAMES: [&str; 7] = [
+    "sweep",
+    "one-model",
+    "overall",
+    "ledgers",
+    "capacity",
+    "route-down",
+    "overload",
+];
 
 /// One model, `rate` req/s, `isolates` isolates.
 pub fn one_model(rate: f64, isolates: usize) -> Params {
@@ -150,6 +158,33 @@ calls issued
                     r.stores_table(),
                     r.calls_table()
                 );
+            }
+            t
+        }
+        "ledgers" => {
+            // 100k overall, I = 300, D1 as 1 to 64 ledgers (`LEDGER_SHARDS`): the busiest one.
+            let rows: Vec<(u8, Report)> = [1u8, 4, 16, 64]
+                .into_iter()
+                .map(|ledgers| {
+                    let p = Params {
+                        ledgers,
+                        ..overall(100_000.0, 300)
+                    };
+                    (ledgers, run(seeded(p)))
+                })
+                .collect();
+            let mut t = "| ledgers | busiest ledger | its load / p99 queueing | D1 calls/s there | blocking calls per request mean |\n|---|---|---|---|---|\n".to_string();
+            for (ledgers, r) in &rows {
+                if let Some(d1) = r.store(Class::D1) {
+                    t += &format!(
+                        "| {ledgers} | {} | {:.0} % / {:.1} ms | {:.0} | {:.2} |\n",
+                        d1.busiest,
+                        d1.load * 100.0,
+                        d1.wait_p99_ms,
+                        d1.calls_per_s,
+                        r.blocking_mean()
+                    );
+                }
             }
             t
         }

@@ -2,7 +2,7 @@
 //! database ([`Obj`]), their kinds for the report ([`Class`]), and the kinds of call ([`Kind`], the
 //! counted kinds of `src/calls.rs`, roughly).
 
-/// A store: one Durable Object instance or the D1 database.
+/// A store: one Durable Object instance or one D1 database.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Obj {
     /// `model:<id>` (route breakers, buckets, capacity).
@@ -25,7 +25,9 @@ pub enum Obj {
     Outbox(u32),
     /// `Design::Sharded`: health shard `k` of a model.
     Shard(u32, u32),
-    D1,
+    /// D1 ledger `n` (`LEDGER_SHARDS`: 0 is the home database, which also keeps the catalog); an
+    /// account's key, balance, holds and settlements are on its ledger.
+    D1(u8),
 }
 
 /// The kind of store, for the report.
@@ -51,7 +53,7 @@ impl Obj {
             Obj::Status => Class::Status,
             Obj::Outbox(_) => Class::Outbox,
             Obj::Shard(..) => Class::Shard,
-            Obj::D1 => Class::D1,
+            Obj::D1(_) => Class::D1,
         }
     }
 

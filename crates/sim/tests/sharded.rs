@@ -101,3 +101,24 @@ fn a_hot_keys_objects_stay_under_half_busy_whatever_the_isolates() {
         );
     }
 }
+
+/// D1 as ledgers (`LEDGER_SHARDS`, core `ledgers::place`): each account's reads, holds and
+/// settlements go to its own ledger, so at a rate one database cannot take the load spreads over
+/// the ledgers — down to the busiest account's, which stays on one (at 100k overall its ledger is
+/// the ceiling: docs/SCALE.md).
+#[test]
+fn ledgers_spread_d1_by_account() {
+    let at = |ledgers: u8| {
+        run(sharded(Params {
+            ledgers,
+            hot_share: 0.05,
+            ..overall(1_400.0, 300)
+        }))
+    };
+    let (one, four) = (at(1), at(4));
+    let d1 = |r: &Report| r.store(Class::D1).map_or((0, 0.0), |s| (s.instances, s.load));
+    let ((n1, l1), (n4, l4)) = (d1(&one), d1(&four));
+    assert_eq!((n1, n4), (1, 4), "one database, then four");
+    assert!(l1 > 1.0, "one database saturates at 1,400 req/s: {l1}");
+    assert!(l4 < 0.6 * l1, "the busiest of four takes well under the one's load: {l4} vs {l1}");
+}

@@ -22,7 +22,7 @@ impl World {
     pub(super) fn batches(&mut self, iso: u32, which: Which) -> &mut Batches<u32> {
         let isolate = &mut self.isolates[iso as usize];
         match which {
-            Which::Settle => &mut isolate.settle,
+            Which::Settle(_) => &mut isolate.settle,
             Which::Report(_) => &mut isolate.reports,
         }
     }
@@ -57,11 +57,11 @@ impl World {
         }
         let n = taken.items.len() as u64;
         let (obj, kind, statements) = match which {
-            Which::Settle => (Obj::D1, Kind::D1Settle, SETTLE_STATEMENTS * n),
+            Which::Settle(ledger) => (Obj::D1(ledger), Kind::D1Settle, SETTLE_STATEMENTS * n),
             Which::Report(obj) => (obj, Kind::Observe, 0),
         };
         let timeout = match which {
-            Which::Settle => D1_DEADLINE_MS,
+            Which::Settle(_) => D1_DEADLINE_MS,
             Which::Report(_) => HEALTH_TIMEOUT_MS,
         };
         self.call(
@@ -81,7 +81,7 @@ impl World {
 
     pub(super) fn send_alone(&mut self, iso: u32, which: Which, req: u32) {
         let (obj, kind, statements, timeout) = match which {
-            Which::Settle => (Obj::D1, Kind::D1Settle, SETTLE_STATEMENTS, D1_DEADLINE_MS),
+            Which::Settle(ledger) => (Obj::D1(ledger), Kind::D1Settle, SETTLE_STATEMENTS, D1_DEADLINE_MS),
             Which::Report(obj) => (obj, Kind::Observe, 0, HEALTH_TIMEOUT_MS),
         };
         self.call(iso, obj, kind, statements, timeout, Then::Alone { which, req });
@@ -119,7 +119,7 @@ impl World {
     /// An item whose batch failed its last send: a settlement to the outbox, a report dropped.
     pub(super) fn give_up(&mut self, iso: u32, which: Which, req: u32) {
         match which {
-            Which::Settle => {
+            Which::Settle(_) => {
                 let shard = Obj::Outbox((req as u64 % OUTBOX_SHARDS) as u32);
                 self.call(iso, shard, Kind::Keep, 0, OUTBOX_DEADLINE_MS, Then::Keep(req));
             }

@@ -53,7 +53,7 @@ impl World {
     pub(super) fn service_us(&self, obj: Obj, kind: Kind, statements: u64) -> u64 {
         let s = &self.p.service;
         match (obj, kind) {
-            (Obj::D1, _) => s.d1_call_us + s.d1_statement_us * statements,
+            (Obj::D1(_), _) => s.d1_call_us + s.d1_statement_us * statements,
             (Obj::Model(_), Kind::Snapshot) => s.model_snapshot_us,
             (Obj::Model(_), Kind::Observe) => s.model_observe_us,
             (Obj::Model(_), Kind::Full) => s.model_full_us,
@@ -180,7 +180,7 @@ impl World {
                 Some(health.snapshot())
             }
             (Obj::Account(a), _) => Some(self.account_objects.entry(a).or_default().snapshot()),
-            (Obj::D1, Kind::D1Settle) => {
+            (Obj::D1(_), Kind::D1Settle) => {
                 for r in &items {
                     let req = &mut self.reqs[*r as usize];
                     if req.settled == Settled::Open {

@@ -56,21 +56,23 @@ use crate::stores::{Kind, Obj};
 /// Which of an isolate's batches an item is in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Which {
-    Settle,
+    /// Settlements for one ledger (the Worker batches an isolate's settlements together and
+    /// writes one batch per ledger they name: the same calls to each ledger).
+    Settle(u8),
     Report(Obj),
 }
 
 impl Which {
     fn key(self) -> String {
         match self {
-            Which::Settle => String::new(),
+            Which::Settle(ledger) => format!("ledger:{ledger}"),
             Which::Report(obj) => obj.name(),
         }
     }
 
     fn rules(self) -> &'static BatchRules {
         match self {
-            Which::Settle => &SETTLE_BATCH,
+            Which::Settle(_) => &SETTLE_BATCH,
             Which::Report(_) => &REPORT_BATCH,
         }
     }
@@ -418,9 +420,10 @@ impl World {
             Ev::StreamEnd(req) => self.stream_end(req),
             Ev::FastHold(req) => {
                 let iso = self.reqs[req as usize].iso;
+                let ledger = self.ledger(req);
                 self.call(
                     iso,
-                    Obj::D1,
+                    ledger,
                     Kind::D1HoldFast,
                     HOLD_STATEMENTS,
                     D1_DEADLINE_MS,

@@ -65,7 +65,7 @@ impl World {
                         self.reqs[id as usize].stage = Stage::Catalog;
                         continue;
                     }
-                    return self.blocking(id, Obj::D1, Kind::D1Key, READ_STATEMENTS, D1_DEADLINE_MS);
+                    return self.blocking(id, self.ledger(id), Kind::D1Key, READ_STATEMENTS, D1_DEADLINE_MS);
                 }
                 Stage::Catalog => {
                     if isolate
@@ -75,7 +75,7 @@ impl World {
                         self.reqs[id as usize].stage = Stage::Limit;
                         continue;
                     }
-                    return self.blocking(id, Obj::D1, Kind::D1Catalog, READ_STATEMENTS, D1_DEADLINE_MS);
+                    return self.blocking(id, Obj::D1(0), Kind::D1Catalog, READ_STATEMENTS, D1_DEADLINE_MS);
                 }
                 Stage::Limit => {
                     if !self.limited(key) {
@@ -161,10 +161,10 @@ impl World {
                         self.reqs[id as usize].stage = Stage::Upstream;
                         continue;
                     }
-                    return self.blocking(id, Obj::D1, Kind::D1Balance, READ_STATEMENTS, D1_DEADLINE_MS);
+                    return self.blocking(id, self.ledger(id), Kind::D1Balance, READ_STATEMENTS, D1_DEADLINE_MS);
                 }
                 Stage::Hold => {
-                    return self.blocking(id, Obj::D1, Kind::D1HoldAtomic, HOLD_STATEMENTS, D1_DEADLINE_MS);
+                    return self.blocking(id, self.ledger(id), Kind::D1HoldAtomic, HOLD_STATEMENTS, D1_DEADLINE_MS);
                 }
                 Stage::Upstream => return self.attempt(id),
                 Stage::Streaming | Stage::Closed => return,
@@ -180,6 +180,17 @@ impl World {
     pub(super) fn rpm_only(&self, key: u32) -> bool {
         let every = self.p.limited_key_every * self.p.rpm_only_every;
         self.p.design == Design::Sharded && every > 0 && (key as usize).is_multiple_of(every)
+    }
+
+    /// The D1 ledger of request `id`'s account (core `ledgers::place`).
+    pub(super) fn ledger_of(&self, id: u32) -> u8 {
+        let account = self.reqs[id as usize].account(self.p.keys_per_account);
+        switchyard_core::ledgers::place(&format!("acct-{account}"), self.p.ledgers)
+    }
+
+    /// That ledger, as a store.
+    pub(super) fn ledger(&self, id: u32) -> Obj {
+        Obj::D1(self.ledger_of(id))
     }
 
     /// Shard `shard` of the objects keeping `model`'s route capacity: its own (`Design::Sharded`,
@@ -547,7 +558,8 @@ impl World {
             );
         }
         if self.reqs[id as usize].settled == Settled::Open {
-            self.push(iso, Which::Settle, id, false);
+            let ledger = self.ledger_of(id);
+            self.push(iso, Which::Settle(ledger), id, false);
         }
         if refused {
             return;
