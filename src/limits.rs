@@ -5,8 +5,8 @@
 //!   `RPM_PER_SHARD`, has one per share of it (`key:<id>:<n>`, core `key_shards`), exact in
 //!   total. A key without `rpm` or `max_concurrent` never calls one.
 //! - Per route: `LimitObject`s of their own keep a capped model's core `Capacity` (path
-//!   `/capacity`: `capacity:<model>`, or one per share of its caps past core `SLOTS_PER_SHARD`,
-//!   `capacity:<model>:<n>`) — apart from the model's health object, so capacity calls never queue
+//!   `/capacity`: `capacity:0:<model>`, or one per share of its caps past core `SLOTS_PER_SHARD`,
+//!   `capacity:<n>:<model>`) — apart from the model's health object, so capacity calls never queue
 //!   health's; each lease is one row of its SQLite storage ([`CapacityDesk`]).
 //!
 //! A request that finds no room waits inside the object (first come, first served) until room
@@ -161,7 +161,7 @@ impl<S: Default + Serialize + DeserializeOwned> Desk<S> {
 pub struct LimitObject {
     state: State,
     desk: Desk<KeyState>,
-    /// A model's route capacity (`capacity:<model>`, on the `/capacity` path).
+    /// A model's route capacity (`capacity:<n>:<model>`, on the `/capacity` path).
     capacity: CapacityDesk,
 }
 
@@ -240,7 +240,7 @@ impl DurableObject for LimitObject {
 
 // ---- per route: a model's capacity object ------------------------------------------------------------
 
-/// A model's capacity object (`capacity:<model>`, a `LimitObject`): the core `Capacity` in memory, each lease one
+/// A model's capacity object (`capacity:<n>:<model>`, a `LimitObject`): the core `Capacity` in memory, each lease one
 /// row of the object's SQLite table — a grant, a renewal or a release writes that row alone, so a
 /// call costs the same at ten leases as at a hundred thousand, and no value grows with the load
 /// (the old one JSON value, rewritten whole on every call, met the storage's 2 MB value limit at
@@ -818,13 +818,10 @@ pub async fn key_usage(env: &Env, key: &KeyRecord) -> Option<KeyUsage> {
     Some(all)
 }
 
-/// Shard `shard` of the `shards` objects keeping `model_id`'s route capacity
-/// (`capacity:<model>` when one).
-fn capacity_object(model_id: &str, shard: u32, shards: u32) -> String {
-    match shards {
-        1 => format!("capacity:{model_id}"),
-        _ => format!("capacity:{model_id}:{shard}"),
-    }
+/// Object `shard` of those keeping `model_id`'s route capacity: `capacity:<shard>:<model>` — the
+/// number first, so no model id (which may hold a colon) names another's.
+fn capacity_object(model_id: &str, shard: u32) -> String {
+    format!("capacity:{shard}:{model_id}")
 }
 
 /// How many objects keep `model`'s route capacity (core `capacity_shards`).
@@ -872,10 +869,7 @@ pub async fn admit_route(
         wait_ms,
         |e| matches!(e, ApiError::CapacityBusy { .. }),
         |shard, wait| {
-            let (name, wants) = (
-                capacity_object(&model.id, shard, shards),
-                shard_wants(&wants, shard, shards),
-            );
+            let (name, wants) = (capacity_object(&model.id, shard), shard_wants(&wants, shard, shards));
             take_route(env, ctx, model, routes, id, policy, name, wants, wait)
         },
     )
@@ -966,9 +960,7 @@ pub async fn route_loads(
         return None;
     }
     let shards = model_capacity_shards(model);
-    let names: Vec<String> = (0..shards)
-        .map(|shard| capacity_object(&model.id, shard, shards))
-        .collect();
+    let names: Vec<String> = (0..shards).map(|shard| capacity_object(&model.id, shard)).collect();
     let parts = futures_util::future::join_all(names.iter().map(|name| {
         object::call::<_, std::collections::BTreeMap<String, switchyard_core::limits::RouteLoad>>(
             env,

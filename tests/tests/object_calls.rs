@@ -317,7 +317,7 @@ fn calls_settlements_refused_by_d1_rejoin_the_next_batch() {
 
 /// SPEC §22: an isolate's slots on one object are renewed together — one `renew` call for all of
 /// them when the renewal is due, not one per holder — and a model's capacity is an object of its
-/// own (`capacity:<model>`), apart from its health object. Six 12-second streams hold six slots of a
+/// own (`capacity:0:<model>`), apart from its health object. Six 12-second streams hold six slots of a
 /// capped route at once (lease 15 s, renewed every 5 s): their holders used to send ≈ 12 renewal
 /// calls (two each); together they send one per ≥ 4.5 s — at most three in 12 s.
 #[test]
@@ -327,7 +327,7 @@ fn calls_slots_held_together_are_renewed_by_one_call() {
     let (routes, _) = s.mock_routes(&[("chunks/24/500", json!({"verify": false, "max_concurrency": 8}))]);
     let id = s.model(routes, Some(json!({"idle_timeout_ms": 5000})));
     let key = s.new_key(10.0);
-    let object = format!("capacity:{id}");
+    let object = format!("capacity:0:{id}");
     let (isolate, before) = object_calls(&s, &object);
     let started = Instant::now();
     let streams: Vec<_> = (0..6)

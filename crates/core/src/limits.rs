@@ -331,7 +331,7 @@ pub struct KeyReply {
     pub waited_ms: u64,
 }
 
-/// A call about route capacity to a model's capacity object (`capacity:<model>`, its `/capacity` path), typed for both
+/// A call about route capacity to a model's capacity object (`capacity:<n>:<model>`, its `/capacity` path), typed for both
 /// sides.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "call", rename_all = "snake_case")]

@@ -15,7 +15,7 @@ pub enum Obj {
     /// A limited key's `LimitObject`: (key, shard) — shard 0 unless the key's slots are spread
     /// over several (`Design::Sharded`, core `key_shards`).
     Key(u32, u32),
-    /// `Design::Sharded`: `capacity:<model>:<n>`, (model, shard) — a model's route capacity (a
+    /// `Design::Sharded`: `capacity:<n>:<model>`, (model, shard) — a model's route capacity (a
     /// `LimitObject`), over core `capacity_shards` objects; in `Design::Direct` the model's object
     /// keeps it.
     Capacity(u32, u32),
