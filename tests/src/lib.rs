@@ -74,6 +74,12 @@ pub fn wrangler_restart(status: u16, has_request_id: bool, body: &[u8]) -> bool 
     lost
 }
 
+/// Whether a request failed because its connection was reset or closed before any answer.
+fn connection_lost(e: &ureq::Error) -> bool {
+    let text = e.to_string().to_ascii_lowercase();
+    text.contains("connection reset") || text.contains("peer disconnected") || text.contains("broken pipe")
+}
+
 /// A line for the end of the run: scripts/test prints these after every suite (cargo hides a
 /// passing test's output) — what happened that passed anyway, and figures the docs keep.
 pub fn note(line: &str) {
@@ -370,20 +376,40 @@ impl Stack {
     }
 
     /// Any request: `headers` as (name, value), `body` sent as is when present. A request that
-    /// `wrangler dev`'s own proxy lost (see [`wrangler_restart`]) is sent again, up to twice.
+    /// `wrangler dev`'s own proxy lost (see [`wrangler_restart`]) is sent again, up to twice; so
+    /// is an idempotent one (not a POST) whose connection the local servers reset before any
+    /// answer (CI saw `GET /v1/credits` and `PUT /admin/catalog` lost so, on a loaded machine).
     pub fn request(&self, method: &str, url: &str, headers: &[(&str, &str)], body: Option<&[u8]>) -> Reply {
-        let mut reply = self.request_once(method, url, headers, body);
-        for _ in 0..2 {
-            if !wrangler_restart(reply.status, reply.header("x-request-id").is_some(), &reply.body) {
-                break;
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let reply = match self.request_once(method, url, headers, body) {
+                Ok(reply) => reply,
+                Err(e) if method != "POST" && tries <= 2 && connection_lost(&e) => {
+                    note(&format!(
+                        "a {method} request's connection was reset before any answer; sent again"
+                    ));
+                    std::thread::sleep(std::time::Duration::from_millis(300));
+                    continue;
+                }
+                Err(e) => panic!("{method} {url} failed: {e}"),
+            };
+            if tries <= 2 && wrangler_restart(reply.status, reply.header("x-request-id").is_some(), &reply.body) {
+                std::thread::sleep(std::time::Duration::from_millis(300));
+                continue;
             }
-            std::thread::sleep(std::time::Duration::from_millis(300));
-            reply = self.request_once(method, url, headers, body);
+            return reply;
         }
-        reply
     }
 
-    fn request_once(&self, method: &str, url: &str, headers: &[(&str, &str)], body: Option<&[u8]>) -> Reply {
+    /// One request; `Err` when no answer came (the transport failed).
+    fn request_once(
+        &self,
+        method: &str,
+        url: &str,
+        headers: &[(&str, &str)],
+        body: Option<&[u8]>,
+    ) -> Result<Reply, ureq::Error> {
         let mut builder = ureq::http::Request::builder().method(method).uri(url);
         if let Some(host) = &self.host {
             builder = builder.header("host", host.as_str());
@@ -397,7 +423,7 @@ impl Stack {
         };
         let mut response = match result {
             Ok(Ok(r)) => r,
-            Ok(Err(e)) => panic!("{method} {url} failed: {e}"),
+            Ok(Err(e)) => return Err(e),
             Err(e) => panic!("bad request {method} {url}: {e}"),
         };
         let status = response.status().as_u16();
@@ -417,7 +443,7 @@ impl Stack {
             .limit(64 * 1024 * 1024)
             .read_to_vec()
             .unwrap_or_else(|e| panic!("{method} {url}: reading the body failed: {e}"));
-        Reply { status, headers, body }
+        Ok(Reply { status, headers, body })
     }
 
     /// A chat request whose client gives up after `give_up_ms`; true if it got no answer by then.
