@@ -148,12 +148,7 @@ impl DurableObject for HealthObject {
             }
             // The shard's forwarding does not wait for them: they fold in as they come, and its
             // next renewal (250 ms) carries them.
-            Some((config, false)) => {
-                let teller = self.teller();
-                self.state.wait_until(async move {
-                    let _ = teller.tell(config, answer.forward, false).await;
-                });
-            }
+            Some((config, false)) => self.tell_later(config, answer.forward, false),
             None => {}
         }
         Response::from_json(&answer.reply)
@@ -178,10 +173,7 @@ impl DurableObject for HealthObject {
         let now = now_ms();
         let used = catalog.route_accounts(model);
         self.change(|h| h.know_accounts(used.iter().map(|(_, a)| a.as_str())));
-        let teller = self.teller();
-        self.state.wait_until(async move {
-            let _ = teller.tell(config, Vec::new(), true).await;
-        });
+        self.tell_later(config, Vec::new(), true);
         let due = self.change(|h| {
             h.know_routes(&routes, now);
             let due = h.due_checks(&routes, policy.verify_idle_ms, now);
@@ -301,6 +293,14 @@ impl HealthObject {
 
     async fn set_alarm(&self, at_ms: u64) -> worker::Result<()> {
         self.alarm.set(&self.state.storage(), at_ms).await
+    }
+
+    /// [`Teller::tell`] from `State::wait_until`: the call that wants it does not wait for it.
+    fn tell_later(&self, config: HealthConfig, forward: Vec<Observation>, force: bool) {
+        let teller = self.teller();
+        self.state.wait_until(async move {
+            let _ = teller.tell(config, forward, force).await;
+        });
     }
 
     /// What tells and asks the accounts' objects for this model's object, apart from the call

@@ -801,21 +801,33 @@ pub async fn key_usage(env: &Env, key: &KeyRecord) -> Option<KeyUsage> {
         return None;
     }
     let shards = key_shards(limit);
-    let names: Vec<String> = (0..shards).map(|shard| key_object(key, shard, shards)).collect();
-    let parts = futures_util::future::join_all(
-        names
-            .iter()
-            .map(|name| object::call::<_, KeyUsage>(env, "LIMITS", name, "/", &KeyCall::Usage, 1_000, None)),
-    )
-    .await;
+    let names = (0..shards).map(|shard| key_object(key, shard, shards));
     let mut all = KeyUsage::default();
-    for part in parts {
-        let part = part.ok()?;
+    for part in ask_all::<KeyUsage>(env, names, "/", &KeyCall::Usage).await? {
         all.requests_in_window += part.requests_in_window;
         all.in_flight += part.in_flight;
         all.queued += part.queued;
     }
     Some(all)
+}
+
+/// Every limit object `names` answering `call` at `path` (a report, 1 s each, concurrently);
+/// `None` when one did not.
+async fn ask_all<T: DeserializeOwned>(
+    env: &Env,
+    names: impl Iterator<Item = String>,
+    path: &str,
+    call: &impl Serialize,
+) -> Option<Vec<T>> {
+    let names: Vec<String> = names.collect();
+    let asks = names
+        .iter()
+        .map(|name| object::call::<_, T>(env, "LIMITS", name, path, call, 1_000, None));
+    futures_util::future::join_all(asks)
+        .await
+        .into_iter()
+        .collect::<Result<_, _>>()
+        .ok()
 }
 
 /// Object `shard` of those keeping `model_id`'s route capacity: `capacity:<shard>:<model>` — the
@@ -959,23 +971,11 @@ pub async fn route_loads(
     if !capped(model) {
         return None;
     }
-    let shards = model_capacity_shards(model);
-    let names: Vec<String> = (0..shards).map(|shard| capacity_object(&model.id, shard)).collect();
-    let parts = futures_util::future::join_all(names.iter().map(|name| {
-        object::call::<_, std::collections::BTreeMap<String, switchyard_core::limits::RouteLoad>>(
-            env,
-            "LIMITS",
-            name,
-            "/capacity",
-            &CapacityCall::Report,
-            1_000,
-            None,
-        )
-    }))
-    .await;
-    let mut all = std::collections::BTreeMap::<String, switchyard_core::limits::RouteLoad>::new();
-    for part in parts {
-        for (route, load) in part.ok()? {
+    type Loads = std::collections::BTreeMap<String, switchyard_core::limits::RouteLoad>;
+    let names = (0..model_capacity_shards(model)).map(|shard| capacity_object(&model.id, shard));
+    let mut all = Loads::new();
+    for part in ask_all::<Loads>(env, names, "/capacity", &CapacityCall::Report).await? {
+        for (route, load) in part {
             let sum = all.entry(route).or_default();
             sum.in_flight += load.in_flight;
             sum.queued += load.queued;

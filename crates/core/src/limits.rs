@@ -153,18 +153,18 @@ pub fn key_shards(limit: KeyLimit) -> u32 {
 /// The limit shard `shard` of `shards` keeps: its share of the key's slots or of its `rpm`, the
 /// shares summing to the key's exactly (the key as it is when it has one object).
 pub fn shard_limit(limit: KeyLimit, shard: u32, shards: u32) -> KeyLimit {
-    let share = |n: u32| n / shards + u32::from(shard < n % shards);
-    match (limit.rpm, limit.max_concurrent) {
-        _ if shards <= 1 => limit,
-        (None, Some(slots)) => KeyLimit {
-            rpm: None,
-            max_concurrent: Some(share(slots)),
-        },
-        (Some(rpm), None) => KeyLimit {
-            rpm: Some(share(rpm)),
-            max_concurrent: None,
-        },
-        _ => limit,
+    KeyLimit {
+        rpm: limit.rpm.map(|n| share(n, shard, shards)),
+        max_concurrent: limit.max_concurrent.map(|n| share(n, shard, shards)),
+    }
+}
+
+/// Shard `shard`'s part of `n` split over `shards` (all of it when one): the parts differ by at
+/// most one and sum to `n`.
+pub fn share(n: u32, shard: u32, shards: u32) -> u32 {
+    match shards {
+        0 | 1 => n,
+        _ => n / shards + u32::from(shard < n % shards),
     }
 }
 
@@ -206,10 +206,7 @@ pub fn shard_wants(wants: &[Want], shard: u32, shards: u32) -> Vec<Want> {
         .iter()
         .map(|w| Want {
             route: w.route.clone(),
-            max: w.max.map(|cap| match shards {
-                0 | 1 => cap,
-                _ => cap / shards + u32::from(shard < cap % shards),
-            }),
+            max: w.max.map(|cap| share(cap, shard, shards)),
         })
         .collect()
 }
