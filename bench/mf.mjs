@@ -1,6 +1,6 @@
-// Shared by bench/miniflare.mjs, bench/profile.mjs, bench/cold.mjs and bench/cold-profile.mjs:
-// command-line options, wrangler.toml → Miniflare options (refusing bindings it does not wire up),
-// D1 migrations, workerd's pids, a JSON call, the cold-start catalog, an inspector session.
+// Shared by the bench/*.mjs runners: command-line options, wrangler.toml → Miniflare options
+// (refusing bindings it does not wire up), D1 migrations, workerd's pids and CPU time, a measured
+// loop, a JSON call, the cold-start catalog, an inspector session.
 
 import { readFileSync, readdirSync, existsSync } from "node:fs";
 import { dirname, resolve, join } from "node:path";
@@ -308,6 +308,38 @@ export async function applyMigrations(mf, d1) {
       }
     }
   }
+}
+
+// The workerd processes' CPU time so far, ms (utime + stime, clock ticks of 10 ms).
+export function cpuMs() {
+  let ticks = 0;
+  for (const pid of workerdPids()) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+      const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      ticks += Number(fields[11]) + Number(fields[12]);
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return ticks * 10;
+}
+
+export const quantile = (xs, q) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor(q * s.length))];
+};
+
+// Runs `one` (which makes one or more calls and returns their summed round trip, ms) `n` times
+// after 20 unmeasured ones: the round trip's median and p99, and the workerd processes' CPU per
+// run (bench/objects.mjs, bench/d1.mjs).
+export async function measure(n, one) {
+  for (let i = 0; i < Math.min(20, n); i++) await one(i); // warm
+  const times = [];
+  const cpu0 = cpuMs();
+  for (let i = 0; i < n; i++) times.push(await one(i + 20));
+  const cpu = (cpuMs() - cpu0) / n;
+  return { p50: quantile(times, 0.5), p99: quantile(times, 0.99), cpu };
 }
 
 // Our child processes named workerd (for per-request CPU time).

@@ -7,8 +7,8 @@
 //     forwarding), `snapshot`, `full`;
 //   - a health shard: `report` (16 requests' outcomes), `snapshot`;
 //   - an upstream account's object: `observe` (one account failure), `snapshot`;
-//   - route capacity on a model's object with 0, 1,000 and 20,000 leases held: `acquire` +
-//     `release`;
+//   - route capacity on a model's capacity object with 0, 1,000 and 20,000 leases held:
+//     `acquire` + `release`;
 //   - a key's limit object with 0 and 1,000 slots held: `acquire` + `release`.
 // For each: the round trip's median and p99 and the workerd process's CPU per call (from
 // /proc, over all the calls of the case), each also over the floor — the same measures of an
@@ -19,9 +19,8 @@
 //
 // Prints a Markdown table. Not part of scripts/test or CI: timings are not assertions.
 
-import { readFileSync } from "node:fs";
 import { Miniflare } from "miniflare";
-import { parseArgs, miniflareOptions, applyMigrations, fail, workerdPids } from "./mf.mjs";
+import { parseArgs, miniflareOptions, applyMigrations, fail, measure } from "./mf.mjs";
 
 let calls = 200;
 const args = parseArgs(process.argv.slice(2), (a, next) => {
@@ -55,36 +54,6 @@ async function callObject(binding, name, path, body) {
   const ms = performance.now() - t;
   if (r.status !== 200) fail(`${name}${path}: ${r.status} ${text.slice(0, 300)}`);
   return { ms, text };
-}
-
-// The workerd processes' CPU time so far, ms (utime + stime, clock ticks of 10 ms).
-function cpuMs() {
-  let ticks = 0;
-  for (const pid of workerdPids()) {
-    try {
-      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-      const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-      ticks += Number(fields[11]) + Number(fields[12]);
-    } catch {
-      // gone meanwhile
-    }
-  }
-  return ticks * 10;
-}
-
-const quantile = (xs, q) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.floor(q * s.length))];
-};
-
-// Runs `one` (which makes one or more calls and returns their summed round trip) `n` times.
-async function measure(n, one) {
-  for (let i = 0; i < Math.min(20, n); i++) await one(i); // warm
-  const times = [];
-  const cpu0 = cpuMs();
-  for (let i = 0; i < n; i++) times.push(await one(i + 20));
-  const cpu = (cpuMs() - cpu0) / n;
-  return { p50: quantile(times, 0.5), p99: quantile(times, 0.99), cpu };
 }
 
 const now = () => Date.now();
@@ -166,15 +135,16 @@ row("account `snapshot`", "1 breaker", await measure(calls, async () => (await c
 
 const hour = 3_600_000;
 for (const held of [0, 1_000, 20_000]) {
-  const name = `model:bench-cap-${held}-${now()}`;
+  // A model's capacity object (`capacity:<n>:<model>`, a `LimitObject` since session 19).
+  const name = `capacity:0:bench-cap-${held}-${now()}`;
   const want = [{ route: "r0", max: 1_000_000 }];
   for (let i = 0; i < held; i++) {
-    await callObject("HEALTH", name, "/capacity", { call: "acquire", id: `held-${i}`, wants: want, lease_ms: hour, wait_ms: 0 });
+    await callObject("LIMITS", name, "/capacity", { call: "acquire", id: `held-${i}`, wants: want, lease_ms: hour, wait_ms: 0 });
   }
   row("capacity `acquire` + `release`", `${held.toLocaleString("en")} leases`, await measure(calls, async (i) => {
     const id = `bench-${i}`;
-    const a = await callObject("HEALTH", name, "/capacity", { call: "acquire", id, wants: want, lease_ms: hour, wait_ms: 0 });
-    const r = await callObject("HEALTH", name, "/capacity", { call: "release", route: "r0", id });
+    const a = await callObject("LIMITS", name, "/capacity", { call: "acquire", id, wants: want, lease_ms: hour, wait_ms: 0 });
+    const r = await callObject("LIMITS", name, "/capacity", { call: "release", route: "r0", id });
     return a.ms + r.ms;
   }));
 }

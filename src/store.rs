@@ -22,7 +22,7 @@ use switchyard_core::catalog::Catalog;
 use switchyard_core::generation::{AttemptRecord, GenerationRecord};
 use switchyard_core::keys::UnknownKeys;
 use switchyard_core::ApiError;
-use switchyard_core::{ledgers, records, rollup};
+use switchyard_core::{ledgers, records, rollup, settlement};
 use wasm_bindgen::JsValue;
 use worker::{D1Database, D1PreparedStatement, Env};
 
@@ -776,8 +776,8 @@ impl Store {
     /// never written again for a generation with a ledger charge or a generation row, so settling
     /// twice — a replay, a duplicate, a reply lost after D1 applied it — charges once; a hold the
     /// sweeper already expired is charged but not released again. `unwritten`: a fast-path hold
-    /// not written yet, written first in the same batch. These rules are modelled, and their
-    /// exactly-once property tested, in `switchyard_core::settlement::Books`.
+    /// not written yet, settled in the same transaction as if written first. These rules are
+    /// modelled, and their exactly-once property tested, in `switchyard_core::settlement::Books`.
     pub async fn settle(&self, items: &[(&GenerationRecord, bool, Option<&HoldRow>)]) -> Result<(), ApiError> {
         self.settle_as("D1.settle", items).await
     }
@@ -796,20 +796,24 @@ impl Store {
         join_all(writes).await.into_iter().collect()
     }
 
-    /// Settles `items`, all of this store's ledger, in one batch.
+    /// Settles `items`, all of this store's ledger, in one batch: per round of them (core
+    /// `settlement::rounds`: a generation settled twice in one batch goes in a second round) the
+    /// five set statements of [`Store::settle_round`], whatever the round's size — D1's cost is in
+    /// its statements far more than in their rows (BENCHMARKS.md, `bench/d1.mjs`).
     async fn settle_here(
         &self,
         kind: &str,
         items: &[(&GenerationRecord, bool, Option<&HoldRow>)],
     ) -> Result<(), ApiError> {
-        let mut statements = Vec::new();
-        for (g, has_hold, unwritten) in items {
-            statements.extend(self.settle_statements(g, *has_hold, *unwritten)?);
-        }
-        if statements.is_empty() {
-            // Settlements without a hold (an outbox may still keep some): nothing to write, and
+        // Settlements without a hold write nothing (an outbox may still keep some).
+        let with_hold: Vec<_> = items.iter().filter(|(_, has_hold, _)| *has_hold).collect();
+        if with_hold.is_empty() {
             // D1 refuses an empty batch.
             return Ok(());
+        }
+        let mut statements = Vec::new();
+        for round in settlement::rounds(&with_hold, |(g, _, _)| g.id.as_str()) {
+            statements.extend(self.settle_round(&round)?);
         }
         let accounts = items.iter().map(|(g, _, _)| g.account_id.as_str());
         crate::calls::d1_settle(kind, accounts, self.faults.instruments());
@@ -817,62 +821,85 @@ impl Store {
         self.money_batch(accounts, statements, "settle").await.map(drop)
     }
 
-    /// The statements of one settlement (see [`Store::settle`]).
-    fn settle_statements(
+    /// The statements of one round of settlements (see [`Store::settle`]; each generation once),
+    /// the round's rows as one JSON parameter (`?1`, read by `json_each`). A settlement applies
+    /// while its hold row is there, open or expired — or, a fast-path hold not written yet, while
+    /// that row could still be written (no charge, `settled` mark nor `generations` row for it,
+    /// expired less than [`EXPIRED_KEPT_MS`] ago): it is then settled in the same transaction
+    /// without being stored. What applies releases its open hold and charges account and key, and
+    /// its charge is booked; every settlement that left no charge is marked `settled`; the round's
+    /// hold rows go. The rules are core `settlement::Books::settle`'s.
+    fn settle_round(
         &self,
-        g: &GenerationRecord,
-        has_hold: bool,
-        unwritten: Option<&HoldRow>,
+        round: &[&&(&GenerationRecord, bool, Option<&HoldRow>)],
     ) -> Result<Vec<D1PreparedStatement>, ApiError> {
-        let gen_id = JsValue::from_str(&g.id);
-        let charge = num(g.total_cost_micros);
-        let account = JsValue::from_str(&g.account_id);
-        let key = JsValue::from_str(&g.key_id);
-        let now = num(now_ms() as i64);
-        let mut statements = match unwritten {
-            Some(h) => self.hold_unchecked_statements(h)?,
-            None => Vec::new(),
-        };
-        if has_hold {
-            const UNSETTLED: &str =
-                "EXISTS (SELECT 1 FROM holds WHERE generation_id = ?1 AND state IN ('open', 'expired'))";
-            statements.push(self.stmt(
+        let rows: Vec<SettleRow> = round
+            .iter()
+            .map(|(g, _, unwritten)| SettleRow {
+                g: &g.id,
+                c: g.total_cost_micros,
+                a: &g.account_id,
+                k: &g.key_id,
+                e: u8::from(g.estimated),
+                m: &g.model,
+                w: u8::from(unwritten.is_some()),
+                x: unwritten.map_or(0, |h| h.expires_at),
+            })
+            .collect();
+        let rows = serde_json::to_string(&rows).map_err(|_| ApiError::Internal { label: "settle_encode" })?;
+        let args = [JsValue::from_str(&rows), num(now_ms() as i64)];
+        let each = "WITH s AS (SELECT json_extract(value, '$.g') AS g, json_extract(value, '$.c') AS c, \
+                    json_extract(value, '$.a') AS a, json_extract(value, '$.k') AS k, json_extract(value, '$.e') AS e, \
+                    json_extract(value, '$.m') AS m, json_extract(value, '$.w') AS w, json_extract(value, '$.x') AS x \
+                    FROM json_each(?1))";
+        // What applies, with the open amount it releases.
+        let applying = format!(
+            "{each}, t AS (SELECT s.*, (SELECT amount_micros FROM holds WHERE generation_id = s.g AND state = 'open') \
+             AS released FROM s WHERE EXISTS (SELECT 1 FROM holds WHERE generation_id = s.g AND state IN ('open', 'expired')) \
+             OR (s.w = 1 AND NOT EXISTS (SELECT 1 FROM holds WHERE generation_id = s.g) \
+             AND NOT EXISTS (SELECT 1 FROM ledger WHERE generation_id = s.g) \
+             AND NOT EXISTS (SELECT 1 FROM settled WHERE generation_id = s.g) \
+             AND NOT EXISTS (SELECT 1 FROM generations WHERE id = s.g) AND s.x + {EXPIRED_KEPT_MS} > ?2))"
+        );
+        Ok(vec![
+            self.stmt(
                 &format!(
-                    "UPDATE accounts SET held_micros = held_micros - COALESCE((SELECT amount_micros FROM holds \
-                     WHERE generation_id = ?1 AND state = 'open'), 0), balance_micros = balance_micros - ?2, \
-                     charges_total_micros = charges_total_micros + ?2 WHERE id = ?3 AND {UNSETTLED}"
+                    "{applying} UPDATE accounts SET \
+                     held_micros = held_micros - (SELECT COALESCE(SUM(released), 0) FROM t WHERE t.a = accounts.id), \
+                     balance_micros = balance_micros - (SELECT SUM(c) FROM t WHERE t.a = accounts.id), \
+                     charges_total_micros = charges_total_micros + (SELECT SUM(c) FROM t WHERE t.a = accounts.id) \
+                     WHERE id IN (SELECT a FROM t)"
                 ),
-                &[gen_id.clone(), charge.clone(), account.clone()],
-            )?);
-            statements.push(self.stmt(
-                &format!("UPDATE api_keys SET spent_micros = spent_micros + ?2 WHERE id = ?3 AND {UNSETTLED}"),
-                &[gen_id.clone(), charge.clone(), key.clone()],
-            )?);
-            statements.push(self.stmt(
+                &args,
+            )?,
+            self.stmt(
                 &format!(
-                    "INSERT INTO ledger (account_id, kind, amount_micros, generation_id, key_id, estimated, created_at, model) \
-                     SELECT ?3, 'charge', ?2, ?1, ?4, ?5, ?6, ?7 WHERE ?2 > 0 AND {UNSETTLED}"
+                    "{applying} UPDATE api_keys SET spent_micros = spent_micros + (SELECT SUM(c) FROM t WHERE t.k = api_keys.id) \
+                     WHERE id IN (SELECT k FROM t)"
                 ),
-                &[
-                    gen_id.clone(),
-                    charge.clone(),
-                    account,
-                    key,
-                    opt_bool(Some(g.estimated)),
-                    now.clone(),
-                    JsValue::from_str(&g.model),
-                ],
-            )?);
+                &args,
+            )?,
+            self.stmt(
+                &format!(
+                    "{applying} INSERT INTO ledger (account_id, kind, amount_micros, generation_id, key_id, estimated, \
+                     created_at, model) SELECT a, 'charge', c, g, k, e, ?2, m FROM t WHERE c > 0"
+                ),
+                &args,
+            )?,
             // What proves it settled once its hold is gone, when no charge does (SPEC §22).
-            statements.push(self.stmt(
-                "INSERT OR IGNORE INTO settled (generation_id, created_at) SELECT ?1, ?2 \
-                 WHERE NOT EXISTS (SELECT 1 FROM ledger WHERE generation_id = ?1)",
-                &[gen_id.clone(), now],
-            )?);
-            // Last of the money statements: the hold goes with the settlement that charged it.
-            statements.push(self.stmt("DELETE FROM holds WHERE generation_id = ?1", &[gen_id])?);
-        }
-        Ok(statements)
+            self.stmt(
+                &format!(
+                    "{each} INSERT OR IGNORE INTO settled (generation_id, created_at) SELECT g, ?2 FROM s \
+                     WHERE NOT EXISTS (SELECT 1 FROM ledger WHERE generation_id = s.g)"
+                ),
+                &args,
+            )?,
+            // Last: the holds go with the settlements that charged them.
+            self.stmt(
+                &format!("{each} DELETE FROM holds WHERE generation_id IN (SELECT g FROM s)"),
+                &args[..1],
+            )?,
+        ])
     }
 
     /// Writes records to the `generations` table of their ledgers: where a record goes that its
@@ -1042,25 +1069,20 @@ impl Store {
     }
 
     /// The fast-path hold: admitted already on the isolate's snapshot, so written without the
-    /// balance condition (the snapshot rule bounds what this can overspend).
+    /// balance condition (the snapshot rule bounds what this can overspend) — the open hold row
+    /// and the account's held amount, idempotent: written a second time (a late deferred write, a
+    /// replay) it changes nothing, the held amount only moving when the row was new.
     pub async fn hold_unchecked(&self, h: &HoldRow) -> Result<(), ApiError> {
-        let statements = self.hold_unchecked_statements(h)?;
-        self.money_batch([h.account.as_str()], statements, "hold_fast")
-            .await
-            .map(drop)
-    }
-
-    /// The fast path's hold: the open hold row and the account's held amount, unchecked, and
-    /// idempotent — written a second time (the deferred write and a settlement, or a replay) it
-    /// changes nothing: the held amount only moves when the row was new.
-    fn hold_unchecked_statements(&self, h: &HoldRow) -> Result<Vec<D1PreparedStatement>, ApiError> {
-        Ok(vec![
+        let statements = vec![
             self.hold_row(h, "fast", false, true)?,
             self.stmt(
                 "UPDATE accounts SET held_micros = held_micros + ?2 WHERE id = ?1 AND changes() = 1",
                 &[JsValue::from_str(&h.account), num(h.amount)],
             )?,
-        ])
+        ];
+        self.money_batch([h.account.as_str()], statements, "hold_fast")
+            .await
+            .map(drop)
     }
 
     /// Releases every open hold past its expiry (the cron sweep); returns how many. An expired
@@ -1323,6 +1345,21 @@ pub struct HoldRow {
     pub amount: i64,
     pub now: u64,
     pub expires_at: u64,
+}
+
+/// One settlement as a row of its round's JSON parameter ([`Store::settle_round`]): generation,
+/// charge, account, key, estimated, model, whether its fast hold is unwritten, and that hold's
+/// expiry.
+#[derive(Serialize)]
+struct SettleRow<'a> {
+    g: &'a str,
+    c: i64,
+    a: &'a str,
+    k: &'a str,
+    e: u8,
+    m: &'a str,
+    w: u8,
+    x: u64,
 }
 
 /// A settlement: the generation, whether it releases a hold, and a fast-path hold row to write

@@ -86,28 +86,42 @@ impl Books {
         self.holds.insert(id.to_string(), HoldRow { amount, expired: false });
     }
 
-    /// A settlement batch, one transaction: each releases its hold (unless expired), charges,
-    /// books the charge and deletes the hold — only while the hold row is there — and marks a
-    /// settlement with a hold that left no ledger charge `settled` (`INSERT OR IGNORE`).
+    /// A settlement batch, one transaction, as `src/store.rs` writes it: in [`rounds`], each
+    /// round five set statements over all its settlements. A settlement *applies* while its hold
+    /// row is there (open or expired), or — a fast hold not written yet — while that row could be
+    /// written ([`Books::write_fast_hold`]'s guards: not settled, not too old; written and settled
+    /// in one go, it is never stored). One that applies releases its open hold, charges and books
+    /// the charge; every settlement with a hold that left no ledger charge is marked `settled`
+    /// (`INSERT OR IGNORE`), and its hold row is deleted.
     pub fn settle(&mut self, batch: &[Settle]) -> Result<(), Refused> {
         let mut next = self.clone();
-        for s in batch {
-            if let Some(amount) = s.unwritten {
-                next.write_fast_hold(&s.id, amount, s.born);
+        let with_hold: Vec<&Settle> = batch.iter().filter(|s| s.has_hold).collect();
+        for round in rounds(&with_hold, |s| s.id.as_str()) {
+            // Which apply, and what each releases: read before any statement of the round.
+            let applying: Vec<(&Settle, i64)> = round
+                .iter()
+                .filter_map(|s| match next.holds.get(&s.id) {
+                    Some(hold) => Some((**s, if hold.expired { 0 } else { hold.amount })),
+                    None if s.unwritten.is_some() && !next.settled(&s.id) && s.born >= next.epoch => Some((**s, 0)),
+                    None => None,
+                })
+                .collect();
+            for (s, released) in &applying {
+                next.held -= released;
+                next.balance -= s.charge;
             }
-            if s.has_hold {
-                if let Some(hold) = next.holds.remove(&s.id) {
-                    if !hold.expired {
-                        next.held -= hold.amount;
-                    }
-                    next.balance -= s.charge;
-                    if s.charge > 0 && next.ledger.insert(s.id.clone(), s.charge).is_some() {
-                        return Err(Refused);
-                    }
+            for (s, _) in &applying {
+                if s.charge > 0 && next.ledger.insert(s.id.clone(), s.charge).is_some() {
+                    return Err(Refused);
                 }
+            }
+            for s in &round {
                 if !next.ledger.contains_key(&s.id) {
                     next.marks.insert(s.id.clone());
                 }
+            }
+            for s in &round {
+                next.holds.remove(&s.id);
             }
         }
         *self = next;
@@ -133,6 +147,24 @@ impl Books {
         self.marks.clear();
         self.epoch += 1;
     }
+}
+
+/// A batch's items in rounds: the first item of each generation in the first round, a second one
+/// (the same settlement delivered twice into one batch) in the next, and so on, each round in the
+/// batch's order. A round names each generation once, so one set statement per rule applies it
+/// exactly as one statement per item in order would (tested below against that).
+pub fn rounds<'a, T>(items: &'a [T], id: impl Fn(&'a T) -> &'a str) -> Vec<Vec<&'a T>> {
+    let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut rounds: Vec<Vec<&T>> = Vec::new();
+    for item in items {
+        let n = seen.entry(id(item)).or_insert(0);
+        if rounds.len() <= *n {
+            rounds.push(Vec::new());
+        }
+        rounds[*n].push(item);
+        *n += 1;
+    }
+    rounds
 }
 
 #[cfg(test)]
@@ -266,6 +298,101 @@ mod tests {
             prop_assert_eq!(books.held, 0);
             prop_assert!(books.holds.is_empty(), "no hold row left: {:?}", books.holds);
         }
+    }
+
+    /// The batch as one statement group per settlement, in order (the Worker's statements before
+    /// the set statements): the rule [`Books::settle`] must keep.
+    fn one_by_one(books: &Books, batch: &[Settle]) -> Result<Books, Refused> {
+        let mut next = books.clone();
+        for s in batch {
+            if let Some(amount) = s.unwritten {
+                next.write_fast_hold(&s.id, amount, s.born);
+            }
+            if s.has_hold {
+                if let Some(hold) = next.holds.remove(&s.id) {
+                    if !hold.expired {
+                        next.held -= hold.amount;
+                    }
+                    next.balance -= s.charge;
+                    if s.charge > 0 && next.ledger.insert(s.id.clone(), s.charge).is_some() {
+                        return Err(Refused);
+                    }
+                }
+                if !next.ledger.contains_key(&s.id) {
+                    next.marks.insert(s.id.clone());
+                }
+            }
+        }
+        Ok(next)
+    }
+
+    /// A generation's state before a batch: its hold row (none, open, expired), a charge, a mark.
+    fn before() -> impl Strategy<Value = (u8, bool, bool)> {
+        (0..3u8, any::<bool>(), any::<bool>())
+    }
+
+    /// A settlement of one of four generations: charge, has a hold, a fast hold unwritten, born
+    /// in the books' period or the one before.
+    fn item() -> impl Strategy<Value = Settle> {
+        (
+            0..4u8,
+            0..50i64,
+            any::<bool>(),
+            prop::option::of(1..100i64),
+            any::<bool>(),
+        )
+            .prop_map(|(g, charge, has_hold, unwritten, old)| Settle {
+                id: format!("g{g}"),
+                charge,
+                has_hold: has_hold || unwritten.is_some(),
+                unwritten,
+                born: u64::from(!old),
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 4_000, ..ProptestConfig::default() })]
+
+        /// The set statements, round by round, leave the books exactly as one statement group per
+        /// settlement would — duplicates in a batch, holds open, expired or missing, charges and
+        /// marks already there, holds too old to write included.
+        #[test]
+        fn set_statements_in_rounds_settle_as_one_by_one(
+            gens in prop::collection::vec(before(), 4),
+            batch in prop::collection::vec(item(), 0..10),
+        ) {
+            let mut books = Books::new(10_000);
+            books.epoch = 1;
+            for (i, (hold, charged, marked)) in gens.iter().enumerate() {
+                let id = format!("g{i}");
+                match hold {
+                    1 => { books.holds.insert(id.clone(), HoldRow { amount: 70, expired: false }); books.held += 70; }
+                    2 => { books.holds.insert(id.clone(), HoldRow { amount: 70, expired: true }); }
+                    _ => {}
+                }
+                if *charged && *hold == 0 {
+                    books.ledger.insert(id.clone(), 5);
+                } else if *marked && *hold == 0 {
+                    books.marks.insert(id);
+                }
+            }
+            let mut set = books.clone();
+            let result = set.settle(&batch);
+            match one_by_one(&books, &batch) {
+                Ok(expected) => { prop_assert_eq!(result, Ok(())); prop_assert_eq!(set, expected); }
+                Err(refused) => { prop_assert_eq!(result, Err(refused)); prop_assert_eq!(set, books); }
+            }
+        }
+    }
+
+    #[test]
+    fn rounds_put_a_repeated_generation_in_the_next_round() {
+        let items = ["a", "b", "a", "c", "a", "b"];
+        let rounds: Vec<Vec<&str>> = rounds(&items, |s| s)
+            .into_iter()
+            .map(|r| r.into_iter().copied().collect())
+            .collect();
+        assert_eq!(rounds, vec![vec!["a", "b", "c"], vec!["a", "b"], vec!["a"]]);
     }
 
     #[test]
