@@ -3,21 +3,20 @@
 //! A request holds its maximum cost before the first attempt. On the awaited path that is one
 //! atomic statement (`… WHERE balance - held >= amount`), so concurrent requests never overspend.
 //! On the fast path (ample balance, a fresh snapshot, within `optimistic_hold_fraction`) the same
-//! hold is written without waiting, from `ctx.wait_until`, [`FAST_HOLD_DEFER_MS`] after admission;
-//! a request settled before then writes its hold first in the settlement batch instead (one D1
-//! batch per request instead of two), and one settled later waits for the hold's write first.
-//! Settlement releases the hold, charges the delivered usage, adds the ledger row, writes the
-//! generation and deletes the hold row, guarded by that row being there so settling twice charges
-//! once; an isolate's settlements within a few milliseconds share one D1 batch. Every D1 write
-//! here has a deadline: a settlement D1 keeps refusing, or does not answer in time, goes to the
-//! outbox (`outbox.rs`) within [`SETTLE_WITHIN_MS`], which replays it when D1 is back. Expired
-//! holds are swept by cron.
+//! hold is written without waiting, from `ctx.wait_until`, [`FAST_HOLD_DEFER_MS`] after admission,
+//! with the isolate's other fast holds of the next 200 ms in one D1 batch ([`HOLD_BATCH`]) — unless
+//! the request settled first. Settlement carries the fast hold's row either way and settles it
+//! whether or not the row was written (core `settlement::Books`), so it never waits for the write.
+//! Settlement releases the hold, charges the delivered usage, adds the ledger row and deletes the
+//! hold row, guarded by the hold being unsettled so settling twice charges once; an isolate's
+//! settlements within a few milliseconds share one D1 batch. Every D1 write here has a deadline: a
+//! settlement D1 keeps refusing, or does not answer in time, goes to the outbox (`outbox.rs`)
+//! within [`SETTLE_WITHIN_MS`], which replays it when D1 is back. Expired holds are swept by cron.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use futures_util::future::{FutureExt, LocalBoxFuture, Shared};
 use switchyard_core::batch::{Batches, Rules};
 use switchyard_core::billing::{hold_ttl_ms, plan_hold, BalanceSnapshot, HoldCandidate, HoldPlan};
 use switchyard_core::catalog::Policy;
@@ -54,13 +53,20 @@ impl HoldPath {
     }
 }
 
-/// How long a fast-path hold waits before it is written on its own. Most non-stream answers settle
-/// sooner and write the hold in their settlement batch. The fast path already lets other isolates
-/// miss this isolate's recent holds for up to `balance_snapshot_ms`; this adds at most this much.
+/// How long a fast-path hold waits before it is written. Most non-stream answers settle sooner,
+/// and their holds are never written. The fast path already lets other isolates miss this
+/// isolate's recent holds for up to `balance_snapshot_ms`; this and [`HOLD_BATCH`]'s wait add at
+/// most a quarter of a second.
 pub const FAST_HOLD_DEFER_MS: u64 = 50;
+/// How an isolate's fast holds are batched: core `batch::FAST_HOLDS` (200 ms, at most 64).
+const HOLD_BATCH: Rules = switchyard_core::batch::FAST_HOLDS;
 
-/// A placed hold: which routes it covers, and (fast path) its row, not yet written or being
-/// written. The amount lives in the `holds` row; settlement releases it from there.
+thread_local! {
+    static FAST_HOLDS: RefCell<Batches<FastHold>> = RefCell::new(Batches::default());
+}
+
+/// A placed hold: which routes it covers, and (fast path) its row, which may not be written yet.
+/// The amount lives in the `holds` row; settlement releases it from there.
 pub struct Hold {
     pub keep: Vec<usize>,
     pub path: HoldPath,
@@ -69,13 +75,12 @@ pub struct Hold {
     fast: Option<FastHold>,
 }
 
-/// A fast-path hold: whoever claims it first — the deferred write or settlement — writes it.
+/// A fast-path hold: its row, and whether its settlement has taken it (a hold settled before its
+/// batch is sent is left out of it: never written).
+#[derive(Clone)]
 struct FastHold {
     row: Rc<HoldRow>,
-    claimed: Rc<Cell<bool>>,
-    /// The deferred write; `false` when it claimed the row and could not write it (settlement then
-    /// writes it: the row's statements are idempotent).
-    write: Shared<LocalBoxFuture<'static, bool>>,
+    settled: Rc<Cell<bool>>,
 }
 
 /// What a request's hold is for.
@@ -132,7 +137,6 @@ pub async fn place_hold(env: &Env, ctx: &Context, request: &HoldRequest<'_>) -> 
         }
     });
     if let Some((amount, keep)) = fast {
-        let store = Store::new(env)?.ledger(key.ledger)?;
         let row = Rc::new(HoldRow {
             account: account.to_string(),
             key_id: key.id.clone(),
@@ -141,41 +145,29 @@ pub async fn place_hold(env: &Env, ctx: &Context, request: &HoldRequest<'_>) -> 
             now,
             expires_at,
         });
-        let claimed = Rc::new(Cell::new(false));
-        let (deferred_row, deferred_claim) = (row.clone(), claimed.clone());
-        let write: LocalBoxFuture<'static, bool> = async move {
+        let fast = FastHold {
+            row,
+            settled: Rc::new(Cell::new(false)),
+        };
+        let (deferred, env, ledger) = (fast.clone(), env.clone(), key.ledger);
+        ctx.wait_until(async move {
             sleep(FAST_HOLD_DEFER_MS).await;
-            // Until it is written (or settlement takes it over), the account's next balance read
-            // cannot see it: it is carried into that snapshot (SPEC §18).
-            let carried_until_written = |row: &HoldRow| {
-                BALANCES.with(|s| {
-                    if let Some(snap) = s.borrow_mut().get_mut(&row.account) {
-                        snap.written(row.amount);
-                    }
-                })
-            };
-            if deferred_claim.replace(true) {
-                carried_until_written(&deferred_row);
-                return true; // settlement writes it in its own batch
+            if in_request() && !deferred.settled.get() {
+                write_fast_hold(&env, ledger, &deferred).await;
             }
-            let written = store.hold_unchecked(&deferred_row).await.is_ok();
-            carried_until_written(&deferred_row);
-            if !written {
-                worker::console_error!(
-                    "{{\"event\":\"fast_hold_write_failed\",\"generation_id\":{:?}}}",
-                    deferred_row.generation_id
-                );
-            }
-            written
-        }
-        .boxed_local();
-        let write = write.shared();
-        ctx.wait_until(write.clone().map(drop));
+            // Until it is written (or settled), the account's next balance read cannot see it: it
+            // is carried into that snapshot (SPEC §18).
+            BALANCES.with(|s| {
+                if let Some(snap) = s.borrow_mut().get_mut(&deferred.row.account) {
+                    snap.written(deferred.row.amount);
+                }
+            });
+        });
         return Ok(Hold {
             keep,
             path: HoldPath::Fast,
             amount,
-            fast: Some(FastHold { row, claimed, write }),
+            fast: Some(fast),
         });
     }
 
@@ -236,6 +228,46 @@ pub async fn place_hold(env: &Env, ctx: &Context, request: &HoldRequest<'_>) -> 
     Err(ApiError::InsufficientBalance)
 }
 
+/// Writes a fast hold's row with the isolate's others of the next moments for its account's
+/// ledger, in one D1 batch ([`HOLD_BATCH`]; `Store::hold_fast`) of those not settled by the time
+/// it is sent. A batch D1 refused rejoins the next one, twice at most; then the row is left to its
+/// settlement, which settles the hold unwritten.
+async fn write_fast_hold(env: &Env, ledger: u8, hold: &FastHold) {
+    let write = |holds: Vec<FastHold>| async move {
+        let rows: Vec<HoldRow> = holds
+            .iter()
+            .filter(|h| !h.settled.get())
+            .map(|h| (*h.row).clone())
+            .collect();
+        if rows.is_empty() {
+            return true;
+        }
+        match Store::new(env).and_then(|s| s.ledger(ledger)) {
+            Ok(store) => store.hold_fast(&rows).await.is_ok(),
+            Err(_) => false,
+        }
+    };
+    let outcome = batch::run(
+        &FAST_HOLDS,
+        &ledger.to_string(),
+        hold.clone(),
+        false,
+        &HOLD_BATCH,
+        write,
+    )
+    .await;
+    let alone_failed = match outcome.alone {
+        Some(row) => !write(vec![row]).await,
+        None => false,
+    };
+    if alone_failed || !outcome.given_up.is_empty() {
+        worker::console_error!(
+            "{{\"event\":\"fast_hold_write_failed\",\"rows\":{},\"fallback\":\"settlement\"}}",
+            outcome.given_up.len() + usize::from(alone_failed)
+        );
+    }
+}
+
 /// Remembers a balance read at `read_at` unless the isolate's snapshot of the account is as new.
 fn learn(account: &str, available: i64, read_at: u64) {
     let newer = BALANCES.with(|s| s.borrow().get(account).is_some_and(|b| b.read_at_ms >= read_at));
@@ -266,15 +298,14 @@ const SETTLE_BACKOFF_MS: [u64; 3] = [0, 100, 400];
 /// and the outbox's own call has a deadline of 5 s — 20 s in all, inside the 30 s `waitUntil`
 /// gives a settlement after its response, however slowly D1 answers.
 const SETTLE_WITHIN_MS: u64 = 15_000;
-/// How an isolate's settlements are batched: core `batch::SETTLEMENTS` (10 ms, at most 16).
+/// How an isolate's settlements are batched: core `batch::SETTLEMENTS` (10 ms, at most 64).
 const SETTLE_BATCH: Rules = switchyard_core::batch::SETTLEMENTS;
 
 thread_local! {
     static SETTLEMENTS: RefCell<Batches<Settlement>> = RefCell::new(Batches::default());
 }
 
-/// Settles a request: writes a fast-path hold not written yet (or waits for the write under way),
-/// releases the hold, charges `record.total_cost_micros`, writes the ledger row, and keeps the
+/// Settles a request: releases the hold (a fast one's row with it, written or not), charges `record.total_cost_micros`, writes the ledger row, and keeps the
 /// record (`crate::records`). Runs inside `ctx.wait_until`. Settlements of the same isolate share one D1 batch
 /// ([`SETTLE_BATCH`]): the first one queued waits and writes them all; the others wait on their
 /// own timers until it is written. A batch D1 refused rejoins the queue and is written with the
@@ -307,15 +338,11 @@ const RECORD_AFTER_MS: u64 = 2_000;
 /// The money half of [`settle`].
 async fn settle_money(env: &Env, faults: Faults, hold: Option<Hold>, record: GenerationRecord) {
     let started = now_ms();
-    let mut unwritten = None;
-    if let Some(fast) = hold.as_ref().and_then(|h| h.fast.as_ref()) {
-        // Written first in this batch when the deferred write has not claimed it, or claimed it
-        // and failed: a hold row that is not in D1 would make the guarded charge a no-op.
-        let written = fast.claimed.replace(true) && fast.write.clone().await;
-        if !written {
-            unwritten = Some((*fast.row).clone());
-        }
-    }
+    // A fast hold's row goes with its settlement, written or not: settled either way, once.
+    let unwritten = hold.as_ref().and_then(|h| h.fast.as_ref()).map(|fast| {
+        fast.settled.set(true);
+        (*fast.row).clone()
+    });
     let item = Settlement {
         version: SETTLEMENT_VERSION,
         record,

@@ -856,10 +856,8 @@ impl Store {
         let applying = format!(
             "{each}, t AS (SELECT s.*, (SELECT amount_micros FROM holds WHERE generation_id = s.g AND state = 'open') \
              AS released FROM s WHERE EXISTS (SELECT 1 FROM holds WHERE generation_id = s.g AND state IN ('open', 'expired')) \
-             OR (s.w = 1 AND NOT EXISTS (SELECT 1 FROM holds WHERE generation_id = s.g) \
-             AND NOT EXISTS (SELECT 1 FROM ledger WHERE generation_id = s.g) \
-             AND NOT EXISTS (SELECT 1 FROM settled WHERE generation_id = s.g) \
-             AND NOT EXISTS (SELECT 1 FROM generations WHERE id = s.g) AND s.x + {EXPIRED_KEPT_MS} > ?2))"
+             OR (s.w = 1 AND NOT EXISTS (SELECT 1 FROM holds WHERE generation_id = s.g) AND {}))",
+            may_write_hold("s")
         );
         Ok(vec![
             self.stmt(
@@ -982,51 +980,6 @@ impl Store {
         Ok(v.map(|v| v as i64))
     }
 
-    /// The `holds` row; `guarded`: only if the statement before it changed a row; `or_ignore`: a
-    /// row already there is left as it is (no error).
-    fn hold_row(
-        &self,
-        h: &HoldRow,
-        path: &str,
-        guarded: bool,
-        or_ignore: bool,
-    ) -> Result<D1PreparedStatement, ApiError> {
-        // A fast-path row may be written again (a replay, a late deferred write): never for a
-        // generation already settled — its charge in the ledger or its `settled` mark proves it
-        // (a `generations` row, for settlements from before records left D1) — nor once its hold
-        // expired more than [`EXPIRED_KEPT_MS`] ago, when those proofs may be rolled up (SPEC §22,
-        // core `settlement::Books`).
-        let guard = match (guarded, or_ignore) {
-            (true, _) => " WHERE changes() = 1".to_string(),
-            (false, true) => format!(
-                " WHERE NOT EXISTS (SELECT 1 FROM ledger WHERE generation_id = ?1) \
-                 AND NOT EXISTS (SELECT 1 FROM settled WHERE generation_id = ?1) \
-                 AND NOT EXISTS (SELECT 1 FROM generations WHERE id = ?1) AND ?7 + {EXPIRED_KEPT_MS} > ?8"
-            ),
-            (false, false) => String::new(),
-        };
-        let or = if or_ignore { " OR IGNORE" } else { "" };
-        let mut args = vec![
-            JsValue::from_str(&h.generation_id),
-            JsValue::from_str(&h.account),
-            JsValue::from_str(&h.key_id),
-            num(h.amount),
-            JsValue::from_str(path),
-            num(h.now as i64),
-            num(h.expires_at as i64),
-        ];
-        if !guarded && or_ignore {
-            args.push(num(now_ms() as i64));
-        }
-        self.stmt(
-            &format!(
-                "INSERT{or} INTO holds (generation_id, account_id, key_id, amount_micros, path, state, created_at, expires_at) \
-                 SELECT ?1, ?2, ?3, ?4, ?5, 'open', ?6, ?7{guard}"
-            ),
-            &args,
-        )
-    }
-
     /// The atomic hold (SPEC §11): adds `amount` to held only if the available balance covers it
     /// and the key's spend limit covers its spend, its open holds and `amount`, and records the
     /// hold, in one transaction. Returns the available balance after the hold, or `None` when it
@@ -1040,7 +993,19 @@ impl Store {
                 ),
                 &[JsValue::from_str(&h.account), num(h.amount), JsValue::from_str(&h.key_id)],
             )?,
-            self.hold_row(h, "awaited", true, false)?,
+            // The row, only if the hold fitted.
+            self.stmt(
+                "INSERT INTO holds (generation_id, account_id, key_id, amount_micros, path, state, created_at, expires_at) \
+                 SELECT ?1, ?2, ?3, ?4, 'awaited', 'open', ?5, ?6 WHERE changes() = 1",
+                &[
+                    JsValue::from_str(&h.generation_id),
+                    JsValue::from_str(&h.account),
+                    JsValue::from_str(&h.key_id),
+                    num(h.amount),
+                    num(h.now as i64),
+                    num(h.expires_at as i64),
+                ],
+            )?,
         ];
         let results = self.money_batch([h.account.as_str()], statements, "hold").await?;
         self.faults.hold_reply(&h.account)?; // a drill may lose the answer (tests only)
@@ -1068,21 +1033,52 @@ impl Store {
         Ok(room == Some(0.0))
     }
 
-    /// The fast-path hold: admitted already on the isolate's snapshot, so written without the
-    /// balance condition (the snapshot rule bounds what this can overspend) — the open hold row
-    /// and the account's held amount, idempotent: written a second time (a late deferred write, a
-    /// replay) it changes nothing, the held amount only moving when the row was new.
-    pub async fn hold_unchecked(&self, h: &HoldRow) -> Result<(), ApiError> {
-        let statements = vec![
-            self.hold_row(h, "fast", false, true)?,
-            self.stmt(
-                "UPDATE accounts SET held_micros = held_micros + ?2 WHERE id = ?1 AND changes() = 1",
-                &[JsValue::from_str(&h.account), num(h.amount)],
-            )?,
-        ];
-        self.money_batch([h.account.as_str()], statements, "hold_fast")
-            .await
-            .map(drop)
+    /// Fast-path holds, admitted already on their isolate's snapshot, so written without the
+    /// balance condition (the snapshot rule bounds what this can overspend): per round of them
+    /// (core `settlement::rounds`), two set statements over the rows as one JSON parameter — the
+    /// account's held amount, then the rows. A row already there, or one [`may_write_hold`]
+    /// refuses, is left out of both: written again (a replay) or after its settlement, a hold
+    /// changes nothing.
+    pub async fn hold_fast(&self, rows: &[HoldRow]) -> Result<(), ApiError> {
+        let mut statements = Vec::new();
+        for round in settlement::rounds(rows, |h| h.generation_id.as_str()) {
+            let json: Vec<HoldJson> = round
+                .iter()
+                .map(|h| HoldJson {
+                    g: &h.generation_id,
+                    a: &h.account,
+                    k: &h.key_id,
+                    n: h.amount,
+                    t: h.now,
+                    x: h.expires_at,
+                })
+                .collect();
+            let json = serde_json::to_string(&json).map_err(|_| ApiError::Internal { label: "hold_encode" })?;
+            let args = [JsValue::from_str(&json), num(now_ms() as i64)];
+            let new_rows = format!(
+                "WITH h AS (SELECT json_extract(value, '$.g') AS g, json_extract(value, '$.a') AS a, \
+                 json_extract(value, '$.k') AS k, json_extract(value, '$.n') AS n, json_extract(value, '$.t') AS t, \
+                 json_extract(value, '$.x') AS x FROM json_each(?1)), \
+                 w AS (SELECT * FROM h WHERE NOT EXISTS (SELECT 1 FROM holds WHERE generation_id = h.g) AND {})",
+                may_write_hold("h")
+            );
+            statements.push(self.stmt(
+                &format!(
+                    "{new_rows} UPDATE accounts SET held_micros = held_micros + (SELECT SUM(n) FROM w WHERE w.a = accounts.id) \
+                     WHERE id IN (SELECT a FROM w)"
+                ),
+                &args,
+            )?);
+            statements.push(self.stmt(
+                &format!(
+                    "{new_rows} INSERT INTO holds (generation_id, account_id, key_id, amount_micros, path, state, \
+                     created_at, expires_at) SELECT g, a, k, n, 'fast', 'open', t, x FROM w"
+                ),
+                &args,
+            )?);
+        }
+        let accounts = rows.iter().map(|h| h.account.as_str());
+        self.money_batch(accounts, statements, "hold_fast").await.map(drop)
     }
 
     /// Releases every open hold past its expiry (the cron sweep); returns how many. An expired
@@ -1345,6 +1341,31 @@ pub struct HoldRow {
     pub amount: i64,
     pub now: u64,
     pub expires_at: u64,
+}
+
+/// Whether the fast hold of row `r` (a set statement's JSON row: generation `g`, expiry `x`;
+/// `?2` is now) may be written: never for a generation already settled — its charge in the ledger
+/// or its `settled` mark proves it (a `generations` row, for settlements from before records left
+/// D1) — nor once it expired more than [`EXPIRED_KEPT_MS`] ago, when those proofs may be rolled
+/// up (SPEC §22, core `settlement::Books::write_fast_hold`).
+fn may_write_hold(r: &str) -> String {
+    format!(
+        "NOT EXISTS (SELECT 1 FROM ledger WHERE generation_id = {r}.g) \
+         AND NOT EXISTS (SELECT 1 FROM settled WHERE generation_id = {r}.g) \
+         AND NOT EXISTS (SELECT 1 FROM generations WHERE id = {r}.g) AND {r}.x + {EXPIRED_KEPT_MS} > ?2"
+    )
+}
+
+/// One fast hold as a row of its round's JSON parameter ([`Store::hold_fast`]): generation,
+/// account, key, amount, placed at, expiry.
+#[derive(Serialize)]
+struct HoldJson<'a> {
+    g: &'a str,
+    a: &'a str,
+    k: &'a str,
+    n: i64,
+    t: u64,
+    x: u64,
 }
 
 /// One settlement as a row of its round's JSON parameter ([`Store::settle_round`]): generation,

@@ -115,6 +115,59 @@ fn money_settled_holds_leave_no_row_and_the_balance_is_the_ledger() {
     assert!(holds.is_empty(), "{holds:?}");
 }
 
+/// SPEC §11: a fast-path hold is in D1 while its request runs — its row written in the
+/// background with the isolate's other fast holds of the moment (one batch of set statements),
+/// the account's held amount with it — and gone once the request settled. Three 6-second
+/// streams on one account, read from D1 directly halfway through.
+#[test]
+fn money_a_long_requests_fast_hold_is_in_d1_while_it_runs() {
+    let s = Stack::from_env();
+    let slow = model(&s, &["chunks/60/100"], fast_policy());
+    let key = s.new_key(100.0);
+    let account = s.credits(&key)["account_id"].as_str().unwrap().to_string();
+    let db = s.ledger_db(&key);
+    let ids: Vec<String> = std::thread::scope(|scope| {
+        let streams: Vec<_> = (0..3)
+            .map(|_| {
+                let (s, key, slow) = (&s, &key, &slow);
+                scope.spawn(move || {
+                    let r = s.chat(key, &chat_body(slow, true));
+                    assert_eq!(r.status, 200, "{}", r.text());
+                    r.header("x-generation-id").unwrap().to_string()
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(1_500));
+        let holds = s.d1_query(
+            &db,
+            &format!(
+                "SELECT h.path, h.state, h.amount_micros, a.held_micros FROM holds h JOIN accounts a \
+                 ON a.id = h.account_id WHERE h.account_id = '{account}'"
+            ),
+        );
+        assert_eq!(holds.len(), 3, "each running request's hold is in D1: {holds:?}");
+        assert!(
+            holds.iter().all(|h| h["path"] == "fast" && h["state"] == "open"),
+            "{holds:?}"
+        );
+        let held: i64 = holds.iter().map(|h| h["amount_micros"].as_i64().unwrap()).sum();
+        assert!(held > 0);
+        assert_eq!(
+            holds[0]["held_micros"].as_i64(),
+            Some(held),
+            "the account holds what its rows hold: {holds:?}"
+        );
+        streams.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    let (holds, charged, charges, _) = settled_books(&after_d1(), &key, 30);
+    assert!(holds.is_empty(), "settled holds leave no row: {holds:?}");
+    assert_eq!(charges, 3, "one charge per answer");
+    assert_eq!(charged, recorded_charges(&after_d1(), &key, &ids));
+    for id in &ids {
+        assert_eq!(s.generation(&key, id)["hold_path"], "fast");
+    }
+}
+
 // ---- 2: a deadline on every money write -------------------------------------------------------
 
 /// Switchyard's code in an error answer of `api`'s dialect (Gemini keeps it in `details`), and

@@ -53,15 +53,29 @@ pub const HEALTH_REPORTS: Rules = Rules {
 };
 
 /// Settlements, per isolate (`src/billing.rs`): those within 10 ms share one D1 batch of at most
-/// 16 (each is about six statements); a batch under way for 5 s is taken for lost by its riders;
-/// a batch D1 refused rejoins the next one 200 ms later, three sends at most, then the outbox.
+/// 64 (five set statements, whatever its size); a batch under way for 5 s is taken for lost by its
+/// riders; a batch D1 refused rejoins the next one 200 ms later, three sends at most, then the
+/// outbox.
 pub const SETTLEMENTS: Rules = Rules {
     wait_ms: 10,
-    max_items: 16,
+    max_items: 64,
     overdue_ms: 100,
     lost_ms: 5_000,
     retry_ms: 200,
     max_sends: 3,
+};
+
+/// Fast-path hold rows, per isolate (`src/billing.rs`): those due within 200 ms share one D1
+/// batch of at most 64 (two set statements, whatever its size); a batch D1 refused rejoins the
+/// next one a second later, twice at most — then the rows are left to their settlements, which
+/// settle a hold whether or not its row was written.
+pub const FAST_HOLDS: Rules = Rules {
+    wait_ms: 200,
+    max_items: 64,
+    overdue_ms: 1_000,
+    lost_ms: 5_000,
+    retry_ms: 1_000,
+    max_sends: 2,
 };
 
 /// An item's place in its key's batches: what a rider checks.

@@ -63,9 +63,11 @@ pub struct ServiceTimes {
     /// A health shard (`Design::Sharded`) taking reports, answering a snapshot or a push: in
     /// memory, nothing written.
     pub shard_us: u64,
-    /// One D1 call (a statement or a batch): its fixed part, and per statement.
+    /// One D1 call (a statement or a batch): its fixed part, per statement, and per row a set
+    /// statement reads from its JSON parameter.
     pub d1_call_us: u64,
     pub d1_statement_us: u64,
+    pub d1_row_us: u64,
 }
 
 impl Default for ServiceTimes {
@@ -83,6 +85,7 @@ impl Default for ServiceTimes {
             shard_us: 300,
             d1_call_us: 200,
             d1_statement_us: 100,
+            d1_row_us: 5,
         }
     }
 }
@@ -93,6 +96,7 @@ impl ServiceTimes {
         ServiceTimes {
             d1_call_us: 0,
             d1_statement_us: 0,
+            d1_row_us: 0,
             ..self
         }
     }
@@ -113,6 +117,7 @@ impl ServiceTimes {
             shard_us: 0,
             d1_call_us: 0,
             d1_statement_us: 0,
+            d1_row_us: 0,
         }
     }
 }
@@ -204,7 +209,9 @@ impl Default for Params {
 // ---- the Worker's rules, as src/ has them --------------------------------------------------------
 
 /// The Worker's batches: the core's own rules.
-pub use switchyard_core::batch::{HEALTH_REPORTS as REPORT_BATCH, SETTLEMENTS as SETTLE_BATCH};
+pub use switchyard_core::batch::{
+    FAST_HOLDS as HOLD_BATCH, HEALTH_REPORTS as REPORT_BATCH, SETTLEMENTS as SETTLE_BATCH,
+};
 
 /// `src/health.rs` `CALL_TIMEOUT_MS`: a request waits this long for a health object.
 pub const HEALTH_TIMEOUT_MS: u64 = 300;
@@ -258,10 +265,13 @@ pub const OUTBOX_SHARDS: u64 = 16;
 pub const OUTBOX_DEADLINE_MS: u64 = 5_000;
 /// `ctx.waitUntil`'s 30 s after the response: a settlement not written or kept by then is lost.
 pub const WAIT_UNTIL_MS: u64 = 30_000;
-/// Statements per D1 call: a key or catalog or balance read 1, a hold 2, a settlement ≈ 6.
+/// Statements per D1 call: a key or catalog or balance read 1, a hold 2, a settlement batch 5
+/// (one round of set statements, whatever its size), with 3 rows per settlement (its charge, its
+/// hold, its key's or account's share of the updates).
 pub const READ_STATEMENTS: u64 = 1;
 pub const HOLD_STATEMENTS: u64 = 2;
-pub const SETTLE_STATEMENTS: u64 = 6;
+pub const SETTLE_STATEMENTS: u64 = 5;
+pub const SETTLE_ROWS: u64 = 3;
 /// `Design::Sharded`: how long a shard waits for a health object (`src/shard.rs`), ms.
 pub const FORWARD_TIMEOUT_MS: u64 = 250;
 /// How long a model's object waits for an account's object (`src/health.rs`).

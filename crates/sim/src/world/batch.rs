@@ -23,6 +23,7 @@ impl World {
         let isolate = &mut self.isolates[iso as usize];
         match which {
             Which::Settle(_) => &mut isolate.settle,
+            Which::Hold(_) => &mut isolate.holds,
             Which::Report(_) => &mut isolate.reports,
         }
     }
@@ -56,19 +57,31 @@ impl World {
             return self.batch_again(rules.wait_ms, iso, which, ticket, req, false);
         }
         let n = taken.items.len() as u64;
-        let (obj, kind, statements) = match which {
-            Which::Settle(ledger) => (Obj::D1(ledger), Kind::D1Settle, SETTLE_STATEMENTS * n),
-            Which::Report(obj) => (obj, Kind::Observe, 0),
+        let (obj, kind, work) = match which {
+            Which::Settle(ledger) => (Obj::D1(ledger), Kind::D1Settle, settle_work(n)),
+            Which::Hold(ledger) => {
+                // Rows whose requests settled meanwhile are left out; none left, no call.
+                let rows = taken
+                    .items
+                    .iter()
+                    .filter(|r| self.reqs[**r as usize].end_ms == 0)
+                    .count() as u64;
+                if rows == 0 {
+                    return self.batch_done(iso, which, taken, req, true, None);
+                }
+                (Obj::D1(ledger), Kind::D1HoldFast, hold_work(rows))
+            }
+            Which::Report(obj) => (obj, Kind::Observe, Work::default()),
         };
         let timeout = match which {
-            Which::Settle(_) => D1_DEADLINE_MS,
+            Which::Settle(_) | Which::Hold(_) => D1_DEADLINE_MS,
             Which::Report(_) => HEALTH_TIMEOUT_MS,
         };
         self.call(
             iso,
             obj,
             kind,
-            statements,
+            work,
             timeout,
             Then::Batch {
                 iso,
@@ -80,11 +93,12 @@ impl World {
     }
 
     pub(super) fn send_alone(&mut self, iso: u32, which: Which, req: u32) {
-        let (obj, kind, statements, timeout) = match which {
-            Which::Settle(ledger) => (Obj::D1(ledger), Kind::D1Settle, SETTLE_STATEMENTS, D1_DEADLINE_MS),
-            Which::Report(obj) => (obj, Kind::Observe, 0, HEALTH_TIMEOUT_MS),
+        let (obj, kind, work, timeout) = match which {
+            Which::Settle(ledger) => (Obj::D1(ledger), Kind::D1Settle, settle_work(1), D1_DEADLINE_MS),
+            Which::Hold(ledger) => (Obj::D1(ledger), Kind::D1HoldFast, hold_work(1), D1_DEADLINE_MS),
+            Which::Report(obj) => (obj, Kind::Observe, Work::default(), HEALTH_TIMEOUT_MS),
         };
-        self.call(iso, obj, kind, statements, timeout, Then::Alone { which, req });
+        self.call(iso, obj, kind, work, timeout, Then::Alone { which, req });
     }
 
     pub(super) fn batch_done(
@@ -116,14 +130,34 @@ impl World {
         }
     }
 
-    /// An item whose batch failed its last send: a settlement to the outbox, a report dropped.
+    /// An item whose batch failed its last send: a settlement to the outbox, a hold to its
+    /// settlement, a report dropped.
     pub(super) fn give_up(&mut self, iso: u32, which: Which, req: u32) {
         match which {
             Which::Settle(_) => {
                 let shard = Obj::Outbox((req as u64 % OUTBOX_SHARDS) as u32);
                 self.call(iso, shard, Kind::Keep, 0, OUTBOX_DEADLINE_MS, Then::Keep(req));
             }
+            // Left to its settlement, which settles the hold unwritten.
+            Which::Hold(_) => {}
             Which::Report(_) => self.totals.reports_dropped += 1,
         }
+    }
+}
+
+/// A settlement batch of `n`: one round of set statements (`src/store.rs` `settle_round`),
+/// [`SETTLE_ROWS`] rows per settlement.
+fn settle_work(n: u64) -> Work {
+    Work {
+        statements: SETTLE_STATEMENTS,
+        rows: SETTLE_ROWS * n,
+    }
+}
+
+/// A batch of `n` fast holds' rows: one round of set statements (`src/store.rs` `hold_fast`).
+fn hold_work(n: u64) -> Work {
+    Work {
+        statements: HOLD_STATEMENTS,
+        rows: n,
     }
 }

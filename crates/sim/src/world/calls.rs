@@ -5,29 +5,21 @@
 use super::*;
 
 impl World {
-    pub(super) fn call(&mut self, iso: u32, obj: Obj, kind: Kind, statements: u64, timeout_ms: u64, then: Then) {
+    pub(super) fn call(&mut self, iso: u32, obj: Obj, kind: Kind, work: impl Into<Work>, timeout_ms: u64, then: Then) {
         // `iso` past the isolates: an object calling another (the status object, a health shard).
         let rtt = self
             .isolates
             .get(iso as usize)
             .map_or(OBJECT_RTT_MS as f64 * 1e3, |i| i.rtt_us);
         let half = (rtt * self.rng.range(0.9, 1.1) / 2.0) as u64;
-        self.issue(obj, kind, statements, half, timeout_ms, then);
+        self.issue(obj, kind, work.into(), half, timeout_ms, then);
     }
 
-    pub(super) fn issue(
-        &mut self,
-        obj: Obj,
-        kind: Kind,
-        statements: u64,
-        half_rtt_us: u64,
-        timeout_ms: u64,
-        then: Then,
-    ) {
+    pub(super) fn issue(&mut self, obj: Obj, kind: Kind, work: Work, half_rtt_us: u64, timeout_ms: u64, then: Then) {
         let call = Call {
             obj,
             kind,
-            statements,
+            work,
             half_rtt_us,
             deadline_us: self.now + timeout_ms * 1_000,
             then,
@@ -50,10 +42,10 @@ impl World {
         self.at(self.now + half_rtt_us, Ev::Arrive(id));
     }
 
-    pub(super) fn service_us(&self, obj: Obj, kind: Kind, statements: u64) -> u64 {
+    pub(super) fn service_us(&self, obj: Obj, kind: Kind, work: Work) -> u64 {
         let s = &self.p.service;
         match (obj, kind) {
-            (Obj::D1(_), _) => s.d1_call_us + s.d1_statement_us * statements,
+            (Obj::D1(_), _) => s.d1_call_us + s.d1_statement_us * work.statements + s.d1_row_us * work.rows,
             (Obj::Model(_), Kind::Snapshot) => s.model_snapshot_us,
             (Obj::Model(_), Kind::Observe) => s.model_observe_us,
             (Obj::Model(_), Kind::Full) => s.model_full_us,
@@ -74,7 +66,7 @@ impl World {
             return;
         };
         let (obj, kind, half, deadline) = (call.obj, call.kind, call.half_rtt_us, call.deadline_us);
-        let service = self.service_us(obj, kind, call.statements);
+        let service = self.service_us(obj, kind, call.work);
         let backlog = self.p.overload_backlog_ms * 1_000;
         let window = self.window;
         let offer = self

@@ -59,6 +59,8 @@ enum Which {
     /// Settlements for one ledger (the Worker batches an isolate's settlements together and
     /// writes one batch per ledger they name: the same calls to each ledger).
     Settle(u8),
+    /// Fast holds' rows for one ledger (`src/billing.rs` `write_fast_hold`).
+    Hold(u8),
     Report(Obj),
 }
 
@@ -66,6 +68,7 @@ impl Which {
     fn key(self) -> String {
         match self {
             Which::Settle(ledger) => format!("ledger:{ledger}"),
+            Which::Hold(ledger) => format!("holds:{ledger}"),
             Which::Report(obj) => obj.name(),
         }
     }
@@ -73,6 +76,7 @@ impl Which {
     fn rules(self) -> &'static BatchRules {
         match self {
             Which::Settle(_) => &SETTLE_BATCH,
+            Which::Hold(_) => &HOLD_BATCH,
             Which::Report(_) => &REPORT_BATCH,
         }
     }
@@ -152,6 +156,7 @@ struct Isolate {
     flights: HashMap<Obj, Flight>,
     reports: Batches<u32>,
     settle: Batches<u32>,
+    holds: Batches<u32>,
     catalog_at: Option<u64>,
     keys: HashMap<u32, u64>,
     balances: HashMap<u32, u64>,
@@ -212,10 +217,24 @@ enum Then {
     Nothing,
 }
 
+/// What a D1 call asks of its database: statements, and the rows set statements read from
+/// their JSON parameter (a settlement round's). Objects' calls carry none.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Work {
+    pub statements: u64,
+    pub rows: u64,
+}
+
+impl From<u64> for Work {
+    fn from(statements: u64) -> Work {
+        Work { statements, rows: 0 }
+    }
+}
+
 struct Call {
     obj: Obj,
     kind: Kind,
-    statements: u64,
+    work: Work,
     half_rtt_us: u64,
     deadline_us: u64,
     then: Then,
@@ -419,16 +438,12 @@ impl World {
             Ev::AttemptFailed(req) => self.attempt_failed(req),
             Ev::StreamEnd(req) => self.stream_end(req),
             Ev::FastHold(req) => {
-                let iso = self.reqs[req as usize].iso;
-                let ledger = self.ledger(req);
-                self.call(
-                    iso,
-                    ledger,
-                    Kind::D1HoldFast,
-                    HOLD_STATEMENTS,
-                    D1_DEADLINE_MS,
-                    Then::Nothing,
-                );
+                // Left to its settlement if that came first; else with the isolate's others.
+                if self.reqs[req as usize].end_ms == 0 {
+                    let iso = self.reqs[req as usize].iso;
+                    let ledger = self.ledger_of(req);
+                    self.push(iso, Which::Hold(ledger), req, false);
+                }
             }
             Ev::Batch {
                 iso,
