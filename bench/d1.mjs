@@ -15,22 +15,11 @@
 //
 // Prints a Markdown table. Not part of scripts/test or CI: timings are not assertions.
 
-import { Miniflare } from "miniflare";
-import { parseArgs, miniflareOptions, applyMigrations, fail, measure } from "./mf.mjs";
+import { startForCalls, fail, measure } from "./mf.mjs";
 
-let calls = 200;
-const args = parseArgs(process.argv.slice(2), (a, next) => {
-  if (a !== "--calls") return false;
-  calls = Number(next());
-  return Number.isInteger(calls) && calls > 0;
-});
-args.port = 0;
-const { options, d1 } = miniflareOptions(args);
+const { mf, d1, calls } = await startForCalls(process.argv.slice(2));
 const ledger = d1.find((d) => d.binding !== "DB");
 if (!ledger) fail("wrangler.toml declares no ledger database (a [[d1_databases]] other than DB)");
-const mf = new Miniflare(options);
-await mf.ready;
-if (args.migrate) await applyMigrations(mf, d1);
 const db = await mf.getD1Database(ledger.binding);
 
 const account = `acct-bench-${Date.now()}`;

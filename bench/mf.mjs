@@ -5,6 +5,7 @@
 import { readFileSync, readdirSync, existsSync } from "node:fs";
 import { dirname, resolve, join } from "node:path";
 import WebSocket from "ws";
+import { Miniflare } from "miniflare";
 
 export function fail(msg) {
   console.error(`bench: ${msg}`);
@@ -340,6 +341,24 @@ export async function measure(n, one) {
   for (let i = 0; i < n; i++) times.push(await one(i + 20));
   const cpu = (cpuMs() - cpu0) / n;
   return { p50: quantile(times, 0.5), p99: quantile(times, 0.99), cpu };
+}
+
+// The service-time runners' start (bench/objects.mjs, bench/d1.mjs): their command line (the
+// common options and `--calls N`, default 200), a Miniflare instance on no port, its D1 migrated
+// when `--migrate`. Returns { mf, d1, calls }.
+export async function startForCalls(argv) {
+  let calls = 200;
+  const args = parseArgs(argv, (a, next) => {
+    if (a !== "--calls") return false;
+    calls = Number(next());
+    return Number.isInteger(calls) && calls > 0;
+  });
+  args.port = 0;
+  const { options, d1 } = miniflareOptions(args);
+  const mf = new Miniflare(options);
+  await mf.ready;
+  if (args.migrate) await applyMigrations(mf, d1);
+  return { mf, d1, calls };
 }
 
 // Our child processes named workerd (for per-request CPU time).

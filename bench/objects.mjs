@@ -19,20 +19,9 @@
 //
 // Prints a Markdown table. Not part of scripts/test or CI: timings are not assertions.
 
-import { Miniflare } from "miniflare";
-import { parseArgs, miniflareOptions, applyMigrations, fail, measure } from "./mf.mjs";
+import { startForCalls, fail, measure } from "./mf.mjs";
 
-let calls = 200;
-const args = parseArgs(process.argv.slice(2), (a, next) => {
-  if (a !== "--calls") return false;
-  calls = Number(next());
-  return Number.isInteger(calls) && calls > 0;
-});
-args.port = 0;
-const { options, d1 } = miniflareOptions(args);
-const mf = new Miniflare(options);
-await mf.ready;
-if (args.migrate) await applyMigrations(mf, d1);
+const { mf, calls } = await startForCalls(process.argv.slice(2));
 
 const namespaces = {};
 async function stub(binding, name) {
