@@ -305,8 +305,9 @@ thread_local! {
     static SETTLEMENTS: RefCell<Batches<Settlement>> = RefCell::new(Batches::default());
 }
 
-/// Settles a request: releases the hold (a fast one's row with it, written or not), charges `record.total_cost_micros`, writes the ledger row, and keeps the
-/// record (`crate::records`). Runs inside `ctx.wait_until`. Settlements of the same isolate share one D1 batch
+/// Settles a request: releases the hold (a fast one's row with it, written or not), charges
+/// `record.total_cost_micros`, writes the ledger row, and keeps the record (`crate::records`).
+/// Runs inside `ctx.wait_until`. Settlements of the same isolate share one D1 batch
 /// ([`SETTLE_BATCH`]): the first one queued waits and writes them all; the others wait on their
 /// own timers until it is written. A batch D1 refused rejoins the queue and is written with the
 /// next one 200 ms later (`batch::run`), at most three times, then goes to the outbox; a rider
