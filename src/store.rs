@@ -24,13 +24,17 @@ use switchyard_core::keys::UnknownKeys;
 use switchyard_core::ApiError;
 use switchyard_core::{ledgers, records, rollup, settlement};
 use wasm_bindgen::JsValue;
-use worker::{D1Database, D1PreparedStatement, Env};
+use worker::{Context, D1Database, D1PreparedStatement, Env};
 
 use crate::faults::Faults;
 use crate::runtime::clock::now_ms;
 
 /// How long an isolate may serve a cached catalog or key lookup.
 const CACHE_TTL_MS: u64 = 5_000;
+/// A key or the catalog cached this long is read again beside the request that finds it
+/// ([`Store::refresh_early`]): one in steady use is not read on a request's path, and no copy is
+/// used past [`CACHE_TTL_MS`] (a revoked key still stops within 5 s).
+const REFRESH_AFTER_MS: u64 = 4_000;
 /// How long a catalog or key this isolate read may still serve while D1 cannot answer (SPEC §18):
 /// requests go on for ten minutes of an outage on what was last known, then get 503.
 const STALE_MAX_MS: u64 = 10 * 60_000;
@@ -44,6 +48,8 @@ thread_local! {
     /// The catalog, its stored version and when this isolate fetched it.
     static CATALOG: RefCell<Option<(Rc<Catalog>, i64, u64)>> = const { RefCell::new(None) };
     static KEYS: RefCell<HashMap<String, (Rc<KeyRecord>, u64)>> = RefCell::new(HashMap::new());
+    /// The early reads under way ([`Store::refresh_early`]): keys' hashes, and the catalog's.
+    static REFRESHING: RefCell<std::collections::HashSet<String>> = RefCell::new(std::collections::HashSet::new());
     /// How many ledgers the deployment has (`LEDGER_SHARDS`), read once per isolate: a var does
     /// not change under a running isolate.
     static LEDGERS: Cell<Option<u8>> = const { Cell::new(None) };
@@ -217,6 +223,27 @@ fn refreshed_catalog(now: u64) -> Option<Rc<Catalog>> {
         Some(held.clone())
     })
 }
+
+/// This isolate's copy of the key `hash` if read less than `max_age` ago.
+fn cached_key(hash: &str, max_age: u64, now: u64) -> Option<Rc<KeyRecord>> {
+    KEYS.with(|k| {
+        k.borrow()
+            .get(hash)
+            .filter(|(_, at)| now.saturating_sub(*at) < max_age)
+            .map(|(r, _)| r.clone())
+    })
+}
+
+/// Whether a copy read at `at` is due for its early read at `now`: older than
+/// [`REFRESH_AFTER_MS`], still served (younger than [`CACHE_TTL_MS`]), and `flight` — the key's
+/// hash, or the catalog's name — not being read already (marked under way when due).
+fn refresh_due(at: Option<u64>, now: u64, flight: &str) -> bool {
+    let due = at.is_some_and(|at| (REFRESH_AFTER_MS..CACHE_TTL_MS).contains(&now.saturating_sub(at)));
+    due && REFRESHING.with(|r| r.borrow_mut().insert(flight.to_string()))
+}
+
+/// The name of the catalog's early read among the keys' (no hash is this short).
+const CATALOG_FLIGHT: &str = "catalog";
 
 /// The version of `catalog`, when it is this isolate's copy (0 otherwise: any report will do).
 pub fn catalog_version(catalog: &Rc<Catalog>) -> i64 {
@@ -643,14 +670,62 @@ impl Store {
         if !self.has_ledger(ledger) || MISSES.with(|m| m.borrow_mut().known_unknown(hash, now)) {
             return Ok(None);
         }
-        if let Some(rec) = KEYS.with(|k| {
-            k.borrow()
-                .get(hash)
-                .filter(|(_, at)| now.saturating_sub(*at) < CACHE_TTL_MS)
-                .map(|(r, _)| r.clone())
-        }) {
+        if let Some(rec) = cached_key(hash, CACHE_TTL_MS, now) {
             return Ok(Some(rec));
         }
+        match self.read_key(hash, ledger).await {
+            // D1 out of reach: the key as this isolate last read it, for a bounded time (SPEC §18).
+            Err(ApiError::StorageUnavailable) => cached_key(hash, STALE_MAX_MS, now)
+                .map(Some)
+                .ok_or(ApiError::StorageUnavailable),
+            read => read,
+        }
+    }
+
+    /// Reads the key `hash` (in `ledger`) and the catalog again beside this request
+    /// (`ctx.wait_until`) when this isolate's copy of either is due ([`REFRESH_AFTER_MS`]): a key
+    /// and a catalog in steady use are then never read on a request's path. One early read of
+    /// each at a time; a failed one leaves the copy to expire as before.
+    pub fn refresh_early(&self, ctx: &Context, hash: &str, ledger: u8) {
+        let now = now_ms();
+        let key_at = KEYS.with(|k| k.borrow().get(hash).map(|(_, at)| *at));
+        let catalog_at = CATALOG.with(|c| c.borrow().as_ref().map(|(_, _, at)| *at));
+        let key = refresh_due(key_at, now, hash);
+        let catalog = refresh_due(catalog_at, now, CATALOG_FLIGHT);
+        if !key && !catalog {
+            return;
+        }
+        let (env, faults, hash) = (self.env.clone(), self.faults, hash.to_string());
+        ctx.wait_until(async move {
+            if let Ok(store) = Store::new(&env).map(|s| s.with_faults(faults)) {
+                if key {
+                    let _ = store.read_key(&hash, ledger).await;
+                }
+                if catalog {
+                    let held = CATALOG.with(|c| c.borrow().as_ref().map(|(_, version, _)| *version));
+                    match store.read_catalog(held).await {
+                        Ok(Some((read, version))) => drop(remember_catalog(Rc::new(read), version, now_ms())),
+                        Ok(None) => drop(refreshed_catalog(now_ms())),
+                        Err(_) => {}
+                    }
+                }
+            }
+            REFRESHING.with(|r| {
+                let mut r = r.borrow_mut();
+                if key {
+                    r.remove(&hash);
+                }
+                if catalog {
+                    r.remove(CATALOG_FLIGHT);
+                }
+            });
+        });
+    }
+
+    /// Reads the key `hash` from `ledger` into this isolate's cache (an unknown one into its
+    /// negative cache).
+    async fn read_key(&self, hash: &str, ledger: u8) -> Result<Option<Rc<KeyRecord>>, ApiError> {
+        let now = now_ms();
         let query = self.ledger(ledger)?.stmt(
             "SELECT k.id AS id, k.account_id AS account_id, k.allow_fallbacks AS key_fallbacks, \
              a.allow_fallbacks AS account_fallbacks, k.spend_limit_micros AS spend_limit_micros, \
@@ -685,22 +760,7 @@ impl Store {
                 })
             })
         };
-        let rec = match fresh {
-            Ok(rec) => rec,
-            // D1 out of reach: the key as this isolate last read it, for a bounded time (SPEC §18).
-            Err(ApiError::StorageUnavailable) => {
-                return KEYS
-                    .with(|k| {
-                        k.borrow()
-                            .get(hash)
-                            .filter(|(_, at)| now.saturating_sub(*at) < STALE_MAX_MS)
-                            .map(|(r, _)| r.clone())
-                    })
-                    .map(Some)
-                    .ok_or(ApiError::StorageUnavailable);
-            }
-            Err(other) => return Err(other),
-        };
+        let rec = fresh?;
         KEYS.with(|k| {
             let mut k = k.borrow_mut();
             // Bound the cache: expired entries go first, and it never grows past a few thousand.

@@ -30,7 +30,7 @@ use crate::store::{KeyRecord, Store};
 /// `x-goog-api-key` or `?key=` (never logged: the log carries the path only).
 async fn authenticate(req: &Request, store: &Store) -> Result<Rc<KeyRecord>, ApiError> {
     let (key, ledger) = presented(req)?;
-    look_up(store, &key, ledger).await
+    look_up(store, &hash_key(&key), ledger).await
 }
 
 /// The key the caller presents and the ledger its text names, or 401 without storage: none
@@ -53,12 +53,9 @@ fn presented(req: &Request) -> Result<(String, u8), ApiError> {
     Ok((key.to_string(), ledger))
 }
 
-/// A presented key's record, if it is active.
-async fn look_up(store: &Store, key: &str, ledger: u8) -> Result<Rc<KeyRecord>, ApiError> {
-    store
-        .key_by_hash(&hash_key(key), ledger)
-        .await?
-        .ok_or(ApiError::InvalidApiKey)
+/// The record of the key whose hash is `hash`, if it is active.
+async fn look_up(store: &Store, hash: &str, ledger: u8) -> Result<Rc<KeyRecord>, ApiError> {
+    store.key_by_hash(hash, ledger).await?.ok_or(ApiError::InvalidApiKey)
 }
 
 /// The authenticated key and its account, for the request's log line.
@@ -264,8 +261,11 @@ pub async fn generate(
     // The key's record and the catalog, each cached for seconds, are read together: an isolate
     // that has neither waits for one round trip to D1, not two. The catalog's answer is used
     // once the body is read (a malformed body is a 400 whatever D1 says).
-    let (key, catalog) = join(look_up(&store, &key, ledger), store.catalog()).await;
+    let hash = hash_key(&key);
+    let (key, catalog) = join(look_up(&store, &hash, ledger), store.catalog()).await;
     let key = key?;
+    // Read again beside this request when due, so that the next ones find them fresh.
+    store.refresh_early(ctx, &hash, ledger);
     for_log(rc, &key);
     rc.attempts = Some(0);
     // The body and its share of the isolate's budget (the key's part of it), held as long as the

@@ -53,6 +53,31 @@ fn model(s: &Stack) -> (String, String) {
     (id, s.new_key(10.0))
 }
 
+/// SPEC §22: a key in steady use is read again beside its requests (`ctx.wait_until`) once the
+/// isolate's copy is 4 s old, so after its first read none of them waits for it: 11 s of requests,
+/// four a second, on one key, and one blocking key read — where reading it on the request's path
+/// every 5 s waited three times (at 0, 5 and 10 s). (Two allowed: `wrangler dev` may restart the
+/// isolate once.)
+#[test]
+fn calls_a_key_in_steady_use_is_read_beside_its_requests() {
+    let s = Stack::from_env();
+    let (id, key) = model(&s);
+    let started = Instant::now();
+    let (mut waited, mut requests) = (0, 0);
+    while started.elapsed() < Duration::from_secs(11) {
+        let r = s.chat(&key, &chat_body(&id, false));
+        assert_eq!(r.status, 200, "{}", r.text());
+        let calls: Value = serde_json::from_str(r.header("x-switchyard-calls").unwrap()).unwrap();
+        waited += count(&calls, "D1.key");
+        requests += 1;
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert!(
+        (1..=2).contains(&waited),
+        "{requests} requests over 11 s waited for {waited} reads of their key"
+    );
+}
+
 /// Item 1: a request says which storage calls it waited on, by kind, and the isolate's counters
 /// tell the blocking calls from the background ones, per object.
 #[test]

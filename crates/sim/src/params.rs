@@ -239,6 +239,8 @@ pub const STATUS_TIMEOUT_MS: u64 = 4_000;
 /// `src/store.rs` `D1_DEADLINE_MS` and `CACHE_TTL_MS` (the catalog and found keys).
 pub const D1_DEADLINE_MS: u64 = 5_000;
 pub const CACHE_TTL_MS: u64 = 5_000;
+/// `src/store.rs` `REFRESH_AFTER_MS`: a copy this old is read again beside the request.
+pub const REFRESH_AFTER_MS: u64 = 4_000;
 /// Policy default `balance_snapshot_ms` (the fast path's balance snapshot per account).
 pub const BALANCE_SNAPSHOT_MS: u64 = 5_000;
 /// `src/billing.rs` `FAST_HOLD_DEFER_MS`.

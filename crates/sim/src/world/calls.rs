@@ -237,6 +237,21 @@ impl World {
             }
             Then::StatusFetch(iso) => self.status_fetched(iso, ok),
             Then::Permits { iso, key, asked } => self.permits_came(iso, key, asked, ok),
+            Then::Refreshed { iso, key } => {
+                let now_ms = self.ms();
+                let isolate = &mut self.isolates[iso as usize];
+                isolate.refreshing.remove(&key);
+                let keys_per_account = self.p.keys_per_account.max(1) as u32;
+                match (ok, key) {
+                    // The read brings the account's balance too, as on the request's path.
+                    (true, Some(key)) => {
+                        isolate.keys.insert(key, now_ms);
+                        isolate.balances.insert(key / keys_per_account, now_ms);
+                    }
+                    (true, None) => isolate.catalog_at = Some(now_ms),
+                    (false, _) => {}
+                }
+            }
             Then::AccountFold { model, account, .. } => {
                 self.account_folded(model, account, ok.then_some(call.reply).flatten())
             }

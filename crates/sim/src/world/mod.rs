@@ -3,19 +3,22 @@
 //! `src/`'s (docs/SCALE.md's call table), with the core's own types deciding every call:
 //!
 //! 1. the key (`D1.key`, cached 5 s per isolate) and the catalog (`D1.catalog`, 5 s) — blocking,
-//!    one read per request that finds its copy stale (no single flight);
+//!    one read per request that finds its copy gone or stale (no single flight); a copy 4 s old is
+//!    read again beside the request that finds it, one read at a time (`Store::refresh_early`);
 //! 2. a limited key's `LimitObject` `acquire` (blocking), released after the answer;
 //! 3. `health::view`: a snapshot of the model's object and of `accounts`, each refreshed through a
 //!    [`Flight`] per isolate (`SNAPSHOT`): the request that fetches waits on it (blocking), the others
 //!    use the stale copy, a request without one waits for the fetch under way;
 //! 4. capacity on a capped model: `acquire` on the model object (blocking), `release` after;
 //! 5. the hold: fast path on a fresh balance snapshot (5 s per account per isolate: the hold written
-//!    50 ms later, in the background), else the awaited path (balance read and atomic hold: 2
-//!    blocking D1 calls); the fast path's allowance is assumed ample;
+//!    50 ms later with the isolate's others of the next 200 ms for its ledger, in the background,
+//!    unless settled first), else the awaited path (balance read and atomic hold: 2 blocking D1
+//!    calls); the fast path's allowance is assumed ample;
 //! 6. the plan (`ModelHealth::plan_order` on the isolate's snapshot) and the attempts: a route that
 //!    is down fails in [`FAILED_ATTEMPT_MS`] and the outcome is applied to the isolate's snapshot at
 //!    once; the answer streams for ≈ 2 s;
-//! 7. then, in the background: the settlement in the isolate's D1 batch (`Batches`, `SETTLE_BATCH`),
+//! 7. then, in the background: the settlement in the isolate's D1 batch (`Batches`, `SETTLE_BATCH`;
+//!    one round of set statements),
 //!    given up batches to an outbox object; the health report in the isolate's batch per object
 //!    (`REPORT_BATCH`, urgent when an attempt failed), to the model's object and — for accounts the
 //!    `accounts` object keeps a breaker for (`for_accounts`) — to `accounts`; each object's answer
@@ -39,7 +42,7 @@ mod status;
 mod tier;
 
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap, HashSet};
 
 use switchyard_core::batch::{Batches, Check, Role, Rules as BatchRules, Taken, Ticket};
 use switchyard_core::classify::FailureClass;
@@ -159,6 +162,8 @@ struct Isolate {
     holds: Batches<u32>,
     catalog_at: Option<u64>,
     keys: HashMap<u32, u64>,
+    /// Early reads under way: keys (`Some`) and the catalog (`None`).
+    refreshing: HashSet<Option<u32>>,
     balances: HashMap<u32, u64>,
     /// Its permits per `rpm`-only key (core `Permits`).
     permits: HashMap<u32, Permits>,
@@ -201,6 +206,12 @@ enum Then {
     },
     Keep(u32),
     StatusFetch(u32),
+    /// An early read of a key (`Some`) or the catalog (`None`) beside a request
+    /// (`Store::refresh_early`).
+    Refreshed {
+        iso: u32,
+        key: Option<u32>,
+    },
     /// A batch of permits asked for in the background.
     Permits {
         iso: u32,

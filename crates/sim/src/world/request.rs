@@ -57,21 +57,27 @@ impl World {
             let isolate = &self.isolates[iso as usize];
             match r.stage {
                 Stage::Key => {
-                    if isolate
-                        .keys
-                        .get(&key)
-                        .is_some_and(|at| now_ms.saturating_sub(*at) < CACHE_TTL_MS)
-                    {
+                    let age = isolate.keys.get(&key).map(|at| now_ms.saturating_sub(*at));
+                    if age.is_some_and(|age| age < CACHE_TTL_MS) {
+                        // `Store::refresh_early`: read again beside the request once 4 s old.
+                        let due = age.is_some_and(|age| age >= REFRESH_AFTER_MS);
+                        if due && self.isolates[iso as usize].refreshing.insert(Some(key)) {
+                            let then = Then::Refreshed { iso, key: Some(key) };
+                            self.call(iso, self.ledger(id), Kind::D1Key, READ_STATEMENTS, D1_DEADLINE_MS, then);
+                        }
                         self.reqs[id as usize].stage = Stage::Catalog;
                         continue;
                     }
                     return self.blocking(id, self.ledger(id), Kind::D1Key, READ_STATEMENTS, D1_DEADLINE_MS);
                 }
                 Stage::Catalog => {
-                    if isolate
-                        .catalog_at
-                        .is_some_and(|at| now_ms.saturating_sub(at) < CACHE_TTL_MS)
-                    {
+                    let age = isolate.catalog_at.map(|at| now_ms.saturating_sub(at));
+                    if age.is_some_and(|age| age < CACHE_TTL_MS) {
+                        let due = age.is_some_and(|age| age >= REFRESH_AFTER_MS);
+                        if due && self.isolates[iso as usize].refreshing.insert(None) {
+                            let then = Then::Refreshed { iso, key: None };
+                            self.call(iso, Obj::D1(0), Kind::D1Catalog, READ_STATEMENTS, D1_DEADLINE_MS, then);
+                        }
                         self.reqs[id as usize].stage = Stage::Limit;
                         continue;
                     }
