@@ -239,7 +239,14 @@ fn cached_key(hash: &str, max_age: u64, now: u64) -> Option<Rc<KeyRecord>> {
 /// hash, or the catalog's name — not being read already (marked under way when due).
 fn refresh_due(at: Option<u64>, now: u64, flight: &str) -> bool {
     let due = at.is_some_and(|at| (REFRESH_AFTER_MS..CACHE_TTL_MS).contains(&now.saturating_sub(at)));
-    due && REFRESHING.with(|r| r.borrow_mut().insert(flight.to_string()))
+    due && REFRESHING.with(|r| {
+        let mut r = r.borrow_mut();
+        // Bounded: a read whose task the runtime dropped never takes its name out.
+        if r.len() >= 4096 {
+            r.clear();
+        }
+        r.insert(flight.to_string())
+    })
 }
 
 /// The name of the catalog's early read among the keys' (no hash is this short).
@@ -702,10 +709,11 @@ impl Store {
                     let _ = store.read_key(&hash, ledger).await;
                 }
                 if catalog {
-                    let held = CATALOG.with(|c| c.borrow().as_ref().map(|(_, version, _)| *version));
+                    // Dated when the read began, as on the request's path.
+                    let (held, began) = (CATALOG.with(|c| c.borrow().as_ref().map(|(_, v, _)| *v)), now_ms());
                     match store.read_catalog(held).await {
-                        Ok(Some((read, version))) => drop(remember_catalog(Rc::new(read), version, now_ms())),
-                        Ok(None) => drop(refreshed_catalog(now_ms())),
+                        Ok(Some((read, version))) => drop(remember_catalog(Rc::new(read), version, began)),
+                        Ok(None) => drop(refreshed_catalog(began)),
                         Err(_) => {}
                     }
                 }
