@@ -429,16 +429,22 @@ impl Store {
         if let Some(c) = cached(CACHE_TTL_MS) {
             return Ok(c);
         }
-        // The copy's version goes with the read: an unchanged catalog is neither sent nor parsed
-        // again (every 5 s per isolate, a whole catalog's validation was on some request's path).
-        let held = CATALOG.with(|c| c.borrow().as_ref().map(|(_, version, _)| *version));
-        match self.read_catalog(held).await {
-            Ok(Some((catalog, version))) => Ok(remember_catalog(Rc::new(catalog), version, now)),
-            Ok(None) => refreshed_catalog(now).ok_or(UNCHANGED_WITHOUT_COPY),
+        match self.reload_catalog(now).await {
             Err(ApiError::StorageUnavailable) => cached(STALE_MAX_MS)
                 .inspect(|_| worker::console_log!("{{\"event\":\"stale_catalog_served\"}}"))
                 .ok_or(ApiError::StorageUnavailable),
-            Err(other) => Err(other),
+            read => read,
+        }
+    }
+
+    /// Reads the catalog from D1 into this isolate's copy, dated `now` (the read's start). The
+    /// copy's version goes with the read: an unchanged catalog is neither sent nor parsed again
+    /// (every 5 s per isolate, a whole catalog's validation was on some request's path).
+    async fn reload_catalog(&self, now: u64) -> Result<Rc<Catalog>, ApiError> {
+        let held = CATALOG.with(|c| c.borrow().as_ref().map(|(_, version, _)| *version));
+        match self.read_catalog(held).await? {
+            Some((catalog, version)) => Ok(remember_catalog(Rc::new(catalog), version, now)),
+            None => refreshed_catalog(now).ok_or(UNCHANGED_WITHOUT_COPY),
         }
     }
 
@@ -709,13 +715,7 @@ impl Store {
                     let _ = store.read_key(&hash, ledger).await;
                 }
                 if catalog {
-                    // Dated when the read began, as on the request's path.
-                    let (held, began) = (CATALOG.with(|c| c.borrow().as_ref().map(|(_, v, _)| *v)), now_ms());
-                    match store.read_catalog(held).await {
-                        Ok(Some((read, version))) => drop(remember_catalog(Rc::new(read), version, began)),
-                        Ok(None) => drop(refreshed_catalog(began)),
-                        Err(_) => {}
-                    }
+                    let _ = store.reload_catalog(now_ms()).await;
                 }
             }
             REFRESHING.with(|r| {
