@@ -24,6 +24,7 @@ use response::{error_response, HandlerResult};
 use crate::calls::{self, Counts};
 use crate::faults::Faults;
 use crate::health;
+use crate::runtime::apart::apart;
 use crate::runtime::clock::now_ms;
 use crate::runtime::ids::{new_generation_id, new_id};
 
@@ -94,13 +95,13 @@ async fn route(
         return Ok(test_calls(req));
     }
     if let Some(rest) = path.strip_prefix("/admin/") {
-        return admin::route(req, env, method, rest).await;
+        return apart(admin::route(req, env, method, rest)).await;
     }
     if path == "/v1/responses" && upgrade_to_websocket(req) {
         return Err(ApiError::WebSocketUnsupported);
     }
     if let Some(endpoint) = dialects::endpoint(path) {
-        return dialect_endpoint(req, env, ctx, rc, method, endpoint).await;
+        return apart(dialect_endpoint(req, env, ctx, rc, method, endpoint)).await;
     }
     match (method, path) {
         // A client's connectivity check (Claude Code sends `HEAD /`): the gateway is here.
@@ -108,11 +109,11 @@ async fn route(
             200,
             &json!({"service": "switchyard", "status_page": "/status"}),
         )),
-        (Method::Get, "/v1/models") => v1::models(req, env).await,
-        (Method::Get, "/v1/generation") => v1::generation(req, env).await,
-        (Method::Get, "/v1/credits") => v1::credits(req, env).await,
-        (Method::Get, "/api/health/models") => status::api(env, rc.faults).await,
-        (Method::Get, "/status") => status::page(env, rc.faults).await,
+        (Method::Get, "/v1/models") => apart(v1::models(req, env)).await,
+        (Method::Get, "/v1/generation") => apart(v1::generation(req, env)).await,
+        (Method::Get, "/v1/credits") => apart(v1::credits(req, env)).await,
+        (Method::Get, "/api/health/models") => apart(status::api(env, rc.faults)).await,
+        (Method::Get, "/status") => apart(status::page(env, rc.faults)).await,
         (_, "/v1/models" | "/v1/generation" | "/v1/credits") => Err(ApiError::MethodNotAllowed),
         _ => Err(ApiError::NotFound {
             what: format!("Path {path}"),
@@ -139,12 +140,12 @@ async fn dialect_endpoint(
     match (endpoint.action, endpoint.in_path) {
         (Action::Generate, None) => {
             post()?;
-            v1::generate(req, env, ctx, rc, api, None).await
+            apart(v1::generate(req, env, ctx, rc, api, None)).await
         }
         (Action::Generate, Some(rest)) => {
             let call = v1::gemini_call(req, rest)?;
             post()?;
-            v1::generate(req, env, ctx, rc, api, Some(call)).await
+            apart(v1::generate(req, env, ctx, rc, api, Some(call))).await
         }
         (Action::Count, in_path) => {
             post()?;
@@ -154,7 +155,7 @@ async fn dialect_endpoint(
                         .ok_or_else(|| ApiError::invalid("Malformed model in the path.", Some("model")))
                 })
                 .transpose()?;
-            v1::count_tokens(req, env, ctx, rc, api, model).await
+            apart(v1::count_tokens(req, env, ctx, rc, api, model)).await
         }
     }
 }
