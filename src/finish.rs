@@ -17,7 +17,7 @@ use crate::billing::{self, Hold};
 use crate::faults::Faults;
 use crate::health;
 use crate::limits::Slot;
-use crate::runtime::clock::{in_request, now_ms};
+use crate::runtime::clock::{in_request, now_ms, sleep};
 
 /// An open request: what its settlement and health report need.
 pub struct Record {
@@ -88,21 +88,28 @@ impl Record {
             o.at_ms = faults.dated(o.at_ms);
         }
         finished.request.at_ms = faults.dated(finished.request.at_ms);
-        if answered {
-            // The request's one log line, now that its outcome and cost are known (`http` logs
-            // the requests no route answered when it answers them).
-            worker::console_log!("{}", log_line(&finished.record, &request_id));
-        }
-        if finished.record.overrun_micros > 0 {
-            // The upstream delivered more than was held: charged the hold, the rest logged.
-            worker::console_log!(
-                "{{\"event\":\"charge_capped_at_hold\",\"generation_id\":{:?},\"route\":{:?},\"overrun_micros\":{}}}",
-                finished.record.id,
-                finished.record.route,
-                finished.record.overrun_micros
-            );
-        }
         async move {
+            // Everything below waits for the runtime's next turn: a whole answer's response (or
+            // an error's) is handed to the client first, not after this request's log line and
+            // the first steps of its settlement (issue 36: the close ran before the handler
+            // returned, on the answer's path). Outside a request no timer can be set (below).
+            if in_request() {
+                sleep(0).await;
+            }
+            if answered {
+                // The request's one log line, now that its outcome and cost are known (`http` logs
+                // the requests no route answered when it answers them).
+                worker::console_log!("{}", log_line(&finished.record, &request_id));
+            }
+            if finished.record.overrun_micros > 0 {
+                // The upstream delivered more than was held: charged the hold, the rest logged.
+                worker::console_log!(
+                    "{{\"event\":\"charge_capped_at_hold\",\"generation_id\":{:?},\"route\":{:?},\"overrun_micros\":{}}}",
+                    finished.record.id,
+                    finished.record.route,
+                    finished.record.overrun_micros
+                );
+            }
             if !in_request() {
                 // Polled where the runtime allows no I/O (see `clock::in_request`): settlement
                 // cannot be written from here. It is queued for this isolate's next settlement to
