@@ -45,7 +45,7 @@ use switchyard_core::health::rpc::{
 };
 use switchyard_core::health::shard::{shard_object, ShardCall, ShardReply, ShardReport};
 use switchyard_core::health::{
-    HealthConfig, ModelHealth, Observation, ProbeClaim, RequestObservation, RouteStats, Scope,
+    HealthConfig, ModelHealth, Observation, ProbeClaim, RequestObservation, RouteStats, Scope, Unreported,
 };
 use switchyard_core::verify::{self as checks, CheckRoute};
 
@@ -435,6 +435,9 @@ thread_local! {
     static HEALTH_SNAPSHOTS: RefCell<HashMap<String, Snapshot>> = RefCell::new(HashMap::new());
     /// The snapshot fetch under way (or backing off) per object name.
     static FETCHES: RefCell<HashMap<String, Flight>> = RefCell::new(HashMap::new());
+    /// The outcomes applied to the snapshots that no shard has answered yet (core
+    /// `health::Unreported`): applied again to every copy taken meanwhile.
+    static UNREPORTED: RefCell<Unreported> = RefCell::new(Unreported::default());
 }
 
 /// How a snapshot is refreshed (`switchyard_core::flight`): fresh for `health_snapshot_ms`; one
@@ -462,29 +465,37 @@ fn remember_shard(model_id: &str, reply: ShardReply) {
 /// its breakers only if the object changed them since the copy was read
 /// (`ModelHealth::newer_than`): an older or equal one would undo the isolate's own outcomes
 /// applied since. The accounts' breakers it carries go into the isolate's overlay, each only if
-/// newer than the one held (`ModelHealth::fold_accounts_from`).
+/// newer than the one held (`ModelHealth::fold_accounts_from`). A copy taken gets the isolate's
+/// outcomes no shard has answered yet applied to it (core `health::Unreported`): it may have been
+/// made before they were heard of.
 fn remember(name: &str, reply: SnapshotReply) {
-    HEALTH_SNAPSHOTS.with(|s| {
-        let mut s = s.borrow_mut();
-        overlay(&mut s).fold_accounts_from(&reply.health);
-        let now = Some(now_ms());
-        match s.get_mut(name) {
-            Some(held) => {
-                if reply.health.newer_than(&held.health) {
-                    held.health = reply.health;
+    let now = now_ms();
+    UNREPORTED.with(|u| {
+        let mut unreported = u.borrow_mut();
+        HEALTH_SNAPSHOTS.with(|s| {
+            let mut s = s.borrow_mut();
+            let overlay = overlay(&mut s);
+            let taken = overlay.fold_accounts_from(&reply.health);
+            unreported.apply_to_accounts(&taken, overlay, now);
+            match s.get_mut(name) {
+                Some(held) => {
+                    if reply.health.newer_than(&held.health) {
+                        held.health = reply.health;
+                        unreported.apply_to_model(name, &mut held.health, now);
+                    }
+                    held.stats = reply.stats;
+                    held.fetched_ms = Some(now);
                 }
-                held.stats = reply.stats;
-                held.fetched_ms = now;
+                None => {
+                    let snapshot = Snapshot {
+                        health: reply.health,
+                        stats: reply.stats,
+                        fetched_ms: Some(now),
+                    };
+                    s.insert(name.to_string(), snapshot);
+                }
             }
-            None => {
-                let snapshot = Snapshot {
-                    health: reply.health,
-                    stats: reply.stats,
-                    fetched_ms: now,
-                };
-                s.insert(name.to_string(), snapshot);
-            }
-        }
+        });
     });
 }
 
@@ -657,6 +668,7 @@ pub fn apply_local(model_id: &str, obs: &Observation, config: &HealthConfig) {
             snap.health.observe_scoped(obs, config, scope);
         }
     });
+    UNREPORTED.with(|u| u.borrow_mut().keep(&object_name(model_id), obs, config, now_ms()));
 }
 
 /// How reports are batched: core `batch::HEALTH_REPORTS`.
@@ -698,13 +710,21 @@ pub async fn report(
 /// One `Report` call with `reports`; true when the shard answered (its answer refreshes the
 /// snapshots).
 async fn send_reports(env: &Env, model_id: &str, shard: &str, reports: Vec<ShardReport>) -> bool {
-    match call_shard(env, shard, &ShardCall::Report { reports }).await {
-        Some(reply) => {
-            remember_shard(model_id, reply);
-            true
+    let call = ShardCall::Report { reports };
+    let reply = call_shard(env, shard, &call).await;
+    let (Some(reply), ShardCall::Report { reports }) = (reply, call) else {
+        return false;
+    };
+    // The shard applied them before it answered: its answer, and every copy after it, holds them.
+    let name = object_name(model_id);
+    UNREPORTED.with(|u| {
+        let mut u = u.borrow_mut();
+        for r in &reports {
+            u.answered(&name, &r.observations);
         }
-        None => false,
-    }
+    });
+    remember_shard(model_id, reply);
+    true
 }
 
 /// Models with at least one healthy route right now (`ModelHealth::route_state`, the rule the

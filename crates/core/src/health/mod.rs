@@ -4,7 +4,8 @@
 //! This module owns [`ModelHealth`], one model's health as plain serde data, so the model's Durable
 //! Object persists it as JSON and every isolate applies its own outcomes to its cached copy with the
 //! very same code. Time is always an argument; nothing here reads a clock. [`rpc`] is the typed
-//! calls between an isolate and a health object.
+//! calls between an isolate and a health object; [`Unreported`] keeps an isolate's own outcomes
+//! until a shard answers their report, so a copy taken meanwhile does not undo them.
 //!
 //! Invariants:
 //! - A [`Breaker`] is *demoted* exactly when `demoted_until_ms` is `Some`. It is *cooling* while
@@ -35,6 +36,7 @@ mod hours;
 pub mod rpc;
 mod scope;
 pub mod shard;
+mod unreported;
 
 use std::collections::BTreeMap;
 
@@ -45,6 +47,7 @@ use crate::classify::{Blame, FailureClass};
 
 pub use hours::{last_hours, ChartPoint, Hour, CHART_POINTS, CHART_POINT_MINUTES, HOURS_KEPT, HOUR_MS, SLOW_TTFB_MS};
 pub use scope::{for_accounts, ProbeClaim, Scope};
+pub use unreported::Unreported;
 
 /// Buckets kept, in minutes (the status page's "last hour").
 pub const WINDOW_MINUTES: u64 = 60;

@@ -77,11 +77,14 @@ impl ModelHealth {
     }
 
     /// [`ModelHealth::fold_account`] for every account `other` holds a version of (a model's
-    /// snapshot into an isolate's overlay; every model's copies into the status page's view).
-    pub fn fold_accounts_from(&mut self, other: &ModelHealth) -> bool {
-        let mut taken = false;
+    /// snapshot into an isolate's overlay; every model's copies into the status page's view); the
+    /// accounts whose breaker it took.
+    pub fn fold_accounts_from(&mut self, other: &ModelHealth) -> Vec<String> {
+        let mut taken = Vec::new();
         for (account, version) in &other.account_versions {
-            taken |= self.fold_account(account, other.accounts.get(account), *version);
+            if self.fold_account(account, other.accounts.get(account), *version) {
+                taken.push(account.clone());
+            }
         }
         taken
     }
@@ -391,11 +394,11 @@ mod tests {
         let mut overlay = ModelHealth::default();
         overlay.observe_scoped(&fail, &cfg, Scope::Accounts);
         assert!(
-            !overlay.fold_accounts_from(&m2.snapshot()),
+            overlay.fold_accounts_from(&m2.snapshot()).is_empty(),
             "a version-0 copy undoes nothing"
         );
         assert!(overlay.accounts["acct-a"].is_demoted());
-        assert!(overlay.fold_accounts_from(&m1.snapshot()));
+        assert_eq!(overlay.fold_accounts_from(&m1.snapshot()), ["acct-a"]);
         // The account heals at its object (version 2), m2 brings it first; then m1's older copy.
         let ok = Observation {
             probe: true,
@@ -404,10 +407,10 @@ mod tests {
         authority.observe_scoped(&ok, &cfg, Scope::Accounts);
         authority.changed();
         assert!(m2.fold_account("acct-a", authority.accounts.get("acct-a"), authority.version));
-        assert!(overlay.fold_accounts_from(&m2.snapshot()));
+        assert_eq!(overlay.fold_accounts_from(&m2.snapshot()), ["acct-a"]);
         assert!(!overlay.accounts.contains_key("acct-a"), "healed");
         assert!(
-            !overlay.fold_accounts_from(&m1.snapshot()),
+            overlay.fold_accounts_from(&m1.snapshot()).is_empty(),
             "m1's older copy is not taken"
         );
         assert!(!overlay.accounts.contains_key("acct-a"));
