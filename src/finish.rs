@@ -8,9 +8,7 @@
 use std::future::Future;
 
 use switchyard_core::classify::Blame;
-use switchyard_core::generation::{
-    log_line, short_message, AttemptResult, AttemptTarget, Ending, Finished, GenerationRecord, Journal, Opening,
-};
+use switchyard_core::generation::{log_line, short_message, AttemptResult, AttemptTarget, Ending, Journal, Opening};
 use switchyard_core::health::HealthConfig;
 use switchyard_core::ApiError;
 use worker::Env;
@@ -19,7 +17,7 @@ use crate::billing::{self, Hold};
 use crate::faults::Faults;
 use crate::health;
 use crate::limits::Slot;
-use crate::runtime::clock::{in_request, now_ms, sleep};
+use crate::runtime::clock::{in_request, now_ms};
 
 /// An open request: what its settlement and health report need.
 pub struct Record {
@@ -90,57 +88,38 @@ impl Record {
             o.at_ms = faults.dated(o.at_ms);
         }
         finished.request.at_ms = faults.dated(finished.request.at_ms);
-        let Finished {
-            record,
-            observations,
-            request,
-        } = finished;
+        if answered {
+            // The request's one log line, now that its outcome and cost are known (`http` logs
+            // the requests no route answered when it answers them).
+            worker::console_log!("{}", log_line(&finished.record, &request_id));
+        }
+        if finished.record.overrun_micros > 0 {
+            // The upstream delivered more than was held: charged the hold, the rest logged.
+            worker::console_log!(
+                "{{\"event\":\"charge_capped_at_hold\",\"generation_id\":{:?},\"route\":{:?},\"overrun_micros\":{}}}",
+                finished.record.id,
+                finished.record.route,
+                finished.record.overrun_micros
+            );
+        }
         async move {
             if !in_request() {
                 // Polled where the runtime allows no I/O (see `clock::in_request`): settlement
                 // cannot be written from here. It is queued for this isolate's next settlement to
                 // write with its own; should none come, the hold expires and the sweep releases it
                 // (nothing is charged twice). The health report is lost.
-                log(&record, &request_id, answered);
                 worker::console_error!(
                     "{{\"event\":\"relay_lost_context\",\"generation_id\":{:?},\"charge_micros\":{}}}",
-                    record.id,
-                    record.total_cost_micros
+                    finished.record.id,
+                    finished.record.total_cost_micros
                 );
-                billing::leave(hold, record);
+                billing::leave(hold, finished.record);
                 return;
             }
-            // The health report leaves at once (a failure is news for the next request's plan).
-            let report = health::report(&env, &model, config, observations, request);
-            // The log line and the settlement wait for the runtime's next turn: a whole answer's
-            // response (or an error's) is handed to the client first (issue 36: they ran before
-            // the handler returned it, on the answer's path).
-            let settling = env.clone();
-            let settle = async move {
-                sleep(0).await;
-                log(&record, &request_id, answered);
-                billing::settle(settling, faults, hold, record).await;
-            };
+            let report = health::report(&env, &model, config, finished.observations, finished.request);
+            let settle = billing::settle(env.clone(), faults, hold, finished.record);
             futures_util::future::join(settle, report).await;
         }
-    }
-}
-
-/// A closed request's log lines: the one line of an answered request, now that its outcome and
-/// cost are known (`http` logs the requests no route answered when it answers them), and an
-/// overrun charged at the hold.
-fn log(record: &GenerationRecord, request_id: &str, answered: bool) {
-    if answered {
-        worker::console_log!("{}", log_line(record, request_id));
-    }
-    if record.overrun_micros > 0 {
-        // The upstream delivered more than was held: charged the hold, the rest logged.
-        worker::console_log!(
-            "{{\"event\":\"charge_capped_at_hold\",\"generation_id\":{:?},\"route\":{:?},\"overrun_micros\":{}}}",
-            record.id,
-            record.route,
-            record.overrun_micros
-        );
     }
 }
 

@@ -424,7 +424,13 @@ fn a_flapping_route_backs_off_its_rechecks() {
         (checks..=checks + 1).contains(&users),
         "{users} requests reached r0 for {checks} passed rechecks"
     );
+    // A check's booking is written after its answer reached the mock: wait for the last one.
+    let booked_by = Instant::now() + Duration::from_secs(5);
     let mut booked = m.checks();
+    while (booked.len() as u64) < checks && Instant::now() < booked_by {
+        std::thread::sleep(Duration::from_millis(100));
+        booked = m.checks();
+    }
     booked.reverse(); // oldest first
     assert_eq!(booked.len() as u64, checks, "{booked:?}");
     assert!(
