@@ -657,18 +657,16 @@ async fn claim(env: &Env, object: &str, call: &HealthCall) -> bool {
 
 /// Applies an attempt's outcome to this isolate's snapshots at once (SPEC §8).
 pub fn apply_local(model_id: &str, obs: &Observation, config: &HealthConfig) {
+    let name = object_name(model_id);
     HEALTH_SNAPSHOTS.with(|s| {
         let mut s = s.borrow_mut();
-        for (name, scope) in [
-            (object_name(model_id), Scope::Model),
-            (ACCOUNTS.to_string(), Scope::Accounts),
-        ] {
+        for (object, scope) in [(name.clone(), Scope::Model), (ACCOUNTS.to_string(), Scope::Accounts)] {
             // Born here, not read from the object: the next request fetches it.
-            let snap = s.entry(name).or_insert_with(born_here);
+            let snap = s.entry(object).or_insert_with(born_here);
             snap.health.observe_scoped(obs, config, scope);
         }
     });
-    UNREPORTED.with(|u| u.borrow_mut().keep(&object_name(model_id), obs, config, now_ms()));
+    UNREPORTED.with(|u| u.borrow_mut().keep(name, obs, config, now_ms()));
 }
 
 /// How reports are batched: core `batch::HEALTH_REPORTS`.

@@ -37,13 +37,13 @@ struct Kept {
 
 impl Unreported {
     /// Keeps an outcome just applied to the isolate's copies of `model`'s health.
-    pub fn keep(&mut self, model: &str, observation: &Observation, config: &HealthConfig, now_ms: u64) {
+    pub fn keep(&mut self, model: impl Into<String>, observation: &Observation, config: &HealthConfig, now_ms: u64) {
         self.forget_old(now_ms);
         if self.kept.len() >= MAX_KEPT {
             self.kept.pop_front();
         }
         self.kept.push_back(Kept {
-            model: model.to_string(),
+            model: model.into(),
             observation: observation.clone(),
             config: *config,
             kept_ms: now_ms,
@@ -81,12 +81,14 @@ impl Unreported {
     }
 
     /// How many outcomes are kept.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.kept.len()
     }
 
     /// Whether none is.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
         self.kept.is_empty()
     }
 
