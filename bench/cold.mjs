@@ -14,23 +14,37 @@
 // admin API with `--persist`, and every measured instance reopens that state. `echo` (the worker-rs
 // proxy and the JS floor) forwards `/<label>/ok/chat/completions` to the mock.
 //
+// With `--fresh-isolate`, each instance runs two replicas of the Worker sharing D1 and the objects
+// (`mf.mjs replicaOptions`); the first answers two requests (workerd's entry, D1, the model's
+// health object and the mock's connection are started), then the second — a fresh isolate meeting
+// a running platform, as a new isolate does in production — is measured. The first runs a copy of
+// the script whose Wasm has a custom section added (no change in what it does): V8 shares a
+// module's compiled code among isolates of one process when the bytes are the same, which would
+// hand the second replica the functions the first one compiled.
+//
 // Prints one Markdown table row: | label | first request p50 / max | second request p50 / max |,
 // with `--split`: | label | 404 first | chat request after it | chat request again |.
 
 import { Miniflare } from "miniflare";
-import { parseArgs, miniflareOptions, applyMigrations, fail, call, coldSetup } from "./mf.mjs";
+import http from "node:http";
+import { cpSync, mkdtempSync, readdirSync, appendFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { basename, dirname, join } from "node:path";
+import { parseArgs, miniflareOptions, replicaOptions, applyMigrations, fail, coldSetup } from "./mf.mjs";
 
 let mock;
 let kind;
 let instances = 5;
 let label = "worker";
 let split = false;
+let freshIsolate = false;
 const args = parseArgs(process.argv.slice(2), (a, next) => {
   if (a === "--mock") mock = next().replace(/\/$/, "");
   else if (a === "--kind") kind = next();
   else if (a === "--instances") instances = Number(next());
   else if (a === "--label") label = next();
   else if (a === "--split") split = true;
+  else if (a === "--fresh-isolate") freshIsolate = true;
   else return false;
   return true;
 });
@@ -41,6 +55,29 @@ const token = "cold-admin-token";
 if (kind === "switchyard") args.vars.ADMIN_TOKEN = token;
 const { options, d1 } = miniflareOptions(args);
 
+// One request to the replica named by `host` (none: the first, through fetch as before), read to
+// its end: its status and text. Node's fetch sets its own Host header, so a named replica is asked
+// through node:http, on a connection pool of each instance's own (`agent`, set per instance: a
+// pooled connection to an earlier instance's port would be reset).
+let agent;
+const send = async (url, host, method, path, body, headers = {}) => {
+  const data = body === undefined ? undefined : JSON.stringify(body);
+  const h = { "content-type": "application/json", ...headers };
+  if (!host) {
+    const r = await fetch(url + path, { method, headers: h, body: data });
+    return { status: r.status, text: await r.text() };
+  }
+  return new Promise((resolve, reject) => {
+    const q = http.request(url + path, { method, headers: { ...h, host }, agent }, (r) => {
+      const parts = [];
+      r.on("data", (c) => parts.push(c));
+      r.on("end", () => resolve({ status: r.statusCode, text: Buffer.concat(parts).toString() }));
+    });
+    q.on("error", reject);
+    q.end(data);
+  });
+};
+
 // The setup instance: migrations, a provider on the mock, a model, a funded key.
 let request;
 if (kind === "switchyard") {
@@ -49,33 +86,60 @@ if (kind === "switchyard") {
   if (args.migrate) await applyMigrations(mf, d1);
   const key = await coldSetup(url, mock, token);
   await mf.dispose();
-  request = (url) =>
-    call(url, "POST", "/v1/chat/completions", { model: "cold", messages: [{ role: "user", content: "hi" }] },
-         { authorization: `Bearer ${key}` });
+  request = async (url, host) => {
+    const r = await send(url, host, "POST", "/v1/chat/completions",
+                         { model: "cold", messages: [{ role: "user", content: "hi" }] },
+                         { authorization: `Bearer ${key}` });
+    if (r.status !== 200) fail(`the chat completion answered ${r.status} ${r.text}`);
+  };
 } else {
-  request = (url) =>
-    call(url, "POST", "/cold/ok/chat/completions", { model: "m", messages: [{ role: "user", content: "hi" }] });
+  request = async (url, host) => {
+    const r = await send(url, host, "POST", "/cold/ok/chat/completions",
+                         { model: "m", messages: [{ role: "user", content: "hi" }] });
+    if (r.status !== 200) fail(`the echo answered ${r.status} ${r.text}`);
+  };
+}
+
+// The first replica's copy of the script, with its Wasm's bytes made different (a custom section).
+let firstReplica = {};
+if (freshIsolate) {
+  const dir = mkdtempSync(join(tmpdir(), "cold-replica-"));
+  cpSync(dirname(args.script), dir, { recursive: true });
+  const wasm = readdirSync(dir).filter((f) => f.endsWith(".wasm"));
+  if (wasm.length === 0 && kind === "switchyard") fail(`no .wasm beside ${args.script}`);
+  const name = Buffer.from("cold-bench-replica");
+  for (const f of wasm) {
+    // Custom section: id 0, size (one LEB128 byte: < 128), name length, name, no payload.
+    appendFileSync(join(dir, f), Buffer.concat([Buffer.from([0, name.length + 1, name.length]), name]));
+  }
+  firstReplica = { scriptPath: join(dir, basename(args.script)), modulesRoot: dir };
 }
 
 const bare = [];
 const first = [];
 const second = [];
 for (let i = 0; i < instances; i++) {
-  const mf = new Miniflare(options);
+  const mf = new Miniflare(freshIsolate ? replicaOptions(options, 2, "switchyard", firstReplica) : options);
   const url = (await mf.ready).origin;
+  agent = new http.Agent({ keepAlive: true });
   if (kind === "echo" && args.migrate) await applyMigrations(mf, d1);
+  let host;
+  if (freshIsolate) {
+    await request(url);
+    await request(url);
+    host = "replica-1.test";
+  }
   let t = performance.now();
   if (split) {
-    const r = await fetch(url + "/cold-start-unknown-path");
-    await r.text();
+    const r = await send(url, host, "GET", "/cold-start-unknown-path");
     if (r.status !== 404) fail(`the unknown path answered ${r.status}`);
     bare.push(performance.now() - t);
     t = performance.now();
   }
-  await request(url);
+  await request(url, host);
   first.push(performance.now() - t);
   t = performance.now();
-  await request(url);
+  await request(url, host);
   second.push(performance.now() - t);
   await mf.dispose();
 }

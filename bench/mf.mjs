@@ -268,6 +268,25 @@ export function miniflareOptions(args) {
   return { options, d1 };
 }
 
+// Options for `n` replicas of the Worker in `options` — isolates of the same script in one
+// workerd, sharing its D1 databases and its Durable Objects, as isolates do in production: replica
+// 0 (named `name`) runs the objects and answers every request; replica i (`name-i`) those sent
+// with `Host: replica-<i>.test`. `first` overrides options of replica 0 alone.
+export function replicaOptions(options, n, name = "switchyard", first = {}) {
+  const { port, host, d1Persist, durableObjectsPersist, ...worker } = options;
+  // The other replicas reach the first one's Durable Object classes: one object per name, shared.
+  const sharedObjects = Object.fromEntries(
+    Object.entries(worker.durableObjects ?? {}).map(([binding, o]) => [binding, { className: o.className, scriptName: name }]),
+  );
+  const others = Array.from({ length: n - 1 }, (_, k) => ({
+    ...worker,
+    name: `${name}-${k + 1}`,
+    routes: [`replica-${k + 1}.test/*`],
+    durableObjects: sharedObjects,
+  }));
+  return { port, host, d1Persist, durableObjectsPersist, workers: [{ ...worker, ...first, name }, ...others] };
+}
+
 // Serves `mf` until SIGTERM/SIGINT (then disposes of it): waits until it is ready, applies the D1
 // migrations when `args.migrate`, and prints `ready <url>` plus `suffix()`.
 export async function serveUntilStopped(mf, args, d1, suffix = () => "") {

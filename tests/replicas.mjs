@@ -11,7 +11,7 @@
 // `ready <url>`, then serves until SIGTERM/SIGINT.
 
 import { Miniflare } from "miniflare";
-import { parseArgs, miniflareOptions, serveUntilStopped } from "../bench/mf.mjs";
+import { parseArgs, miniflareOptions, replicaOptions, serveUntilStopped } from "../bench/mf.mjs";
 
 let replicas = 2;
 const args = parseArgs(process.argv.slice(2), (a, next) => {
@@ -20,23 +20,5 @@ const args = parseArgs(process.argv.slice(2), (a, next) => {
   return Number.isInteger(replicas) && replicas >= 1;
 });
 const { options, d1 } = miniflareOptions(args);
-const { port, host, d1Persist, durableObjectsPersist, ...worker } = options;
-const name = "switchyard";
-// The other replicas reach the first one's Durable Object classes: one object per name, shared.
-const sharedObjects = Object.fromEntries(
-  Object.entries(worker.durableObjects ?? {}).map(([binding, o]) => [binding, { className: o.className, scriptName: name }]),
-);
-const others = Array.from({ length: replicas - 1 }, (_, k) => ({
-  ...worker,
-  name: `${name}-${k + 1}`,
-  routes: [`replica-${k + 1}.test/*`],
-  durableObjects: sharedObjects,
-}));
-const mf = new Miniflare({
-  port,
-  host,
-  d1Persist,
-  durableObjectsPersist,
-  workers: [{ ...worker, name }, ...others],
-});
+const mf = new Miniflare(replicaOptions(options, replicas));
 await serveUntilStopped(mf, args, d1);

@@ -33,8 +33,11 @@ pub const SHARDS: u64 = 32;
 pub const FRESH_MS: u64 = 250;
 /// Reports without a failure or probe wait at most this long in a shard.
 pub const FLUSH_MS: u64 = 1_000;
-/// A failure or probe is forwarded at once, but a shard forwards at most once per this: what
-/// comes meanwhile waits for it and goes together.
+/// A failure or probe is forwarded at once — or, from shard `n`, `n` × [`URGENT_GAP_MS`] /
+/// [`SHARDS`] after it came ([`Side::for_shard`]): a route that goes down fails in every shard at
+/// the same moment, and their forwardings reach the model's object spread over this window, not
+/// all together — but a shard forwards at most once per this: what comes meanwhile waits for it
+/// and goes together.
 pub const URGENT_GAP_MS: u64 = 100;
 /// After a failed call to an object, a shard leaves it alone this long, doubling up to
 /// [`BACKOFF_MAX_MS`].
@@ -49,10 +52,11 @@ pub fn shard_object(model_id: &str, seed: u64) -> String {
     format!("shard:{}:{model_id}", seed % SHARDS)
 }
 
-/// The model a shard serves, from its name.
-pub fn shard_model(name: &str) -> Option<&str> {
+/// The shard's number and the model it serves, from its name.
+pub fn shard_model(name: &str) -> Option<(u64, &str)> {
     let (n, model) = name.strip_prefix("shard:")?.split_once(':')?;
-    (n.parse::<u64>().is_ok_and(|n| n < SHARDS) && !model.is_empty()).then_some(model)
+    let n = n.parse::<u64>().ok().filter(|n| *n < SHARDS)?;
+    (!model.is_empty()).then_some((n, model))
 }
 
 /// One request's outcomes, as an isolate reports them to its shard.
@@ -118,7 +122,8 @@ pub struct Pending {
     requests: Vec<RequestObservation>,
     /// When the oldest waiting report came.
     since_ms: Option<u64>,
-    urgent: bool,
+    /// When the first failure or probe that is news among them came.
+    urgent_ms: Option<u64>,
     /// Successes dropped because [`MAX_PENDING`] were waiting.
     pub dropped: u64,
 }
@@ -141,7 +146,7 @@ impl Pending {
         }
         for o in observations {
             let urgent = news(o, held);
-            self.push(o.clone(), urgent);
+            self.push(o.clone(), urgent.then_some(now_ms));
         }
         if let Some(r) = request.filter(|_| self.requests.len() < MAX_PENDING) {
             self.requests.push(r.clone());
@@ -150,12 +155,15 @@ impl Pending {
         self.since_ms.get_or_insert(now_ms);
     }
 
-    fn push(&mut self, o: Observation, urgent: bool) {
+    /// `urgent_at`: when it came, if it is news.
+    fn push(&mut self, o: Observation, urgent_at: Option<u64>) {
         if !o.urgent() && self.observations.len() >= MAX_PENDING {
             self.dropped += 1;
             return;
         }
-        self.urgent |= urgent;
+        if let Some(at) = urgent_at {
+            self.urgent_ms = Some(self.urgent_ms.map_or(at, |u| u.min(at)));
+        }
         self.observations.push(o);
     }
 
@@ -174,19 +182,24 @@ impl Pending {
     }
 
     /// When it is to be forwarded, the last forwarding having been sent at `last_sent_ms`: with a
-    /// failure or probe among it, [`URGENT_GAP_MS`] after that; else when the oldest report has
-    /// waited [`FLUSH_MS`] (`None`: nothing waits).
-    pub fn due_at(&self, last_sent_ms: u64) -> Option<u64> {
+    /// failure or probe among it, `stagger_ms` after the first such came but no sooner than
+    /// [`URGENT_GAP_MS`] after the last forwarding; else when the oldest report has waited
+    /// [`FLUSH_MS`] (`None`: nothing waits).
+    pub fn due_at(&self, last_sent_ms: u64, stagger_ms: u64) -> Option<u64> {
         let flush = self.since_ms?.saturating_add(FLUSH_MS);
-        Some(match self.urgent {
-            true => flush.min(last_sent_ms.saturating_add(URGENT_GAP_MS)),
-            false => flush,
+        Some(match self.urgent_ms {
+            Some(at) => flush.min(
+                last_sent_ms
+                    .saturating_add(URGENT_GAP_MS)
+                    .max(at.saturating_add(stagger_ms)),
+            ),
+            None => flush,
         })
     }
 
     /// Whether it is due at `now_ms` ([`Pending::due_at`]).
-    pub fn due(&self, now_ms: u64, last_sent_ms: u64) -> bool {
-        self.due_at(last_sent_ms).is_some_and(|at| now_ms >= at)
+    pub fn due(&self, now_ms: u64, last_sent_ms: u64, stagger_ms: u64) -> bool {
+        self.due_at(last_sent_ms, stagger_ms).is_some_and(|at| now_ms >= at)
     }
 
     /// Takes everything waiting as one `Observe` call in `scope` (`None` when nothing waits).
@@ -210,8 +223,11 @@ impl Pending {
         self.dropped = since.dropped;
         self.config = since.config.or(self.config);
         self.since_ms = self.since_ms.or(since.since_ms);
-        self.urgent |= since.urgent;
-        since.observations.into_iter().for_each(|o| self.push(o, false));
+        self.urgent_ms = match (self.urgent_ms, since.urgent_ms) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        since.observations.into_iter().for_each(|o| self.push(o, None));
         let room = MAX_PENDING.saturating_sub(self.requests.len());
         self.requests.extend(since.requests.into_iter().take(room));
     }
@@ -230,14 +246,26 @@ pub struct Side {
     sent_ms: u64,
     failures: u32,
     next_try_ms: u64,
+    /// How long after its first news this side forwards it ([`Side::for_shard`]).
+    stagger_ms: u64,
 }
 
 impl Side {
+    /// Shard `n`'s side: news waits `n` × [`URGENT_GAP_MS`] / [`SHARDS`] before it is forwarded
+    /// (0 to 97 ms), so that a route failing in every shard at once does not bring the model's
+    /// object every shard's forwarding at once.
+    pub fn for_shard(n: u64) -> Side {
+        Side {
+            stagger_ms: (n % SHARDS) * URGENT_GAP_MS / SHARDS,
+            ..Side::default()
+        }
+    }
+
     /// Whether a call is wanted at `now`: what waits is due, or the copy is missing or older than
     /// `fresh_ms` — unless the object is being left alone after a failure.
     pub fn wanted(&self, fresh_ms: u64, now: u64) -> bool {
         now >= self.next_try_ms
-            && (self.pending.due(now, self.sent_ms)
+            && (self.pending.due(now, self.sent_ms, self.stagger_ms)
                 || self.copy.is_none()
                 || now >= self.renewed_ms.saturating_add(fresh_ms))
     }
@@ -298,7 +326,9 @@ impl Side {
     /// When it will want a call without a caller's asking: what waits falling due (not before
     /// the object's back-off ends); `None` when nothing waits.
     pub fn wake_at(&self) -> Option<u64> {
-        self.pending.due_at(self.sent_ms).map(|at| at.max(self.next_try_ms))
+        self.pending
+            .due_at(self.sent_ms, self.stagger_ms)
+            .map(|at| at.max(self.next_try_ms))
     }
 }
 
@@ -334,7 +364,7 @@ mod tests {
     fn names_pick_one_of_the_models_shards_and_read_back() {
         let name = shard_object("gpt:4o", 37);
         assert_eq!(name, "shard:5:gpt:4o");
-        assert_eq!(shard_model(&name), Some("gpt:4o"));
+        assert_eq!(shard_model(&name), Some((5, "gpt:4o")));
         for bad in ["model:x", "shard:x:m", "shard:32:m", "shard:1:"] {
             assert_eq!(shard_model(bad), None, "{bad}");
         }
@@ -343,23 +373,48 @@ mod tests {
     #[test]
     fn successes_wait_for_the_flush_and_a_failure_goes_at_once() {
         let mut p = Pending::default();
-        assert!(p.is_empty() && !p.due(0, 0) && p.due_at(0).is_none());
+        assert!(p.is_empty() && !p.due(0, 0, 0) && p.due_at(0, 0).is_none());
         p.add(config(), &[obs(AttemptOutcome::Success)], None, 1_000, None);
-        assert!(!p.due(1_999, 0));
+        assert!(!p.due(1_999, 0, 0));
         assert!(
-            p.due(2_000, 1_990),
+            p.due(2_000, 1_990, 0),
             "successes wait their second, whenever the last forwarding was"
         );
         let failure = obs(AttemptOutcome::Failure(FailureClass::Overloaded));
         p.add(config(), &[failure], None, 1_100, None);
-        assert!(p.due(1_100, 0), "a failure is forwarded at once");
-        assert_eq!(p.due_at(1_050), Some(1_150), "… but one forwarding per 100 ms");
+        assert!(p.due(1_100, 0, 0), "a failure is forwarded at once");
+        assert_eq!(p.due_at(1_050, 0), Some(1_150), "… but one forwarding per 100 ms");
         let (call, _) = p.take(Scope::Model).unwrap();
         let HealthCall::Observe { observations, .. } = call else {
             panic!("{call:?}")
         };
         assert_eq!(observations.len(), 2, "in the order they came");
-        assert!(p.is_empty() && !p.due(10_000, 0) && p.take(Scope::Model).is_none());
+        assert!(p.is_empty() && !p.due(10_000, 0, 0) && p.take(Scope::Model).is_none());
+    }
+
+    #[test]
+    fn shards_forward_the_same_news_spread_over_the_urgent_gap() {
+        let failure = obs(AttemptOutcome::Failure(FailureClass::Overloaded));
+        // Successes have waited half a second in every shard when the route fails at 10 s.
+        let due: Vec<u64> = (0..SHARDS)
+            .map(|n| {
+                let mut side = Side::for_shard(n);
+                side.take_in(config(), &[obs(AttemptOutcome::Success)], None, Scope::Model, 9_500);
+                side.take_in(config(), std::slice::from_ref(&failure), None, Scope::Model, 10_000);
+                side.wake_at().unwrap()
+            })
+            .collect();
+        assert_eq!(due[0], 10_000, "shard 0 forwards at once");
+        assert!(due.iter().all(|at| (10_000..10_000 + URGENT_GAP_MS).contains(at)), "{due:?}");
+        assert!(
+            due.windows(2).all(|w| w[1] >= w[0] + 3),
+            "one shard's forwarding every 3 ms at most: {due:?}"
+        );
+        // A failure that comes while the first waits goes with it, on the first one's time.
+        let mut side = Side::for_shard(16);
+        side.take_in(config(), std::slice::from_ref(&failure), None, Scope::Model, 10_000);
+        side.take_in(config(), std::slice::from_ref(&failure), None, Scope::Model, 10_040);
+        assert_eq!(side.wake_at(), Some(10_050));
     }
 
     #[test]
@@ -386,10 +441,10 @@ mod tests {
         assert!(copy.routes["r0"].breaker.is_demoted());
         let mut p = Pending::default();
         p.add(config(), std::slice::from_ref(&failure), None, 0, Some((&copy, Scope::Model)));
-        assert_eq!(p.due_at(0), Some(FLUSH_MS), "no news: the flush");
+        assert_eq!(p.due_at(0, 0), Some(FLUSH_MS), "no news: the flush");
         p.add(config(), std::slice::from_ref(&failure), None, 0, Some((&copy, Scope::Accounts)));
         assert_eq!(
-            p.due_at(0),
+            p.due_at(0, 0),
             Some(URGENT_GAP_MS),
             "the account's breaker is not demoted: news"
         );
@@ -397,20 +452,20 @@ mod tests {
         probe.probe = true;
         let mut q = Pending::default();
         q.add(config(), &[probe], None, 0, Some((&copy, Scope::Model)));
-        assert_eq!(q.due_at(0), Some(URGENT_GAP_MS), "a probe is always news");
+        assert_eq!(q.due_at(0, 0), Some(URGENT_GAP_MS), "a probe is always news");
         // An account failure is news unless the model's copy holds the account demoted.
         let account = obs(AttemptOutcome::Failure(FailureClass::Account));
         let mut a = Pending::default();
         a.add(config(), std::slice::from_ref(&account), None, 0, Some((&copy, Scope::Model)));
         assert_eq!(
-            a.due_at(0),
+            a.due_at(0, 0),
             Some(URGENT_GAP_MS),
             "the route is demoted, the account is not"
         );
         copy.observe_scoped(&account, &config(), Scope::Model);
         let mut b = Pending::default();
         b.add(config(), &[account], None, 0, Some((&copy, Scope::Model)));
-        assert_eq!(b.due_at(0), Some(FLUSH_MS), "the copy holds the account demoted");
+        assert_eq!(b.due_at(0, 0), Some(FLUSH_MS), "the copy holds the account demoted");
     }
 
     #[test]

@@ -39,11 +39,23 @@ impl Link {
 }
 
 /// A shard's state.
-#[derive(Default)]
 pub(super) struct Shard {
     model: Link,
     /// When its wake-up event is set for (`None`: none).
     next_at: Option<u64>,
+}
+
+impl Shard {
+    /// Shard `k`'s state (its side staggers its news as the Worker's shard `k` does).
+    fn new(k: u32) -> Shard {
+        Shard {
+            model: Link {
+                side: Side::for_shard(u64::from(k)),
+                in_flight: false,
+            },
+            next_at: None,
+        }
+    }
 }
 
 impl World {
@@ -58,7 +70,7 @@ impl World {
     /// Reports from an isolate: queued for the model's object; the copy is the answer.
     pub(super) fn shard_observe(&mut self, model: u32, k: u32, observations: Vec<Observation>) -> ModelHealth {
         let (config, now) = (self.config, self.ms());
-        let shard = self.shards.entry((model, k)).or_default();
+        let shard = self.shards.entry((model, k)).or_insert_with(|| Shard::new(k));
         shard.model.side.take_in(config, &observations, None, Scope::Model, now);
         self.shard_wake(model, k);
         self.shard_view(model, k)
@@ -133,7 +145,7 @@ impl World {
     /// and the object is left alone for a back-off.
     pub(super) fn shard_flushed(&mut self, model: u32, k: u32, taken: Option<Pending>, reply: Option<ModelHealth>) {
         let now = self.ms();
-        let link = &mut self.shards.entry((model, k)).or_default().model;
+        let link = &mut self.shards.entry((model, k)).or_insert_with(|| Shard::new(k)).model;
         link.in_flight = false;
         let reply = reply.map(|health| SnapshotReply {
             health,
