@@ -27,7 +27,7 @@
 
 import { Miniflare } from "miniflare";
 import http from "node:http";
-import { cpSync, mkdtempSync, readdirSync, appendFileSync } from "node:fs";
+import { cpSync, mkdtempSync, readdirSync, appendFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { basename, dirname, join } from "node:path";
 import { parseArgs, miniflareOptions, replicaOptions, applyMigrations, fail, coldSetup } from "./mf.mjs";
@@ -102,8 +102,9 @@ if (kind === "switchyard") {
 
 // The first replica's copy of the script, with its Wasm's bytes made different (a custom section).
 let firstReplica = {};
+let copyDir;
 if (freshIsolate) {
-  const dir = mkdtempSync(join(tmpdir(), "cold-replica-"));
+  const dir = (copyDir = mkdtempSync(join(tmpdir(), "cold-replica-")));
   cpSync(dirname(args.script), dir, { recursive: true });
   const wasm = readdirSync(dir).filter((f) => f.endsWith(".wasm"));
   if (wasm.length === 0 && kind === "switchyard") fail(`no .wasm beside ${args.script}`);
@@ -143,6 +144,7 @@ for (let i = 0; i < instances; i++) {
   second.push(performance.now() - t);
   await mf.dispose();
 }
+if (copyDir) rmSync(copyDir, { recursive: true, force: true });
 const median = (v) => [...v].sort((a, b) => a - b)[Math.floor(v.length / 2)];
 const ms = (v) => `${median(v).toFixed(1)} / ${Math.max(...v).toFixed(1)} ms`;
 console.log(`| ${label} | ${split ? `${ms(bare)} | ` : ""}${ms(first)} | ${ms(second)} |`);

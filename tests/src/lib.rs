@@ -302,10 +302,14 @@ impl Fixture {
         self.s.send(self.api, &self.key, &body, &[])
     }
 
-    /// How many requests route `i`'s upstream saw.
+    /// How many requests route `i`'s upstream saw from clients: the model's own checks (a
+    /// failure one key could provoke is confirmed by one, SPEC §18a, which may reach the upstream
+    /// before this is read) are not counted.
     pub fn seen(&self, i: usize) -> u64 {
         let (label, scenario) = &self.routes[i];
-        self.s.mock_stats(label, scenario)["requests"].as_u64().unwrap()
+        let st = self.s.mock_stats(label, scenario);
+        let checks = st["by_prompt"][CHECK_PROMPT].as_u64().unwrap_or(0);
+        st["requests"].as_u64().unwrap() - checks
     }
 
     /// The request's record (`GET /v1/generation`).
@@ -835,6 +839,10 @@ impl Stack {
             .json()
     }
 }
+
+/// The prompt of the model's own checks (core `verify::VERIFY_PROMPT`): a mock counts them apart
+/// (`by_prompt`).
+pub const CHECK_PROMPT: &str = "Reply with the single word: ready";
 
 /// The Worker's home D1 database: the catalog, the directory of accounts, and ledger 0.
 pub const HOME_DB: &str = "switchyard";

@@ -9,10 +9,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use switchyard_e2e::{unique, with, Reply, Stack};
-
-/// The known prompt of every check (the core's `verify::VERIFY_PROMPT`).
-const CHECK_PROMPT: &str = "Reply with the single word: ready";
+use switchyard_e2e::{unique, with, Reply, Stack, CHECK_PROMPT};
 
 /// Demoted at the first failure, 1 s cooldown doubling to 8 s; idle checks as given.
 fn policy(verify_idle_ms: u64) -> Value {

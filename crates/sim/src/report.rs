@@ -43,6 +43,8 @@ pub struct Outcomes {
     pub unfinished: u64,
     /// Blocking calls of each request that arrived in the window (and was not refused).
     pub blocking: Vec<u32>,
+    /// The same, of the warm ones among them: every cache of its isolate it needed was there.
+    pub blocking_warm: Vec<u32>,
     /// Per isolate, ms from the route going down until its snapshot showed the demotion (sorted;
     /// `u32::MAX`: never).
     pub demotion_reach_ms: Option<Vec<u32>>,
@@ -156,6 +158,14 @@ impl Report {
         quantile(&self.outcomes.blocking, 0.99)
     }
 
+    /// Warm requests' share of the window's, and their blocking calls' mean and p99.
+    pub fn blocking_warm(&self) -> (f64, f64, u32) {
+        let w = &self.outcomes.blocking_warm;
+        let mean = w.iter().map(|n| f64::from(*n)).sum::<f64>() / w.len().max(1) as f64;
+        let share = w.len() as f64 / self.outcomes.blocking.len().max(1) as f64;
+        (share, mean, quantile(w, 0.99))
+    }
+
     /// Share of requests that waited on more than one call.
     pub fn blocking_over_one(&self) -> f64 {
         let b = &self.outcomes.blocking;
@@ -217,13 +227,14 @@ impl Report {
                 .map_or("—".to_string(), |s| format!("{:.0} %", s.load * 100.0))
         };
         let wait = |c: Class| self.store(c).map_or("—".to_string(), |s| ms(s.wait_p99_ms));
+        let warm = self.blocking_warm();
         let reach = match (&self.outcomes.demotion_reach_ms, self.demotion_reach_ms(0.99)) {
             (None, _) => "—".to_string(),
             (Some(_), Some(v)) => format!("{:.2} s", f64::from(v) / 1e3),
             (Some(_), None) => "never (< 99 %)".to_string(),
         };
         format!(
-            "| {label} | {:.0} | {} | {} / {} | {} / {} | {} / {} | {} | {} | {} | {:.2} / {} | {reach} | {} / {} |",
+            "| {label} | {:.0} | {} | {} / {} | {} / {} | {} / {} | {} | {} | {} | {:.2} / {} | {:.0} %: {:.2} / {} | {reach} | {} / {} |",
             self.rate,
             self.isolates,
             load(Class::Model),
@@ -237,13 +248,16 @@ impl Report {
             load(Class::Status),
             self.blocking_mean(),
             self.blocking_p99(),
+            warm.0 * 100.0,
+            warm.1,
+            warm.2,
             self.outcomes.lost,
             self.outcomes.outboxed,
         )
     }
 
     pub fn summary_header() -> &'static str {
-        "| run | req/s | I | model object load / p99 queueing | busiest health shard load / p99 queueing | `accounts` load / p99 queueing | busiest key object load | D1 load | status load | blocking calls per request mean / p99 | demotion reach (99 %) | settlements lost / outboxed |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "| run | req/s | I | model object load / p99 queueing | busiest health shard load / p99 queueing | `accounts` load / p99 queueing | busiest key object load | D1 load | status load | blocking calls per request mean / p99 | warm requests (every cache there): share, blocking mean / p99 | demotion reach (99 %) | settlements lost / outboxed |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     }
 }
 

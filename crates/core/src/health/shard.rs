@@ -405,7 +405,10 @@ mod tests {
             })
             .collect();
         assert_eq!(due[0], 10_000, "shard 0 forwards at once");
-        assert!(due.iter().all(|at| (10_000..10_000 + URGENT_GAP_MS).contains(at)), "{due:?}");
+        assert!(
+            due.iter().all(|at| (10_000..10_000 + URGENT_GAP_MS).contains(at)),
+            "{due:?}"
+        );
         assert!(
             due.windows(2).all(|w| w[1] >= w[0] + 3),
             "one shard's forwarding every 3 ms at most: {due:?}"
@@ -440,9 +443,21 @@ mod tests {
         copy.observe_scoped(&failure, &config(), Scope::Model);
         assert!(copy.routes["r0"].breaker.is_demoted());
         let mut p = Pending::default();
-        p.add(config(), std::slice::from_ref(&failure), None, 0, Some((&copy, Scope::Model)));
+        p.add(
+            config(),
+            std::slice::from_ref(&failure),
+            None,
+            0,
+            Some((&copy, Scope::Model)),
+        );
         assert_eq!(p.due_at(0, 0), Some(FLUSH_MS), "no news: the flush");
-        p.add(config(), std::slice::from_ref(&failure), None, 0, Some((&copy, Scope::Accounts)));
+        p.add(
+            config(),
+            std::slice::from_ref(&failure),
+            None,
+            0,
+            Some((&copy, Scope::Accounts)),
+        );
         assert_eq!(
             p.due_at(0, 0),
             Some(URGENT_GAP_MS),
@@ -456,7 +471,13 @@ mod tests {
         // An account failure is news unless the model's copy holds the account demoted.
         let account = obs(AttemptOutcome::Failure(FailureClass::Account));
         let mut a = Pending::default();
-        a.add(config(), std::slice::from_ref(&account), None, 0, Some((&copy, Scope::Model)));
+        a.add(
+            config(),
+            std::slice::from_ref(&account),
+            None,
+            0,
+            Some((&copy, Scope::Model)),
+        );
         assert_eq!(
             a.due_at(0, 0),
             Some(URGENT_GAP_MS),

@@ -121,6 +121,9 @@ struct Req {
     pending: u8,
     /// Calls the request waited on.
     blocking: u8,
+    /// It found a cache of its isolate's missing or too old (its key, the catalog, its model's
+    /// health, its account's balance) and waited for it: not a warm request.
+    cold: bool,
     key_slot: bool,
     /// Which of its key's objects its `acquire` went to (and its `release` goes to).
     key_shard: u32,
@@ -486,6 +489,9 @@ impl World {
             }
             if self.window.contains(r.arrived_us) && !r.refused {
                 o.blocking.push(u32::from(r.blocking));
+                if !r.cold {
+                    o.blocking_warm.push(u32::from(r.blocking));
+                }
             }
         }
         if let Some(down_at) = self.p.route_down_at_ms {

@@ -29,6 +29,7 @@ impl World {
             stage: Stage::Key,
             pending: 0,
             blocking: 0,
+            cold: false,
             key_slot: false,
             key_shard: 0,
             asked: 0,
@@ -68,6 +69,7 @@ impl World {
                         self.reqs[id as usize].stage = Stage::Catalog;
                         continue;
                     }
+                    self.reqs[id as usize].cold = true;
                     return self.blocking(id, self.ledger(id), Kind::D1Key, READ_STATEMENTS, D1_DEADLINE_MS);
                 }
                 Stage::Catalog => {
@@ -81,6 +83,7 @@ impl World {
                         self.reqs[id as usize].stage = Stage::Limit;
                         continue;
                     }
+                    self.reqs[id as usize].cold = true;
                     return self.blocking(id, Obj::D1(0), Kind::D1Catalog, READ_STATEMENTS, D1_DEADLINE_MS);
                 }
                 Stage::Limit => {
@@ -167,6 +170,7 @@ impl World {
                         self.reqs[id as usize].stage = Stage::Upstream;
                         continue;
                     }
+                    self.reqs[id as usize].cold = true;
                     return self.blocking(id, self.ledger(id), Kind::D1Balance, READ_STATEMENTS, D1_DEADLINE_MS);
                 }
                 Stage::Hold => {
@@ -407,6 +411,7 @@ impl World {
             Step::Fetch => {
                 let r = &mut self.reqs[id as usize];
                 r.blocking = r.blocking.saturating_add(1);
+                r.cold = true;
                 self.count_blocking(obj, Kind::Snapshot);
                 self.call(
                     iso,
