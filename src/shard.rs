@@ -4,9 +4,9 @@
 //! reports to its copy at once (its answers never lack what was reported to it), keeps them in
 //! memory and forwards them to the model's object (which tells its accounts' objects what
 //! concerns them) — when a failure or a probe is among them within 100 ms (shard `n` waits
-//! `n` × 3 ms, so that a route failing everywhere at once does not bring the object 32 forwardings
-//! at once; at most one forwarding per 100 ms), else within a second, always from its alarm, so a report call never waits for a
-//! health object — and keeps a copy of the object's snapshot (its accounts' breakers folded in),
+//! `n` × 3 ms, so that a route failing everywhere at once does not bring the object 32
+//! forwardings at once; at most one forwarding per 100 ms), else within a second, always from its
+//! alarm, so a report call never waits for a health object — and keeps a copy of the object's snapshot (its accounts' breakers folded in),
 //! renewed by each forwarding and, when a snapshot call finds it older than a quarter second,
 //! before that call is answered. One forwarding at a time per shard; a call that finds one under
 //! way is answered from the copy. An object that does not answer is left alone for a back-off

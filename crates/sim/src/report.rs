@@ -150,8 +150,7 @@ impl Report {
     }
 
     pub fn blocking_mean(&self) -> f64 {
-        let b = &self.outcomes.blocking;
-        b.iter().map(|n| f64::from(*n)).sum::<f64>() / b.len().max(1) as f64
+        mean(&self.outcomes.blocking)
     }
 
     pub fn blocking_p99(&self) -> u32 {
@@ -161,9 +160,8 @@ impl Report {
     /// Warm requests' share of the window's, and their blocking calls' mean and p99.
     pub fn blocking_warm(&self) -> (f64, f64, u32) {
         let w = &self.outcomes.blocking_warm;
-        let mean = w.iter().map(|n| f64::from(*n)).sum::<f64>() / w.len().max(1) as f64;
         let share = w.len() as f64 / self.outcomes.blocking.len().max(1) as f64;
-        (share, mean, quantile(w, 0.99))
+        (share, mean(w), quantile(w, 0.99))
     }
 
     /// Share of requests that waited on more than one call.
@@ -259,6 +257,11 @@ impl Report {
     pub fn summary_header() -> &'static str {
         "| run | req/s | I | model object load / p99 queueing | busiest health shard load / p99 queueing | `accounts` load / p99 queueing | busiest key object load | D1 load | status load | blocking calls per request mean / p99 | warm requests (every cache there): share, blocking mean / p99 | demotion reach (99 %) | settlements lost / outboxed |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     }
+}
+
+/// The mean of `counts` (0 for none).
+fn mean(counts: &[u32]) -> f64 {
+    counts.iter().map(|n| f64::from(*n)).sum::<f64>() / counts.len().max(1) as f64
 }
 
 fn ms(v: f64) -> String {
