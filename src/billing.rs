@@ -12,6 +12,13 @@
 //! settlements within a few milliseconds share one D1 batch. Every D1 write here has a deadline: a
 //! settlement D1 keeps refusing, or does not answer in time, goes to the outbox (`outbox.rs`)
 //! within [`SETTLE_WITHIN_MS`], which replays it when D1 is back. Expired holds are swept by cron.
+//!
+//! A busy ledger's settlements and fast holds go to its desks instead (SPEC §22, `crate::desk`):
+//! each isolate keeps the ledger's pace (core `desks::Pace`) from the counter every balance read
+//! and every settlement batch brings back, and while the pace calls for desks a request's hold
+//! names the desk its items go to, in the isolate's batch for that desk ([`DESK_BATCH`]). A desk
+//! that does not take them within its deadline (twice) leaves a settlement to be written here as
+//! above, a fast hold to its settlement.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -20,6 +27,7 @@ use std::rc::Rc;
 use switchyard_core::batch::{Batches, Rules};
 use switchyard_core::billing::{hold_ttl_ms, plan_hold, BalanceSnapshot, HoldCandidate, HoldPlan};
 use switchyard_core::catalog::Policy;
+use switchyard_core::desks::{self, Pace};
 use switchyard_core::generation::GenerationRecord;
 use switchyard_core::ApiError;
 use worker::{Context, Env};
@@ -33,6 +41,8 @@ use crate::store::{HoldRow, KeyRecord, Settlement, Store, D1_DEADLINE_MS, SETTLE
 thread_local! {
     /// Per account: this isolate's last balance read and what it admitted on it since.
     static BALANCES: RefCell<HashMap<String, BalanceSnapshot>> = RefCell::new(HashMap::new());
+    /// Per ledger: its pace as this isolate's reads of its settlement counter show it.
+    static PACES: RefCell<HashMap<u8, Pace>> = RefCell::new(HashMap::new());
 }
 
 /// How a hold was placed.
@@ -73,6 +83,8 @@ pub struct Hold {
     /// The most the request may be charged.
     pub amount: i64,
     fast: Option<FastHold>,
+    /// The ledger's desk its fast hold and settlement go to: (ledger, desk name).
+    desk: Option<(u8, Rc<str>)>,
 }
 
 /// A fast-path hold: its row, and whether its settlement has taken it (a hold settled before its
@@ -120,6 +132,10 @@ pub async fn place_hold(env: &Env, ctx: &Context, request: &HoldRequest<'_>) -> 
     if let Some(available) = key.available_micros {
         learn(account, available as i64, key.read_at_ms);
     }
+    if let Some(total) = key.ledger_settled {
+        note_pace(key.ledger, total as u64, key.read_at_ms);
+    }
+    let desk = desk_of(key.ledger, policy);
 
     // Fast path: a fresh snapshot with room within the optimistic fraction.
     let fast = BALANCES.with(|s| {
@@ -149,11 +165,16 @@ pub async fn place_hold(env: &Env, ctx: &Context, request: &HoldRequest<'_>) -> 
             row,
             settled: Rc::new(Cell::new(false)),
         };
-        let (deferred, env, ledger) = (fast.clone(), env.clone(), key.ledger);
+        let (deferred, env, ledger, to) = (fast.clone(), env.clone(), key.ledger, desk.clone());
         ctx.wait_until(async move {
             sleep(FAST_HOLD_DEFER_MS).await;
             if in_request() && !deferred.settled.get() {
-                write_fast_hold(&env, ledger, &deferred).await;
+                match to {
+                    Some((ledger, desk)) => {
+                        let _ = to_desk(&env, ledger, &desk, DeskItem::Hold(deferred.clone())).await;
+                    }
+                    None => write_fast_hold(&env, ledger, &deferred).await,
+                }
             }
             // Until it is written (or settled), the account's next balance read cannot see it: it
             // is carried into that snapshot (SPEC §18).
@@ -168,6 +189,7 @@ pub async fn place_hold(env: &Env, ctx: &Context, request: &HoldRequest<'_>) -> 
             path: HoldPath::Fast,
             amount,
             fast: Some(fast),
+            desk,
         });
     }
 
@@ -175,7 +197,7 @@ pub async fn place_hold(env: &Env, ctx: &Context, request: &HoldRequest<'_>) -> 
     let store = Store::new(env)?.ledger(key.ledger)?;
     for _ in 0..3 {
         // D1 out of reach: a clear 503 before anything is held or charged (SPEC §11).
-        let available = store
+        let (available, settled) = store
             .available(account)
             .await
             .map_err(|_| ApiError::StorageUnavailable)?
@@ -183,6 +205,9 @@ pub async fn place_hold(env: &Env, ctx: &Context, request: &HoldRequest<'_>) -> 
                 label: "key_account_missing",
             })?;
         remember(account, available, now_ms());
+        if let Some(total) = settled {
+            note_pace(key.ledger, total, now_ms());
+        }
         let HoldPlan::Hold { amount, keep } = plan_hold(available, candidates, input_tokens, max_tokens) else {
             return Err(ApiError::InsufficientBalance);
         };
@@ -219,6 +244,7 @@ pub async fn place_hold(env: &Env, ctx: &Context, request: &HoldRequest<'_>) -> 
                 path: HoldPath::Awaited,
                 amount,
                 fast: None,
+                desk: desk.clone(),
             });
         }
         if key.has_spend_limit() && store.spend_limit_refuses(&key.id, amount).await? {
@@ -266,6 +292,86 @@ async fn write_fast_hold(env: &Env, ledger: u8, hold: &FastHold) {
             outcome.given_up.len() + usize::from(alone_failed)
         );
     }
+}
+
+/// Takes a read of `ledger`'s settlement counter into this isolate's pace of it.
+fn note_pace(ledger: u8, total: u64, read_at: u64) {
+    PACES.with(|p| p.borrow_mut().entry(ledger).or_default().read(total, read_at));
+}
+
+/// The desk this isolate sends `ledger`'s items to while its pace calls for desks under `policy`
+/// (core `desks`): (ledger, its name).
+fn desk_of(ledger: u8, policy: &Policy) -> Option<(u8, Rc<str>)> {
+    let count = PACES.with(|p| {
+        p.borrow_mut()
+            .get_mut(&ledger)
+            .map_or(0, |pace| pace.desks(policy.desk_from_per_s))
+    });
+    if count == 0 {
+        return None;
+    }
+    let n = desks::pick(crate::runtime::ids::isolate_seed(), count);
+    Some((ledger, desks::name(ledger, n).into()))
+}
+
+/// An item for a ledger's desk (`crate::desk`).
+#[derive(Clone)]
+enum DeskItem {
+    Settle(Box<Settlement>),
+    Hold(FastHold),
+}
+
+/// How an isolate's items for a desk are batched: core `batch::DESK_ITEMS` (20 ms, at most 64).
+const DESK_BATCH: Rules = switchyard_core::batch::DESK_ITEMS;
+
+thread_local! {
+    static DESK_ITEMS: RefCell<Batches<DeskItem>> = RefCell::new(Batches::default());
+}
+
+/// Hands `item` to desk `desk` of `ledger` with the isolate's others for it of the next moments
+/// (holds settled meanwhile left out); returns the items no desk took (the caller's fallback's).
+async fn to_desk(env: &Env, ledger: u8, desk: &str, item: DeskItem) -> Vec<DeskItem> {
+    let send = |items: Vec<DeskItem>| async move {
+        let (mut settlements, mut holds) = (Vec::new(), Vec::new());
+        for item in items {
+            match item {
+                DeskItem::Settle(s) => settlements.push(*s),
+                DeskItem::Hold(h) if !h.settled.get() => holds.push((*h.row).clone()),
+                DeskItem::Hold(_) => {}
+            }
+        }
+        if settlements.is_empty() && holds.is_empty() {
+            return true;
+        }
+        let charged: Vec<(String, i64)> = settlements
+            .iter()
+            .map(|s| (s.record.key_id.clone(), s.record.total_cost_micros))
+            .collect();
+        match crate::desk::keep(env, ledger, desk, settlements, holds).await {
+            Ok(counter) => {
+                if let Some((total, at)) = counter {
+                    note_pace(ledger, total, at);
+                }
+                for (key_id, micros) in charged {
+                    Store::note_spend(&key_id, micros);
+                }
+                true
+            }
+            Err(_) => false,
+        }
+    };
+    let outcome = batch::run(&DESK_ITEMS, desk, item, false, &DESK_BATCH, send).await;
+    let mut back = outcome.given_up;
+    if let Some(item) = outcome.alone {
+        if !send(vec![item.clone()]).await {
+            back.push(item);
+        }
+    }
+    let holds = back.iter().filter(|i| matches!(i, DeskItem::Hold(_))).count();
+    if holds > 0 {
+        worker::console_error!("{{\"event\":\"desk_hold_failed\",\"rows\":{holds},\"fallback\":\"settlement\"}}");
+    }
+    back
 }
 
 /// Remembers a balance read at `read_at` unless the isolate's snapshot of the account is as new.
@@ -344,12 +450,22 @@ async fn settle_money(env: &Env, faults: Faults, hold: Option<Hold>, record: Gen
         fast.settled.set(true);
         (*fast.row).clone()
     });
+    let desk = hold.as_ref().and_then(|h| h.desk.clone());
     let item = Settlement {
         version: SETTLEMENT_VERSION,
         record,
         has_hold: hold.is_some(),
         unwritten,
     };
+    if let Some((ledger, desk)) = desk {
+        // What no desk took is written from here, as any settlement.
+        for item in to_desk(env, ledger, &desk, DeskItem::Settle(Box::new(item))).await {
+            if let DeskItem::Settle(item) = item {
+                settle_alone(env, faults, &item, started).await;
+            }
+        }
+        return;
+    }
     let SettleBatch {
         key,
         rules,
@@ -431,15 +547,18 @@ async fn settle_alone(env: &Env, faults: Faults, item: &Settlement, started: u64
 async fn write(env: &Env, items: &[Settlement]) -> bool {
     let parts: Vec<_> = items.iter().map(Settlement::parts).collect();
     let written = match Store::new(env) {
-        Ok(store) => store.settle(&parts).await.is_ok(),
-        Err(_) => false,
+        Ok(store) => store.settle(&parts).await.ok(),
+        Err(_) => None,
     };
-    if written {
-        for item in items {
-            Store::note_spend(&item.record.key_id, item.record.total_cost_micros);
-        }
+    let Some(paces) = written else { return false };
+    let now = now_ms();
+    for (ledger, total) in paces {
+        note_pace(ledger, total, now);
     }
-    written
+    for item in items {
+        Store::note_spend(&item.record.key_id, item.record.total_cost_micros);
+    }
+    true
 }
 
 /// Hands a settlement D1 would not take to the outbox, which replays it when D1 is back (exactly

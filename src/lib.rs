@@ -8,6 +8,7 @@ mod billing;
 mod budget;
 mod calls;
 mod count;
+mod desk;
 mod faults;
 mod finish;
 mod health;

@@ -62,6 +62,17 @@ pub async fn call<B: Serialize, T: DeserializeOwned>(
     }
 }
 
+/// The (key, text) pairs of a storage listing.
+pub fn entries(listed: &js_sys::Map) -> Vec<(String, String)> {
+    use wasm_bindgen::JsCast;
+    listed
+        .entries()
+        .into_iter()
+        .filter_map(|entry| entry.ok()?.dyn_into::<js_sys::Array>().ok())
+        .filter_map(|pair| Some((pair.get(0).as_string()?, pair.get(1).as_string()?)))
+        .collect()
+}
+
 /// An object's alarm as the object last set it (or loaded it), so that a wish for an alarm moves
 /// it only when earlier — one storage write, not one per call.
 #[derive(Default)]

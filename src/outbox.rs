@@ -16,7 +16,6 @@ use std::collections::HashSet;
 
 use serde::{Deserialize, Serialize};
 use switchyard_core::outbox::{self as schedule, Kept, FIRST_RETRY_MS, LEGACY_PREFIX, PREFIX};
-use wasm_bindgen::JsCast;
 use worker::{durable_object, DurableObject, Env, ListOptions, Request, Response, State};
 
 use crate::faults::Faults;
@@ -77,7 +76,7 @@ impl DurableObject for SettlementOutbox {
             let listed = storage
                 .list_with_options(ListOptions::new().prefix(prefix).limit(PER_ALARM - due.len()))
                 .await?;
-            for (key, text) in entries(&listed) {
+            for (key, text) in object::entries(&listed) {
                 let Some(Kept { due_ms, tries, id }) = schedule::parse(&key) else {
                     continue;
                 };
@@ -159,16 +158,6 @@ impl DurableObject for SettlementOutbox {
     }
 }
 
-/// The (key, text) pairs of a storage listing.
-fn entries(listed: &js_sys::Map) -> Vec<(String, String)> {
-    listed
-        .entries()
-        .into_iter()
-        .filter_map(|entry| entry.ok()?.dyn_into::<js_sys::Array>().ok())
-        .filter_map(|pair| Some((pair.get(0).as_string()?, pair.get(1).as_string()?)))
-        .collect()
-}
-
 impl SettlementOutbox {
     /// When the earliest kept settlement is due (Unix ms); `None` when none is kept.
     async fn next_due(&self) -> worker::Result<Option<u64>> {
@@ -215,9 +204,16 @@ pub struct Held {
 
 /// Hands a settlement D1 refused to the outbox; true when it is kept.
 pub async fn keep(env: &Env, faults: Faults, item: &Settlement) -> bool {
-    let name = shard(switchyard_core::spread::hash64(&[&item.record.id]) % SHARDS);
-    let drill = faults.outbox(&item.record.account_id);
-    object::call::<_, bool>(env, "OUTBOX", &name, "/", &[item], KEEP_DEADLINE_MS, drill)
+    keep_all(env, faults, std::slice::from_ref(item)).await
+}
+
+/// Hands settlements D1 refused to the outbox in one call (to the shard the first one picks: any
+/// shard replays any settlement); true when they are kept.
+pub async fn keep_all(env: &Env, faults: Faults, items: &[Settlement]) -> bool {
+    let Some(first) = items.first() else { return true };
+    let name = shard(switchyard_core::spread::hash64(&[&first.record.id]) % SHARDS);
+    let drill = faults.outbox(&first.record.account_id);
+    object::call::<_, bool>(env, "OUTBOX", &name, "/", &items, KEEP_DEADLINE_MS, drill)
         .await
         .unwrap_or(false)
 }

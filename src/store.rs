@@ -86,10 +86,16 @@ pub struct KeyRecord {
     /// (`billing::place_hold`).
     #[serde(default)]
     pub available_micros: Option<f64>,
+    /// The ledger's settlement counter as the key's read found it (core `desks::Pace`).
+    #[serde(default)]
+    pub ledger_settled: Option<f64>,
     /// When the key — and that balance — was read (set by [`Store::key_by_hash`]).
     #[serde(skip)]
     pub read_at_ms: u64,
 }
+
+/// Each written ledger's settlement counter after a write: (ledger, `settlements_total`).
+pub type Paces = Vec<(u8, u64)>;
 
 /// A D1 number as a positive `u32`; null, zero, negative or huge values are no limit.
 fn positive_u32<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
@@ -738,7 +744,8 @@ impl Store {
             "SELECT k.id AS id, k.account_id AS account_id, k.allow_fallbacks AS key_fallbacks, \
              a.allow_fallbacks AS account_fallbacks, k.spend_limit_micros AS spend_limit_micros, \
              k.spent_micros AS spent_micros, k.rpm AS rpm, k.max_concurrent AS max_concurrent, \
-             a.balance_micros - a.held_micros AS available_micros \
+             a.balance_micros - a.held_micros AS available_micros, \
+             (SELECT settlements_total FROM ledger_pace WHERE id = 0) AS ledger_settled \
              FROM api_keys k JOIN accounts a ON a.id = k.account_id \
              WHERE k.key_hash = ?1 AND k.revoked_at IS NULL",
             &[JsValue::from_str(hash)],
@@ -846,47 +853,96 @@ impl Store {
     /// sweeper already expired is charged but not released again. `unwritten`: a fast-path hold
     /// not written yet, settled in the same transaction as if written first. These rules are
     /// modelled, and their exactly-once property tested, in `switchyard_core::settlement::Books`.
-    pub async fn settle(&self, items: &[(&GenerationRecord, bool, Option<&HoldRow>)]) -> Result<(), ApiError> {
+    pub async fn settle(&self, items: &[(&GenerationRecord, bool, Option<&HoldRow>)]) -> Result<Paces, ApiError> {
         self.settle_as("D1.settle", items).await
     }
 
     /// [`Store::settle`], counted as `kind` (`crate::calls::d1_settle`): one batch per ledger the
     /// items name, concurrently; an error when any of them failed (each is idempotent: retrying
-    /// them all is safe).
+    /// them all is safe). Returns each written ledger's settlement counter.
     async fn settle_as(
         &self,
         kind: &str,
         items: &[(&GenerationRecord, bool, Option<&HoldRow>)],
-    ) -> Result<(), ApiError> {
+    ) -> Result<Paces, ApiError> {
         let writes = by_ledger(items, |(g, _, _)| g.ledger)
             .into_iter()
-            .map(|(ledger, items)| async move { self.ledger(ledger)?.settle_here(kind, &items).await });
-        join_all(writes).await.into_iter().collect()
+            .map(|(ledger, items)| async move {
+                let items: Vec<_> = items.iter().collect();
+                let counter = self.ledger(ledger)?.money_here(kind, &[], &items).await?;
+                Ok::<_, ApiError>(counter.map(|c| (ledger, c)))
+            });
+        let written: Result<Vec<_>, ApiError> = join_all(writes).await.into_iter().collect();
+        Ok(written?.into_iter().flatten().collect())
     }
 
-    /// Settles `items`, all of this store's ledger, in one batch: per round of them (core
-    /// `settlement::rounds`: a generation settled twice in one batch goes in a second round) the
-    /// five set statements of [`Store::settle_round`], whatever the round's size — D1's cost is in
-    /// its statements far more than in their rows (BENCHMARKS.md, `bench/d1.mjs`).
-    async fn settle_here(
+    /// A desk's flush (`crate::desk`): fast holds and settlements, all of this store's ledger, in
+    /// one batch; returns the ledger's settlement counter after it.
+    pub async fn desk_flush(
+        &self,
+        holds: &[HoldRow],
+        items: &[(&GenerationRecord, bool, Option<&HoldRow>)],
+    ) -> Result<Option<u64>, ApiError> {
+        let items: Vec<_> = items.iter().collect();
+        self.money_here("D1.desk", holds, &items).await
+    }
+
+    /// Writes `holds` ([`Store::hold_statements`]) and settles `items`, all of this store's
+    /// ledger, in one batch: per round of settlements (core `settlement::rounds`: a generation
+    /// settled twice in one batch goes in a second round) the five set statements of
+    /// [`Store::settle_round`] and the ledger's counter ([`Store::pace_statement`]), whatever the
+    /// round's size — D1's cost is in its statements far more than in their rows (BENCHMARKS.md,
+    /// `bench/d1.mjs`). Returns the counter (`None`: no settlement written).
+    async fn money_here(
         &self,
         kind: &str,
-        items: &[(&GenerationRecord, bool, Option<&HoldRow>)],
-    ) -> Result<(), ApiError> {
+        holds: &[HoldRow],
+        items: &[&(&GenerationRecord, bool, Option<&HoldRow>)],
+    ) -> Result<Option<u64>, ApiError> {
         // Settlements without a hold write nothing (an outbox may still keep some).
-        let with_hold: Vec<_> = items.iter().filter(|(_, has_hold, _)| *has_hold).collect();
-        if with_hold.is_empty() {
+        let with_hold: Vec<_> = items.iter().copied().filter(|(_, has_hold, _)| *has_hold).collect();
+        let mut statements = self.hold_statements(holds)?;
+        let rounds = settlement::rounds(&with_hold, |(g, _, _)| g.id.as_str());
+        for round in &rounds {
+            statements.extend(self.settle_round(round)?);
+            statements.push(self.pace_statement(round.len())?);
+        }
+        if statements.is_empty() {
             // D1 refuses an empty batch.
-            return Ok(());
+            return Ok(None);
         }
-        let mut statements = Vec::new();
-        for round in settlement::rounds(&with_hold, |(g, _, _)| g.id.as_str()) {
-            statements.extend(self.settle_round(&round)?);
+        if !items.is_empty() {
+            let accounts = items.iter().map(|(g, _, _)| g.account_id.as_str());
+            crate::calls::d1_settle(kind, accounts, self.faults.instruments());
         }
-        let accounts = items.iter().map(|(g, _, _)| g.account_id.as_str());
-        crate::calls::d1_settle(kind, accounts, self.faults.instruments());
-        let accounts = items.iter().map(|(g, _, _)| g.account_id.as_str());
-        self.money_batch(accounts, statements, "settle").await.map(drop)
+        let accounts = items
+            .iter()
+            .map(|(g, _, _)| g.account_id.as_str())
+            .chain(holds.iter().map(|h| h.account.as_str()));
+        let label = if items.is_empty() { "hold_fast" } else { "settle" };
+        let results = self.money_batch(accounts, statements, label).await?;
+        if rounds.is_empty() {
+            return Ok(None);
+        }
+        #[derive(Deserialize)]
+        struct Counter {
+            settlements_total: f64,
+        }
+        let counter = results
+            .last()
+            .and_then(|r| r.results::<Counter>().ok())
+            .and_then(|rows| rows.first().map(|c| c.settlements_total as u64));
+        Ok(counter)
+    }
+
+    /// Adds a round of `n` settlements to the ledger's counter (`ledger_pace`, core `desks`) and
+    /// reads it back.
+    fn pace_statement(&self, n: usize) -> Result<D1PreparedStatement, ApiError> {
+        self.stmt(
+            "UPDATE ledger_pace SET settlements_total = settlements_total + ?1 WHERE id = 0 \
+             RETURNING settlements_total",
+            &[num(n as i64)],
+        )
     }
 
     /// The statements of one round of settlements (see [`Store::settle`]; each generation once),
@@ -1037,15 +1093,22 @@ impl Store {
 
     // ---- holds --------------------------------------------------------------------------------
 
-    /// The account's available balance (balance − held), fresh from D1.
-    pub async fn available(&self, account_id: &str) -> Result<Option<i64>, ApiError> {
+    /// The account's available balance (balance − held), fresh from D1, and the ledger's
+    /// settlement counter (core `desks::Pace`) read with it.
+    pub async fn available(&self, account_id: &str) -> Result<Option<(i64, Option<u64>)>, ApiError> {
         let slow = self.faults.d1_statement(account_id)?;
         let query = self.stmt(
-            "SELECT balance_micros - held_micros AS available FROM accounts WHERE id = ?1",
+            "SELECT balance_micros - held_micros AS available, \
+             (SELECT settlements_total FROM ledger_pace WHERE id = 0) AS settled FROM accounts WHERE id = ?1",
             &[JsValue::from_str(account_id)],
         )?;
-        let v: Option<f64> = timely(after(slow, query.first(Some("available"))), "balance_read").await?;
-        Ok(v.map(|v| v as i64))
+        #[derive(Deserialize)]
+        struct Balance {
+            available: f64,
+            settled: Option<f64>,
+        }
+        let v: Option<Balance> = timely(after(slow, query.first(None)), "balance_read").await?;
+        Ok(v.map(|b| (b.available as i64, b.settled.map(|s| s as u64))))
     }
 
     /// The atomic hold (SPEC §11): adds `amount` to held only if the available balance covers it
@@ -1108,6 +1171,11 @@ impl Store {
     /// refuses, is left out of both: written again (a replay) or after its settlement, a hold
     /// changes nothing.
     pub async fn hold_fast(&self, rows: &[HoldRow]) -> Result<(), ApiError> {
+        self.money_here("D1.hold_fast", rows, &[]).await.map(drop)
+    }
+
+    /// The statements of [`Store::hold_fast`].
+    fn hold_statements(&self, rows: &[HoldRow]) -> Result<Vec<D1PreparedStatement>, ApiError> {
         let mut statements = Vec::new();
         for round in settlement::rounds(rows, |h| h.generation_id.as_str()) {
             let json: Vec<HoldJson> = round
@@ -1145,8 +1213,7 @@ impl Store {
                 &args,
             )?);
         }
-        let accounts = rows.iter().map(|h| h.account.as_str());
-        self.money_batch(accounts, statements, "hold_fast").await.map(drop)
+        Ok(statements)
     }
 
     /// Releases every open hold past its expiry (the cron sweep); returns how many. An expired
@@ -1479,7 +1546,7 @@ impl Store {
     /// Settlements the outbox replays, in one D1 batch (counted as `D1.replay`, apart from the
     /// requests' own settlements).
     pub async fn replay(&self, items: &[(&GenerationRecord, bool, Option<&HoldRow>)]) -> Result<(), ApiError> {
-        self.settle_as("D1.replay", items).await
+        self.settle_as("D1.replay", items).await.map(drop)
     }
 
     /// One replayed settlement in its own D1 batch; true when D1 took it.

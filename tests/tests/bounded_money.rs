@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use switchyard_e2e::{chat_body, fast_policy, note, unique, Api, Stack, APIS, HOME_DB};
+use switchyard_e2e::{chat_body, fast_policy, note, unique, with, Api, Stack, APIS, HOME_DB};
 
 /// This binary's tests run one at a time: some count the isolate's D1 statements
 /// (`GET /admin/d1`), which the others' requests would add to.
@@ -166,6 +166,101 @@ fn money_a_long_requests_fast_hold_is_in_d1_while_it_runs() {
     for id in &ids {
         assert_eq!(s.generation(&key, id)["hold_path"], "fast");
     }
+}
+
+/// This isolate's storage calls of `kind` so far (blocking and background), from
+/// `GET /__test/calls`.
+fn isolate_calls(s: &Stack, kind: &str) -> u64 {
+    let r = s.request("GET", &format!("{}/__test/calls", s.gateway), &[], None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let all = &r.json()["all"];
+    ["blocking", "background"]
+        .iter()
+        .map(|tag| all[format!("{kind}.{tag}")].as_u64().unwrap_or(0))
+        .sum()
+}
+
+/// SPEC §22: a ledger settling more a second than the policy's `desk_from_per_s` has desks — its
+/// isolates hand its settlements and fast holds to Durable Objects that write them to D1 together —
+/// and its books come out as they would without: a running request's fast hold is in D1 while it
+/// runs, every answer is charged once, no hold row is left, the balance is the credit less the
+/// ledger. At one settlement a second (this model's policy) the ledger is busy as soon as the
+/// isolate has read its counter twice, a second apart (core `desks::Pace`).
+#[test]
+fn money_a_busy_ledgers_money_goes_through_its_desks_and_is_booked_once() {
+    let _alone = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
+    let s = Stack::from_env();
+    let busy = with(fast_policy(), json!({"desk_from_per_s": 1}));
+    let ok = model(&s, &["ok"], busy.clone());
+    let slow = model(&s, &["chunks/30/100"], busy);
+    let key = s.new_key(10.0);
+    let account = s.credits(&key)["account_id"].as_str().unwrap().to_string();
+    let db = s.ledger_db(&key);
+    let send = |model: &str, stream: bool| {
+        let r = s.chat(&key, &chat_body(model, stream));
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.header("x-generation-id").unwrap().to_string()
+    };
+    let mut ids = Vec::new();
+    // Two seconds of requests: the isolate reads the ledger's counter with the key and with each
+    // settlement batch's answer.
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(2_500) {
+        ids.push(send(&ok, false));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (desks, flushes) = (isolate_calls(&s, "DESKS"), isolate_calls(&s, "D1.desk"));
+    let stream = std::thread::scope(|scope| {
+        let running = scope.spawn(|| send(&slow, true));
+        std::thread::sleep(Duration::from_millis(1_500));
+        let holds = s.d1_query(
+            &db,
+            &format!("SELECT path, state FROM holds WHERE account_id = '{account}' AND state = 'open'"),
+        );
+        assert_eq!(
+            holds.len(),
+            1,
+            "the running request's hold is in D1, by its desk: {holds:?}"
+        );
+        running.join().unwrap()
+    });
+    ids.push(stream);
+    for stream in [false, true, false, true, false, true] {
+        ids.push(send(&ok, stream));
+    }
+    // Every charge in the ledger: the desks write a quarter of a second after they took them.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let n = s.d1_query(
+            &db,
+            &format!("SELECT COUNT(*) AS n FROM ledger WHERE account_id = '{account}' AND kind = 'charge'"),
+        )[0]["n"]
+            .as_u64()
+            .unwrap();
+        if n as usize >= ids.len() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{n} of {} charges booked", ids.len());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let handed = isolate_calls(&s, "DESKS") - desks;
+    let flushed = isolate_calls(&s, "D1.desk") - flushes;
+    note(&format!(
+        "desks: {} requests in all; for the last 7 (after the ledger's pace was read) {handed} calls to its desk, \
+         {flushed} flushes to D1",
+        ids.len()
+    ));
+    assert!(
+        handed >= 3,
+        "the last requests' settlements and holds went to a desk: {handed} calls"
+    );
+    assert!(flushed >= 1, "the desk wrote them to D1: {flushed} flushes");
+    let recorded = recorded_charges(&after_d1(), &key, &ids);
+    let (holds, charged, charges, c) = settled_books(&after_d1(), &key, 30);
+    assert!(holds.is_empty(), "settled holds leave no row: {holds:?}");
+    assert_eq!(charges as usize, ids.len(), "one charge per answer");
+    assert_eq!(charged, recorded, "the ledger is what was delivered");
+    assert_eq!(c["balance_micros"].as_i64(), Some(10_000_000 - charged), "{c}");
 }
 
 // ---- 2: a deadline on every money write -------------------------------------------------------

@@ -78,6 +78,20 @@ pub const FAST_HOLDS: Rules = Rules {
     max_sends: 2,
 };
 
+/// A busy account's settlements and fast holds, per isolate, on their way to its desk
+/// (`src/billing.rs`, `crate::desks`): those within 20 ms share one call of at most 64; a call under
+/// way for 5 s is taken for lost by its riders; a call the desk did not answer rejoins the next one
+/// 200 ms later, twice at most — then a settlement is written to its ledger itself (and the outbox
+/// after that), a hold is left to its settlement.
+pub const DESK_ITEMS: Rules = Rules {
+    wait_ms: 20,
+    max_items: 64,
+    overdue_ms: 200,
+    lost_ms: 5_000,
+    retry_ms: 200,
+    max_sends: 2,
+};
+
 /// An item's place in its key's batches: what a rider checks.
 pub type Ticket = u64;
 

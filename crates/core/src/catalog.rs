@@ -197,6 +197,8 @@ pub struct PolicyOverrides {
     pub translate: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_tool_uses: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desk_from_per_s: Option<u64>,
 }
 
 /// The effective policy for one model: SPEC §16 defaults, then the top-level overrides, then the
@@ -234,6 +236,10 @@ pub struct Policy {
     pub translate: bool,
     /// The uses of a priced server tool held for when the request sets no bound (SPEC §21).
     pub held_tool_uses: u64,
+    /// A ledger settling at least this many requests a second has its settlements and fast holds
+    /// gathered by desks before D1 (SPEC §22, `crate::desks`); 0: never. Read from the catalog's
+    /// top-level policy.
+    pub desk_from_per_s: u64,
 }
 
 impl Default for Policy {
@@ -265,6 +271,7 @@ impl Default for Policy {
             recheck_ms: 15_000,
             translate: true,
             held_tool_uses: 10,
+            desk_from_per_s: 200,
         }
     }
 }
@@ -308,6 +315,7 @@ impl Policy {
             recheck_ms,
             translate,
             held_tool_uses,
+            desk_from_per_s,
         );
     }
 }

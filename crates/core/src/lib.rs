@@ -12,6 +12,7 @@ pub mod bodies;
 pub mod catalog;
 pub mod classify;
 pub mod count;
+pub mod desks;
 pub mod dialects;
 pub mod echo;
 pub mod error;

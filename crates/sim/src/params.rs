@@ -60,6 +60,8 @@ pub struct ServiceTimes {
     pub status_us: u64,
     /// An outbox object keeping one settlement.
     pub outbox_us: u64,
+    /// A desk (a busy account's, `crate::desks`) keeping an isolate's batch of items.
+    pub desk_us: u64,
     /// A health shard (`Design::Sharded`) taking reports, answering a snapshot or a push: in
     /// memory, nothing written.
     pub shard_us: u64,
@@ -82,6 +84,7 @@ impl Default for ServiceTimes {
             key_limit_us: 1_000,
             status_us: 200,
             outbox_us: 1_000,
+            desk_us: 1_000,
             shard_us: 300,
             d1_call_us: 200,
             d1_statement_us: 100,
@@ -114,6 +117,7 @@ impl ServiceTimes {
             key_limit_us: 0,
             status_us: 0,
             outbox_us: 0,
+            desk_us: 0,
             shard_us: 0,
             d1_call_us: 0,
             d1_statement_us: 0,
@@ -172,6 +176,9 @@ pub struct Params {
     /// D1 ledgers (`LEDGER_SHARDS`, core `ledgers`: at most 64); accounts are placed by core
     /// `ledgers::place`.
     pub ledgers: u8,
+    /// Policy `desk_from_per_s` (core `desks`): an account settling this many a second has desks,
+    /// read by each isolate from two reads of its counter; 0: never (before session 23).
+    pub desk_from_per_s: u64,
 }
 
 impl Default for Params {
@@ -202,6 +209,7 @@ impl Default for Params {
             overload_backlog_ms: 1_000,
             health_shards: 32,
             ledgers: 1,
+            desk_from_per_s: switchyard_core::catalog::Policy::default().desk_from_per_s,
         }
     }
 }
@@ -210,7 +218,7 @@ impl Default for Params {
 
 /// The Worker's batches: the core's own rules.
 pub use switchyard_core::batch::{
-    FAST_HOLDS as HOLD_BATCH, HEALTH_REPORTS as REPORT_BATCH, SETTLEMENTS as SETTLE_BATCH,
+    DESK_ITEMS as DESK_BATCH, FAST_HOLDS as HOLD_BATCH, HEALTH_REPORTS as REPORT_BATCH, SETTLEMENTS as SETTLE_BATCH,
 };
 
 /// `src/health.rs` `CALL_TIMEOUT_MS`: a request waits this long for a health object.
@@ -265,14 +273,20 @@ pub const ROUTE_MAX_CONCURRENCY: u32 = 1_000_000;
 /// `src/outbox.rs` `SHARDS` and `KEEP_DEADLINE_MS`.
 pub const OUTBOX_SHARDS: u64 = 16;
 pub const OUTBOX_DEADLINE_MS: u64 = 5_000;
+/// `src/billing.rs` `DESK_DEADLINE_MS`: how long an isolate waits for a desk to keep its batch.
+pub const DESK_DEADLINE_MS: u64 = 2_000;
+/// `src/desk.rs`: a flush D1 refused is tried again this much later, twice; then the outbox.
+pub const DESK_RETRY_MS: u64 = 200;
+pub const DESK_TRIES: u32 = 3;
 /// `ctx.waitUntil`'s 30 s after the response: a settlement not written or kept by then is lost.
 pub const WAIT_UNTIL_MS: u64 = 30_000;
-/// Statements per D1 call: a key or catalog or balance read 1, a hold 2, a settlement batch 5
-/// (one round of set statements, whatever its size), with 3 rows per settlement (its charge, its
-/// hold, its key's or account's share of the updates).
+/// Statements per D1 call: a key or catalog or balance read 1, a hold 2, a settlement batch 6
+/// (one round of five set statements, whatever its size, and the ledger's counter — core
+/// `desks`), with 3 rows per settlement (its charge, its hold, its key's or account's share of
+/// the updates).
 pub const READ_STATEMENTS: u64 = 1;
 pub const HOLD_STATEMENTS: u64 = 2;
-pub const SETTLE_STATEMENTS: u64 = 5;
+pub const SETTLE_STATEMENTS: u64 = 6;
 pub const SETTLE_ROWS: u64 = 3;
 /// `Design::Sharded`: how long a shard waits for a health object (`src/shard.rs`), ms.
 pub const FORWARD_TIMEOUT_MS: u64 = 250;

@@ -29,6 +29,9 @@ pub struct Totals {
     pub window_issued: BTreeMap<(Class, Kind), u64>,
     /// Calls a request waited on, by (store, kind), issued inside the window.
     pub window_blocking: BTreeMap<(Class, Kind), u64>,
+    /// Calls served inside the window and the work they asked for (µs), by (store instance,
+    /// kind): what the busiest instance of each kind of store spends its time on.
+    pub window_served: BTreeMap<(Obj, Kind), (u64, u64)>,
 }
 
 /// What became of the requests, read at the end.
@@ -64,6 +67,8 @@ pub struct StoreRow {
     pub wait_p99_ms: f64,
     /// Share of its calls in the window refused.
     pub refused: f64,
+    /// The busiest instance's calls by kind: (kind, calls/s, load).
+    pub kinds: Vec<(Kind, f64, f64)>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -101,6 +106,12 @@ impl Report {
                 busy: s.window_busy_us as f64 / 1e6 / seconds,
                 wait_p99_ms: s.wait_quantile_ms(0.99),
                 refused: s.window_refused as f64 / (s.window_calls.max(1)) as f64,
+                kinds: totals
+                    .window_served
+                    .range((**obj, Kind::Snapshot)..)
+                    .take_while(|((o, _), _)| o == *obj)
+                    .map(|((_, kind), (n, us))| (*kind, *n as f64 / seconds, *us as f64 / 1e6 / seconds))
+                    .collect(),
             };
             match stores.get_mut(&obj.class()) {
                 Some(best) => {
@@ -195,6 +206,17 @@ impl Report {
                 ms(s.wait_p99_ms),
                 s.refused * 100.0
             );
+        }
+        t
+    }
+
+    /// The busiest instance of each kind of store: its calls and load by kind of call.
+    pub fn busiest_table(&self) -> String {
+        let mut t = String::from("| busiest store | call | calls/s | load |\n|---|---|---|---|\n");
+        for s in &self.stores {
+            for (kind, per_s, load) in &s.kinds {
+                t += &format!("| {} | {kind:?} | {per_s:.0} | {:.1} % |\n", s.busiest, load * 100.0);
+            }
         }
         t
     }

@@ -162,27 +162,40 @@ calls issued
             t
         }
         "ledgers" => {
-            // 100k overall, I = 300, D1 as 1 to 64 ledgers (`LEDGER_SHARDS`): the busiest one.
-            let rows: Vec<(u8, Report)> = [1u8, 4, 16, 64]
+            // 100k overall, D1 as 1 to 64 ledgers (`LEDGER_SHARDS`): the busiest one, without
+            // desks (`desk_from_per_s` 0, before session 23) and with them (the default); then
+            // 64 ledgers at each `I`.
+            let from = Params::default().desk_from_per_s;
+            let runs = [1u8, 4, 16, 64]
                 .into_iter()
-                .map(|ledgers| {
+                .flat_map(|ledgers| [(ledgers, 300, 0), (ledgers, 300, from)])
+                .chain([1_000, 3_000].into_iter().flat_map(|i| [(64, i, 0), (64, i, from)]));
+            let rows: Vec<(String, Report)> = runs
+                .map(|(ledgers, isolates, desk_from_per_s)| {
                     let p = Params {
                         ledgers,
-                        ..overall(100_000.0, 300)
+                        desk_from_per_s,
+                        ..overall(100_000.0, isolates)
                     };
-                    (ledgers, run(seeded(p)))
+                    let desks = if desk_from_per_s == 0 { "no desks" } else { "desks" };
+                    (format!("| {ledgers} | {isolates} | {desks}"), run(seeded(p)))
                 })
                 .collect();
-            let mut t = "| ledgers | busiest ledger | its load / p99 queueing | D1 calls/s there | blocking calls per request mean |\n|---|---|---|---|---|\n".to_string();
-            for (ledgers, r) in &rows {
+            let mut t = "| ledgers | I | | busiest ledger | its load / p99 queueing | D1 calls/s there | busiest desk: load / p99 queueing | blocking calls per request mean | settlements lost / unsettled |\n|---|---|---|---|---|---|---|---|---|\n".to_string();
+            for (label, r) in &rows {
                 if let Some(d1) = r.store(Class::D1) {
+                    let desk = r.store(Class::Desk).map_or("–".to_string(), |d| {
+                        format!("{:.0} % / {:.1} ms", d.load * 100.0, d.wait_p99_ms)
+                    });
                     t += &format!(
-                        "| {ledgers} | {} | {:.0} % / {:.1} ms | {:.0} | {:.2} |\n",
+                        "{label} | {} | {:.0} % / {:.1} ms | {:.0} | {desk} | {:.2} | {} / {} |\n",
                         d1.busiest,
                         d1.load * 100.0,
                         d1.wait_p99_ms,
                         d1.calls_per_s,
-                        r.blocking_mean()
+                        r.blocking_mean(),
+                        r.outcomes.lost,
+                        r.outcomes.unsettled,
                     );
                 }
             }

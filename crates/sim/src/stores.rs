@@ -23,6 +23,8 @@ pub enum Obj {
     Status,
     /// `outbox-<n>`.
     Outbox(u32),
+    /// `desk:<ledger>:<n>`: (ledger, n), a busy ledger's desk (core `desks`).
+    Desk(u8, u32),
     /// `Design::Sharded`: health shard `k` of a model.
     Shard(u32, u32),
     /// D1 ledger `n` (`LEDGER_SHARDS`: 0 is the home database, which also keeps the catalog); an
@@ -39,6 +41,7 @@ pub enum Class {
     Capacity,
     Status,
     Outbox,
+    Desk,
     Shard,
     D1,
 }
@@ -52,6 +55,7 @@ impl Obj {
             Obj::Capacity(..) => Class::Capacity,
             Obj::Status => Class::Status,
             Obj::Outbox(_) => Class::Outbox,
+            Obj::Desk(..) => Class::Desk,
             Obj::Shard(..) => Class::Shard,
             Obj::D1(_) => Class::D1,
         }
@@ -84,5 +88,9 @@ pub enum Kind {
     D1HoldAtomic,
     D1HoldFast,
     D1Settle,
+    /// A desk's flush: its settlements and fast holds in one D1 batch.
+    D1Desk,
     Keep,
+    /// An isolate's batch of items kept by a desk.
+    DeskKeep,
 }

@@ -104,14 +104,15 @@ fn a_hot_keys_objects_stay_under_half_busy_whatever_the_isolates() {
 
 /// D1 as ledgers (`LEDGER_SHARDS`, core `ledgers::place`): each account's reads, holds and
 /// settlements go to its own ledger, so at a rate one database cannot take the load spreads over
-/// the ledgers — down to the busiest account's, which stays on one (at 100k overall its ledger is
-/// the ceiling: docs/SCALE.md).
+/// the ledgers — down to the busiest account's, which stays on one. Without desks (below), whose
+/// effect would hide this one.
 #[test]
 fn ledgers_spread_d1_by_account() {
     let at = |ledgers: u8| {
         run(sharded(Params {
             ledgers,
             hot_share: 0.05,
+            desk_from_per_s: 0,
             ..overall(1_400.0, 300)
         }))
     };
@@ -120,5 +121,38 @@ fn ledgers_spread_d1_by_account() {
     let ((n1, l1), (n4, l4)) = (d1(&one), d1(&four));
     assert_eq!((n1, n4), (1, 4), "one database, then four");
     assert!(l1 > 1.0, "one database saturates at 1,400 req/s: {l1}");
-    assert!(l4 < 0.6 * l1, "the busiest of four takes well under the one's load: {l4} vs {l1}");
+    assert!(
+        l4 < 0.6 * l1,
+        "the busiest of four takes well under the one's load: {l4} vs {l1}"
+    );
+}
+
+/// Desks (core `desks`): once its isolates have read a busy ledger's pace, its settlements and
+/// fast holds reach D1 as the desks' flushes — at most 64 desks × 4 a second — however many
+/// isolates send them; without desks the ledger takes about a call per request and more as the
+/// isolates grow (their own batches hold fewer items each).
+#[test]
+fn desks_keep_a_busy_ledgers_money_writes_independent_of_the_isolates() {
+    let money = |r: &Report| {
+        [Kind::D1Settle, Kind::D1HoldFast, Kind::D1Desk]
+            .into_iter()
+            .map(|k| r.window_rate(Class::D1, Some(k)))
+            .sum::<f64>()
+    };
+    let at = |i: usize, desk_from_per_s: u64| {
+        run(Params {
+            warmup_ms: 6_000,
+            desk_from_per_s,
+            ..sharded(without_d1(overall(5_000.0, i)))
+        })
+    };
+    for i in [300, 3_000] {
+        let (with, without) = (at(i, 200), at(i, 0));
+        let (m, m0) = (money(&with), money(&without));
+        assert!(m <= 300.0, "I = {i}: {m:.0} money calls/s to the ledger with desks");
+        assert!(m0 >= 3.0 * m, "I = {i}: without desks {m0:.0}/s, with {m:.0}/s");
+        let (load, p99) = row(&with, Class::Desk);
+        assert!(load <= 0.5 && p99 <= 20.0, "I = {i}: busiest desk {load}, p99 {p99} ms");
+        assert_eq!(with.outcomes.lost, 0, "I = {i}: settlements lost");
+    }
 }

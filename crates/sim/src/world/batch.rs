@@ -24,6 +24,7 @@ impl World {
         match which {
             Which::Settle(_) => &mut isolate.settle,
             Which::Hold(_) => &mut isolate.holds,
+            Which::Desk(..) => &mut isolate.desk,
             Which::Report(_) => &mut isolate.reports,
         }
     }
@@ -71,10 +72,18 @@ impl World {
                 }
                 (Obj::D1(ledger), Kind::D1HoldFast, hold_work(rows))
             }
+            Which::Desk(ledger, n) => {
+                // What settled or was written meanwhile is left out; none left, no call.
+                if !taken.items.iter().any(|i| self.live(*i)) {
+                    return self.batch_done(iso, which, taken, req, true, None);
+                }
+                (Obj::Desk(ledger, n), Kind::DeskKeep, Work::default())
+            }
             Which::Report(obj) => (obj, Kind::Observe, Work::default()),
         };
         let timeout = match which {
             Which::Settle(_) | Which::Hold(_) => D1_DEADLINE_MS,
+            Which::Desk(..) => DESK_DEADLINE_MS,
             Which::Report(_) => HEALTH_TIMEOUT_MS,
         };
         self.call(
@@ -96,6 +105,7 @@ impl World {
         let (obj, kind, work, timeout) = match which {
             Which::Settle(ledger) => (Obj::D1(ledger), Kind::D1Settle, settle_work(1), D1_DEADLINE_MS),
             Which::Hold(ledger) => (Obj::D1(ledger), Kind::D1HoldFast, hold_work(1), D1_DEADLINE_MS),
+            Which::Desk(ledger, n) => (Obj::Desk(ledger, n), Kind::DeskKeep, Work::default(), DESK_DEADLINE_MS),
             Which::Report(obj) => (obj, Kind::Observe, Work::default(), HEALTH_TIMEOUT_MS),
         };
         self.call(iso, obj, kind, work, timeout, Then::Alone { which, req });
@@ -112,6 +122,13 @@ impl World {
     ) {
         let now_ms = self.ms();
         if ok {
+            // The answer brings the ledger's settlement counter (`src/store.rs` `settle_here`; a
+            // desk's, as of its last flush): the isolate's pace learns from it.
+            match which {
+                Which::Settle(ledger) => self.read_pace(iso, ledger),
+                Which::Desk(ledger, n) => self.desk_answered(iso, ledger, n),
+                _ => {}
+            }
             self.batches(iso, which).sent(&taken.tickets);
             if let (Which::Report(obj), Some(health)) = (which, reply) {
                 self.remember(iso, obj, health);
@@ -140,6 +157,13 @@ impl World {
             }
             // Left to its settlement, which settles the hold unwritten.
             Which::Hold(_) => {}
+            // A desk that did not take it: a settlement is written to its ledger by the isolate
+            // (the outbox after that), a hold is left to its settlement.
+            Which::Desk(..) if req & desk::HOLD_BIT != 0 => {}
+            Which::Desk(..) => {
+                let ledger = self.ledger_of(req);
+                self.push(iso, Which::Settle(ledger), req, false);
+            }
             Which::Report(_) => self.totals.reports_dropped += 1,
         }
     }

@@ -55,6 +55,7 @@ impl World {
             (Obj::Key(..), _) => s.key_limit_us,
             (Obj::Status, _) => s.status_us,
             (Obj::Outbox(_), _) => s.outbox_us,
+            (Obj::Desk(..), _) => s.desk_us,
             (Obj::Shard(..), _) => s.shard_us,
         }
     }
@@ -77,6 +78,11 @@ impl World {
         match offer {
             Offer::Refused => self.at(self.now + half, Ev::Reply { call: id, ok: false }),
             Offer::Served { finish, .. } => {
+                if window.contains(self.now) {
+                    let served = self.totals.window_served.entry((obj, kind)).or_default();
+                    served.0 += 1;
+                    served.1 += service;
+                }
                 self.apply(id);
                 let back = finish + half;
                 if back <= deadline {
@@ -98,6 +104,7 @@ impl World {
         let items: Vec<u32> = match &call.then {
             Then::Batch { taken, .. } => taken.items.clone(),
             Then::Alone { req, .. } | Then::Keep(req) => vec![*req],
+            Then::KeepAll(items) | Then::DeskFlushed { items, .. } => items.clone(),
             _ => Vec::new(),
         };
         let forwarded = match &call.then {
@@ -172,13 +179,22 @@ impl World {
                 Some(health.snapshot())
             }
             (Obj::Account(a), _) => Some(self.account_objects.entry(a).or_default().snapshot()),
-            (Obj::D1(_), Kind::D1Settle) => {
-                for r in &items {
+            (Obj::D1(_), Kind::D1Settle | Kind::D1Desk) => {
+                // A desk's holds change no settlement; each settlement counts in its account's
+                // `settlements_total`.
+                let Obj::D1(ledger) = obj else { unreachable!() };
+                for r in items.iter().filter(|r| *r & desk::HOLD_BIT == 0) {
                     let req = &mut self.reqs[*r as usize];
                     if req.settled == Settled::Open {
                         req.settled = Settled::Written;
+                        *self.settled_total.entry(ledger).or_default() += 1;
                     }
                 }
+                None
+            }
+            (Obj::Desk(ledger, n), Kind::DeskKeep) => {
+                let live: Vec<u32> = items.into_iter().filter(|i| self.live(*i)).collect();
+                self.desk_keep(ledger, n, &live);
                 None
             }
             (Obj::Outbox(_), Kind::Keep) => {
@@ -226,7 +242,7 @@ impl World {
             Then::Batch { iso, which, taken, own } => self.batch_done(iso, which, taken, own, ok, call.reply),
             Then::Alone { which, req } => {
                 if !ok {
-                    let iso = self.reqs[req as usize].iso;
+                    let iso = self.reqs[(req & !desk::HOLD_BIT) as usize].iso;
                     self.give_up(iso, which, req);
                 }
             }
@@ -235,6 +251,14 @@ impl World {
                     self.reqs[req as usize].settled = Settled::Lost;
                 }
             }
+            Then::KeepAll(items) => {
+                for r in items {
+                    if !ok && self.reqs[r as usize].settled == Settled::Open {
+                        self.reqs[r as usize].settled = Settled::Lost;
+                    }
+                }
+            }
+            Then::DeskFlushed { ledger, n, items } => self.desk_flushed(ledger, n, items, ok),
             Then::StatusFetch(iso) => self.status_fetched(iso, ok),
             Then::Permits { iso, key, asked } => self.permits_came(iso, key, asked, ok),
             Then::Refreshed { iso, key } => {
@@ -246,7 +270,8 @@ impl World {
                     // The read brings the account's balance too, as on the request's path.
                     (true, Some(key)) => {
                         isolate.keys.insert(key, now_ms);
-                        isolate.balances.insert(key / keys_per_account, now_ms);
+                        let ledger = self.ledger_of_account(key / keys_per_account);
+                        self.read_balance(iso, key / keys_per_account, ledger);
                     }
                     (true, None) => isolate.catalog_at = Some(now_ms),
                     (false, _) => {}

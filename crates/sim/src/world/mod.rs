@@ -37,6 +37,7 @@
 
 mod batch;
 mod calls;
+mod desk;
 mod request;
 mod status;
 mod tier;
@@ -64,6 +65,9 @@ enum Which {
     Settle(u8),
     /// Fast holds' rows for one ledger (`src/billing.rs` `write_fast_hold`).
     Hold(u8),
+    /// A busy ledger's items (settlements, and fast holds marked `desk::HOLD_BIT`) for its desk
+    /// (ledger, n).
+    Desk(u8, u32),
     Report(Obj),
 }
 
@@ -72,6 +76,7 @@ impl Which {
         match self {
             Which::Settle(ledger) => format!("ledger:{ledger}"),
             Which::Hold(ledger) => format!("holds:{ledger}"),
+            Which::Desk(ledger, n) => switchyard_core::desks::name(ledger, n),
             Which::Report(obj) => obj.name(),
         }
     }
@@ -80,6 +85,7 @@ impl Which {
         match self {
             Which::Settle(_) => &SETTLE_BATCH,
             Which::Hold(_) => &HOLD_BATCH,
+            Which::Desk(..) => &DESK_BATCH,
             Which::Report(_) => &REPORT_BATCH,
         }
     }
@@ -163,6 +169,9 @@ struct Isolate {
     reports: Batches<u32>,
     settle: Batches<u32>,
     holds: Batches<u32>,
+    desk: Batches<u32>,
+    /// Per ledger: its pace as this isolate's reads of its settlement counter show it.
+    paces: HashMap<u8, switchyard_core::desks::Pace>,
     catalog_at: Option<u64>,
     keys: HashMap<u32, u64>,
     /// Early reads under way: keys (`Some`) and the catalog (`None`).
@@ -208,6 +217,14 @@ enum Then {
         req: u32,
     },
     Keep(u32),
+    /// A desk's settlements handed to the outbox after D1 refused its flushes.
+    KeepAll(Vec<u32>),
+    /// A desk's flush to D1: the items it wrote.
+    DeskFlushed {
+        ledger: u8,
+        n: u32,
+        items: Vec<u32>,
+    },
     StatusFetch(u32),
     /// An early read of a key (`Some`) or the catalog (`None`) beside a request
     /// (`Store::refresh_early`).
@@ -273,6 +290,11 @@ enum Ev {
         ticket: Ticket,
         req: u32,
         flush: bool,
+    },
+    /// A desk's flush is due.
+    DeskFlush {
+        ledger: u8,
+        n: u32,
     },
     /// `Design::Sharded`: a shard's wake-up (stale unless `at` is still its next).
     ShardFlush {
@@ -345,6 +367,10 @@ pub struct World {
     shards: HashMap<(u32, u32), tier::Shard>,
     /// Requests waiting for the batch of permits their isolate is asking for, by (isolate, key).
     permit_waiters: HashMap<(u32, u32), Vec<u32>>,
+    /// Per ledger: settlements it has applied (`ledger_pace.settlements_total`).
+    settled_total: HashMap<u8, u64>,
+    /// The busy ledgers' desks, by (ledger, n).
+    desks: HashMap<(u8, u32), desk::Desk>,
     totals: Totals,
 }
 
@@ -404,6 +430,8 @@ impl World {
             status_at: None,
             shards: HashMap::new(),
             permit_waiters: HashMap::new(),
+            settled_total: HashMap::new(),
+            desks: HashMap::new(),
             totals: Totals::default(),
             p,
         }
@@ -455,8 +483,8 @@ impl World {
                 // Left to its settlement if that came first; else with the isolate's others.
                 if self.reqs[req as usize].end_ms == 0 {
                     let iso = self.reqs[req as usize].iso;
-                    let ledger = self.ledger_of(req);
-                    self.push(iso, Which::Hold(ledger), req, false);
+                    let (which, item) = self.money_batch(iso, req, true);
+                    self.push(iso, which, item, false);
                 }
             }
             Ev::Batch {
@@ -467,6 +495,7 @@ impl World {
                 flush,
             } => self.batch_turn(iso, which, ticket, req, flush),
             Ev::ShardFlush { model, shard, at } => self.shard_flush(model, shard, at),
+            Ev::DeskFlush { ledger, n } => self.desk_flush(ledger, n),
             Ev::Arrive(call) => self.arrive(call),
             Ev::Reply { call, ok } => self.reply(call, ok),
         }

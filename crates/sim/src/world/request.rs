@@ -194,7 +194,10 @@ impl World {
 
     /// The D1 ledger of request `id`'s account (core `ledgers::place`).
     pub(super) fn ledger_of(&self, id: u32) -> u8 {
-        let account = self.reqs[id as usize].account(self.p.keys_per_account);
+        self.ledger_of_account(self.reqs[id as usize].account(self.p.keys_per_account))
+    }
+
+    pub(super) fn ledger_of_account(&self, account: u32) -> u8 {
         switchyard_core::ledgers::place(&format!("acct-{account}"), self.p.ledgers)
     }
 
@@ -328,12 +331,15 @@ impl World {
                 // isolate's balance snapshot.
                 if ok {
                     isolate.keys.insert(key, now_ms);
-                    isolate.balances.insert(account, now_ms);
+                    r.stage = Stage::Catalog;
+                    let ledger = self.ledger_of(id);
+                    self.read_balance(iso, account, ledger);
                 } else if !isolate.keys.contains_key(&key) {
                     self.reqs[id as usize].settled = Settled::Unrecorded;
                     return self.refuse(id);
+                } else {
+                    r.stage = Stage::Catalog;
                 }
-                r.stage = Stage::Catalog;
             }
             Stage::Catalog => {
                 if ok {
@@ -368,8 +374,9 @@ impl World {
             }
             Stage::Balance if ok => r.stage = Stage::Hold,
             Stage::Hold if ok => {
-                isolate.balances.insert(account, now_ms);
                 r.stage = Stage::Upstream;
+                let ledger = self.ledger_of(id);
+                self.read_balance(iso, account, ledger);
             }
             // D1 out of reach on the awaited path: 503 `storage_unavailable`.
             Stage::Balance | Stage::Hold => return self.refuse(id),
@@ -569,8 +576,8 @@ impl World {
             );
         }
         if self.reqs[id as usize].settled == Settled::Open {
-            let ledger = self.ledger_of(id);
-            self.push(iso, Which::Settle(ledger), id, false);
+            let (which, item) = self.money_batch(iso, id, false);
+            self.push(iso, which, item, false);
         }
         if refused {
             return;
