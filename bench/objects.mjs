@@ -9,7 +9,10 @@
 //   - an upstream account's object: `observe` (one account failure), `snapshot`;
 //   - route capacity on a model's capacity object with 0, 1,000 and 20,000 leases held:
 //     `acquire` + `release`;
-//   - a key's limit object with 0 and 1,000 slots held: `acquire` + `release`.
+//   - a key's limit object with 0 and 1,000 slots held: `acquire` + `release`;
+//   - a ledger's desk (`desk:<ledger>:<n>`): `keep` of one settlement, and of four settlements
+//     with four fast holds (its flush to D1 a quarter of a second later runs in the same process:
+//     its CPU is in the figure).
 // For each: the round trip's median and p99 and the workerd process's CPU per call (from
 // /proc, over all the calls of the case), each also over the floor — the same measures of an
 // account object's `snapshot` with nothing in it, the cost of any call; and the bytes the object
@@ -123,6 +126,32 @@ row("account `observe` (one failure)", "1 breaker", await measure(calls, async (
 row("account `snapshot`", "1 breaker", await measure(calls, async () => (await callObject("HEALTH", account, "/", { call: "snapshot" })).ms));
 
 const hour = 3_600_000;
+// A ledger's desk: an isolate's batch handed to it (its items kept in storage, an alarm set).
+const settlement = (id, account) => ({
+  version: 1,
+  has_hold: true,
+  unwritten: { account, key_id: "key-bench", generation_id: id, amount: 2_000, now: now(), expires_at: now() + hour },
+  record: {
+    id, account_id: account, ledger: 0, key_id: "key-bench", model: "bench", api: "chat", stream: true,
+    outcome: "answered", route: "r0", provider: "bench", usage: null, estimated: false, delivered_output: 200,
+    error_code: null, total_cost_micros: 1_000, overrun_micros: 0, created_at_ms: now(), duration_ms: 1_500,
+    hold_path: "fast", attempts: [],
+  },
+});
+const hold = (id, account) => ({ account, key_id: "key-bench", generation_id: id, amount: 2_000, now: now(), expires_at: now() + hour });
+for (const [label, n] of [["one settlement", 1], ["4 settlements, 4 fast holds", 4]]) {
+  const desk = `desk:0:${n}-${now()}`;
+  row("desk `keep`", label, await measure(calls, async (i) => {
+    const ids = Array.from({ length: n }, (_, j) => `gen-bench-${desk}-${i}-${j}`);
+    const body = {
+      ledger: 0,
+      settlements: ids.map((id) => settlement(id, "acct-bench-desk")),
+      holds: n > 1 ? ids.map((id) => hold(`${id}-h`, "acct-bench-desk")) : [],
+    };
+    return (await callObject("DESKS", desk, "/", body)).ms;
+  }));
+}
+
 for (const held of [0, 1_000, 20_000]) {
   // A model's capacity object (`capacity:<n>:<model>`, a `LimitObject` since session 19).
   const name = `capacity:0:bench-cap-${held}-${now()}`;
