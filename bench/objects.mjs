@@ -139,6 +139,12 @@ const settlement = (id, account) => ({
   },
 });
 const hold = (id, account) => ({ account, key_id: "key-bench", generation_id: id, amount: 2_000, now: now(), expires_at: now() + hour });
+// Its account, on the home ledger (the ledger's rows name it).
+const home = await mf.getD1Database("DB");
+await home
+  .prepare("INSERT OR IGNORE INTO accounts (id, balance_micros, created_at) VALUES ('acct-bench-desk', 1000000000000, ?1)")
+  .bind(now())
+  .run();
 for (const [label, n] of [["one settlement", 1], ["4 settlements, 4 fast holds", 4]]) {
   const desk = `desk:0:${n}-${now()}`;
   row("desk `keep`", label, await measure(calls, async (i) => {

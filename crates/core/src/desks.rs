@@ -26,7 +26,10 @@ pub const FLUSH_MS: u64 = 250;
 /// The most items one flush writes (the rest go in the next, at once).
 pub const FLUSH_MOST: usize = 512;
 /// Settlements a second one desk is sized for: each brings up to two calls (its fast hold, its
-/// settlement) when isolates' batches hold one item each.
+/// settlement) when isolates' batches hold one item each — 300 calls a second at most, ≈ 15 %
+/// of a desk at the 0.5 ms a call measured (`bench/objects.mjs`). Room to spare on purpose: a
+/// ledger D1 cannot keep up with counts its settlements late, so its isolates' paces call for
+/// fewer desks than its traffic needs (docs/SCALE.md, "Desks for a busy ledger").
 pub const PER_DESK_PER_S: u64 = 150;
 /// The most desks a ledger has (a power of two, so desk names stay stable as the count moves).
 pub const MAX_DESKS: u32 = 64;
@@ -132,6 +135,7 @@ mod tests {
         assert_eq!(desks_for(151.0, 100, 0), 2);
         assert_eq!(desks_for(500.0, 100, 0), 4);
         assert_eq!(desks_for(1_000.0, 100, 0), 8);
+        assert_eq!(desks_for(4_800.0, 100, 0), 32);
         assert_eq!(desks_for(10_000.0, 100, 0), 64);
         assert_eq!(desks_for(1e9, 100, 0), MAX_DESKS);
     }
