@@ -57,6 +57,16 @@ fn settled_books(s: &Stack, key: &str, secs: u64) -> (Vec<Value>, i64, i64, Valu
     (holds, charged, n, c)
 }
 
+/// How many charges of `account` the ledger `db` holds, read from D1 directly.
+fn charges_in(s: &Stack, db: &str, account: &str) -> u64 {
+    s.d1_query(
+        db,
+        &format!("SELECT COUNT(*) AS n FROM ledger WHERE account_id = '{account}' AND kind = 'charge'"),
+    )[0]["n"]
+        .as_u64()
+        .unwrap()
+}
+
 /// What the generation records of `ids` say was charged, in micro-dollars (each must exist).
 fn recorded_charges(s: &Stack, key: &str, ids: &[String]) -> i64 {
     ids.iter()
@@ -231,12 +241,7 @@ fn money_a_busy_ledgers_money_goes_through_its_desks_and_is_booked_once() {
     // Every charge in the ledger: the desks write a quarter of a second after they took them.
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let n = s.d1_query(
-            &db,
-            &format!("SELECT COUNT(*) AS n FROM ledger WHERE account_id = '{account}' AND kind = 'charge'"),
-        )[0]["n"]
-            .as_u64()
-            .unwrap();
+        let n = charges_in(&s, &db, &account);
         if n as usize >= ids.len() {
             break;
         }
@@ -346,12 +351,7 @@ fn money_a_slow_d1_loses_no_charge_and_answers_no_500() {
     let db = s.ledger_db(&key);
     let deadline = Instant::now() + Duration::from_millis(until.saturating_sub(unix_ms()) + 60_000);
     loop {
-        let n = s.d1_query(
-            &db,
-            &format!("SELECT COUNT(*) AS n FROM ledger WHERE account_id = '{account}' AND kind = 'charge'"),
-        )[0]["n"]
-            .as_u64()
-            .unwrap();
+        let n = charges_in(&s, &db, &account);
         if n as usize >= served.len() {
             break;
         }
@@ -540,12 +540,7 @@ fn money_plain_requests_cost_counted_statements_and_leave_counted_rows() {
     let settled = |account: &str, db: &str, n: u64| {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            let charges = s.d1_query(
-                db,
-                &format!("SELECT COUNT(*) AS n FROM ledger WHERE account_id = '{account}' AND kind = 'charge'"),
-            )[0]["n"]
-                .as_u64()
-                .unwrap();
+            let charges = charges_in(&s, db, account);
             if charges >= n {
                 break;
             }
