@@ -14,6 +14,7 @@
 //! cannot read is kept aside under `unreadable:` and logged, never deleted.
 
 use std::cell::Cell;
+use std::collections::HashSet;
 
 use serde::{Deserialize, Serialize};
 use switchyard_core::desks::{FLUSH_MOST, FLUSH_MS};
@@ -114,9 +115,10 @@ impl DurableObject for LedgerDesk {
         let (settlements, mut keys) = self.listed::<Settlement>(SETTLEMENT).await?;
         let (holds, hold_keys) = self.listed::<HoldRow>(HOLD).await?;
         // A hold whose settlement is here goes with it (the settlement settles it unwritten).
+        let settled: HashSet<&str> = settlements.iter().map(|s| s.record.id.as_str()).collect();
         let holds: Vec<HoldRow> = holds
             .into_iter()
-            .filter(|h| !settlements.iter().any(|s| s.record.id == h.generation_id))
+            .filter(|h| !settled.contains(h.generation_id.as_str()))
             .collect();
         keys.extend(hold_keys);
         let full = keys.len() >= FLUSH_MOST;
@@ -180,12 +182,15 @@ impl LedgerDesk {
                     keys.push(key);
                 }
                 Err(e) => {
-                    worker::console_error!(
-                        "{{\"event\":\"desk_unreadable\",\"key\":{key:?},\"why\":{:?}}}",
-                        e.to_string()
-                    );
-                    storage.put(&format!("{UNREADABLE}{key}"), text).await?;
-                    storage.delete(&key).await?;
+                    object::keep_aside(
+                        &storage,
+                        "desk_unreadable",
+                        &key,
+                        &format!("{UNREADABLE}{key}"),
+                        text,
+                        &e,
+                    )
+                    .await?
                 }
             }
         }

@@ -73,6 +73,22 @@ pub fn entries(listed: &js_sys::Map) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Moves a kept record this code cannot read from `key` to `aside` (never deleted: an operator's
+/// to apply), and logs it as `event` with why.
+pub async fn keep_aside(
+    storage: &Storage,
+    event: &str,
+    key: &str,
+    aside: &str,
+    text: String,
+    why: &serde_json::Error,
+) -> worker::Result<()> {
+    worker::console_error!("{{\"event\":{event:?},\"key\":{key:?},\"why\":{:?}}}", why.to_string());
+    storage.put(aside, text).await?;
+    storage.delete(key).await?;
+    Ok(())
+}
+
 /// An object's alarm as the object last set it (or loaded it), so that a wish for an alarm moves
 /// it only when earlier — one storage write, not one per call.
 #[derive(Default)]

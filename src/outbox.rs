@@ -85,14 +85,10 @@ impl DurableObject for SettlementOutbox {
                 }
                 match serde_json::from_str::<Settlement>(&text) {
                     Ok(item) => due.push((key.clone(), tries, item, text)),
+                    // A charge nobody can apply now is still a charge: kept aside for an operator.
                     Err(e) => {
-                        // A charge nobody can apply now is still a charge: kept aside for an operator.
-                        worker::console_error!(
-                            "{{\"event\":\"outbox_unreadable\",\"key\":{key:?},\"why\":{:?}}}",
-                            e.to_string()
-                        );
-                        storage.put(&format!("{UNREADABLE}{id}"), text).await?;
-                        storage.delete(&key).await?;
+                        let aside = format!("{UNREADABLE}{id}");
+                        object::keep_aside(&storage, "outbox_unreadable", &key, &aside, text, &e).await?
                     }
                 }
             }
