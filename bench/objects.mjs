@@ -12,7 +12,9 @@
 //   - a key's limit object with 0 and 1,000 slots held: `acquire` + `release`;
 //   - a ledger's desk (`desk:<ledger>:<n>`): `keep` of one settlement, and of four settlements
 //     with four fast holds (its flush to D1 a quarter of a second later runs in the same process:
-//     its CPU is in the figure).
+//     its CPU is in the figure);
+//   - a keyring (`keys:<n>`): `read` of a key answered from its copy, and of a key it reads from
+//     D1 first (a new hash each call: one indexed lookup finding none).
 // For each: the round trip's median and p99 and the workerd process's CPU per call (from
 // /proc, over all the calls of the case), each also over the floor — the same measures of an
 // account object's `snapshot` with nothing in it, the cost of any call; and the bytes the object
@@ -155,6 +157,17 @@ for (const [label, n] of [["one settlement", 1], ["4 settlements, 4 fast holds",
       holds: n > 1 ? ids.map((id) => hold(`${id}-h`, "acct-bench-desk")) : [],
     };
     return (await callObject("DESKS", desk, "/", body)).ms;
+  }));
+}
+
+{
+  const ring = `keys:bench-${now()}`;
+  const hash = "b".repeat(64);
+  await callObject("KEYS", ring, "/", { call: "read", hash, ledger: 0 });
+  row("keyring `read`", "from its copy", await measure(calls, async () => (await callObject("KEYS", ring, "/", { call: "read", hash, ledger: 0 })).ms));
+  row("keyring `read`", "read from D1", await measure(calls, async (i) => {
+    const fresh = `${i}`.padStart(64, "c");
+    return (await callObject("KEYS", ring, "/", { call: "read", hash: fresh, ledger: 0 })).ms;
   }));
 }
 

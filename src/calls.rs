@@ -144,6 +144,13 @@ pub fn count_only(kind: &str) {
     count(kind, &[]);
 }
 
+/// One event of `kind` inside an object, counted for `name` too under the test drills (a keyring's
+/// D1 read of a key: `KEYS.d1_read`, for `key:<hash>`).
+pub fn in_object(kind: &str, name: &str, per_object: bool) {
+    let names = [name];
+    count(kind, if per_object { &names } else { &[] });
+}
+
 /// The isolate's count of `kind`, blocking and background together.
 pub fn total(kind: &str) -> u64 {
     TOTALS.with(|t| {

@@ -13,6 +13,7 @@ mod faults;
 mod finish;
 mod health;
 mod http;
+mod keyring;
 mod limits;
 mod object;
 mod outbox;

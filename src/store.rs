@@ -20,9 +20,10 @@ use serde::{Deserialize, Serialize};
 use switchyard_core::admin::{NewAccount, NewKey};
 use switchyard_core::catalog::Catalog;
 use switchyard_core::generation::{AttemptRecord, GenerationRecord};
+use switchyard_core::keyrings::CatalogText;
 use switchyard_core::keys::UnknownKeys;
 use switchyard_core::ApiError;
-use switchyard_core::{ledgers, records, rollup, settlement};
+use switchyard_core::{keyrings, ledgers, records, rollup, settlement};
 use wasm_bindgen::JsValue;
 use worker::{Context, D1Database, D1PreparedStatement, Env};
 
@@ -40,6 +41,8 @@ const REFRESH_AFTER_MS: u64 = 4_000;
 const STALE_MAX_MS: u64 = 10 * 60_000;
 /// The longest a D1 read on the request path may take before it counts as D1 being down.
 pub const D1_DEADLINE_MS: u64 = 5_000;
+/// Beyond a keyring's own D1 deadline, how long an isolate gives it to answer.
+const KEYRING_MARGIN_MS: u64 = 500;
 /// How long an isolate remembers that a key hash is unknown, and how many it remembers.
 const MISS_TTL_MS: u64 = 60_000;
 const MISS_CAPACITY: usize = 8_192;
@@ -61,7 +64,7 @@ thread_local! {
 
 /// An active API key: who it belongs to, the `allow_fallbacks` of the key and its account, and
 /// its spend against its limit (as of the cached read, at most 5 s old).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct KeyRecord {
     pub id: String,
     pub account_id: String,
@@ -228,6 +231,28 @@ fn refreshed_catalog(now: u64) -> Option<Rc<Catalog>> {
         *at = now;
         Some(held.clone())
     })
+}
+
+/// The catalog a read found and its version; `None` when it is the version `held` (unchanged).
+/// No document at another version: none is stored yet (the empty catalog, version 0).
+fn parse_catalog(text: CatalogText, held: Option<i64>) -> Result<Option<(Catalog, i64)>, ApiError> {
+    let doc = match text.doc {
+        Some(doc) => doc,
+        None if Some(text.version) == held => return Ok(None),
+        None => return Ok(Some((Catalog::empty(), text.version))),
+    };
+    // The stored document passed validation when written; a failure here means the code's
+    // rules changed under it, which is an operator problem, not a client's.
+    let catalog = Catalog::parse(doc.as_bytes()).map_err(|e| {
+        worker::console_error!(
+            "{{\"event\":\"stored_catalog_invalid\",\"detail\":{:?}}}",
+            e.to_string()
+        );
+        ApiError::Internal {
+            label: "catalog_invalid",
+        }
+    })?;
+    Ok(Some((catalog, text.version)))
 }
 
 /// This isolate's copy of the key `hash` if read less than `max_age` ago.
@@ -443,25 +468,57 @@ impl Store {
         }
     }
 
-    /// Reads the catalog from D1 into this isolate's copy, dated `now` (the read's start). The
-    /// copy's version goes with the read: an unchanged catalog is neither sent nor parsed again
-    /// (every 5 s per isolate, a whole catalog's validation was on some request's path).
+    /// Reads the catalog into this isolate's copy (through its keyring, `crate::keyring`), dated
+    /// when D1 was read. The copy's version goes with the read: an unchanged catalog is neither
+    /// sent nor parsed again (every 5 s per isolate, a whole catalog's validation was on some
+    /// request's path).
     async fn reload_catalog(&self, now: u64) -> Result<Rc<Catalog>, ApiError> {
         let held = CATALOG.with(|c| c.borrow().as_ref().map(|(_, version, _)| *version));
-        match self.read_catalog(held).await? {
-            Some((catalog, version)) => Ok(remember_catalog(Rc::new(catalog), version, now)),
-            None => refreshed_catalog(now).ok_or(UNCHANGED_WITHOUT_COPY),
+        let (text, read_at) = self.catalog_through_keyring(held, now).await?;
+        match parse_catalog(text, held)? {
+            Some((catalog, version)) => Ok(remember_catalog(Rc::new(catalog), version, read_at)),
+            None => refreshed_catalog(read_at).ok_or(UNCHANGED_WITHOUT_COPY),
         }
     }
 
-    /// The stored catalog and its version (0 before the first `PUT /admin/catalog`), uncached.
+    /// The stored catalog and its version (0 before the first `PUT /admin/catalog`), read from D1.
     pub async fn load_catalog(&self) -> Result<(Catalog, i64), ApiError> {
-        self.read_catalog(None).await?.ok_or(UNCHANGED_WITHOUT_COPY)
+        parse_catalog(self.catalog_text(None).await?, None)?.ok_or(UNCHANGED_WITHOUT_COPY)
     }
 
-    /// The stored catalog and its version, or `None` when its version is `held` (its document is
-    /// then not read).
-    async fn read_catalog(&self, held: Option<i64>) -> Result<Option<(Catalog, i64)>, ApiError> {
+    /// The catalog as this isolate's catalog keyring has it, and when D1 was read — or, when the
+    /// keyring is out of reach, as D1 has it now (`now`).
+    async fn catalog_through_keyring(&self, held: Option<i64>, now: u64) -> Result<(CatalogText, u64), ApiError> {
+        if self.faults.d1_down() {
+            return Err(ApiError::StorageUnavailable);
+        }
+        let name = keyrings::name(keyrings::catalog_ring(crate::runtime::ids::isolate_seed()));
+        let call = keyrings::Call::Catalog { held };
+        let answer: Result<keyrings::Answer<CatalogText>, _> = crate::object::call(
+            &self.env,
+            "KEYS",
+            &name,
+            "/",
+            &call,
+            D1_DEADLINE_MS + KEYRING_MARGIN_MS,
+            None,
+        )
+        .await;
+        match answer {
+            Ok(keyrings::Answer {
+                found: Some(text),
+                read_at_ms,
+                unavailable: false,
+            }) => Ok((text, read_at_ms)),
+            // D1 could not be read, or as late as the ledger would be: the caller's fallbacks.
+            Ok(_) | Err("timeout") => Err(ApiError::StorageUnavailable),
+            Err(_) => self.catalog_text(held).await.map(|text| (text, now)),
+        }
+    }
+
+    /// The stored catalog's version and document (the document left out when its version is
+    /// `held`), read from D1 (by a keyring, the admin, or an isolate its keyring did not answer).
+    pub async fn catalog_text(&self, held: Option<i64>) -> Result<CatalogText, ApiError> {
         if self.faults.d1_down() {
             return Err(ApiError::StorageUnavailable);
         }
@@ -475,26 +532,13 @@ impl Store {
             "catalog_read",
         )
         .await?;
-        let (doc, version) = match row {
-            None => return Ok(Some((Catalog::empty(), 0))),
-            Some(CatalogRow { doc: None, .. }) => return Ok(None),
-            Some(CatalogRow {
-                doc: Some(doc),
-                version,
-            }) => (doc, version as i64),
-        };
-        // The stored document passed validation when written; a failure here means the code's
-        // rules changed under it, which is an operator problem, not a client's.
-        let catalog = Catalog::parse(doc.as_bytes()).map_err(|e| {
-            worker::console_error!(
-                "{{\"event\":\"stored_catalog_invalid\",\"detail\":{:?}}}",
-                e.to_string()
-            );
-            ApiError::Internal {
-                label: "catalog_invalid",
-            }
-        })?;
-        Ok(Some((catalog, version)))
+        Ok(match row {
+            None => CatalogText { version: 0, doc: None },
+            Some(CatalogRow { doc, version }) => CatalogText {
+                version: version as i64,
+                doc,
+            },
+        })
     }
 
     /// Writes a validated catalog if the stored version is still `expected` (compare-and-swap);
@@ -736,46 +780,31 @@ impl Store {
         });
     }
 
-    /// Reads the key `hash` from `ledger` into this isolate's cache (an unknown one into its
-    /// negative cache).
+    /// Reads the key `hash` (in `ledger`) into this isolate's cache (an unknown one into its
+    /// negative cache): from the key's keyring (`crate::keyring`), or from the ledger itself when
+    /// the keyring is out of reach. The copy's age counts from when D1 was read.
     async fn read_key(&self, hash: &str, ledger: u8) -> Result<Option<Rc<KeyRecord>>, ApiError> {
-        let now = now_ms();
-        let query = self.ledger(ledger)?.stmt(
-            "SELECT k.id AS id, k.account_id AS account_id, k.allow_fallbacks AS key_fallbacks, \
-             a.allow_fallbacks AS account_fallbacks, k.spend_limit_micros AS spend_limit_micros, \
-             k.spent_micros AS spent_micros, k.rpm AS rpm, k.max_concurrent AS max_concurrent, \
-             a.balance_micros - a.held_micros AS available_micros, \
-             (SELECT settlements_total FROM ledger_pace WHERE id = 0) AS ledger_settled \
-             FROM api_keys k JOIN accounts a ON a.id = k.account_id \
-             WHERE k.key_hash = ?1 AND k.revoked_at IS NULL",
-            &[JsValue::from_str(hash)],
-        )?;
         let fresh = if self.faults.d1_down() {
+            // The drill: D1 is out of reach, for this request's keyring too.
             Err(ApiError::StorageUnavailable)
         } else {
-            crate::calls::count_only("D1.key");
-            let faults = self.faults;
-            let read = async move {
-                let rec = query.first::<KeyRecord>(None).await?;
-                // The read takes the account's balance too: the account's D1 drills slow or fail
-                // it as they do the balance read (`Faults::d1_statement`; tests only).
-                if let Some(r) = &rec {
-                    match faults.d1_statement(&r.account_id) {
-                        Ok(slow) => after(slow, async {}).await,
-                        Err(_) => return Err(worker::Error::RustError("d1_outage_drill".into())),
-                    }
+            match self.keyring_read(hash, ledger).await {
+                Ok(answer) if answer.unavailable => Err(ApiError::StorageUnavailable),
+                Ok(answer) => Ok((answer.found, answer.read_at_ms)),
+                // Its D1 read is as late as the ledger would be: the caller's fallbacks apply.
+                Err("timeout") => Err(ApiError::StorageUnavailable),
+                Err(_) => {
+                    let now = now_ms();
+                    self.read_key_row(hash, ledger).await.map(|found| (found, now))
                 }
-                Ok(rec)
-            };
-            timely(read, "key_read").await.map(|rec| {
-                rec.map(|r| KeyRecord {
-                    ledger,
-                    read_at_ms: now,
-                    ..r
-                })
-            })
+            }
         };
-        let rec = fresh?;
+        let (rec, now) = fresh?;
+        let rec = rec.map(|r| KeyRecord {
+            ledger,
+            read_at_ms: now,
+            ..r
+        });
         KEYS.with(|k| {
             let mut k = k.borrow_mut();
             // Bound the cache: expired entries go first, and it never grows past a few thousand.
@@ -796,6 +825,59 @@ impl Store {
             MISSES.with(|m| m.borrow_mut().remember(hash, now));
         }
         Ok(rec.map(Rc::new))
+    }
+
+    /// Asks the keyring of `hash` for the key (`crate::keyring`). `Err("timeout")`: it did not
+    /// answer in time (D1 is slow for it too); any other `Err`: the keyring is out of reach.
+    async fn keyring_read(&self, hash: &str, ledger: u8) -> Result<keyrings::Answer<KeyRecord>, &'static str> {
+        let name = keyrings::name(keyrings::ring(hash, crate::runtime::ids::isolate_seed()));
+        let call = keyrings::Call::Read {
+            hash: hash.to_string(),
+            ledger,
+        };
+        crate::object::call(
+            &self.env,
+            "KEYS",
+            &name,
+            "/",
+            &call,
+            D1_DEADLINE_MS + KEYRING_MARGIN_MS,
+            None,
+        )
+        .await
+    }
+
+    /// The active key with this hash in `ledger`, read from D1 (by the key's keyring, or by an
+    /// isolate its keyring did not answer): its record, the account's available balance and the
+    /// ledger's settlement counter in one statement. Nothing cached here.
+    pub async fn read_key_row(&self, hash: &str, ledger: u8) -> Result<Option<KeyRecord>, ApiError> {
+        let query = self.ledger(ledger)?.stmt(
+            "SELECT k.id AS id, k.account_id AS account_id, k.allow_fallbacks AS key_fallbacks, \
+             a.allow_fallbacks AS account_fallbacks, k.spend_limit_micros AS spend_limit_micros, \
+             k.spent_micros AS spent_micros, k.rpm AS rpm, k.max_concurrent AS max_concurrent, \
+             a.balance_micros - a.held_micros AS available_micros, \
+             (SELECT settlements_total FROM ledger_pace WHERE id = 0) AS ledger_settled \
+             FROM api_keys k JOIN accounts a ON a.id = k.account_id \
+             WHERE k.key_hash = ?1 AND k.revoked_at IS NULL",
+            &[JsValue::from_str(hash)],
+        )?;
+        crate::calls::count_only("D1.key");
+        let faults = self.faults;
+        let read = async move {
+            let rec = query.first::<KeyRecord>(None).await?;
+            // The read takes the account's balance too: the account's D1 drills slow or fail
+            // it as they do the balance read (`Faults::d1_statement`; tests only).
+            if let Some(r) = &rec {
+                match faults.d1_statement(&r.account_id) {
+                    Ok(slow) => after(slow, async {}).await,
+                    Err(_) => return Err(worker::Error::RustError("d1_outage_drill".into())),
+                }
+            }
+            Ok(rec)
+        };
+        timely(read, "key_read")
+            .await
+            .map(|rec| rec.map(|r| KeyRecord { ledger, ..r }))
     }
 
     // ---- the platform's own spend --------------------------------------------------------------

@@ -162,7 +162,8 @@ async fn dialect_endpoint(
 
 /// `GET /__test/calls?object=<name>` (test drills only): this isolate's storage calls since it
 /// started, by kind (`crate::calls`), all and those of one object; with `shard_of=<model>`, also
-/// the name of this isolate's health shard of that model.
+/// the name of this isolate's health shard of that model; with `keyring=1`, the name the presented
+/// key's keyring counts its D1 reads of it under (`keyring::counted_as`).
 fn test_calls(req: &Request) -> Response {
     let query = |name: &str| {
         req.url()
@@ -171,9 +172,12 @@ fn test_calls(req: &Request) -> Response {
     };
     let (all, one) = calls::totals(query("object").as_deref());
     let shard = query("shard_of").map(|model| health::shard_of(&model));
+    let key_reads = query("keyring")
+        .and_then(|_| v1::presented(req).ok())
+        .map(|(key, _)| crate::keyring::counted_as(&switchyard_core::keys::hash_key(&key)));
     response::json_response(
         200,
-        &json!({"isolate": isolate_id(), "all": all, "object": one, "shard": shard}),
+        &json!({"isolate": isolate_id(), "all": all, "object": one, "shard": shard, "key_reads": key_reads}),
     )
 }
 

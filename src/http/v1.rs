@@ -35,7 +35,7 @@ async fn authenticate(req: &Request, store: &Store) -> Result<Rc<KeyRecord>, Api
 
 /// The key the caller presents and the ledger its text names, or 401 without storage: none
 /// presented, or a text that cannot be a key (core `keys`).
-fn presented(req: &Request) -> Result<(String, u8), ApiError> {
+pub(super) fn presented(req: &Request) -> Result<(String, u8), ApiError> {
     let headers = req.headers();
     let authorization = headers.get("authorization").ok().flatten();
     let query_key = || {

@@ -635,3 +635,63 @@ fn an_rpm_keys_permits_keep_one_window_and_spare_its_object() {
         "{calls} calls to the key's object for {sent} requests"
     );
 }
+
+/// SPEC §22: isolates read a key through its keyrings, each of which reads it from D1 once for
+/// all the isolates asking it while its copy is fresh (2 s): eight isolates' first requests with
+/// a new key, sent together, each wait on a keyring once and never on D1 — and the key is read
+/// from D1 at most once per keyring it has (4; eight reads would be one per isolate, as before
+/// keyrings). The isolates read the catalog through keyrings too.
+#[test]
+fn a_key_eight_isolates_read_at_once_is_read_once_per_keyring() {
+    let replicas: Vec<Stack> = (0..9).map(Stack::replica).collect();
+    let first = replicas[0].new_key(5.0);
+    let model = model(&replicas, &first, "ok", json!({"verify": false}), json!({}));
+    let key = replicas[0].new_key(5.0);
+    let auth = format!("Bearer {key}");
+    let asked = replicas[0].request(
+        "GET",
+        &format!("{}/__test/calls?keyring=1", replicas[0].gateway),
+        &[("authorization", &auth)],
+        None,
+    );
+    let counted_as = asked.json()["key_reads"].as_str().unwrap().to_string();
+    // The keyrings run in replica 0, with the other objects.
+    let d1_reads = || both(&object_calls(&replicas[0], &counted_as), "KEYS.d1_read");
+    assert_eq!(d1_reads(), 0, "a new key was never read");
+    let replies: Vec<Reply> = std::thread::scope(|scope| {
+        let handles: Vec<_> = replicas[1..]
+            .iter()
+            .map(|s| {
+                let (key, model) = (key.clone(), model.clone());
+                scope.spawn(move || s.chat(&key, &chat_body(&model, false)))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (i, r) in replies.iter().enumerate() {
+        assert_eq!(r.status, 200, "replica {}: {}", i + 1, r.text());
+        let calls: Value = serde_json::from_str(r.header("x-switchyard-calls").unwrap()).unwrap();
+        assert_eq!(calls["KEYS.read"], 1, "replica {}: {calls}", i + 1);
+        assert!(
+            calls.get("D1.key").is_none(),
+            "replica {} read D1 itself: {calls}",
+            i + 1
+        );
+    }
+    assert_eq!(isolates(&replies).len(), 8, "eight isolates");
+    let reads = d1_reads();
+    note(&format!(
+        "keyrings: eight isolates' first requests with one key, {reads} D1 read(s) of it"
+    ));
+    assert!(
+        (1..=4).contains(&reads),
+        "{reads} D1 reads of the key for eight isolates"
+    );
+    for (i, s) in replicas.iter().enumerate().skip(1) {
+        let all = test_calls(s, "")["all"].clone();
+        assert!(
+            both(&all, "KEYS.catalog") > 0,
+            "replica {i} read the catalog through a keyring: {all}"
+        );
+    }
+}

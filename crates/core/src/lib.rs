@@ -20,6 +20,7 @@ pub mod flight;
 pub mod generation;
 pub mod health;
 pub mod ids;
+pub mod keyrings;
 pub mod keys;
 pub mod ledgers;
 pub mod limits;

@@ -66,8 +66,14 @@ pub struct ServiceTimes {
     /// A health shard (`Design::Sharded`) taking reports, answering a snapshot or a push: in
     /// memory, nothing written.
     pub shard_us: u64,
+    /// A keyring answering a key read from its copy in memory (its D1 read, when the copy is
+    /// stale, is a D1 call of its own).
+    pub keyring_us: u64,
     /// One D1 call (a statement or a batch): its fixed part, per statement, and per row a set
-    /// statement reads from its JSON parameter.
+    /// statement reads from its JSON parameter. A row: `bench/d1.mjs` (session 24, 5 to 500 rows
+    /// in one statement) measured ≈ 1/100 of a one-row statement (6.7 µs against 0.66 ms of
+    /// workerd CPU), so 1 µs against the 100 µs a statement is charged here (5 µs before, when 80
+    /// rows could not resolve it).
     pub d1_call_us: u64,
     pub d1_statement_us: u64,
     pub d1_row_us: u64,
@@ -87,9 +93,10 @@ impl Default for ServiceTimes {
             outbox_us: 1_000,
             desk_us: 500,
             shard_us: 300,
+            keyring_us: 300,
             d1_call_us: 200,
             d1_statement_us: 100,
-            d1_row_us: 5,
+            d1_row_us: 1,
         }
     }
 }
@@ -120,6 +127,7 @@ impl ServiceTimes {
             outbox_us: 0,
             desk_us: 0,
             shard_us: 0,
+            keyring_us: 0,
             d1_call_us: 0,
             d1_statement_us: 0,
             d1_row_us: 0,
@@ -180,6 +188,9 @@ pub struct Params {
     /// Policy `desk_from_per_s` (core `desks`): an account settling this many a second has desks,
     /// read by each isolate from two reads of its counter; 0: never (before session 23).
     pub desk_from_per_s: u64,
+    /// Whether isolates read keys through keyrings (core `keyrings`, session 24) rather than
+    /// from the key's ledger.
+    pub keyrings: bool,
 }
 
 impl Default for Params {
@@ -211,6 +222,7 @@ impl Default for Params {
             health_shards: 32,
             ledgers: 1,
             desk_from_per_s: switchyard_core::catalog::Policy::default().desk_from_per_s,
+            keyrings: true,
         }
     }
 }
@@ -248,6 +260,9 @@ pub const STATUS_TIMEOUT_MS: u64 = 4_000;
 /// `src/store.rs` `D1_DEADLINE_MS` and `CACHE_TTL_MS` (the catalog and found keys).
 pub const D1_DEADLINE_MS: u64 = 5_000;
 pub const CACHE_TTL_MS: u64 = 5_000;
+/// `src/store.rs` `KEYRING_MARGIN_MS`: beyond a keyring's own D1 deadline, how long an isolate
+/// waits for it.
+pub const KEYRING_MARGIN_MS: u64 = 500;
 /// `src/store.rs` `REFRESH_AFTER_MS`: a copy this old is read again beside the request.
 pub const REFRESH_AFTER_MS: u64 = 4_000;
 /// Policy default `balance_snapshot_ms` (the fast path's balance snapshot per account).

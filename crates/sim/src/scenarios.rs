@@ -7,11 +7,12 @@ use crate::run;
 use crate::stores::{Class, Kind};
 
 /// The scenarios `main` knows, in the order `all` runs them.
-pub const NAMES: [&str; 7] = [
+pub const NAMES: [&str; 8] = [
     "sweep",
     "one-model",
     "overall",
     "ledgers",
+    "targets",
     "capacity",
     "route-down",
     "overload",
@@ -162,44 +163,106 @@ calls issued
             t
         }
         "ledgers" => {
-            // 100k overall, D1 as 1 to 64 ledgers (`LEDGER_SHARDS`): the busiest one, without
-            // desks (`desk_from_per_s` 0, before session 23) and with them (the default); then
-            // 64 ledgers at each `I`. 6 s of warm-up: an isolate learns a ledger's pace from two
+            // 100k overall, D1 as 16 and 64 ledgers (`LEDGER_SHARDS`): the busiest one with
+            // neither desks nor keyrings (before session 23: `desk_from_per_s` 0), with desks
+            // (session 23), with desks and keyrings (session 24, the default); 64 ledgers at each
+            // `I`. 6 s of warm-up (10 s at I = 3,000): an isolate learns a ledger's pace from two
             // reads a second apart, and its first settlements come 1–3 s after its first requests.
             let from = Params::default().desk_from_per_s;
-            let runs = [1u8, 16, 64]
+            let designs = [
+                ("neither", 0, false),
+                ("desks", from, false),
+                ("desks, keyrings", from, true),
+            ];
+            let runs = [(16u8, 300usize)]
                 .into_iter()
-                .flat_map(|ledgers| [(ledgers, 300, 0), (ledgers, 300, from)])
-                .chain([1_000, 3_000].into_iter().flat_map(|i| [(64, i, 0), (64, i, from)]));
+                .chain([300, 1_000, 3_000].into_iter().map(|i| (64, i)))
+                .flat_map(|(ledgers, isolates)| designs.map(|d| (ledgers, isolates, d)));
             let rows: Vec<(String, Report)> = runs
-                .map(|(ledgers, isolates, desk_from_per_s)| {
+                .map(|(ledgers, isolates, (design, desk_from_per_s, keyrings))| {
                     let p = Params {
                         ledgers,
                         desk_from_per_s,
-                        warmup_ms: 6_000,
+                        keyrings,
+                        warmup_ms: if isolates >= 3_000 { 10_000 } else { 6_000 },
                         ..overall(100_000.0, isolates)
                     };
-                    let desks = if desk_from_per_s == 0 { "no desks" } else { "desks" };
-                    (format!("| {ledgers} | {isolates} | {desks}"), run(seeded(p)))
+                    (format!("| {ledgers} | {isolates} | {design}"), run(seeded(p)))
                 })
                 .collect();
-            let mut t = "| ledgers | I | | busiest ledger | its load / p99 queueing | D1 calls/s there | busiest desk: load / p99 queueing | blocking calls per request mean | settlements lost / unsettled |\n|---|---|---|---|---|---|---|---|---|\n".to_string();
+            let mut t = "| ledgers | I | | busiest ledger | its load / p99 queueing | D1 calls/s there | busiest desk: load / p99 queueing | busiest keyring: load / p99 queueing | blocking calls per request mean | settlements lost / unsettled |\n|---|---|---|---|---|---|---|---|---|---|\n".to_string();
+            let busiest = |r: &Report, c: Class| {
+                r.store(c).map_or("–".to_string(), |d| {
+                    format!("{:.0} % / {:.1} ms", d.load * 100.0, d.wait_p99_ms)
+                })
+            };
             for (label, r) in &rows {
                 if let Some(d1) = r.store(Class::D1) {
-                    let desk = r.store(Class::Desk).map_or("–".to_string(), |d| {
-                        format!("{:.0} % / {:.1} ms", d.load * 100.0, d.wait_p99_ms)
-                    });
                     t += &format!(
-                        "{label} | {} | {:.0} % / {:.1} ms | {:.0} | {desk} | {:.2} | {} / {} |\n",
+                        "{label} | {} | {:.0} % / {:.1} ms | {:.0} | {} | {} | {:.2} | {} / {} |\n",
                         d1.busiest,
                         d1.load * 100.0,
                         d1.wait_p99_ms,
                         d1.calls_per_s,
+                        busiest(r, Class::Desk),
+                        busiest(r, Class::KeyRing),
                         r.blocking_mean(),
                         r.outcomes.lost,
                         r.outcomes.unsettled,
                     );
                 }
+            }
+            t
+        }
+        "targets" => {
+            // Issue 34's targets with main's design as a deployment at that traffic would run
+            // it: 10k on one model and 100k overall, 64 ledgers, at each `I`; 10 s of warm-up
+            // (at I = 3,000 an isolate sees a ledger's traffic rarely, and reads its pace twice
+            // later: until then it writes that ledger's money itself).
+            let runs = [(10_000.0, true), (100_000.0, false)]
+                .into_iter()
+                .flat_map(|(rate, one)| [300usize, 1_000, 3_000].map(|i| (rate, one, i)));
+            let mut t = "| run | I | busiest store: load / p99 queueing | worst p99 queueing (store) | busiest D1 | busiest desk | busiest keyring | warm requests: share, blocking mean / p99 | settlements lost / unsettled |\n|---|---|---|---|---|---|---|---|---|\n".to_string();
+            for (rate, one, isolates) in runs {
+                let base = match one {
+                    true => one_model(rate, isolates),
+                    false => overall(rate, isolates),
+                };
+                let r = run(seeded(Params {
+                    ledgers: 64,
+                    warmup_ms: 10_000,
+                    ..base
+                }));
+                let cell = |c: Class| {
+                    r.store(c).map_or("–".to_string(), |s| {
+                        format!("{} {:.0} % / {:.1} ms", s.busiest, s.load * 100.0, s.wait_p99_ms)
+                    })
+                };
+                let busiest = r.stores.iter().max_by(|a, b| a.load.total_cmp(&b.load));
+                let worst = r.stores.iter().max_by(|a, b| a.wait_p99_ms.total_cmp(&b.wait_p99_ms));
+                let warm = r.blocking_warm();
+                let label = if one { "10k on one model" } else { "100k overall" };
+                t += &format!(
+                    "| {label} | {isolates} | {} | {} | {} | {} | {} | {:.0} %: {:.2} / {} | {} / {} |\n",
+                    busiest.map_or("–".to_string(), |s| format!(
+                        "{} {:.0} % / {:.1} ms",
+                        s.busiest,
+                        s.load * 100.0,
+                        s.wait_p99_ms
+                    )),
+                    worst.map_or("–".to_string(), |s| format!(
+                        "{:.1} ms ({})",
+                        s.wait_p99_ms, s.busiest
+                    )),
+                    cell(Class::D1),
+                    cell(Class::Desk),
+                    cell(Class::KeyRing),
+                    warm.0 * 100.0,
+                    warm.1,
+                    warm.2,
+                    r.outcomes.lost,
+                    r.outcomes.unsettled,
+                );
             }
             t
         }

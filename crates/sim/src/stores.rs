@@ -27,6 +27,8 @@ pub enum Obj {
     Desk(u8, u32),
     /// `Design::Sharded`: health shard `k` of a model.
     Shard(u32, u32),
+    /// `keys:<n>`: keyring `n` (core `keyrings`), which reads keys for the isolates.
+    KeyRing(u32),
     /// D1 ledger `n` (`LEDGER_SHARDS`: 0 is the home database, which also keeps the catalog); an
     /// account's key, balance, holds and settlements are on its ledger.
     D1(u8),
@@ -43,6 +45,7 @@ pub enum Class {
     Outbox,
     Desk,
     Shard,
+    KeyRing,
     D1,
 }
 
@@ -57,6 +60,7 @@ impl Obj {
             Obj::Outbox(_) => Class::Outbox,
             Obj::Desk(..) => Class::Desk,
             Obj::Shard(..) => Class::Shard,
+            Obj::KeyRing(_) => Class::KeyRing,
             Obj::D1(_) => Class::D1,
         }
     }
@@ -93,4 +97,8 @@ pub enum Kind {
     Keep,
     /// An isolate's batch of items kept by a desk.
     DeskKeep,
+    /// An isolate's read of a key from its keyring.
+    KeyRead,
+    /// An isolate's read of the catalog from its catalog keyring.
+    CatalogRead,
 }

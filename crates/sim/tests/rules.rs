@@ -58,6 +58,7 @@ fn the_copied_rules_match_the_worker() {
         (&report, squash(&format!("const CALL_TIMEOUT_MS: u64 = {STATUS_TIMEOUT_MS};"))),
         (&store, squash(&format!("pub const D1_DEADLINE_MS: u64 = {D1_DEADLINE_MS};"))),
         (&store, squash(&format!("const CACHE_TTL_MS: u64 = {CACHE_TTL_MS};"))),
+        (&store, squash(&format!("const KEYRING_MARGIN_MS: u64 = {KEYRING_MARGIN_MS};"))),
         (&store, squash(&format!("const REFRESH_AFTER_MS: u64 = {REFRESH_AFTER_MS};"))),
         (&billing, squash(&format!("pub const FAST_HOLD_DEFER_MS: u64 = {FAST_HOLD_DEFER_MS};"))),
         (&limits, squash(&format!("const CALL_MARGIN_MS: u64 = {};", KEY_TIMEOUT_MS - 2_000))),

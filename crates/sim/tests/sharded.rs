@@ -104,8 +104,8 @@ fn a_hot_keys_objects_stay_under_half_busy_whatever_the_isolates() {
 
 /// D1 as ledgers (`LEDGER_SHARDS`, core `ledgers::place`): each account's reads, holds and
 /// settlements go to its own ledger, so at a rate one database cannot take the load spreads over
-/// the ledgers — down to the busiest account's, which stays on one. Without desks (below), whose
-/// effect would hide this one.
+/// the ledgers — down to the busiest account's, which stays on one. Without desks (below) or
+/// keyrings, whose effects would hide this one.
 #[test]
 fn ledgers_spread_d1_by_account() {
     let at = |ledgers: u8| {
@@ -113,6 +113,7 @@ fn ledgers_spread_d1_by_account() {
             ledgers,
             hot_share: 0.05,
             desk_from_per_s: 0,
+            keyrings: false,
             ..overall(1_400.0, 300)
         }))
     };
@@ -154,5 +155,40 @@ fn desks_keep_a_busy_ledgers_money_writes_independent_of_the_isolates() {
         let (load, p99) = row(&with, Class::Desk);
         assert!(load <= 0.5 && p99 <= 20.0, "I = {i}: busiest desk {load}, p99 {p99} ms");
         assert_eq!(with.outcomes.lost, 0, "I = {i}: settlements lost");
+    }
+}
+
+/// Keyrings (core `keyrings`): an isolate with no fresh copy of a key asks the key's keyring,
+/// which reads it from D1 at most once per `FRESH_MS` (1 s) — so the ledgers' key reads follow the
+/// keys in use, not the isolates. Without keyrings every isolate reads each key it serves every
+/// 4–5 s, and the keys it sees less often than that on nearly every request. (20 accounts, 80
+/// keys: busy keys, as the head of a 100k run's, which an isolate at I = 300 sees every few
+/// seconds; a key nobody uses for a second costs a read either way.)
+#[test]
+fn keyrings_keep_the_key_reads_independent_of_the_isolates() {
+    let at = |i: usize, keyrings: bool| {
+        run(Params {
+            keyrings,
+            accounts: 20,
+            ..sharded(without_d1(overall(5_000.0, i)))
+        })
+    };
+    let reads = |r: &Report| r.window_rate(Class::D1, Some(Kind::D1Key));
+    let (few, many) = (at(300, true), at(3_000, true));
+    let (few0, many0) = (at(300, false), at(3_000, false));
+    let (r, r0) = ((reads(&few), reads(&many)), (reads(&few0), reads(&many0)));
+    eprintln!("D1 key reads/s at I = 300 and 3,000: with keyrings {r:.0?}, without {r0:.0?}");
+    assert!(r.1 <= 1.25 * r.0, "with keyrings: {r:?}");
+    assert!(
+        r0.1 >= 1.3 * r0.0,
+        "without keyrings they grow with the isolates: {r0:?}"
+    );
+    assert!(3.0 * r.1 <= r0.1, "at I = 3,000: {r:?} against {r0:?}");
+    for (i, report) in [(300, &few), (3_000, &many)] {
+        let (load, p99) = row(report, Class::KeyRing);
+        assert!(
+            load <= 0.5 && p99 <= 20.0,
+            "I = {i}: busiest keyring {load}, p99 {p99} ms"
+        );
     }
 }

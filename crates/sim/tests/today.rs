@@ -9,12 +9,13 @@ use switchyard_sim::scenarios::{one_model, overall, route_down, without_d1};
 use switchyard_sim::stores::{Class, Kind};
 use switchyard_sim::{run, Report, ServiceTimes};
 
-/// A short run of the design as it was then: no desks either (session 23).
+/// A short run of the design as it was then: no desks (session 23) or keyrings (session 24) either.
 fn short(p: Params) -> Params {
     Params {
         warmup_ms: 2_000,
         measure_ms: 3_000,
         desk_from_per_s: 0,
+        keyrings: false,
         ..p
     }
 }

@@ -24,6 +24,8 @@ impl World {
             deadline_us: self.now + timeout_ms * 1_000,
             then,
             reply: None,
+            read: None,
+            deferred: false,
         };
         let id = match self.free_calls.pop() {
             Some(id) => {
@@ -57,6 +59,7 @@ impl World {
             (Obj::Outbox(_), _) => s.outbox_us,
             (Obj::Desk(..), _) => s.desk_us,
             (Obj::Shard(..), _) => s.shard_us,
+            (Obj::KeyRing(_), _) => s.keyring_us,
         }
     }
 
@@ -84,6 +87,9 @@ impl World {
                     served.1 += service;
                 }
                 self.apply(id);
+                if self.calls[id as usize].as_ref().is_some_and(|c| c.deferred) {
+                    return; // answered when its store's own call comes back
+                }
                 let back = finish + half;
                 if back <= deadline {
                     self.at(back, Ev::Reply { call: id, ok: true });
@@ -211,6 +217,10 @@ impl World {
                 self.status_build();
                 None
             }
+            (Obj::KeyRing(ring), Kind::KeyRead | Kind::CatalogRead) => {
+                self.ring_read(ring, id);
+                None
+            }
             _ => None,
         };
         if let Some(Some(call)) = self.calls.get_mut(id as usize) {
@@ -225,7 +235,10 @@ impl World {
         self.free_calls.push(id);
         let now_ms = self.ms();
         match call.then {
-            Then::Req(req) => self.resume(req, ok),
+            Then::Req(req) => {
+                self.reqs[req as usize].answered = call.read;
+                self.resume(req, ok)
+            }
             Then::Snapshot { iso, obj, req } => {
                 if let (true, Some(health)) = (ok, call.reply) {
                     self.remember(iso, obj, health);
@@ -260,20 +273,18 @@ impl World {
             }
             Then::DeskFlushed { ledger, n, items } => self.desk_flushed(ledger, n, items, ok),
             Then::StatusFetch(iso) => self.status_fetched(iso, ok),
+            Then::RingRead { ring, key } => self.ring_answered(ring, key, ok),
             Then::Permits { iso, key, asked } => self.permits_came(iso, key, asked, ok),
             Then::Refreshed { iso, key } => {
                 let now_ms = self.ms();
                 let isolate = &mut self.isolates[iso as usize];
                 isolate.refreshing.remove(&key);
                 let keys_per_account = self.p.keys_per_account.max(1) as u32;
+                let _ = keys_per_account;
                 match (ok, key) {
                     // The read brings the account's balance too, as on the request's path.
-                    (true, Some(key)) => {
-                        isolate.keys.insert(key, now_ms);
-                        let ledger = self.ledger_of_account(key / keys_per_account);
-                        self.read_balance(iso, key / keys_per_account, ledger);
-                    }
-                    (true, None) => isolate.catalog_at = Some(now_ms),
+                    (true, Some(key)) => self.key_read(iso, key, call.read),
+                    (true, None) => isolate.catalog_at = Some(call.read.map_or(now_ms, |(at, _)| at)),
                     (false, _) => {}
                 }
             }

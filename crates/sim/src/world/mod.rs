@@ -2,9 +2,12 @@
 //! and D1, in simulated time (µs; the core's types get ms). What each request does, in order, is
 //! `src/`'s (docs/SCALE.md's call table), with the core's own types deciding every call:
 //!
-//! 1. the key (`D1.key`, cached 5 s per isolate) and the catalog (`D1.catalog`, 5 s) — blocking,
-//!    one read per request that finds its copy gone or stale (no single flight); a copy 4 s old is
-//!    read again beside the request that finds it, one read at a time (`Store::refresh_early`);
+//! 1. the key and the catalog (cached 5 s per isolate from when D1 read them) — blocking, one read
+//!    per request that finds its copy gone or stale (no single flight); a copy 4 s old is read
+//!    again beside the request that finds it, one read at a time (`Store::refresh_early`). Read
+//!    through keyrings (`keyring`, session 24: a key's keyring by its hash and the isolate, the
+//!    catalog's by the isolate; each answers from a copy younger than 2 s, else reads D1 once for
+//!    all its waiting calls), or from D1 itself (`Params::keyrings` false);
 //! 2. a limited key's `LimitObject` `acquire` (blocking), released after the answer;
 //! 3. `health::view`: a snapshot of the model's object and of `accounts`, each refreshed through a
 //!    [`Flight`] per isolate (`SNAPSHOT`): the request that fetches waits on it (blocking), the others
@@ -38,6 +41,7 @@
 mod batch;
 mod calls;
 mod desk;
+mod keyring;
 mod request;
 mod status;
 mod tier;
@@ -139,6 +143,9 @@ struct Req {
     cap_slot: bool,
     /// Which of its model's capacity objects its `acquire` went to (and its `release` goes to).
     cap_shard: u32,
+    /// Its last read of a key or the catalog, as the answer gave it: when D1 was read, and the
+    /// ledger's counter then.
+    answered: Option<(u64, u64)>,
     /// Routes that failed, and when (ms).
     fails: Vec<(u8, u64)>,
     route: u8,
@@ -226,6 +233,11 @@ enum Then {
         items: Vec<u32>,
     },
     StatusFetch(u32),
+    /// A keyring's read of a key from D1, for the calls waiting on it (`World::ring_waiting`).
+    RingRead {
+        ring: u32,
+        key: u32,
+    },
     /// An early read of a key (`Some`) or the catalog (`None`) beside a request
     /// (`Store::refresh_early`).
     Refreshed {
@@ -271,6 +283,10 @@ struct Call {
     then: Then,
     /// The object's snapshot in its answer (`snapshot`, `observe`).
     reply: Option<ModelHealth>,
+    /// A key read's answer: when D1 was read and the ledger's counter then.
+    read: Option<(u64, u64)>,
+    /// Its answer waits on a call its store made (a keyring reading D1): sent from there.
+    deferred: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -371,6 +387,10 @@ pub struct World {
     settled_total: HashMap<u8, u64>,
     /// The busy ledgers' desks, by (ledger, n).
     desks: HashMap<(u8, u32), desk::Desk>,
+    /// The keyrings' copies of keys: per keyring, each key's read and the ledger's counter then.
+    keyrings: HashMap<u32, switchyard_core::keyrings::Copies<u32, u64>>,
+    /// Calls waiting on a keyring's read of a key from D1, by (keyring, key).
+    ring_waiting: HashMap<(u32, u32), Vec<u32>>,
     totals: Totals,
 }
 
@@ -432,6 +452,8 @@ impl World {
             permit_waiters: HashMap::new(),
             settled_total: HashMap::new(),
             desks: HashMap::new(),
+            keyrings: HashMap::new(),
+            ring_waiting: HashMap::new(),
             totals: Totals::default(),
             p,
         }

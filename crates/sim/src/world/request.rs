@@ -31,6 +31,7 @@ impl World {
             blocking: 0,
             cold: false,
             key_slot: false,
+            answered: None,
             key_shard: 0,
             asked: 0,
             cap_slot: false,
@@ -64,13 +65,15 @@ impl World {
                         let due = age.is_some_and(|age| age >= REFRESH_AFTER_MS);
                         if due && self.isolates[iso as usize].refreshing.insert(Some(key)) {
                             let then = Then::Refreshed { iso, key: Some(key) };
-                            self.call(iso, self.ledger(id), Kind::D1Key, READ_STATEMENTS, D1_DEADLINE_MS, then);
+                            let (obj, kind, work, timeout) = self.key_store(id);
+                            self.call(iso, obj, kind, work, timeout, then);
                         }
                         self.reqs[id as usize].stage = Stage::Catalog;
                         continue;
                     }
                     self.reqs[id as usize].cold = true;
-                    return self.blocking(id, self.ledger(id), Kind::D1Key, READ_STATEMENTS, D1_DEADLINE_MS);
+                    let (obj, kind, work, timeout) = self.key_store(id);
+                    return self.blocking(id, obj, kind, work, timeout);
                 }
                 Stage::Catalog => {
                     let age = isolate.catalog_at.map(|at| now_ms.saturating_sub(at));
@@ -78,13 +81,15 @@ impl World {
                         let due = age.is_some_and(|age| age >= REFRESH_AFTER_MS);
                         if due && self.isolates[iso as usize].refreshing.insert(None) {
                             let then = Then::Refreshed { iso, key: None };
-                            self.call(iso, Obj::D1(0), Kind::D1Catalog, READ_STATEMENTS, D1_DEADLINE_MS, then);
+                            let (obj, kind, work, timeout) = self.catalog_store(iso);
+                            self.call(iso, obj, kind, work, timeout, then);
                         }
                         self.reqs[id as usize].stage = Stage::Limit;
                         continue;
                     }
                     self.reqs[id as usize].cold = true;
-                    return self.blocking(id, Obj::D1(0), Kind::D1Catalog, READ_STATEMENTS, D1_DEADLINE_MS);
+                    let (obj, kind, work, timeout) = self.catalog_store(iso);
+                    return self.blocking(id, obj, kind, work, timeout);
                 }
                 Stage::Limit => {
                     if !self.limited(key) {
@@ -330,10 +335,9 @@ impl World {
                 // The read brings the account's balance too (`src/store.rs` `key_by_hash`): the
                 // isolate's balance snapshot.
                 if ok {
-                    isolate.keys.insert(key, now_ms);
                     r.stage = Stage::Catalog;
-                    let ledger = self.ledger_of(id);
-                    self.read_balance(iso, account, ledger);
+                    let read = r.answered;
+                    self.key_read(iso, key, read);
                 } else if !isolate.keys.contains_key(&key) {
                     self.reqs[id as usize].settled = Settled::Unrecorded;
                     return self.refuse(id);
@@ -343,7 +347,7 @@ impl World {
             }
             Stage::Catalog => {
                 if ok {
-                    isolate.catalog_at = Some(now_ms);
+                    isolate.catalog_at = Some(r.answered.map_or(now_ms, |(at, _)| at));
                 } else if isolate.catalog_at.is_none() {
                     return self.refuse(id);
                 }
