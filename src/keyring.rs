@@ -6,8 +6,10 @@
 //! that come while it is under way wait for it. So a ledger's key reads are bounded by its keys,
 //! and the home database's catalog reads by the catalog's keyrings, not by the isolates. The
 //! answer says when D1 was read; the isolate counts its copy's age from then, so a revoked key or
-//! a changed catalog reaches every isolate as soon as it did before keyrings. Nothing is stored:
-//! a keyring that restarts reads again.
+//! a changed catalog reaches every isolate as soon as it did before keyrings; a key the admin
+//! revokes is forgotten by its keyrings at once (`Store::revoke_key`), so the isolate that
+//! revoked it — which forgets its own copy — refuses it from its next request. Nothing is
+//! stored: a keyring that restarts reads again.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -57,6 +59,10 @@ impl DurableObject for KeyRing {
                     None => self.key_reads.once(&hash, || self.read_key(&hash, ledger)).await,
                 };
                 Response::from_json(&answer)
+            }
+            Call::Forget { hash } => {
+                self.keys.borrow_mut().forget(&hash);
+                Response::from_json(&true)
             }
             Call::Catalog { held } => {
                 let copy = self.catalog.borrow().fresh(&CATALOG, now_ms());

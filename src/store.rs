@@ -697,20 +697,38 @@ impl Store {
     /// Revokes a key, in whichever ledger has it; `false` if there was no active key with that id.
     /// This isolate forgets it at once; other isolates within the 5 s cache TTL.
     pub async fn revoke_key(&self, id: &str) -> Result<bool, ApiError> {
-        let mut revoked = false;
+        #[derive(Deserialize)]
+        struct Revoked {
+            key_hash: String,
+        }
+        let mut hashes = Vec::new();
         for ledger in self.ledgers()? {
-            let result = ledger
+            let rows = ledger
                 .stmt(
-                    "UPDATE api_keys SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL",
+                    "UPDATE api_keys SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL RETURNING key_hash",
                     &[JsValue::from_str(id), num(now_ms() as i64)],
                 )?
-                .run()
+                .all()
                 .await
                 .map_err(internal("key_revoke"))?;
-            revoked |= result.meta().ok().flatten().and_then(|m| m.changes).unwrap_or(0) > 0;
+            hashes.extend(rows.results::<Revoked>().map_err(internal("key_revoke"))?);
         }
         KEYS.with(|k| k.borrow_mut().retain(|_, (rec, _)| rec.id != id));
-        Ok(revoked)
+        // Its keyrings forget it too (a copy up to 2 s old there would still show it active); one
+        // that cannot be told drops its copy within 2 s anyway.
+        for Revoked { key_hash } in &hashes {
+            let call = keyrings::Call::Forget { hash: key_hash.clone() };
+            let forgotten = keyrings::rings(key_hash).into_iter().map(|n| {
+                let name = keyrings::name(n);
+                let call = &call;
+                async move {
+                    crate::object::call::<_, bool>(&self.env, "KEYS", &name, "/", call, KEYRING_MARGIN_MS * 4, None)
+                        .await
+                }
+            });
+            futures_util::future::join_all(forgotten).await;
+        }
+        Ok(!hashes.is_empty())
     }
 
     /// Adds a settled charge to this isolate's cached copy of the key, so its spend limit bites

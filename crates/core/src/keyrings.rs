@@ -35,6 +35,14 @@ pub const MOST_COPIES: usize = 4_096;
 /// every isolate uses (the busiest account's) loads each with a quarter of the isolates.
 pub const SPREAD: u32 = 4;
 
+/// The keyrings of the key with this hash: every one an isolate may read it through.
+pub fn rings(key_hash: &str) -> Vec<u32> {
+    let first = hash64(&["keyring", key_hash]) % u64::from(KEYRINGS);
+    (0..u64::from(SPREAD))
+        .map(|lane| ((first + lane) % u64::from(KEYRINGS)) as u32)
+        .collect()
+}
+
 /// The keyring (0-based) through which an isolate (its random seed) reads the key with this hash.
 pub fn ring(key_hash: &str, isolate: u64) -> u32 {
     let first = hash64(&["keyring", key_hash]) % u64::from(KEYRINGS);
@@ -60,6 +68,8 @@ pub enum Call {
     Read { hash: String, ledger: u8 },
     /// The catalog; its document left out if its version is `held` (the caller has it).
     Catalog { held: Option<i64> },
+    /// Drop the copy of the key with this hash (it was revoked): its next call reads D1.
+    Forget { hash: String },
 }
 
 /// The stored catalog as a keyring answers with it: its version (0: none stored yet) and its
@@ -135,6 +145,11 @@ impl<K: Eq + Hash, V: Clone> Copies<K, V> {
         self.copies.insert(key, (value, read_ms));
     }
 
+    /// Drops the copy of `key`, if any.
+    pub fn forget(&mut self, key: &K) {
+        self.copies.remove(key);
+    }
+
     pub fn len(&self) -> usize {
         self.copies.len()
     }
@@ -153,6 +168,8 @@ mod tests {
         assert_eq!(ring("abc", 7), ring("abc", 7), "an isolate asks the same keyring");
         let of_one: std::collections::HashSet<u32> = (0..1_000u64).map(|i| ring("abc", i)).collect();
         assert_eq!(of_one.len(), SPREAD as usize, "isolates spread over a key's keyrings");
+        let all: std::collections::HashSet<u32> = rings("abc").into_iter().collect();
+        assert_eq!(all, of_one, "`rings` names every keyring an isolate may ask");
         let mut used = std::collections::HashSet::new();
         for i in 0..10_000 {
             let r = ring(&format!("hash-{i}"), 1);
@@ -204,6 +221,8 @@ mod tests {
         );
         c.keep("k", None, 11_000);
         assert_eq!(c.fresh(&"k", 11_500), Some((None, 11_000)), "a key revoked since");
+        c.forget(&"k");
+        assert_eq!(c.fresh(&"k", 11_500), None, "forgotten: read again");
     }
 
     #[test]
