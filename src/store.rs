@@ -489,31 +489,55 @@ impl Store {
     /// The catalog as this isolate's catalog keyring has it, and when D1 was read — or, when the
     /// keyring is out of reach, as D1 has it now (`now`).
     async fn catalog_through_keyring(&self, held: Option<i64>, now: u64) -> Result<(CatalogText, u64), ApiError> {
+        let ring = keyrings::catalog_ring(crate::runtime::ids::isolate_seed());
+        let call = keyrings::Call::Catalog { held };
+        match self
+            .through_keyring(ring, &call, now, || async { self.catalog_text(held).await.map(Some) })
+            .await?
+        {
+            (Some(text), read_at) => Ok((text, read_at)),
+            (None, _) => Err(ApiError::StorageUnavailable), // a keyring's answer always has one
+        }
+    }
+
+    /// `call` to keyring `n` (`crate::keyring`): what its D1 read found, and when D1 was read. When
+    /// the keyring is out of reach, `direct()` — this isolate's own D1 read — dated `now`; when
+    /// the keyring's read failed or ran as late as D1's deadline, `StorageUnavailable` (the
+    /// caller's fallbacks apply, as for D1).
+    async fn through_keyring<R, F>(
+        &self,
+        n: u32,
+        call: &keyrings::Call,
+        now: u64,
+        direct: impl FnOnce() -> F,
+    ) -> Result<(Option<R>, u64), ApiError>
+    where
+        R: serde::de::DeserializeOwned,
+        F: std::future::Future<Output = Result<Option<R>, ApiError>>,
+    {
         if self.faults.d1_down() {
+            // The drill: D1 is out of reach, for this request's keyring too.
             return Err(ApiError::StorageUnavailable);
         }
-        let name = keyrings::name(keyrings::catalog_ring(crate::runtime::ids::isolate_seed()));
-        let call = keyrings::Call::Catalog { held };
-        let answer: Result<keyrings::Answer<CatalogText>, _> = crate::object::call(
-            &self.env,
-            "KEYS",
-            &name,
-            "/",
-            &call,
-            D1_DEADLINE_MS + KEYRING_MARGIN_MS,
-            None,
-        )
-        .await;
-        match answer {
-            Ok(keyrings::Answer {
-                found: Some(text),
-                read_at_ms,
-                unavailable: false,
-            }) => Ok((text, read_at_ms)),
-            // D1 could not be read, or as late as the ledger would be: the caller's fallbacks.
-            Ok(_) | Err("timeout") => Err(ApiError::StorageUnavailable),
-            Err(_) => self.catalog_text(held).await.map(|text| (text, now)),
+        match self
+            .ask_keyring::<keyrings::Answer<R>>(n, call, D1_DEADLINE_MS + KEYRING_MARGIN_MS)
+            .await
+        {
+            Ok(answer) if answer.unavailable => Err(ApiError::StorageUnavailable),
+            Ok(answer) => Ok((answer.found, answer.read_at_ms)),
+            Err("timeout") => Err(ApiError::StorageUnavailable),
+            Err(_) => direct().await.map(|found| (found, now)),
         }
+    }
+
+    /// One call to keyring `n`, at most `timeout_ms`.
+    async fn ask_keyring<T: serde::de::DeserializeOwned>(
+        &self,
+        n: u32,
+        call: &keyrings::Call,
+        timeout_ms: u64,
+    ) -> Result<T, &'static str> {
+        crate::object::call(&self.env, "KEYS", &keyrings::name(n), "/", call, timeout_ms, None).await
     }
 
     /// The stored catalog's version and document (the document left out when its version is
@@ -718,14 +742,9 @@ impl Store {
         // that cannot be told drops its copy within 2 s anyway.
         for Revoked { key_hash } in &hashes {
             let call = keyrings::Call::Forget { hash: key_hash.clone() };
-            let forgotten = keyrings::rings(key_hash).into_iter().map(|n| {
-                let name = keyrings::name(n);
-                let call = &call;
-                async move {
-                    crate::object::call::<_, bool>(&self.env, "KEYS", &name, "/", call, KEYRING_MARGIN_MS * 4, None)
-                        .await
-                }
-            });
+            let forgotten = keyrings::rings(key_hash)
+                .into_iter()
+                .map(|n| self.ask_keyring::<bool>(n, &call, KEYRING_MARGIN_MS * 4));
             futures_util::future::join_all(forgotten).await;
         }
         Ok(!hashes.is_empty())
@@ -802,21 +821,14 @@ impl Store {
     /// negative cache): from the key's keyring (`crate::keyring`), or from the ledger itself when
     /// the keyring is out of reach. The copy's age counts from when D1 was read.
     async fn read_key(&self, hash: &str, ledger: u8) -> Result<Option<Rc<KeyRecord>>, ApiError> {
-        let fresh = if self.faults.d1_down() {
-            // The drill: D1 is out of reach, for this request's keyring too.
-            Err(ApiError::StorageUnavailable)
-        } else {
-            match self.keyring_read(hash, ledger).await {
-                Ok(answer) if answer.unavailable => Err(ApiError::StorageUnavailable),
-                Ok(answer) => Ok((answer.found, answer.read_at_ms)),
-                // Its D1 read is as late as the ledger would be: the caller's fallbacks apply.
-                Err("timeout") => Err(ApiError::StorageUnavailable),
-                Err(_) => {
-                    let now = now_ms();
-                    self.read_key_row(hash, ledger).await.map(|found| (found, now))
-                }
-            }
+        let ring = keyrings::ring(hash, crate::runtime::ids::isolate_seed());
+        let call = keyrings::Call::Read {
+            hash: hash.to_string(),
+            ledger,
         };
+        let fresh = self
+            .through_keyring(ring, &call, now_ms(), || self.read_key_row(hash, ledger))
+            .await;
         let (rec, now) = fresh?;
         let rec = rec.map(|r| KeyRecord {
             ledger,
@@ -843,26 +855,6 @@ impl Store {
             MISSES.with(|m| m.borrow_mut().remember(hash, now));
         }
         Ok(rec.map(Rc::new))
-    }
-
-    /// Asks the keyring of `hash` for the key (`crate::keyring`). `Err("timeout")`: it did not
-    /// answer in time (D1 is slow for it too); any other `Err`: the keyring is out of reach.
-    async fn keyring_read(&self, hash: &str, ledger: u8) -> Result<keyrings::Answer<KeyRecord>, &'static str> {
-        let name = keyrings::name(keyrings::ring(hash, crate::runtime::ids::isolate_seed()));
-        let call = keyrings::Call::Read {
-            hash: hash.to_string(),
-            ledger,
-        };
-        crate::object::call(
-            &self.env,
-            "KEYS",
-            &name,
-            "/",
-            &call,
-            D1_DEADLINE_MS + KEYRING_MARGIN_MS,
-            None,
-        )
-        .await
     }
 
     /// The active key with this hash in `ledger`, read from D1 (by the key's keyring, or by an
