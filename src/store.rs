@@ -48,6 +48,9 @@ const MISS_TTL_MS: u64 = 60_000;
 const MISS_CAPACITY: usize = 8_192;
 
 thread_local! {
+    /// Whether this isolate has finished a read of a key or the catalog: until then it reads D1
+    /// itself ([`Store::through_keyring`]).
+    static STARTED: Cell<bool> = const { Cell::new(false) };
     /// The catalog, its stored version and when this isolate fetched it.
     static CATALOG: RefCell<Option<(Rc<Catalog>, i64, u64)>> = const { RefCell::new(None) };
     static KEYS: RefCell<HashMap<String, (Rc<KeyRecord>, u64)>> = RefCell::new(HashMap::new());
@@ -501,7 +504,8 @@ impl Store {
     }
 
     /// `call` to keyring `n` (`crate::keyring`): what its D1 read found, and when D1 was read. When
-    /// the keyring is out of reach, `direct()` — this isolate's own D1 read — dated `now`; when
+    /// the keyring is out of reach, and for a new isolate's first reads, `direct()` — this
+    /// isolate's own D1 read — dated `now`; when
     /// the keyring's read failed or ran as late as D1's deadline, `StorageUnavailable` (the
     /// caller's fallbacks apply, as for D1).
     async fn through_keyring<R, F>(
@@ -518,6 +522,14 @@ impl Store {
         if self.faults.d1_down() {
             // The drill: D1 is out of reach, for this request's keyring too.
             return Err(ApiError::StorageUnavailable);
+        }
+        if !STARTED.with(Cell::get) {
+            // A new isolate's first reads (its first request's key and catalog, side by side) go
+            // straight to D1: its start waits for one round trip, not for a keyring's start too.
+            // At most two reads per isolate started.
+            let read = direct().await.map(|found| (found, now));
+            STARTED.with(|s| s.set(true));
+            return read;
         }
         match self
             .ask_keyring::<keyrings::Answer<R>>(n, call, D1_DEADLINE_MS + KEYRING_MARGIN_MS)
