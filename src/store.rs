@@ -505,9 +505,8 @@ impl Store {
 
     /// `call` to keyring `n` (`crate::keyring`): what its D1 read found, and when D1 was read. When
     /// the keyring is out of reach, and for a new isolate's first reads, `direct()` — this
-    /// isolate's own D1 read — dated `now`; when
-    /// the keyring's read failed or ran as late as D1's deadline, `StorageUnavailable` (the
-    /// caller's fallbacks apply, as for D1).
+    /// isolate's own D1 read — dated `now`; when the keyring's read failed or ran as late as D1's
+    /// deadline, `StorageUnavailable` (the caller's fallbacks apply, as for D1).
     async fn through_keyring<R, F>(
         &self,
         n: u32,
