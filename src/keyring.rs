@@ -1,6 +1,7 @@
 //! Keyrings (SPEC §22, core `keyrings`): Durable Objects that read API keys — and the catalog —
-//! for the isolates. An isolate that has no fresh copy of a key asks the key's keyring
-//! (`keys:<n>`, binding `KEYS`; the calls are `Store::key_by_hash`'s and `Store::catalog`'s), which
+//! for the isolates. An isolate that has no fresh copy of a key asks one of the key's four
+//! keyrings, by its seed (`keys:<n>`, binding `KEYS`; the calls are `Store::key_by_hash`'s and
+//! `Store::catalog`'s, the catalog's through one of the first 16), which
 //! answers from its own copy while that is younger than `keyrings::FRESH_MS`, and else reads from
 //! D1 first (`Store::read_key_row`, `Store::catalog_text`) — one read at a time per key: calls
 //! that come while it is under way wait for it. So a ledger's key reads are bounded by its keys,
