@@ -52,11 +52,7 @@ impl DurableObject for KeyRing {
             Call::Read { hash, ledger } => {
                 let copy = self.keys.borrow().fresh(&hash, now_ms());
                 let answer = match copy {
-                    Some((found, read_at_ms)) => Answer {
-                        found,
-                        read_at_ms,
-                        unavailable: false,
-                    },
+                    Some((found, read_at_ms)) => Answer::read(found, read_at_ms),
                     None => self.key_reads.once(&hash, || self.read_key(&hash, ledger)).await,
                 };
                 Response::from_json(&answer)
@@ -68,11 +64,7 @@ impl DurableObject for KeyRing {
             Call::Catalog { held } => {
                 let copy = self.catalog.borrow().fresh(&CATALOG, now_ms());
                 let answer = match copy {
-                    Some((text, read_at_ms)) => Answer {
-                        found: Some(text),
-                        read_at_ms,
-                        unavailable: false,
-                    },
+                    Some((text, read_at_ms)) => Answer::read(Some(text), read_at_ms),
                     None => self.catalog_reads.once(CATALOG, || self.read_catalog()).await,
                 };
                 // The caller's version: its document is not sent again.
@@ -105,11 +97,7 @@ impl KeyRing {
         match found {
             Ok(found) => {
                 self.keys.borrow_mut().keep(hash.to_string(), found.clone(), read_at_ms);
-                Answer {
-                    found,
-                    read_at_ms,
-                    unavailable: false,
-                }
+                Answer::read(found, read_at_ms)
             }
             Err(_) => Answer::unavailable(),
         }
@@ -125,11 +113,7 @@ impl KeyRing {
         match text {
             Ok(text) => {
                 self.catalog.borrow_mut().keep(CATALOG, text.clone(), read_at_ms);
-                Answer {
-                    found: Some(text),
-                    read_at_ms,
-                    unavailable: false,
-                }
+                Answer::read(Some(text), read_at_ms)
             }
             Err(_) => Answer::unavailable(),
         }

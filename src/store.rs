@@ -841,11 +841,7 @@ impl Store {
             .through_keyring(ring, &call, now_ms(), || self.read_key_row(hash, ledger))
             .await;
         let (rec, now) = fresh?;
-        let rec = rec.map(|r| KeyRecord {
-            ledger,
-            read_at_ms: now,
-            ..r
-        });
+        let rec = rec.map(|r| KeyRecord { read_at_ms: now, ..r });
         KEYS.with(|k| {
             let mut k = k.borrow_mut();
             // Bound the cache: expired entries go first, and it never grows past a few thousand.

@@ -37,16 +37,20 @@ pub const SPREAD: u32 = 4;
 
 /// The keyrings of the key with this hash: every one an isolate may read it through.
 pub fn rings(key_hash: &str) -> Vec<u32> {
-    let first = hash64(&["keyring", key_hash]) % u64::from(KEYRINGS);
-    (0..u64::from(SPREAD))
-        .map(|lane| ((first + lane) % u64::from(KEYRINGS)) as u32)
-        .collect()
+    (0..u64::from(SPREAD)).map(|lane| in_lane(key_hash, lane)).collect()
 }
 
 /// The keyring (0-based) through which an isolate (its random seed) reads the key with this hash.
 pub fn ring(key_hash: &str, isolate: u64) -> u32 {
+    in_lane(
+        key_hash,
+        hash64(&["keyring-lane", &isolate.to_string()]) % u64::from(SPREAD),
+    )
+}
+
+/// The key's keyring in lane `lane` (< [`SPREAD`]): its first keyring, by its hash, and the next.
+fn in_lane(key_hash: &str, lane: u64) -> u32 {
     let first = hash64(&["keyring", key_hash]) % u64::from(KEYRINGS);
-    let lane = hash64(&["keyring-lane", &isolate.to_string()]) % u64::from(SPREAD);
     ((first + lane) % u64::from(KEYRINGS)) as u32
 }
 
@@ -86,7 +90,6 @@ pub struct CatalogText {
 /// read.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Answer<R> {
-    #[serde(default = "none")]
     pub found: Option<R>,
     #[serde(default)]
     pub read_at_ms: u64,
@@ -94,11 +97,16 @@ pub struct Answer<R> {
     pub unavailable: bool,
 }
 
-fn none<R>() -> Option<R> {
-    None
-}
-
 impl<R> Answer<R> {
+    /// What a read at `read_at_ms` found.
+    pub fn read(found: Option<R>, read_at_ms: u64) -> Answer<R> {
+        Answer {
+            found,
+            read_at_ms,
+            unavailable: false,
+        }
+    }
+
     /// D1 could not be read.
     pub fn unavailable() -> Answer<R> {
         Answer {

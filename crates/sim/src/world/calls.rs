@@ -279,8 +279,6 @@ impl World {
                 let now_ms = self.ms();
                 let isolate = &mut self.isolates[iso as usize];
                 isolate.refreshing.remove(&key);
-                let keys_per_account = self.p.keys_per_account.max(1) as u32;
-                let _ = keys_per_account;
                 match (ok, key) {
                     // The read brings the account's balance too, as on the request's path.
                     (true, Some(key)) => self.key_read(iso, key, call.read),

@@ -64,10 +64,7 @@ impl World {
                 if waiting.len() == 1 {
                     let (ledger, kind) = match key {
                         CATALOG => (0, Kind::D1Catalog),
-                        _ => (
-                            self.ledger_of_account(key / self.p.keys_per_account.max(1) as u32),
-                            Kind::D1Key,
-                        ),
+                        _ => (self.ledger_of_account(self.account_of_key(key)), Kind::D1Key),
                     };
                     let then = Then::RingRead { ring: n, key };
                     self.call(u32::MAX, Obj::D1(ledger), kind, READ_STATEMENTS, D1_DEADLINE_MS, then);
@@ -83,7 +80,7 @@ impl World {
         let total = match key {
             CATALOG => 0,
             _ => {
-                let ledger = self.ledger_of_account(key / self.p.keys_per_account.max(1) as u32);
+                let ledger = self.ledger_of_account(self.account_of_key(key));
                 self.settled_total.get(&ledger).copied().unwrap_or(0)
             }
         };
@@ -121,12 +118,17 @@ impl World {
     /// read from the ledger just now): its copy of the key, the account's balance snapshot and the
     /// ledger's pace date from that read.
     pub(super) fn key_read(&mut self, iso: u32, key: u32, read: Option<(u64, u64)>) {
-        let account = key / self.p.keys_per_account.max(1) as u32;
+        let account = self.account_of_key(key);
         let ledger = self.ledger_of_account(account);
         let (at_ms, total) = read.unwrap_or_else(|| (self.ms(), self.settled_total.get(&ledger).copied().unwrap_or(0)));
         let isolate = &mut self.isolates[iso as usize];
         isolate.keys.insert(key, at_ms);
         isolate.balances.insert(account, at_ms);
         self.learn_pace(iso, ledger, total, at_ms);
+    }
+
+    /// The account `key` belongs to.
+    fn account_of_key(&self, key: u32) -> u32 {
+        key / self.p.keys_per_account.max(1) as u32
     }
 }
