@@ -202,7 +202,7 @@ fn money_a_busy_ledgers_money_goes_through_its_desks_and_is_booked_once() {
     let s = Stack::from_env();
     let busy = with(fast_policy(), json!({"desk_from_per_s": 1}));
     let ok = model(&s, &["ok"], busy.clone());
-    let slow = model(&s, &["chunks/30/100"], busy);
+    let slow = model(&s, &["chunks/100/100"], busy);
     let key = s.new_key(10.0);
     let account = s.credits(&key)["account_id"].as_str().unwrap().to_string();
     let db = s.ledger_db(&key);
@@ -222,16 +222,26 @@ fn money_a_busy_ledgers_money_goes_through_its_desks_and_is_booked_once() {
     let (desks, flushes) = (isolate_calls(&s, "DESKS"), isolate_calls(&s, "D1.desk"));
     let stream = std::thread::scope(|scope| {
         let running = scope.spawn(|| send(&slow, true));
-        std::thread::sleep(Duration::from_millis(1_500));
-        let holds = s.d1_query(
-            &db,
-            &format!("SELECT path, state FROM holds WHERE account_id = '{account}' AND state = 'open'"),
-        );
+        // The stream runs 10 s; its hold reaches D1 a desk's quarter second after admission. Each
+        // read is a `wrangler d1 execute` process (a second here, several on a loaded machine, and
+        // one that ends after the stream finds the hold settled): read until it is there.
+        let open = format!("SELECT path, state FROM holds WHERE account_id = '{account}' AND state = 'open'");
+        let started = Instant::now();
+        let mut holds = Vec::new();
+        while holds.is_empty() && !running.is_finished() {
+            std::thread::sleep(Duration::from_millis(200));
+            holds = s.d1_query(&db, &open);
+        }
+        let seen_after = started.elapsed();
         assert_eq!(
             holds.len(),
             1,
-            "the running request's hold is in D1, by its desk: {holds:?}"
+            "the running request's hold is in D1, by its desk, while it runs: {holds:?} after {seen_after:?}"
         );
+        note(&format!(
+            "desks: the running stream's hold read from D1 {} ms after it was sent",
+            seen_after.as_millis()
+        ));
         running.join().unwrap()
     });
     ids.push(stream);
