@@ -35,6 +35,7 @@ use worker::{Context, Env};
 use crate::batch::{self, Turn};
 use crate::faults::{Faults, SettleBatch};
 use crate::outbox;
+use crate::runtime::apart::apart;
 use crate::runtime::clock::{in_request, now_ms, sleep};
 use crate::store::{HoldRow, KeyRecord, Settlement, Store, D1_DEADLINE_MS, SETTLEMENT_VERSION};
 
@@ -193,7 +194,29 @@ pub async fn place_hold(env: &Env, ctx: &Context, request: &HoldRequest<'_>) -> 
         });
     }
 
-    // Awaited path: read the balance, plan, hold atomically; once more if the balance moved.
+    // Awaited path (compiled when an isolate first needs it: `runtime::apart`).
+    apart(place_awaited(env, ctx, request, now, expires_at, desk)).await
+}
+
+/// [`place_hold`]'s awaited path: read the balance, plan, hold atomically; once more if the
+/// balance moved.
+async fn place_awaited(
+    env: &Env,
+    ctx: &Context,
+    request: &HoldRequest<'_>,
+    now: u64,
+    expires_at: u64,
+    desk: Option<(u8, Rc<str>)>,
+) -> Result<Hold, ApiError> {
+    let HoldRequest {
+        key,
+        generation_id,
+        candidates,
+        input_tokens,
+        max_tokens,
+        ..
+    } = *request;
+    let account = key.account_id.as_str();
     let store = Store::new(env)?.ledger(key.ledger)?;
     for _ in 0..3 {
         // D1 out of reach: a clear 503 before anything is held or charged (SPEC §11).

@@ -35,6 +35,7 @@ use switchyard_core::ApiError;
 use worker::{durable_object, Context, DurableObject, Env, Request, Response, SqlStorageValue, State, Storage};
 
 use crate::object;
+use crate::runtime::apart::apart;
 use crate::runtime::clock::{in_request, now_ms, sleep};
 use crate::runtime::ids::isolate_seed;
 use crate::store::KeyRecord;
@@ -595,6 +596,19 @@ pub async fn admit_key(
     if !limit.any() {
         return Ok(KeyAdmission::default());
     }
+    // Compiled when a key with limits first comes (`runtime::apart`).
+    apart(admit_limited(env, ctx, key, id, policy, limit)).await
+}
+
+/// [`admit_key`] for a key with `rpm` or `max_concurrent`.
+async fn admit_limited(
+    env: &Env,
+    ctx: &Rc<Context>,
+    key: &KeyRecord,
+    id: &str,
+    policy: &Policy,
+    limit: KeyLimit,
+) -> Result<KeyAdmission, ApiError> {
     let shards = key_shards(limit);
     let whole = |w: Option<RateWindow>| w.map(|w| key_window(w, limit, shards));
     if uses_permits(limit) {

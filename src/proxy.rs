@@ -35,6 +35,7 @@ use crate::health;
 use crate::limits::{self, Slot};
 use crate::records;
 use crate::relay;
+use crate::runtime::apart::apart;
 use crate::runtime::clock::{in_request, now_ms, sleep};
 use crate::store::{KeyRecord, Store};
 use crate::upstream::{self, Committed, Target, Wire};
@@ -202,7 +203,7 @@ async fn admit<'c>(call: &Call, catalog: &'c Catalog, request: &mut ClientReques
     let (mut plan, started_ms) = plan(call, catalog, model, request, &policy).await?;
     let pinned = match &request.previous_response_id {
         Some(id) => {
-            pin(call, model, &mut plan, id).await?;
+            apart(pin(call, model, &mut plan, id)).await?;
             true
         }
         None => false,
@@ -330,7 +331,13 @@ async fn plan(
     let probes_won = if claims.is_empty() {
         Vec::new()
     } else {
-        health::claim_probes(&call.env, model, claims, policy.pre_content_budget_ms).await
+        apart(health::claim_probes(
+            &call.env,
+            model,
+            claims,
+            policy.pre_content_budget_ms,
+        ))
+        .await
     };
     // A spread model's conversation name (SPEC §8a); nothing to compute for the others.
     let conversation = (model.balance == Balance::Spread).then(|| request.conversation(request.session.as_deref()));
@@ -515,7 +522,12 @@ async fn take_slot(
     }
     let id = format!("{}#{}", call.generation_id, call.attempts.get() + 1);
     let wait_ms = policy.capacity_wait_ms.saturating_sub(queue.queued_ms);
-    let granted = limits::admit_route(&call.env, &call.ctx, model, &upcoming, &id, policy, wait_ms).await?;
+    // Compiled when a capped route is first met (`runtime::apart`), as are admission's other rare
+    // steps: a continued conversation's pin, a due probe's claim.
+    let granted = apart(limits::admit_route(
+        &call.env, &call.ctx, model, &upcoming, &id, policy, wait_ms,
+    ))
+    .await?;
     queue.queued_ms += granted.waited_ms;
     plan.extend_budget(granted.waited_ms);
     plan.bring_forward(granted.route);

@@ -28,6 +28,7 @@ use wasm_bindgen::JsValue;
 use worker::{Context, D1Database, D1PreparedStatement, Env};
 
 use crate::faults::Faults;
+use crate::runtime::apart::apart;
 use crate::runtime::clock::now_ms;
 
 /// How long an isolate may serve a cached catalog or key lookup.
@@ -530,10 +531,8 @@ impl Store {
             STARTED.with(|s| s.set(true));
             return read;
         }
-        match self
-            .ask_keyring::<keyrings::Answer<R>>(n, call, D1_DEADLINE_MS + KEYRING_MARGIN_MS)
-            .await
-        {
+        // A new isolate's first request does not compile the keyring call (`runtime::apart`).
+        match apart(self.ask_keyring::<keyrings::Answer<R>>(n, call, D1_DEADLINE_MS + KEYRING_MARGIN_MS)).await {
             Ok(answer) if answer.unavailable => Err(ApiError::StorageUnavailable),
             Ok(answer) => Ok((answer.found, answer.read_at_ms)),
             Err("timeout") => Err(ApiError::StorageUnavailable),

@@ -30,6 +30,7 @@ use switchyard_core::ApiError;
 use worker::{Env, Fetch, Headers, Method, Request, RequestInit, Response};
 
 use crate::runtime::abort::{Body, Canceller};
+use crate::runtime::apart::apart;
 use crate::runtime::clock::{now_ms, sleep};
 use crate::vertex;
 
@@ -388,7 +389,7 @@ async fn open(a: &mut Attempt<'_, '_, '_>, request: &ClientRequest, outgoing: &O
         // Its access token first (cached, or minted within the attempt's deadline).
         let minted = a
             .within(
-                async { Ok::<_, ()>(vertex::token(secret).await) },
+                async { Ok::<_, ()>(apart(vertex::token(secret)).await) },
                 "no Vertex access token within the first-content deadline",
                 (FailureClass::Connect, ""),
             )
@@ -405,7 +406,7 @@ async fn open(a: &mut Attempt<'_, '_, '_>, request: &ClientRequest, outgoing: &O
             None => fetch.send().await,
         }
     };
-    let mut response = a
+    let response = a
         .within(
             send,
             "no response within the first-content deadline",
@@ -415,24 +416,28 @@ async fn open(a: &mut Attempt<'_, '_, '_>, request: &ClientRequest, outgoing: &O
     let status = response.status_code();
     a.status = Some(status);
     if !(200..300).contains(&status) {
-        let retry_after = response.headers().get("retry-after").ok().flatten();
-        // Only the start of an error body is read: it is classified, never relayed.
-        let body = a
-            .within(
-                read_up_to(&mut response, MAX_ERROR_BODY_BYTES),
-                "",
-                (FailureClass::Connect, ""),
-            )
-            .await
-            .map(|(bytes, _)| bytes)
-            .unwrap_or_default();
-        a.controller.abort();
-        let header = |name: &str| response.headers().get(name).ok().flatten();
-        let verdict =
-            providers::of(target.provider.kind()).error_verdict(status, retry_after.as_deref(), &header, &body);
-        return Err(a.fail(verdict));
+        return Err(apart(refused(a, response, status)).await);
     }
     Ok(response)
+}
+
+/// An upstream's answer with an error status, classified from its headers and the start of its
+/// body (read, never relayed). Compiled when an isolate first meets one (`runtime::apart`).
+async fn refused(a: &mut Attempt<'_, '_, '_>, mut response: Response, status: u16) -> Failed {
+    let retry_after = response.headers().get("retry-after").ok().flatten();
+    let body = a
+        .within(
+            read_up_to(&mut response, MAX_ERROR_BODY_BYTES),
+            "",
+            (FailureClass::Connect, ""),
+        )
+        .await
+        .map(|(bytes, _)| bytes)
+        .unwrap_or_default();
+    a.controller.abort();
+    let header = |name: &str| response.headers().get(name).ok().flatten();
+    let verdict = providers::of(a.target.provider.kind()).error_verdict(status, retry_after.as_deref(), &header, &body);
+    a.fail(verdict)
 }
 
 /// One count request (SPEC §21): sent as an attempt is, its whole answer read within

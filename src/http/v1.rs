@@ -19,6 +19,7 @@ use worker::{Context, Env, Request};
 
 use super::body::read_budgeted;
 use super::context::RequestCtx;
+use super::query_value;
 use super::response::{json_response, HandlerResult};
 use crate::faults::Faults;
 use crate::limits;
@@ -38,16 +39,14 @@ async fn authenticate(req: &Request, store: &Store) -> Result<Rc<KeyRecord>, Api
 pub(super) fn presented(req: &Request) -> Result<(String, u8), ApiError> {
     let headers = req.headers();
     let authorization = headers.get("authorization").ok().flatten();
-    let query_key = || {
-        let url = req.url().ok()?;
-        url.query_pairs().find(|(k, _)| k == "key").map(|(_, v)| v.into_owned())
-    };
+    // Gemini's `?key=` is read only where no bearer token comes first.
+    let bearer = presented_key(authorization.as_deref(), None).is_some();
     let x_api_key = headers
         .get("x-api-key")
         .ok()
         .flatten()
         .or_else(|| headers.get("x-goog-api-key").ok().flatten())
-        .or_else(query_key);
+        .or_else(|| (!bearer).then(|| query_value(req, "key")).flatten());
     let key = presented_key(authorization.as_deref(), x_api_key.as_deref()).ok_or(ApiError::InvalidApiKey)?;
     let ledger = key_shape(key).ledger().ok_or(ApiError::InvalidApiKey)?;
     Ok((key.to_string(), ledger))
@@ -90,11 +89,7 @@ pub async fn generation(req: &Request, env: &Env) -> HandlerResult {
     let store = Store::new(env)?;
     let key = authenticate(req, &store).await?;
     let store = store.ledger(key.ledger)?;
-    let url = req.url().map_err(|_| ApiError::invalid("Malformed URL.", None))?;
-    let id = url
-        .query_pairs()
-        .find(|(k, _)| k == "id")
-        .map(|(_, v)| v.into_owned())
+    let id = query_value(req, "id")
         .filter(|v| !v.is_empty())
         .ok_or_else(|| ApiError::invalid("`id` is required: /v1/generation?id=<generation id>.", Some("id")))?;
     // An id issued moments ago is waited for (its record is written just after its answer).
@@ -230,10 +225,7 @@ pub fn gemini_call(req: &Request, rest: &str) -> Result<(String, bool), ApiError
             })
         }
     };
-    let sse = req
-        .url()
-        .ok()
-        .is_some_and(|u| u.query_pairs().any(|(k, v)| k == "alt" && v == "sse"));
+    let sse = query_value(req, "alt").is_some_and(|v| v == "sse");
     if stream && !sse {
         return Err(ApiError::invalid(
             "Switchyard streams Gemini answers as server-sent events: add `?alt=sse`.",

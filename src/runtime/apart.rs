@@ -3,7 +3,10 @@
 //! into its caller's state machine, so the request handler's future was one function holding every
 //! endpoint — a cold isolate compiled the admin API, the status page and the failover paths before
 //! answering its first request. [`apart`] keeps a future in a function of its own: the caller's
-//! state machine holds a pointer, and the callee is compiled when it is first polled.
+//! state machine holds a pointer, and the callee is compiled when it is first polled. The request
+//! path keeps its rare branches apart too (a key's limits, a capped route, the awaited hold, a
+//! pinned conversation, a probe's claim, a keyring call, an upstream's error answer, a Vertex
+//! token): a plain request's first run compiles none of them.
 
 use std::future::Future;
 use std::pin::Pin;
