@@ -247,7 +247,7 @@ fn parse_catalog(text: CatalogText, held: Option<i64>) -> Result<Option<(Catalog
     };
     // The stored document passed validation when written; a failure here means the code's
     // rules changed under it, which is an operator problem, not a client's.
-    let catalog = Catalog::parse(doc.as_bytes()).map_err(|e| {
+    let catalog = Catalog::load(doc.as_bytes()).map_err(|e| {
         worker::console_error!(
             "{{\"event\":\"stored_catalog_invalid\",\"detail\":{:?}}}",
             e.to_string()

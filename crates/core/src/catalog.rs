@@ -383,6 +383,16 @@ impl Catalog {
         Catalog::from_doc(from_json_with_path(bytes)?)
     }
 
+    /// [`Catalog::parse`] for a stored document, which passed it when written: read with the plain
+    /// JSON reader — a new isolate compiles less code for it than for the reader that names an
+    /// error's path (issue 36) — and with that one only to name what is wrong.
+    pub fn load(bytes: &[u8]) -> Result<Catalog, CatalogError> {
+        match serde_json::from_slice::<CatalogDoc>(bytes) {
+            Ok(doc) => Catalog::from_doc(doc),
+            Err(_) => Catalog::parse(bytes),
+        }
+    }
+
     /// Validates a document; the single gate every catalog passes.
     pub fn from_doc(doc: CatalogDoc) -> Result<Catalog, CatalogError> {
         let mut provider_index = HashMap::new();
@@ -778,6 +788,28 @@ mod tests {
         assert_eq!(p.stream_first_content_ms, 500, "model policy overrides the top level");
         assert_eq!(p.max_attempts, 2, "top-level policy overrides the default");
         assert_eq!(p.idle_timeout_ms, 120_000, "defaults stay");
+    }
+
+    #[test]
+    fn a_stored_catalog_loads_as_it_parses_and_a_bad_one_is_refused_naming_its_field() {
+        let text = sample().to_string();
+        let loaded = Catalog::load(text.as_bytes()).unwrap();
+        assert_eq!(loaded.doc(), Catalog::parse(text.as_bytes()).unwrap().doc());
+        assert!(loaded.model("acme/chat-large").is_some());
+        // One the JSON reader refuses, one that reads but fails validation.
+        let mut unreadable = sample();
+        unreadable["models"][0]["routes"][1]["price"] = json!("free");
+        let mut invalid = sample();
+        invalid["models"][0]["routes"][1]["provider"] = json!("ghost");
+        for (bad, field) in [
+            (unreadable, "models[0].routes[1].price"),
+            (invalid, "models[0].routes[1].provider"),
+        ] {
+            let text = bad.to_string();
+            let refused = Catalog::load(text.as_bytes()).unwrap_err();
+            assert_eq!(refused, Catalog::parse(text.as_bytes()).unwrap_err());
+            assert!(refused.field.starts_with(field), "{refused}");
+        }
     }
 
     #[test]
