@@ -208,14 +208,7 @@ async fn place_awaited(
     expires_at: u64,
     desk: Option<(u8, Rc<str>)>,
 ) -> Result<Hold, ApiError> {
-    let HoldRequest {
-        key,
-        generation_id,
-        candidates,
-        input_tokens,
-        max_tokens,
-        ..
-    } = *request;
+    let (key, generation_id) = (request.key, request.generation_id);
     let account = key.account_id.as_str();
     let store = Store::new(env)?.ledger(key.ledger)?;
     for _ in 0..3 {
@@ -231,7 +224,9 @@ async fn place_awaited(
         if let Some(total) = settled {
             note_pace(key.ledger, total, now_ms());
         }
-        let HoldPlan::Hold { amount, keep } = plan_hold(available, candidates, input_tokens, max_tokens) else {
+        let HoldPlan::Hold { amount, keep } =
+            plan_hold(available, request.candidates, request.input_tokens, request.max_tokens)
+        else {
             return Err(ApiError::InsufficientBalance);
         };
         let hold = HoldRow {
