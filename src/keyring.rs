@@ -9,8 +9,9 @@
 //! answer says when D1 was read; the isolate counts its copy's age from then, so a revoked key or
 //! a changed catalog reaches every isolate as soon as it did before keyrings; a key the admin
 //! revokes is forgotten by its keyrings at once (`Store::revoke_key`), so the isolate that
-//! revoked it — which forgets its own copy — refuses it from its next request. Nothing is
-//! stored: a keyring that restarts reads again.
+//! revoked it — which forgets its own copy — refuses it from its next request; a read of it begun
+//! before the revocation and answered after it is not kept as the keyring's copy (`Copies`
+//! remembers when it forgot). Nothing is stored: a keyring that restarts reads again.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -58,7 +59,7 @@ impl DurableObject for KeyRing {
                 Response::from_json(&answer)
             }
             Call::Forget { hash } => {
-                self.keys.borrow_mut().forget(&hash);
+                self.keys.borrow_mut().forget(hash, now_ms());
                 Response::from_json(&true)
             }
             Call::Catalog { held } => {

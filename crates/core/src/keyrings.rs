@@ -28,6 +28,9 @@ pub const KEYRINGS: u32 = 256;
 pub const CATALOG_RINGS: u32 = 16;
 /// How long a keyring answers from its copy of a key (or of its absence) before reading it again.
 pub const FRESH_MS: u64 = 2_000;
+/// How long a keyring remembers that it forgot a key (a revocation): longer than any D1 read
+/// begun before it can take, so such a read's answer is not kept as a copy.
+pub const FORGOTTEN_MS: u64 = 10_000;
 /// Past this many copies a keyring drops the stale ones before keeping another.
 pub const MOST_COPIES: usize = 4_096;
 
@@ -120,7 +123,9 @@ impl<R> Answer<R> {
 /// A keyring's copies: what each read found (a key, or that there is none) and when (Unix ms).
 #[derive(Debug, Clone)]
 pub struct Copies<K, V> {
-    copies: HashMap<K, (V, u64)>,
+    /// `None`: forgotten at that time (a revocation), so that a read begun before it and ending
+    /// after it is not kept.
+    copies: HashMap<K, (Option<V>, u64)>,
 }
 
 impl<K, V> Default for Copies<K, V> {
@@ -132,30 +137,35 @@ impl<K, V> Default for Copies<K, V> {
 impl<K: Eq + Hash, V: Clone> Copies<K, V> {
     /// The copy of `key` and when it was read, if younger than [`FRESH_MS`] at `now_ms`.
     pub fn fresh(&self, key: &K, now_ms: u64) -> Option<(V, u64)> {
-        self.copies
-            .get(key)
-            .filter(|(_, at)| now_ms.saturating_sub(*at) < FRESH_MS)
-            .map(|(v, at)| (v.clone(), *at))
+        match self.copies.get(key) {
+            Some((Some(v), at)) if now_ms.saturating_sub(*at) < FRESH_MS => Some((v.clone(), *at)),
+            _ => None,
+        }
     }
 
-    /// Keeps what a read of `key` at `read_ms` found (a later read's copy is never replaced by an
-    /// earlier one). Past [`MOST_COPIES`], the stale copies go first.
+    /// Keeps what a read of `key` begun at `read_ms` found — unless a later read's copy is there,
+    /// or the key was forgotten since the read began (at the same millisecond too: the read may
+    /// have come first). Past [`MOST_COPIES`], the stale copies go first.
     pub fn keep(&mut self, key: K, value: V, read_ms: u64) {
-        if self.copies.get(&key).is_some_and(|(_, at)| *at > read_ms) {
-            return;
+        match self.copies.get(&key) {
+            Some((Some(_), at)) if *at > read_ms => return,
+            Some((None, forgotten)) if *forgotten >= read_ms => return,
+            _ => {}
         }
         if self.copies.len() >= MOST_COPIES && !self.copies.contains_key(&key) {
-            self.copies.retain(|_, (_, at)| read_ms.saturating_sub(*at) < FRESH_MS);
+            self.copies.retain(|_, (copy, at)| {
+                read_ms.saturating_sub(*at) < if copy.is_some() { FRESH_MS } else { FORGOTTEN_MS }
+            });
             if self.copies.len() >= MOST_COPIES {
                 self.copies.clear();
             }
         }
-        self.copies.insert(key, (value, read_ms));
+        self.copies.insert(key, (Some(value), read_ms));
     }
 
-    /// Drops the copy of `key`, if any.
-    pub fn forget(&mut self, key: &K) {
-        self.copies.remove(key);
+    /// Drops the copy of `key` at `now_ms`: no read begun before then is kept.
+    pub fn forget(&mut self, key: K, now_ms: u64) {
+        self.copies.insert(key, (None, now_ms));
     }
 
     pub fn len(&self) -> usize {
@@ -229,8 +239,41 @@ mod tests {
         );
         c.keep("k", None, 11_000);
         assert_eq!(c.fresh(&"k", 11_500), Some((None, 11_000)), "a key revoked since");
-        c.forget(&"k");
+        c.forget("k", 11_500);
         assert_eq!(c.fresh(&"k", 11_500), None, "forgotten: read again");
+    }
+
+    #[test]
+    fn a_read_begun_before_a_key_was_forgotten_is_not_kept() {
+        let mut c: Copies<&str, Option<u32>> = Copies::default();
+        c.keep("k", Some(1), 1_000);
+        // Revoked at 1,500; a read begun at 1,200 (before) ends after it, with the old record.
+        c.forget("k", 1_500);
+        c.keep("k", Some(1), 1_200);
+        assert_eq!(c.fresh(&"k", 1_600), None, "the old record is not served again");
+        c.keep("k", Some(1), 1_500);
+        assert_eq!(
+            c.fresh(&"k", 1_600),
+            None,
+            "a read of the same millisecond may have come first"
+        );
+        // A read begun after the revocation finds no key, and that is kept.
+        c.keep("k", None, 1_501);
+        assert_eq!(c.fresh(&"k", 1_600), Some((None, 1_501)));
+        // Under pressure, a recent mark stays while stale copies go.
+        let mut c: Copies<u32, u8> = Copies::default();
+        c.forget(0, 0);
+        for i in 1..MOST_COPIES as u32 {
+            c.keep(i, 0, 0);
+        }
+        c.keep(1_000_000, 1, FRESH_MS);
+        assert_eq!(c.len(), 2, "the stale copies went, the mark stayed");
+        c.keep(0, 1, 0);
+        assert_eq!(
+            c.fresh(&0, FRESH_MS),
+            None,
+            "a read begun with the mark is still refused"
+        );
     }
 
     #[test]
