@@ -141,9 +141,12 @@ fn doors_a_poisoned_probe_after_the_cooldown_does_not_demote_the_route_again() {
     for _ in 0..3 {
         m.ask(&key, json!({}));
     }
-    let before = m.route_health_when(0, 5, |h| h["state"] == "cooling");
-    assert_eq!(before["state"], "cooling", "three 503s demote r0: {before}");
+    // Demoted: cooling, or (a slow machine reading health late) its 1.5 s cooldown already over.
+    let demoted = |h: &Value| h["state"] == "cooling" || h["state"] == "probe_due";
+    let before = m.route_health_when(0, 5, demoted);
+    assert!(demoted(&before), "three 503s demote r0: {before}");
     assert_eq!(before["breaker"]["cooldown_level"], 1, "{before}");
+    assert!(before["breaker"]["demoted_at_ms"].as_u64().is_some(), "{before}");
     // Past the cooldown (the 503s are spent): the probe is due.
     let until = before["breaker"]["demoted_until_ms"].as_u64().unwrap();
     let h = m.route_health_when(0, 10, |h| h["state"] == "probe_due");
@@ -312,7 +315,10 @@ fn doors_refusals_and_cancellations_are_not_in_the_public_record() {
     };
     let policy = json!({"disconnect_grace_ms": 100, "nonstream_base_ms": 20000,
                         "nonstream_per_20_tokens_ms": 0, "last_route_min_ms": 20000});
-    let slow = s.model(vec![messages_route("first-content-after/1500")], Some(policy));
+    // The answer comes 4 s after the drill's departure (at 200 ms, +100 ms grace): a Worker
+    // stalled by a loaded machine still sees the departure first (CI twice saw a 1.5 s answer
+    // win: the drill's 200 ms timer had not fired by then).
+    let slow = s.model(vec![messages_route("first-content-after/4500")], Some(policy));
     let failing = s.model(vec![messages_route("status/503")], None);
     let key = s.new_key(5.0);
     for _ in 0..5 {
