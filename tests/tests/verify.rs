@@ -260,7 +260,9 @@ fn a_route_that_heals_passes_its_check_then_is_probed_by_live_traffic() {
     assert!(probed);
     let (users, checks, _) = m.seen(0);
     assert_eq!(users, 2, "the demoting request and the live probe");
-    assert!((2..=3).contains(&checks), "failed checks, then one passed: {checks}");
+    // Failed checks, then one passed — or, on a machine loaded enough that the cooldown's
+    // check runs after the outage's 2.5 s (CI once ran it 1.5 s late), that one check passing.
+    assert!((1..=3).contains(&checks), "failed checks, then one passed: {checks}");
     let h = m.route_health_until(0, |h| h["state"] == "healthy");
     assert_eq!(h["state"], "healthy", "{h}");
     assert_eq!(h["last_check"]["passed"], true, "{h}");
