@@ -20,17 +20,16 @@
 // a running platform, as a new isolate does in production — is measured. The first runs a copy of
 // the script whose Wasm has a custom section added (no change in what it does): V8 shares a
 // module's compiled code among isolates of one process when the bytes are the same, which would
-// hand the second replica the functions the first one compiled.
+// hand the second replica the functions the first one compiled. `--share-code` leaves the bytes
+// equal: a new isolate in a process where the same Wasm has already been compiled.
 //
 // Prints one Markdown table row: | label | first request p50 / max | second request p50 / max |,
 // with `--split`: | label | 404 first | chat request after it | chat request again |.
 
 import { Miniflare } from "miniflare";
 import http from "node:http";
-import { cpSync, mkdtempSync, readdirSync, appendFileSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { basename, dirname, join } from "node:path";
-import { parseArgs, miniflareOptions, replicaOptions, applyMigrations, fail, coldSetup } from "./mf.mjs";
+import { rmSync } from "node:fs";
+import { parseArgs, miniflareOptions, replicaOptions, applyMigrations, fail, coldSetup, replicaCopy, sendTo } from "./mf.mjs";
 
 let mock;
 let kind;
@@ -38,6 +37,7 @@ let instances = 5;
 let label = "worker";
 let split = false;
 let freshIsolate = false;
+let shareCode = false;
 const args = parseArgs(process.argv.slice(2), (a, next) => {
   if (a === "--mock") mock = next().replace(/\/$/, "");
   else if (a === "--kind") kind = next();
@@ -45,6 +45,7 @@ const args = parseArgs(process.argv.slice(2), (a, next) => {
   else if (a === "--label") label = next();
   else if (a === "--split") split = true;
   else if (a === "--fresh-isolate") freshIsolate = true;
+  else if (a === "--share-code") shareCode = true;
   else return false;
   return true;
 });
@@ -55,28 +56,8 @@ const token = "cold-admin-token";
 if (kind === "switchyard") args.vars.ADMIN_TOKEN = token;
 const { options, d1 } = miniflareOptions(args);
 
-// One request to the replica named by `host` (none: the first, through fetch as before), read to
-// its end: its status and text. Node's fetch sets its own Host header, so a named replica is asked
-// through node:http, on a connection pool of each instance's own (`agent`, set per instance: a
-// pooled connection to an earlier instance's port would be reset).
 let agent;
-const send = async (url, host, method, path, body, headers = {}) => {
-  const data = body === undefined ? undefined : JSON.stringify(body);
-  const h = { "content-type": "application/json", ...headers };
-  if (!host) {
-    const r = await fetch(url + path, { method, headers: h, body: data });
-    return { status: r.status, text: await r.text() };
-  }
-  return new Promise((resolve, reject) => {
-    const q = http.request(url + path, { method, headers: { ...h, host }, agent }, (r) => {
-      const parts = [];
-      r.on("data", (c) => parts.push(c));
-      r.on("end", () => resolve({ status: r.statusCode, text: Buffer.concat(parts).toString() }));
-    });
-    q.on("error", reject);
-    q.end(data);
-  });
-};
+const send = (url, host, method, path, body, headers) => sendTo(url, host, agent, method, path, body, headers);
 
 // The setup instance: migrations, a provider on the mock, a model, a funded key.
 let request;
@@ -100,20 +81,13 @@ if (kind === "switchyard") {
   };
 }
 
-// The first replica's copy of the script, with its Wasm's bytes made different (a custom section).
+// The first replica's copy of the script (`replicaCopy`).
 let firstReplica = {};
 let copyDir;
-if (freshIsolate) {
-  const dir = (copyDir = mkdtempSync(join(tmpdir(), "cold-replica-")));
-  cpSync(dirname(args.script), dir, { recursive: true });
-  const wasm = readdirSync(dir).filter((f) => f.endsWith(".wasm"));
-  if (wasm.length === 0 && kind === "switchyard") fail(`no .wasm beside ${args.script}`);
-  const name = Buffer.from("cold-bench-replica");
-  for (const f of wasm) {
-    // Custom section: id 0, size (one LEB128 byte: < 128), name length, name, no payload.
-    appendFileSync(join(dir, f), Buffer.concat([Buffer.from([0, name.length + 1, name.length]), name]));
-  }
-  firstReplica = { scriptPath: join(dir, basename(args.script)), modulesRoot: dir };
+if (freshIsolate && !shareCode) {
+  const copy = replicaCopy(args.script);
+  if (copy.wasm === 0 && kind === "switchyard") fail(`no .wasm beside ${args.script}`);
+  ({ first: firstReplica, dir: copyDir } = copy);
 }
 
 const bare = [];

@@ -1,9 +1,11 @@
 // Shared by the bench/*.mjs runners: command-line options, wrangler.toml → Miniflare options
 // (refusing bindings it does not wire up), D1 migrations, workerd's pids and CPU time, a measured
-// loop, a JSON call, the cold-start catalog, an inspector session.
+// loop, a JSON call, the cold-start catalog and its fresh isolate, an inspector session.
 
-import { readFileSync, readdirSync, existsSync } from "node:fs";
-import { dirname, resolve, join } from "node:path";
+import { readFileSync, readdirSync, existsSync, cpSync, mkdtempSync, appendFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, resolve, join, basename } from "node:path";
+import http from "node:http";
 import WebSocket from "ws";
 import { Miniflare } from "miniflare";
 
@@ -424,6 +426,45 @@ export async function coldSetup(url, mock, token) {
   const account = (await call(url, "POST", "/admin/accounts", {}, admin)).id;
   await call(url, "POST", `/admin/accounts/${account}/credit`, { amount_usd: 100 }, admin);
   return (await call(url, "POST", "/admin/keys", { account_id: account }, admin)).key;
+}
+
+// For a fresh isolate meeting a running platform (bench/cold.mjs, bench/cold-profile.mjs): the
+// first replica's copy of `script`, its Wasm's bytes made different by a custom section (no change
+// in what it does) — V8 shares a module's compiled code among isolates of one process when the
+// bytes are the same, which would hand the measured replica the functions the first one compiled.
+// Returns the first worker's options (`replicaOptions`'s `first`) and the copy's directory.
+export function replicaCopy(script) {
+  const dir = mkdtempSync(join(tmpdir(), "cold-replica-"));
+  cpSync(dirname(script), dir, { recursive: true });
+  const wasm = readdirSync(dir).filter((f) => f.endsWith(".wasm"));
+  const name = Buffer.from("cold-bench-replica");
+  for (const f of wasm) {
+    // Custom section: id 0, size (one LEB128 byte: < 128), name length, name, no payload.
+    appendFileSync(join(dir, f), Buffer.concat([Buffer.from([0, name.length + 1, name.length]), name]));
+  }
+  return { first: { scriptPath: join(dir, basename(script)), modulesRoot: dir }, dir, wasm: wasm.length };
+}
+
+// One request to the replica named by `host` (none: the first, through fetch), read to its end:
+// its status and text. Node's fetch sets its own Host header, so a named replica is asked through
+// node:http, on the connection pool `agent` (one per Miniflare instance: a pooled connection to an
+// earlier instance's port would be reset).
+export async function sendTo(url, host, agent, method, path, body, headers = {}) {
+  const data = body === undefined ? undefined : JSON.stringify(body);
+  const h = { "content-type": "application/json", ...headers };
+  if (!host) {
+    const r = await fetch(url + path, { method, headers: h, body: data });
+    return { status: r.status, text: await r.text() };
+  }
+  return new Promise((ok, err) => {
+    const q = http.request(url + path, { method, headers: { ...h, host }, agent }, (r) => {
+      const parts = [];
+      r.on("data", (c) => parts.push(c));
+      r.on("end", () => ok({ status: r.statusCode, text: Buffer.concat(parts).toString() }));
+    });
+    q.on("error", err);
+    q.end(data);
+  });
 }
 
 // A DevTools protocol session on one of workerd's inspector targets (`/json/list`):
