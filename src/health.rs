@@ -43,7 +43,7 @@ use switchyard_core::health::rpc::{
     account_calls, account_object, answer, model_object, object_account, ClaimReply, HealthCall, SnapshotReply,
     ACCOUNTS_POLL_MS,
 };
-use switchyard_core::health::shard::{shard_object, ShardCall, ShardReply, ShardReport};
+use switchyard_core::health::shard::{report_id, shard_object, ShardCall, ShardReply, ShardReport};
 use switchyard_core::health::{
     HealthConfig, ModelHealth, Observation, ProbeClaim, RequestObservation, RouteStats, Scope, Unreported,
 };
@@ -457,7 +457,7 @@ fn snapshot_rules(fresh_ms: u64) -> FetchRules {
 /// A shard's answer becomes the isolate's copy of the model's object (if the shard has one).
 fn remember_shard(model_id: &str, reply: ShardReply) {
     if let Some(model) = reply.model {
-        remember(&object_name(model_id), model);
+        remember(&object_name(model_id), model, &reply.applied);
     }
 }
 
@@ -467,8 +467,9 @@ fn remember_shard(model_id: &str, reply: ShardReply) {
 /// applied since. The accounts' breakers it carries go into the isolate's overlay, each only if
 /// newer than the one held (`ModelHealth::fold_accounts_from`). A copy taken gets the isolate's
 /// outcomes no shard has answered yet applied to it (core `health::Unreported`): it may have been
-/// made before they were heard of.
-fn remember(name: &str, reply: SnapshotReply) {
+/// made before they were heard of — but those in reports its shard says it took in (`taken_in`),
+/// which it holds.
+fn remember(name: &str, reply: SnapshotReply, taken_in: &[u64]) {
     let now = now_ms();
     UNREPORTED.with(|u| {
         let mut unreported = u.borrow_mut();
@@ -476,12 +477,12 @@ fn remember(name: &str, reply: SnapshotReply) {
             let mut s = s.borrow_mut();
             let overlay = overlay(&mut s);
             let taken = overlay.fold_accounts_from(&reply.health);
-            unreported.apply_to_accounts(&taken, overlay, now);
+            unreported.apply_to_accounts(&taken, overlay, taken_in, now);
             match s.get_mut(name) {
                 Some(held) => {
                     if reply.health.newer_than(&held.health) {
                         held.health = reply.health;
-                        unreported.apply_to_model(name, &mut held.health, now);
+                        unreported.apply_to_model(name, &mut held.health, taken_in, now);
                     }
                     held.stats = reply.stats;
                     held.fetched_ms = Some(now);
@@ -555,7 +556,8 @@ async fn refresh(env: &Env, ctx: &Context, model_id: &str, max_age_ms: u64) {
 /// One snapshot fetch (marked under way by its [`Step::Fetch`]): the shard's answer becomes the
 /// isolate's copies; either way the flight is told how it went.
 async fn fetch_snapshot(env: Env, model_id: String, rules: FetchRules) {
-    let reply = call_shard(&env, &shard_of(&model_id), &ShardCall::Snapshot).await;
+    let pending = UNREPORTED.with(|u| u.borrow().awaiting(&object_name(&model_id)));
+    let reply = call_shard(&env, &shard_of(&model_id), &ShardCall::Snapshot { pending }).await;
     let ok = reply.as_ref().is_some_and(|r| r.model.is_some());
     if let Some(reply) = reply {
         remember_shard(&model_id, reply);
@@ -572,7 +574,7 @@ async fn first_snapshot(env: &Env, model_id: &str, rules: FetchRules) {
     let model = call_object::<SnapshotReply>(env, &name, &HealthCall::Snapshot).await;
     let ok = model.is_some();
     if let Some(reply) = model {
-        remember(&name, reply);
+        remember(&name, reply, &[]);
     }
     flown(model_id, ok, &rules);
 }
@@ -708,21 +710,41 @@ pub async fn report(
 /// One `Report` call with `reports`; true when the shard answered (its answer refreshes the
 /// snapshots).
 async fn send_reports(env: &Env, model_id: &str, shard: &str, reports: Vec<ShardReport>) -> bool {
-    let call = ShardCall::Report { reports };
-    let reply = call_shard(env, shard, &call).await;
-    let (Some(reply), ShardCall::Report { reports }) = (reply, call) else {
+    let name = object_name(model_id);
+    let id = next_report_id();
+    let pending = UNREPORTED.with(|u| {
+        let mut u = u.borrow_mut();
+        let pending = u.awaiting(&name);
+        for r in &reports {
+            u.sending(&name, &r.observations, id);
+        }
+        pending
+    });
+    let call = ShardCall::Report {
+        reports,
+        id: Some(id),
+        pending,
+    };
+    let Some(reply) = call_shard(env, shard, &call).await else {
+        UNREPORTED.with(|u| u.borrow_mut().unanswered(id));
         return false;
     };
     // The shard applied them before it answered: its answer, and every copy after it, holds them.
-    let name = object_name(model_id);
-    UNREPORTED.with(|u| {
-        let mut u = u.borrow_mut();
-        for r in &reports {
-            u.answered(&name, &r.observations);
-        }
-    });
+    UNREPORTED.with(|u| u.borrow_mut().answered(id));
     remember_shard(model_id, reply);
     true
+}
+
+/// The next report's id (core `report_id`).
+fn next_report_id() -> u64 {
+    thread_local! {
+        static SENT: Cell<u64> = const { Cell::new(0) };
+    }
+    let n = SENT.with(|c| {
+        c.set(c.get() + 1);
+        c.get()
+    });
+    report_id(crate::runtime::ids::isolate_seed(), n)
 }
 
 /// Models with at least one healthy route right now (`ModelHealth::route_state`, the rule the
@@ -780,7 +802,7 @@ pub async fn reset(env: &Env, catalog: &Catalog, model: &Model) -> bool {
         }
     });
     if let Some(r) = &model {
-        remember(&name, r.clone());
+        remember(&name, r.clone(), &[]);
     }
     model.is_some() && accounts.iter().all(Option::is_some)
 }

@@ -12,12 +12,14 @@
 //! way is answered from the copy. An object that does not answer is left alone for a back-off
 //! (1 s doubling to 8 s), what was to be forwarded waiting for the next try. Nothing of a shard is
 //! stored but its alarm: an evicted shard loses what waited for its alarm (at most a second of
-//! successes; failures and probes wait 100 ms at most while the object answers).
+//! successes; failures and probes wait 100 ms at most while the object answers). It remembers the
+//! ids of the reports it took in (core `TakenIn`) and answers a call with those of the caller's
+//! unanswered reports it took in: the copy it sends holds their outcomes.
 
 use std::cell::{Cell, RefCell};
 
 use switchyard_core::health::rpc::{model_object, SnapshotReply};
-use switchyard_core::health::shard::{shard_model, ShardCall, ShardReply, Side, FRESH_MS};
+use switchyard_core::health::shard::{shard_model, ShardCall, ShardReply, Side, TakenIn, FRESH_MS};
 use switchyard_core::health::Scope;
 use worker::{durable_object, DurableObject, Env, Request, Response, State};
 
@@ -37,6 +39,8 @@ pub struct HealthShard {
     model_id: RefCell<Option<String>>,
     /// A forwarding is under way.
     forwarding: Cell<bool>,
+    /// The reports it took in, latest first out: which of a caller's its copy holds.
+    taken_in: RefCell<TakenIn>,
     /// Its alarm, as last set.
     alarm: object::Alarm,
 }
@@ -49,6 +53,7 @@ impl DurableObject for HealthShard {
             model: RefCell::new(Side::default()),
             model_id: RefCell::new(None),
             forwarding: Cell::new(false),
+            taken_in: RefCell::new(TakenIn::default()),
             alarm: object::Alarm::default(),
         }
     }
@@ -70,15 +75,18 @@ impl DurableObject for HealthShard {
             self.model.replace(Side::for_shard(n));
         }
         let now = now_ms();
-        let snapshot = match call {
-            ShardCall::Snapshot => true,
-            ShardCall::Report { reports } => {
+        let (snapshot, pending) = match call {
+            ShardCall::Snapshot { pending } => (true, pending),
+            ShardCall::Report { reports, id, pending } => {
                 for r in &reports {
                     self.model
                         .borrow_mut()
                         .take_in(r.config, &r.observations, r.request.as_ref(), Scope::Model, now);
                 }
-                false
+                if let Some(id) = id {
+                    self.taken_in.borrow_mut().took(id);
+                }
+                (false, pending)
             }
         };
         // A report never waits for its forwarding (the alarm's; a caller that timed out would
@@ -96,6 +104,7 @@ impl DurableObject for HealthShard {
         self.schedule().await?;
         let reply = ShardReply {
             model: self.model.borrow().copy.clone(),
+            applied: self.taken_in.borrow().of(&pending),
         };
         Response::from_json(&reply)
     }

@@ -17,8 +17,14 @@
 //! receives at most `SHARDS` × 1000 / min(`FRESH_MS`, `URGENT_GAP_MS`) calls a second,
 //! ≈ `SHARDS` × 1000 / `FRESH_MS` without failures — whatever the number of isolates.
 //!
+//! Each report an isolate sends carries an id; a shard remembers the ids it took in ([`TakenIn`])
+//! and tells a caller which of its reports still awaiting an answer it holds, so the caller does
+//! not apply those outcomes a second time to the copy it gets (core `health::Unreported`).
+//!
 //! Probe claims, route capacity, the status report and admin resets still go to the model's
 //! object itself: they are rare or must be exact.
+
+use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
@@ -97,21 +103,69 @@ fn urgent(observations: &[Observation]) -> bool {
     observations.iter().any(Observation::urgent)
 }
 
-/// A call to a shard.
+/// A call to a shard. `pending`: the ids of the caller's reports to this shard still awaiting
+/// their answer — the reply's `applied` says which of them the shard has taken in, so the caller
+/// knows which of its own outcomes the copy already holds (core `health::Unreported`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "call", rename_all = "snake_case")]
 pub enum ShardCall {
     /// The shard's copy of the model's snapshot.
-    Snapshot,
-    /// Reports an isolate gathered; replies with the snapshots (after them, when they were urgent).
-    Report { reports: Vec<ShardReport> },
+    Snapshot {
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pending: Vec<u64>,
+    },
+    /// Reports an isolate gathered, sent as report `id`; replies with the snapshots (after them,
+    /// when they were urgent).
+    Report {
+        reports: Vec<ShardReport>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<u64>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pending: Vec<u64>,
+    },
 }
 
 /// A shard's answer: its copy of the model object's snapshot (`None`: it has none yet — the
-/// object did not answer).
+/// object did not answer), and which of the call's `pending` reports it has taken in (every copy
+/// it answers with holds them).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct ShardReply {
     pub model: Option<SnapshotReply>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub applied: Vec<u64>,
+}
+
+/// Report `n` of the isolate seeded `seed`: unique among the isolate's, and (the seeds being
+/// random) among the isolates a shard hears from. Below 2^53, a number JavaScript holds exactly:
+/// a Durable Object reads its calls through the runtime's JSON.
+pub fn report_id(seed: u64, n: u64) -> u64 {
+    seed.wrapping_add(n) & ((1 << 53) - 1)
+}
+
+/// How many report ids a shard remembers having taken in: at a report a second from each of a
+/// few hundred isolates, several seconds' worth — longer than any report's answer takes.
+pub const REMEMBERED_REPORTS: usize = 2_048;
+
+/// The ids of the reports a shard took in, the latest [`REMEMBERED_REPORTS`].
+#[derive(Debug, Clone, Default)]
+pub struct TakenIn {
+    ids: VecDeque<u64>,
+}
+
+impl TakenIn {
+    /// Report `id` was taken in.
+    pub fn took(&mut self, id: u64) {
+        if self.ids.len() >= REMEMBERED_REPORTS {
+            self.ids.pop_front();
+        }
+        self.ids.push_back(id);
+    }
+
+    /// Those of `pending` taken in (one forgotten counts as not: its outcomes are applied again,
+    /// as before ids were sent).
+    pub fn of(&self, pending: &[u64]) -> Vec<u64> {
+        pending.iter().copied().filter(|id| self.ids.contains(id)).collect()
+    }
 }
 
 /// Reports a shard holds for one object until it forwards them.
@@ -567,7 +621,30 @@ mod tests {
         let mut probe = obs(AttemptOutcome::Success);
         probe.probe = true;
         assert!(report(probe).urgent());
-        let text = serde_json::to_string(&ShardCall::Snapshot).unwrap();
+        // Without pending reports the calls and the reply read as before ids were sent.
+        let text = serde_json::to_string(&ShardCall::Snapshot { pending: vec![] }).unwrap();
         assert_eq!(text, r#"{"call":"snapshot"}"#);
+        let old: ShardCall = serde_json::from_str(r#"{"call":"report","reports":[]}"#).unwrap();
+        assert_eq!(
+            old,
+            ShardCall::Report {
+                reports: vec![],
+                id: None,
+                pending: vec![]
+            }
+        );
+        let reply: ShardReply = serde_json::from_str(r#"{"model":null}"#).unwrap();
+        assert!(reply.applied.is_empty());
+        // A shard names the caller's reports it took in, the latest REMEMBERED_REPORTS.
+        let mut taken = TakenIn::default();
+        for id in 0..REMEMBERED_REPORTS as u64 + 10 {
+            taken.took(id);
+        }
+        assert_eq!(
+            taken.of(&[3, 11, 500, u64::MAX]),
+            vec![11, 500],
+            "3 forgotten, u64::MAX never sent"
+        );
+        assert!(report_id(u64::MAX, 2) < 1 << 53 && report_id(7, 1) == 8);
     }
 }
