@@ -78,6 +78,9 @@ common:
   --cpu-pid PID           a process whose CPU time is charged to the requests through it
                           (repeatable; /proc/PID/task/*/schedstat)
   --skip NAME             leave measurement NAME out (repeatable; e.g. stream_2000_total)
+  --gap-ms MS             pause MS after every pair of every measurement (default 0): each
+                          request then meets a runtime that finished the previous one's
+                          background work (settlement, reports), as a lightly loaded one does
   --json FILE             write the results there";
 
 #[derive(Debug, Clone)]
@@ -97,6 +100,8 @@ struct Opts {
     outage_requests: usize,
     outage_deadline_ms: u64,
     cpu_pids: Vec<u32>,
+    /// A pause after every pair (`--gap-ms`), beside a measurement's own.
+    gap_ms: u64,
     /// Measurements not taken (their rows say so).
     skip: Vec<String>,
     json: Option<String>,
@@ -126,6 +131,7 @@ fn parse_args(args: &[String]) -> Result<Opts, String> {
         outage_requests: 200,
         outage_deadline_ms: 300,
         cpu_pids: Vec::new(),
+        gap_ms: 0,
         skip: Vec::new(),
         json: None,
         primary: 0,
@@ -157,6 +163,7 @@ fn parse_args(args: &[String]) -> Result<Opts, String> {
             "--outage-deadline-ms" => o.outage_deadline_ms = num(value(a)?, a)? as u64,
             "--primary" => o.primary = num(value(a)?, a)?,
             "--cpu-pid" => o.cpu_pids.push(num(value(a)?, a)? as u32),
+            "--gap-ms" => o.gap_ms = num(value(a)?, a)? as u64,
             "--requests" => o.requests = num(value(a)?, a)?,
             "--concurrency" => o.concurrency = num(value(a)?, a)?,
             "--cron-every-s" => o.cron_every_s = num(value(a)?, a)? as u64,
@@ -327,6 +334,7 @@ fn measure(o: &Opts, spec: &PairSpec) -> Result<Value, String> {
         return Ok(serde_json::json!({"name": spec.name, "skipped": true}));
     }
     let conc = spec.concurrency.max(1);
+    let gap_ms = spec.gap_ms.max(o.gap_ms);
     let per_thread = o.pairs.div_ceil(conc);
     let warm_per_thread = o.warmup.div_ceil(conc).max(20);
     let start_line = Barrier::new(conc + 1);
@@ -371,8 +379,8 @@ fn measure(o: &Opts, spec: &PairSpec) -> Result<Value, String> {
                             (Some(a), Some(Some(b))) => pairs.push((a, Some(b))),
                             _ => {}
                         }
-                        if spec.gap_ms > 0 {
-                            std::thread::sleep(Duration::from_millis(spec.gap_ms));
+                        if gap_ms > 0 {
+                            std::thread::sleep(Duration::from_millis(gap_ms));
                         }
                     }
                     finish_line.wait();
@@ -417,7 +425,7 @@ fn measure(o: &Opts, spec: &PairSpec) -> Result<Value, String> {
     let mut row = json!({
         "name": spec.name,
         "concurrency": conc,
-        "gap_ms": spec.gap_ms,
+        "gap_ms": gap_ms,
         "pairs": through.len(),
         "errors": errors.len() - warm_errors,
         "warmup_errors": warm_errors,
