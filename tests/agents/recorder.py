@@ -6,12 +6,34 @@ sent was answered, whatever the client does with a failure (retry, fall back, pr
 import gzip
 import http.client
 import http.server
+import os
+import sys
 import threading
 import urllib.parse
 
 # Not forwarded either way: they describe one connection, not the message.
 HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "te", "trailer",
               "content-length", "host"}
+
+
+# wrangler dev's own answer when its dev proxy loses the connection to the Worker: not the
+# Worker's (no `x-request-id`), so the request is sent again, as the Rust harness does
+# (`tests/src/lib.rs`, `wrangler_restart`) — at most this many times in all.
+DEV_PROXY_TRIES = 3
+
+
+def dev_proxy_lost(reply, error_body):
+    return (reply.status == 503 and reply.getheader("x-request-id") is None
+            and b"Your worker restarted mid-request" in error_body)
+
+
+def note(line):
+    """A line for the harness's notes (`E2E_NOTES`, printed at the end of scripts/test)."""
+    sys.stderr.write(f"note: {line}\n")
+    path = os.environ.get("E2E_NOTES")
+    if path:
+        with open(path, "a") as f:
+            f.write(line + "\n")
 
 
 class Exchange:
@@ -55,20 +77,25 @@ class Recorder:
 
             def _forward(self):
                 body = self._body()
-                upstream = http.client.HTTPConnection(*recorder.target, timeout=120)
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
                 if body or self.command in ("POST", "PUT", "PATCH"):
                     headers["content-length"] = str(len(body))
-                try:
-                    upstream.request(self.command, self.path, body=body, headers=headers)
-                    reply = upstream.getresponse()
-                except OSError as e:
-                    recorder._record(self, body, 599, str(e).encode())
-                    self.send_error(502, f"recorder: gateway unreachable: {e}")
-                    return
-                # Recorded before the client sees a byte: it may act on the answer (and a test
-                # read the record) before this thread is done. An error body is small: read whole.
-                error_body = reply.read() if reply.status >= 400 else b""
+                for sent in range(1, DEV_PROXY_TRIES + 1):
+                    upstream = http.client.HTTPConnection(*recorder.target, timeout=120)
+                    try:
+                        upstream.request(self.command, self.path, body=body, headers=headers)
+                        reply = upstream.getresponse()
+                    except OSError as e:
+                        recorder._record(self, body, 599, str(e).encode())
+                        self.send_error(502, f"recorder: gateway unreachable: {e}")
+                        return
+                    # Recorded before the client sees a byte: it may act on the answer (and a test
+                    # read the record) before this thread is done. An error body is small: read whole.
+                    error_body = reply.read() if reply.status >= 400 else b""
+                    if sent == DEV_PROXY_TRIES or not dev_proxy_lost(reply, error_body):
+                        break
+                    upstream.close()
+                    note("wrangler dev's proxy lost a request (503 \"Your worker restarted mid-request\"); sent again")
                 shown = error_body
                 if error_body and reply.getheader("content-encoding") == "gzip":
                     shown = gzip.decompress(error_body)
