@@ -108,6 +108,10 @@ pub struct HoldRequest<'a> {
     /// The output limit held for.
     pub max_tokens: u64,
     pub policy: &'a Policy,
+    /// When the request arrived, before its key was looked up. The key's copy let it in fresh at
+    /// that moment, and the balance that copy brought is judged at the same moment: waiting for
+    /// its body or for capacity does not send a request to the awaited path (SPEC §11).
+    pub arrived_ms: u64,
 }
 
 /// Places the hold for a request, or refuses it with 402.
@@ -119,6 +123,7 @@ pub async fn place_hold(env: &Env, ctx: &Context, request: &HoldRequest<'_>) -> 
         input_tokens,
         max_tokens,
         policy,
+        arrived_ms,
     } = *request;
     if key.spend_limit_reached() {
         return Err(ApiError::SpendLimitReached);
@@ -145,11 +150,11 @@ pub async fn place_hold(env: &Env, ctx: &Context, request: &HoldRequest<'_>) -> 
         }
         let mut s = s.borrow_mut();
         let snap = s.get_mut(account)?;
-        if !snap.fresh(now, policy) {
+        if !snap.fresh(arrived_ms, policy) {
             return None;
         }
         match plan_hold(snap.available - snap.admitted, candidates, input_tokens, max_tokens) {
-            HoldPlan::Hold { amount, keep } if snap.admit_fast(amount, now, policy) => Some((amount, keep)),
+            HoldPlan::Hold { amount, keep } if snap.admit_fast(amount, arrived_ms, policy) => Some((amount, keep)),
             _ => None,
         }
     });

@@ -51,6 +51,8 @@ pub struct Call {
     /// Counts the attempts made, for the `x-switchyard-attempts` header.
     pub attempts: Cell<u32>,
     pub request_id: String,
+    /// When the request arrived, before its key was looked up (`billing::HoldRequest::arrived_ms`).
+    pub arrived_ms: u64,
     /// The request's drills (`crate::faults`; inert in production).
     pub faults: Faults,
     /// The request body's share of the isolate's budget (SPEC §18): held, never read — dropping
@@ -236,6 +238,7 @@ async fn admit<'c>(call: &Call, catalog: &'c Catalog, request: &mut ClientReques
             input_tokens: request.held_input_tokens(model.context_window),
             max_tokens,
             policy: &policy,
+            arrived_ms: call.arrived_ms,
         },
     )
     .await?;

@@ -277,6 +277,7 @@ pub async fn generate(
         client: rc.client.clone(),
         attempts: Cell::new(0),
         request_id: rc.request_id.clone(),
+        arrived_ms: rc.started_ms,
         faults: rc.faults,
         body_share,
     };

@@ -219,6 +219,49 @@ fn the_fast_path_is_taken_when_the_balance_is_ample_and_not_when_it_is_tight() {
     settled_credits(&s, &rich);
 }
 
+/// The balance a key's copy brought is judged when that copy let the request in: a request whose
+/// hold comes after the copy aged past `balance_snapshot_ms` (5 s) — here, queued for capacity —
+/// still takes the fast path (SPEC §11: the request after a key read needs no balance read).
+#[test]
+fn a_request_let_in_by_a_fresh_key_copy_holds_fast_after_waiting_for_capacity() {
+    let s = Stack::from_env();
+    let quick = priced_model(&s, &[("ok", 1.0, 2.0)], None);
+    // One slot; a stream of 10 chunks 250 ms apart holds it for about 2.5 s.
+    let provider = s.mock_provider(&unique("l"), "chunks/10/250", false);
+    let single = s.model(
+        vec![route("r0", &provider, "u", json!({"max_concurrency": 1}))],
+        Some(json!({"capacity_wait_ms": 8000})),
+    );
+    let (holder, waiter) = (s.new_key(1.0), s.new_key(10.0));
+    // The waiting key's first request: its copy (and the balance it brings) is read now.
+    let read = std::time::Instant::now();
+    let r = s.chat(&waiter, &chat_body(&quick, false));
+    assert_eq!(
+        gen(&s, &waiter, &r)["hold_path"],
+        "fast",
+        "the key's read brought the balance"
+    );
+    std::thread::scope(|scope| {
+        // 3.5 s after the read another key takes the slot until about 6 s after it...
+        std::thread::sleep(Duration::from_millis(3_500).saturating_sub(read.elapsed()));
+        let busy = scope.spawn(|| s.chat(&holder, &chat_body(&single, true)));
+        // ...and at 4 s the waiting key's request arrives, let in by its 4 s old copy, and queues.
+        std::thread::sleep(Duration::from_millis(4_000).saturating_sub(read.elapsed()));
+        let arrived = read.elapsed();
+        let r = s.chat(&waiter, &chat_body(&single, false));
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(busy.join().unwrap().status, 200);
+        let queued = Duration::from_millis(r.header("x-queued-ms").unwrap_or("0").parse().unwrap());
+        assert!(
+            arrived + queued > Duration::from_millis(5_500),
+            "the hold came {:?} after the read: not past the copy's 5 s",
+            arrived + queued
+        );
+        assert_eq!(gen(&s, &waiter, &r)["hold_path"], "fast", "queued {queued:?}");
+    });
+    settled_credits(&s, &waiter);
+}
+
 #[test]
 fn concurrent_requests_never_push_available_below_zero() {
     let s = Arc::new(Stack::from_env());
