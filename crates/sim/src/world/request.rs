@@ -166,10 +166,13 @@ impl World {
                     return self.blocking(id, object, Kind::Acquire, 0, CAPACITY_TIMEOUT_MS);
                 }
                 Stage::Balance => {
+                    // Judged as of the request's arrival, when its key's copy let it in
+                    // (`billing::HoldRequest::arrived_ms`).
+                    let arrived_ms = self.reqs[id as usize].arrived_us / 1_000;
                     let fresh = isolate
                         .balances
                         .get(&account)
-                        .is_some_and(|at| now_ms.saturating_sub(*at) < BALANCE_SNAPSHOT_MS);
+                        .is_some_and(|at| arrived_ms.saturating_sub(*at) < BALANCE_SNAPSHOT_MS);
                     if fresh {
                         self.after_ms(FAST_HOLD_DEFER_MS, Ev::FastHold(id));
                         self.reqs[id as usize].stage = Stage::Upstream;
