@@ -192,3 +192,21 @@ fn keyrings_keep_the_key_reads_independent_of_the_isolates() {
         );
     }
 }
+
+/// SPEC §11: with ample balances no request reads its account's balance — a key's read brings it,
+/// the snapshot is judged as of the request's arrival (a limited key's `acquire` does not age it
+/// out) and a newer snapshot is never replaced by an older read of another of the account's keys.
+#[test]
+fn with_ample_balances_no_request_reads_the_balance_or_holds_atomically() {
+    // `one-model` as SCALE.md runs it (D1 limited; 3 s of warm-up, 5 s measured: past the
+    // snapshots' 5 s). Judged at the hold, 5 balance reads a second; the older kept, 0.2.
+    let r = run(Params {
+        design: Design::Sharded,
+        ..one_model(10_000.0, 3_000)
+    });
+    for kind in [Kind::D1Balance, Kind::D1HoldAtomic] {
+        assert_eq!(r.window_rate(Class::D1, Some(kind)), 0.0, "{kind:?} calls/s");
+    }
+    // The balances came with the keys' reads, which went on through the window.
+    assert!(r.window_rate(Class::KeyRing, Some(Kind::KeyRead)) > 0.0);
+}

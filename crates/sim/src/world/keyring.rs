@@ -123,7 +123,10 @@ impl World {
         let (at_ms, total) = read.unwrap_or_else(|| (self.ms(), self.settled_total.get(&ledger).copied().unwrap_or(0)));
         let isolate = &mut self.isolates[iso as usize];
         isolate.keys.insert(key, at_ms);
-        isolate.balances.insert(account, at_ms);
+        // A newer snapshot of the account (another key's read, a balance read) is kept
+        // (`billing::learn`).
+        let snapshot = isolate.balances.entry(account).or_insert(at_ms);
+        *snapshot = (*snapshot).max(at_ms);
         self.learn_pace(iso, ledger, total, at_ms);
     }
 
