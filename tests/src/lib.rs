@@ -613,6 +613,20 @@ impl Stack {
         assert!(r.status < 300, "cron trigger: {} {}", r.status, r.text());
     }
 
+    /// Waits until `model`'s one-slot first route is held (`/admin/health` shows it in flight) —
+    /// on a loaded machine a request may reach the object later than it was sent; panics once
+    /// `deadline` passes.
+    pub fn until_slot_held(&self, model: &str, deadline: std::time::Instant) {
+        loop {
+            let h = self.admin("GET", &format!("/admin/health/{model}"), None).json();
+            if h["routes"][0]["in_flight"] == 1 {
+                return;
+            }
+            assert!(std::time::Instant::now() < deadline, "no request took the slot: {h}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// An admin call with the admin token.
     pub fn admin(&self, method: &str, path: &str, body: Option<Value>) -> Reply {
         let auth = format!("Bearer {}", self.admin_token);

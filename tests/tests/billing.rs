@@ -245,18 +245,8 @@ fn a_request_let_in_by_a_fresh_key_copy_holds_fast_after_waiting_for_capacity() 
         // 3.5 s after the read another key takes the slot until about 6 s after it...
         std::thread::sleep(Duration::from_millis(3_500).saturating_sub(read.elapsed()));
         let busy = scope.spawn(|| s.chat(&holder, &chat_body(&single, true)));
-        // (once it holds it: on a loaded machine the request may reach the object late)...
-        loop {
-            let h = s.admin("GET", &format!("/admin/health/{single}"), None).json();
-            if h["routes"][0]["in_flight"] == 1 {
-                break;
-            }
-            assert!(
-                read.elapsed() < Duration::from_millis(4_500),
-                "no request took the slot: {h}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        // (once it holds it)...
+        s.until_slot_held(&single, read + Duration::from_millis(4_500));
         // ...and at 4 s the waiting key's request arrives, let in by its 4 s old copy, and queues.
         std::thread::sleep(Duration::from_millis(4_000).saturating_sub(read.elapsed()));
         let arrived = read.elapsed();

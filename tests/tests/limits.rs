@@ -272,15 +272,7 @@ fn a_full_route_is_skipped_then_requests_queue_in_order_then_are_refused() {
             .collect();
         // The late one goes once an earlier one holds the slot (on a loaded machine the spawned
         // requests may reach the object later than their stagger says).
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        loop {
-            let h = s.admin("GET", &format!("/admin/health/{short}"), None).json();
-            if h["routes"][0]["in_flight"] == 1 {
-                break;
-            }
-            assert!(std::time::Instant::now() < deadline, "no request took the slot: {h}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        s.until_slot_held(&short, std::time::Instant::now() + Duration::from_secs(5));
         let late = send(&s, &key, &short, true);
         let mut all: Vec<_> = runs.into_iter().map(|h| h.join().unwrap()).collect();
         all.push(late);
